@@ -1,0 +1,1 @@
+//! Library side of the `kindle` binary: model fetching and command-line argument groups.

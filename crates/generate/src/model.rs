@@ -1,0 +1,42 @@
+//! The narrow seam between the generation loop and a model.
+
+/// Key/value state of one sequence, owned by the caller and handed to each forward pass.
+///
+/// Its length is the number of tokens already processed (the position of the next token).
+pub trait ModelCache {
+    /// Tokens already held.
+    fn len(&self) -> usize;
+    /// Whether no token is held yet.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Most tokens the cache can hold.
+    fn capacity(&self) -> usize;
+    /// Forget every token from position `len` on (rollback). `len` beyond the length is a no-op.
+    fn truncate(&mut self, len: usize);
+    /// An independent copy that can be extended separately (beam search, chat edits).
+    fn fork(&self) -> Self
+    where
+        Self: Sized;
+}
+
+/// A causal language model: tokens in, next-token logits out.
+pub trait LanguageModel {
+    /// Per-sequence state (keys and values of past tokens).
+    type Cache: ModelCache;
+    /// What can go wrong in a forward pass.
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// Size of the logits rows.
+    fn vocab_size(&self) -> usize;
+    /// The longest sequence the model supports (its trained context length).
+    fn context_length(&self) -> usize;
+    /// A fresh, empty cache for up to `capacity` tokens.
+    fn new_cache(&self, capacity: usize) -> Result<Self::Cache, Self::Error>;
+    /// Run `tokens` after the ones in `cache`, append them to it, and return the logits of the
+    /// last position (`vocab_size()` values).
+    fn forward_last(&self, tokens: &[u32], cache: &mut Self::Cache) -> Result<Vec<f32>, Self::Error>;
+    /// As [`forward_last`](Self::forward_last), but return the logits of every position,
+    /// row-major (`tokens.len() * vocab_size()` values).
+    fn forward_all(&self, tokens: &[u32], cache: &mut Self::Cache) -> Result<Vec<f32>, Self::Error>;
+}

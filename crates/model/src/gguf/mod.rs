@@ -1,0 +1,1 @@
+//! GGUF reader (placeholder, being written).

@@ -1,0 +1,1 @@
+//! Tokenizer (placeholder, being written).
