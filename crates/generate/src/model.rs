@@ -35,8 +35,13 @@ pub trait LanguageModel {
     fn new_cache(&self, capacity: usize) -> Result<Self::Cache, Self::Error>;
     /// Run `tokens` after the ones in `cache`, append them to it, and return the logits of the
     /// last position (`vocab_size()` values).
-    fn forward_last(&self, tokens: &[u32], cache: &mut Self::Cache) -> Result<Vec<f32>, Self::Error>;
+    fn forward_last(
+        &self,
+        tokens: &[u32],
+        cache: &mut Self::Cache,
+    ) -> Result<Vec<f32>, Self::Error>;
     /// As [`forward_last`](Self::forward_last), but return the logits of every position,
     /// row-major (`tokens.len() * vocab_size()` values).
-    fn forward_all(&self, tokens: &[u32], cache: &mut Self::Cache) -> Result<Vec<f32>, Self::Error>;
+    fn forward_all(&self, tokens: &[u32], cache: &mut Self::Cache)
+    -> Result<Vec<f32>, Self::Error>;
 }

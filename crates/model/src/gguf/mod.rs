@@ -1,1 +1,273 @@
-//! GGUF reader (placeholder, being written).
+//! Reading (and, for tests, writing) GGUF model files, versions 2 and 3.
+//!
+//! [`GgufFile`] parses a file's header, metadata and tensor infos and validates all of them
+//! against the size of the file before allocating anything: a malformed or hostile file gives
+//! a [`GgufError`] naming the problem (key, tensor, offset), never a panic or a huge
+//! allocation. Tensor data stays in the memory-mapped (or owned) bytes and is handed out as
+//! slices, or dequantised to `f32` on request. [`GgufWriter`] writes valid files.
+//!
+//! ```
+//! use kindle_model::gguf::{GgufFile, GgufWriter, MetadataValue};
+//! use kindle_model::quant::GgmlType;
+//!
+//! let bytes = GgufWriter::new()
+//!     .metadata("general.architecture", "llama")
+//!     .metadata("llama.block_count", MetadataValue::U32(2))
+//!     .tensor_f32("output_norm.weight", &[4], &[1.0, 2.0, 3.0, 4.0])
+//!     .to_bytes();
+//!
+//! let file = GgufFile::from_bytes(bytes)?;
+//! assert_eq!(file.architecture()?, "llama");
+//! assert_eq!(file.get_u64("llama.block_count")?, 2);
+//! let norm = file.tensor("output_norm.weight").expect("written above");
+//! assert_eq!(norm.ty, GgmlType::F32);
+//! assert_eq!(file.tensor_bytes(norm).len(), 16);
+//! assert_eq!(file.dequantize("output_norm.weight")?, [1.0, 2.0, 3.0, 4.0]);
+//! # Ok::<(), kindle_model::gguf::GgufError>(())
+//! ```
+
+mod error;
+mod reader;
+mod value;
+pub mod writer;
+
+pub use error::GgufError;
+pub use reader::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, GgufFile, MAX_ALIGNMENT, TensorInfo};
+pub use value::MetadataValue;
+pub use writer::GgufWriter;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::GgmlType;
+
+    fn all_values() -> Vec<(&'static str, MetadataValue)> {
+        use MetadataValue as V;
+        vec![
+            ("u8", V::U8(200)),
+            ("i8", V::I8(-100)),
+            ("u16", V::U16(60_000)),
+            ("i16", V::I16(-30_000)),
+            ("u32", V::U32(4_000_000_000)),
+            ("i32", V::I32(-2_000_000_000)),
+            ("f32", V::F32(1.5e-5)),
+            ("bool.t", V::Bool(true)),
+            ("bool.f", V::Bool(false)),
+            ("string", V::String("héllo ✓".into())),
+            ("string.empty", V::String(String::new())),
+            ("u64", V::U64(u64::MAX)),
+            ("i64", V::I64(i64::MIN)),
+            ("f64", V::F64(-2.5e300)),
+            ("arr.u8", V::Array(vec![V::U8(1), V::U8(2)])),
+            ("arr.i8", V::Array(vec![V::I8(-1)])),
+            ("arr.u16", V::Array(vec![V::U16(7)])),
+            ("arr.i16", V::Array(vec![V::I16(-7)])),
+            ("arr.u32", V::Array(vec![V::U32(1), V::U32(2), V::U32(3)])),
+            ("arr.i32", V::Array(vec![V::I32(-1), V::I32(3)])),
+            ("arr.f32", V::Array(vec![V::F32(0.25), V::F32(-8.0)])),
+            ("arr.bool", V::Array(vec![V::Bool(true), V::Bool(false)])),
+            (
+                "arr.string",
+                V::Array(vec![V::String("a".into()), V::String(String::new())]),
+            ),
+            ("arr.u64", V::Array(vec![V::U64(u64::MAX)])),
+            ("arr.i64", V::Array(vec![V::I64(-5)])),
+            ("arr.f64", V::Array(vec![V::F64(3.25)])),
+            ("arr.empty", V::Array(vec![])),
+        ]
+    }
+
+    #[test]
+    fn every_value_type_round_trips() {
+        let values = all_values();
+        let mut w = GgufWriter::new();
+        for (k, v) in &values {
+            w = w.metadata(*k, v.clone());
+        }
+        let file = GgufFile::from_bytes(w.to_bytes()).unwrap();
+        assert_eq!(file.version(), 3);
+        assert_eq!(file.alignment(), 32);
+        assert!(file.tensors().is_empty());
+        let read: Vec<(&str, &MetadataValue)> = file
+            .metadata()
+            .iter()
+            .map(|(k, v)| (k.as_str(), v))
+            .collect();
+        let expected: Vec<(&str, &MetadataValue)> = values.iter().map(|(k, v)| (*k, v)).collect();
+        assert_eq!(read, expected);
+        for (k, v) in &values {
+            assert_eq!(file.get(k), Some(v));
+        }
+    }
+
+    #[test]
+    fn typed_getters() {
+        let w = GgufWriter::new()
+            .metadata("n", MetadataValue::U32(7))
+            .metadata("neg", MetadataValue::I32(-3))
+            .metadata("f", MetadataValue::F32(0.5))
+            .metadata("s", "text")
+            .metadata("b", true)
+            .metadata("a", vec![1u32, 2]);
+        let file = GgufFile::from_bytes(w.to_bytes()).unwrap();
+        assert_eq!(file.get_u64("n").unwrap(), 7);
+        assert_eq!(file.get_i64("neg").unwrap(), -3);
+        assert_eq!(file.get_f64("n").unwrap(), 7.0);
+        assert_eq!(file.get_f64("f").unwrap(), 0.5);
+        assert_eq!(file.get_str("s").unwrap(), "text");
+        assert!(file.get_bool("b").unwrap());
+        assert_eq!(file.get_array("a").unwrap().len(), 2);
+        assert_eq!(file.opt_u64("absent").unwrap(), None);
+        assert_eq!(file.opt_str("s").unwrap(), Some("text"));
+
+        let err = file.get_u64("neg").unwrap_err();
+        assert!(matches!(err, GgufError::WrongType { .. }), "{err:?}");
+        let msg = err.to_string();
+        assert!(msg.contains("`neg`") && msg.contains("i32 -3"), "{msg}");
+        let err = file.get_str("n").unwrap_err();
+        assert!(err.to_string().contains("string"), "{err}");
+        assert!(matches!(
+            file.opt_bool("s"),
+            Err(GgufError::WrongType { .. })
+        ));
+        let err = file.get_f64("absent").unwrap_err();
+        assert!(matches!(&err, GgufError::MissingKey { key } if key == "absent"));
+        assert!(err.to_string().contains("`absent`"));
+        let err = file.architecture().unwrap_err();
+        assert!(err.to_string().contains("general.architecture"), "{err}");
+    }
+
+    #[test]
+    fn alignment_64_places_data_on_64_byte_boundaries() {
+        let bytes = GgufWriter::new()
+            .alignment(64)
+            .tensor("a", &[3], GgmlType::I8, vec![1, 2, 3])
+            .tensor("b", &[5], GgmlType::I8, vec![4, 5, 6, 7, 8])
+            .tensor_f32("c", &[2, 2], &[1.0, 2.0, 3.0, 4.0])
+            .to_bytes();
+        let file = GgufFile::from_bytes(bytes).unwrap();
+        assert_eq!(file.alignment(), 64);
+        assert_eq!(file.get_u64(ALIGNMENT_KEY).unwrap(), 64);
+        assert_eq!(file.data_offset() % 64, 0);
+        let offsets: Vec<u64> = file.tensors().iter().map(|t| t.offset).collect();
+        assert_eq!(offsets, [0, 64, 128]);
+        assert_eq!(file.tensor_bytes(file.tensor("a").unwrap()), [1, 2, 3]);
+        assert_eq!(
+            file.tensor_bytes(file.tensor("b").unwrap()),
+            [4, 5, 6, 7, 8]
+        );
+        assert_eq!(file.as_bytes().len() as u64, file.data_offset() + 192);
+
+        // Alignment given as metadata works the same.
+        let bytes = GgufWriter::new()
+            .metadata(ALIGNMENT_KEY, MetadataValue::U32(128))
+            .tensor("a", &[3], GgmlType::I8, vec![1, 2, 3])
+            .tensor("b", &[1], GgmlType::I8, vec![9])
+            .to_bytes();
+        let file = GgufFile::from_bytes(bytes).unwrap();
+        assert_eq!(file.alignment(), 128);
+        assert_eq!(file.tensor("b").unwrap().offset, 128);
+        assert_eq!(file.tensor_data("b").unwrap(), [9]);
+    }
+
+    #[test]
+    fn tensor_bytes_slices_exactly() {
+        let q8: Vec<u8> = (0..2 * 34).map(|i| i as u8).collect();
+        let bytes = GgufWriter::new()
+            .tensor("q", &[32, 2], GgmlType::Q8_0, q8.clone())
+            .tensor_f32("v", &[3], &[1.0, -1.0, 0.5])
+            .to_bytes();
+        let file = GgufFile::from_bytes(bytes).unwrap();
+        let q = file.tensor("q").unwrap();
+        assert_eq!(q.dims, [32, 2]);
+        assert_eq!(q.n_elements(), 64);
+        assert_eq!(q.n_bytes(), 68);
+        assert_eq!(q.shape_rows_cols(), (2, 32));
+        assert_eq!(q.shape(), [2, 32]);
+        assert_eq!(file.tensor_bytes(q), q8.as_slice());
+        let v = file.tensor("v").unwrap();
+        assert_eq!(v.offset, 96);
+        assert_eq!(file.tensor_bytes(v).len(), 12);
+        assert_eq!(
+            file.tensors()
+                .iter()
+                .map(|t| t.name.as_str())
+                .collect::<Vec<_>>(),
+            ["q", "v"]
+        );
+        // An info that does not belong to the file gives an empty slice, not a panic.
+        let foreign = TensorInfo {
+            name: "x".into(),
+            dims: vec![u64::MAX],
+            ty: GgmlType::F32,
+            offset: u64::MAX,
+        };
+        assert!(file.tensor_bytes(&foreign).is_empty());
+    }
+
+    #[test]
+    fn dequantize_f32_and_errors() {
+        let values = [1.0f32, -2.5, 3.25, 0.0, 7.0, -0.125];
+        let bytes = GgufWriter::new()
+            .tensor_f32("w", &[3, 2], &values)
+            .tensor("q", &[32], GgmlType::Q5_1, vec![0; 24])
+            .to_bytes();
+        let file = GgufFile::from_bytes(bytes).unwrap();
+        assert_eq!(file.dequantize("w").unwrap(), values);
+
+        let err = file.dequantize("nope").unwrap_err();
+        assert!(matches!(&err, GgufError::MissingTensor { name } if name == "nope"));
+        assert!(err.to_string().contains("`nope`"));
+        let err = file.dequantize("q").unwrap_err();
+        assert!(matches!(err, GgufError::Quant { .. }), "{err:?}");
+        let msg = err.to_string();
+        assert!(msg.contains("`q`") && msg.contains("Q5_1"), "{msg}");
+    }
+
+    #[test]
+    fn open_reads_a_file_and_names_a_missing_one() {
+        let dir = std::env::temp_dir().join(format!("kindle-gguf-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("tiny.gguf");
+        GgufWriter::new()
+            .metadata("general.architecture", "llama")
+            .tensor_f32("t", &[2], &[1.0, 2.0])
+            .write(&path)
+            .unwrap();
+        let file = GgufFile::open(&path).unwrap();
+        assert_eq!(file.architecture().unwrap(), "llama");
+        assert_eq!(file.dequantize("t").unwrap(), [1.0, 2.0]);
+
+        let empty = dir.join("empty.gguf");
+        std::fs::write(&empty, b"").unwrap();
+        assert!(matches!(
+            GgufFile::open(&empty),
+            Err(GgufError::Truncated { .. })
+        ));
+
+        let missing = dir.join("missing.gguf");
+        let err = GgufFile::open(&missing).unwrap_err();
+        assert!(matches!(err, GgufError::Io { .. }));
+        assert!(err.to_string().contains("missing.gguf"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn metadata_value_helpers() {
+        use MetadataValue as V;
+        assert_eq!(V::I8(-1).as_u64(), None);
+        assert_eq!(V::I64(5).as_u64(), Some(5));
+        assert_eq!(V::U64(u64::MAX).as_i64(), None);
+        assert_eq!(V::U16(9).as_f64(), Some(9.0));
+        assert_eq!(V::String("x".into()).as_f64(), None);
+        assert_eq!(V::Bool(true).as_u64(), None);
+        assert_eq!(V::Array(vec![]).type_name(), "array");
+        assert_eq!(V::U32(13).to_string(), "u32 13");
+        assert_eq!(V::String("ab".into()).to_string(), "string \"ab\"");
+        let long = V::from((0..20u32).collect::<Vec<_>>());
+        assert_eq!(
+            long.to_string(),
+            "array of 20 elements [0, 1, 2, 3, 4, 5, 6, 7, ...]"
+        );
+    }
+}

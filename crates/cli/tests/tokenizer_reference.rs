@@ -1,0 +1,132 @@
+//! Checks kindle's tokenizer against llama.cpp's tokenization of SmolLM2-135M-Instruct
+//! (`testdata/reference/smollm2-135m-instruct-q4_1.json`, key `tokenizer_vectors`).
+//!
+//! Needs the real model: `$KINDLE_MODEL`, else the default model, fetched like the CLI does.
+
+mod common;
+
+use std::path::Path;
+
+use kindle_model::gguf::GgufFile;
+use kindle_model::tokenizer::Tokenizer;
+use serde_json::Value;
+
+/// Loads the real tokenizer (the default model is fetched if missing, as the CLI does).
+fn load_tokenizer() -> Option<Tokenizer> {
+    let path = common::model_path();
+    let file =
+        GgufFile::open(&path).unwrap_or_else(|e| panic!("failed to open {}: {e}", path.display()));
+    Some(Tokenizer::from_gguf(&file).expect("failed to build the tokenizer from GGUF metadata"))
+}
+
+fn reference() -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/reference/smollm2-135m-instruct-q4_1.json");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("failed to read {}: {e}", path.display()));
+    serde_json::from_str(&text).expect("reference JSON is malformed")
+}
+
+fn ids(value: &Value) -> Vec<u32> {
+    value
+        .as_array()
+        .expect("expected an array of ids")
+        .iter()
+        .map(|v| u32::try_from(v.as_u64().expect("expected an id")).expect("id fits u32"))
+        .collect()
+}
+
+#[test]
+fn tokenizer_matches_llama_cpp_reference_vectors() {
+    let Some(tokenizer) = load_tokenizer() else {
+        return;
+    };
+    let reference = reference();
+    let vectors = reference["tokenizer_vectors"]
+        .as_array()
+        .expect("tokenizer_vectors is an array");
+    assert!(!vectors.is_empty());
+
+    let mut failures = Vec::new();
+    for vector in vectors {
+        let text = vector["text"].as_str().expect("text is a string");
+        let want_special = ids(&vector["ids_parse_special"]);
+        let want_plain = ids(&vector["ids_no_parse_special"]);
+
+        let got_special = tokenizer.encode(text, true).unwrap();
+        if got_special != want_special {
+            failures.push(format!(
+                "{text:?} parse_special=true: got {got_special:?}, want {want_special:?}"
+            ));
+        }
+        let got_plain = tokenizer.encode(text, false).unwrap();
+        if got_plain != want_plain {
+            failures.push(format!(
+                "{text:?} parse_special=false: got {got_plain:?}, want {want_plain:?}"
+            ));
+        }
+
+        let want_pieces: Vec<&str> = vector["pieces"]
+            .as_array()
+            .expect("pieces is an array")
+            .iter()
+            .map(|p| p.as_str().expect("piece is a string"))
+            .collect();
+        let got_pieces: Vec<&str> = want_special
+            .iter()
+            .map(|&id| tokenizer.id_to_piece(id).unwrap_or("<out of range>"))
+            .collect();
+        if got_pieces != want_pieces {
+            failures.push(format!(
+                "{text:?} pieces: got {got_pieces:?}, want {want_pieces:?}"
+            ));
+        }
+
+        if vector["roundtrip_ok"].as_bool() == Some(true) {
+            for (parse_special, ids) in [(true, &got_special), (false, &got_plain)] {
+                let decoded = tokenizer.decode(ids, false).unwrap();
+                if decoded != text {
+                    failures.push(format!(
+                        "{text:?} round trip (parse_special={parse_special}): got {decoded:?}"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} mismatch(es) against llama.cpp:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn special_tokens_match_llama_cpp() {
+    let Some(tokenizer) = load_tokenizer() else {
+        return;
+    };
+    let model = &reference()["model"];
+    assert_eq!(
+        tokenizer.vocab_size() as u64,
+        model["n_vocab"].as_u64().unwrap()
+    );
+    assert_eq!(tokenizer.eog_ids(), [0, 2]);
+    assert_eq!(tokenizer.eog_ids(), ids(&model["eog_ids_llamacpp"]));
+    assert_eq!(tokenizer.bos_id().map(u64::from), model["bos_id"].as_u64());
+    assert_eq!(tokenizer.eos_id().map(u64::from), model["eos_id"].as_u64());
+    assert_eq!(tokenizer.unk_id().map(u64::from), model["unk_id"].as_u64());
+    assert_eq!(tokenizer.pad_id().map(u64::from), model["pad_id"].as_u64());
+    assert_eq!(Some(tokenizer.add_bos()), model["add_bos"].as_bool());
+    assert!(!tokenizer.add_eos());
+    assert!(
+        tokenizer
+            .chat_template()
+            .is_some_and(|t| t.contains("<|im_start|>"))
+    );
+    // Skipping special tokens drops the chat markup.
+    let ids = tokenizer
+        .encode("<|im_start|>user\nhi<|im_end|>", true)
+        .unwrap();
+    assert_eq!(tokenizer.decode(&ids, true).unwrap(), "user\nhi");
+}

@@ -1,0 +1,380 @@
+//! The generation loop: prefill, then sample / detokenise / check stops / feed back, one token
+//! per iterator step.
+
+use std::iter::FusedIterator;
+use std::time::{Duration, Instant};
+
+use kindle_sampling::Sampler;
+
+use crate::config::{GenerationConfig, StopConditions};
+use crate::decode::{StreamDecoder, TokenDecoder};
+use crate::error::GenerateError;
+use crate::logprobs::{log_sum_exp, logprob, top_n_logprobs};
+use crate::model::LanguageModel;
+use crate::session::Session;
+use crate::stop::{FinishReason, StopMatch, StopStringMatcher};
+
+/// How many prompt tokens the detokeniser sees as context before the first generated token
+/// (never emitted), so the first word gets the spacing it has in context.
+pub const PROMPT_CONTEXT_TOKENS: usize = 4;
+
+/// What a [`Generator`] yields: one `Token` per generated token, then one `Done`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// A generated token.
+    Token {
+        /// Its id. The final token may be an end-of-generation or stop token.
+        id: u32,
+        /// The new output text it brings (a delta): empty while text is held back (an
+        /// incomplete UTF-8 character, a possible stop-string prefix, or a stop token). The
+        /// deltas of all events concatenate to [`Summary::text`].
+        text: String,
+        /// Its log-probability under the raw logits (before any sampling processor).
+        logprob: f32,
+        /// The [`top_logprobs`](GenerationConfig::top_logprobs) most likely tokens under the
+        /// raw logits, `(id, logprob)`, most likely first.
+        top_logprobs: Vec<(u32, f32)>,
+    },
+    /// Generation ended; always the last event.
+    Done(Summary),
+}
+
+/// The outcome of one generation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
+    /// Why it ended.
+    pub finish_reason: FinishReason,
+    /// Which stop condition matched, with [`FinishReason::Stop`].
+    pub stop: Option<StopMatch>,
+    /// Tokens in the prompt (including any reused from the session's cache).
+    pub prompt_tokens: usize,
+    /// Tokens generated, the final stop token included (`tokens.len()`).
+    pub generated_tokens: usize,
+    /// The output text: stop token texts left out, cut before the matched stop string (or just
+    /// after it with `include_stop_str_in_output`).
+    pub text: String,
+    /// The generated token ids, the final stop token included.
+    pub tokens: Vec<u32>,
+    /// Where the time went.
+    pub timings: Timings,
+}
+
+/// Time spent inside the generator (time the caller spends between events is not counted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Timings {
+    /// Prompt processing up to and including the first generated token (time to first token).
+    pub prefill: Duration,
+    /// Everything after the first token: each step's forward pass, sampling and detokenising.
+    pub decode: Duration,
+    /// Prompt tokens run through the model (prompt tokens already in the session's cache are
+    /// not run again).
+    pub prefill_tokens: usize,
+    /// Tokens generated after the first one (one decode step each).
+    pub decode_tokens: usize,
+}
+
+impl Timings {
+    /// `prefill_tokens / prefill` (0 when either is zero).
+    pub fn prefill_tokens_per_second(&self) -> f64 {
+        rate(self.prefill_tokens, self.prefill)
+    }
+
+    /// `decode_tokens / decode` (0 when either is zero).
+    pub fn decode_tokens_per_second(&self) -> f64 {
+        rate(self.decode_tokens, self.decode)
+    }
+
+    /// `prefill + decode`.
+    pub fn total(&self) -> Duration {
+        self.prefill + self.decode
+    }
+}
+
+fn rate(tokens: usize, time: Duration) -> f64 {
+    let secs = time.as_secs_f64();
+    if tokens == 0 || secs == 0.0 {
+        0.0
+    } else {
+        tokens as f64 / secs
+    }
+}
+
+enum State {
+    Start,
+    Decode(u32),
+    Finished {
+        reason: FinishReason,
+        stop: Option<StopMatch>,
+    },
+    Done,
+}
+
+/// The generation loop as an iterator of [`Event`]s: each `next()` runs one forward pass (the
+/// first one is the prefill of the prompt) and yields the sampled token, then a final
+/// [`Event::Done`] with the [`Summary`]. After an error or `Done` it yields `None`.
+///
+/// Prefill: the prompt is compared with the session's tokens; the common prefix stays in the
+/// cache, the rest of the cache is rolled back, and only the new prompt tokens are fed, in one
+/// `forward_last` call (at least one token is always fed, to get logits). Then each step feeds
+/// the previous token alone.
+///
+/// Context: `prompt + generated` never exceeds the usable context `min(cache capacity, model
+/// context length)`; reaching it ends with [`FinishReason::Length`]. A prompt that fills the
+/// whole context finishes at once with `Length` and no token.
+///
+/// Sampling: the sampler gets the raw logits row and, as history, the prompt plus the tokens
+/// generated so far (exactly the session's tokens at that moment). Where the sampler needs to
+/// know where the prompt ends (penalty scope, minimum new tokens), setting that up for this
+/// prompt is the caller's job. The logprobs in the events are computed from the raw row before
+/// the sampler modifies it.
+///
+/// Dropping the generator early is fine: the session then holds the prompt and the tokens fed
+/// so far.
+pub struct Generator<'a, M: LanguageModel, D: TokenDecoder + ?Sized> {
+    model: &'a M,
+    session: &'a mut Session<M>,
+    sampler: &'a mut Sampler,
+    stream: StreamDecoder<&'a D>,
+    stops: StopStringMatcher,
+    conditions: StopConditions,
+    top_logprobs: usize,
+    prompt: Vec<u32>,
+    limit: usize,
+    state: State,
+    generated: Vec<u32>,
+    text: String,
+    raw: Vec<f32>,
+    started: Option<Instant>,
+    timings: Timings,
+}
+
+impl<'a, M: LanguageModel, D: TokenDecoder + ?Sized> Generator<'a, M, D> {
+    /// Check the prompt and set up; no model work happens before the first `next()`.
+    ///
+    /// `prompt` is the whole token sequence to continue (for a chat, the whole conversation so
+    /// far); the part already in `session` is reused.
+    ///
+    /// Errors: [`GenerateError::EmptyPrompt`], [`GenerateError::PromptTooLong`] (more tokens
+    /// than the usable context), [`GenerateError::TokenOutOfVocab`], or a decoder error.
+    pub fn new(
+        model: &'a M,
+        session: &'a mut Session<M>,
+        prompt: &[u32],
+        sampler: &'a mut Sampler,
+        decoder: &'a D,
+        config: &GenerationConfig,
+    ) -> Result<Self, GenerateError> {
+        if prompt.is_empty() {
+            return Err(GenerateError::EmptyPrompt);
+        }
+        let limit = session.context_length(model);
+        if prompt.len() > limit {
+            return Err(GenerateError::PromptTooLong {
+                prompt_tokens: prompt.len(),
+                context_length: limit,
+            });
+        }
+        check_vocab(prompt, model.vocab_size())?;
+        let context = &prompt[prompt.len().saturating_sub(PROMPT_CONTEXT_TOKENS)..];
+        let stream =
+            StreamDecoder::with_context(decoder, context).map_err(GenerateError::decode)?;
+        let stop = &config.stop;
+        Ok(Generator {
+            model,
+            session,
+            sampler,
+            stream,
+            stops: StopStringMatcher::new(
+                stop.stop_strings.iter().cloned(),
+                stop.include_stop_str_in_output,
+            ),
+            conditions: stop.clone(),
+            top_logprobs: config.top_logprobs,
+            prompt: prompt.to_vec(),
+            limit,
+            state: State::Start,
+            generated: Vec::new(),
+            text: String::new(),
+            raw: Vec::new(),
+            started: None,
+            timings: Timings::default(),
+        })
+    }
+
+    /// Run to the end, calling `on_token` with each [`Event::Token`], and return the summary.
+    pub fn run(self, mut on_token: impl FnMut(&Event)) -> Result<Summary, GenerateError> {
+        for event in self {
+            match event? {
+                Event::Done(summary) => return Ok(summary),
+                token => on_token(&token),
+            }
+        }
+        unreachable!("a generator ends with Done or an error")
+    }
+
+    /// The text output so far (what the events have streamed).
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The tokens generated so far.
+    pub fn tokens(&self) -> &[u32] {
+        &self.generated
+    }
+
+    fn prefill(&mut self) -> Result<Event, GenerateError> {
+        let t0 = Instant::now();
+        self.started = Some(t0);
+        if self.conditions.max_new_tokens == Some(0) || self.prompt.len() >= self.limit {
+            return Ok(Event::Done(self.summary(FinishReason::Length, None)));
+        }
+        let reuse = self
+            .session
+            .common_prefix_len(&self.prompt)
+            .min(self.prompt.len() - 1);
+        self.session.truncate(reuse);
+        self.timings.prefill_tokens = self.prompt.len() - reuse;
+        let logits = self
+            .session
+            .forward_last(self.model, &self.prompt[reuse..])?;
+        let event = self.on_logits(logits);
+        self.timings.prefill = t0.elapsed();
+        event
+    }
+
+    fn decode(&mut self, last: u32) -> Result<Event, GenerateError> {
+        let t0 = Instant::now();
+        let logits = self.session.forward_last(self.model, &[last])?;
+        let event = self.on_logits(logits);
+        self.timings.decode += t0.elapsed();
+        event
+    }
+
+    /// Sample from `logits`, detokenise, check the stop conditions, set the next state.
+    fn on_logits(&mut self, mut logits: Vec<f32>) -> Result<Event, GenerateError> {
+        self.raw.clear();
+        self.raw.extend_from_slice(&logits);
+        let step = self.generated.len();
+        let id = self
+            .sampler
+            .sample(&mut logits, self.session.tokens())
+            .map_err(|source| GenerateError::Sampling { step, source })?;
+        check_vocab(&[id], self.raw.len())?;
+        let lse = log_sum_exp(&self.raw);
+        let logprob = logprob(&self.raw, lse, id);
+        let top_logprobs = top_n_logprobs(&self.raw, lse, self.top_logprobs);
+        self.generated.push(id);
+
+        let (mut text, mut stop) = if self.conditions.eog_token_ids.contains(&id) {
+            (String::new(), Some(StopMatch::Eog(id)))
+        } else if self.conditions.stop_token_ids.contains(&id) {
+            (String::new(), Some(StopMatch::Token(id)))
+        } else {
+            let delta = self.stream.step(id).map_err(GenerateError::decode)?;
+            let scan = self.stops.push(&delta);
+            (scan.text, scan.matched.map(StopMatch::String))
+        };
+
+        let max_new = self.conditions.max_new_tokens.unwrap_or(usize::MAX);
+        let reason = if stop.is_some() {
+            Some(FinishReason::Stop)
+        } else if self.generated.len() >= max_new
+            || self.prompt.len() + self.generated.len() >= self.limit
+        {
+            Some(FinishReason::Length)
+        } else if let (Some(max), Some(started)) = (self.conditions.max_time, self.started)
+            && started.elapsed() >= max
+        {
+            Some(FinishReason::Time)
+        } else {
+            None
+        };
+
+        match reason {
+            None => self.state = State::Decode(id),
+            Some(mut reason) => {
+                if !matches!(stop, Some(StopMatch::String(_))) {
+                    // Release held-back text: an incomplete character, a stop-string prefix.
+                    let rest = self.stream.flush().map_err(GenerateError::decode)?;
+                    let scan = self.stops.push(&rest);
+                    text.push_str(&scan.text);
+                    if let Some(matched) = scan.matched {
+                        reason = FinishReason::Stop;
+                        stop = Some(StopMatch::String(matched));
+                    } else {
+                        text.push_str(&self.stops.finish());
+                    }
+                }
+                self.state = State::Finished { reason, stop };
+            }
+        }
+        self.text.push_str(&text);
+        Ok(Event::Token {
+            id,
+            text,
+            logprob,
+            top_logprobs,
+        })
+    }
+
+    fn summary(&mut self, finish_reason: FinishReason, stop: Option<StopMatch>) -> Summary {
+        let mut timings = self.timings;
+        timings.decode_tokens = self.generated.len().saturating_sub(1);
+        Summary {
+            finish_reason,
+            stop,
+            prompt_tokens: self.prompt.len(),
+            generated_tokens: self.generated.len(),
+            text: std::mem::take(&mut self.text),
+            tokens: std::mem::take(&mut self.generated),
+            timings,
+        }
+    }
+}
+
+impl<M: LanguageModel, D: TokenDecoder + ?Sized> Iterator for Generator<'_, M, D> {
+    type Item = Result<Event, GenerateError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        // Any error leaves the state at Done, so the iterator ends after it.
+        Some(match std::mem::replace(&mut self.state, State::Done) {
+            State::Done => return None,
+            State::Finished { reason, stop } => Ok(Event::Done(self.summary(reason, stop))),
+            State::Start => self.prefill(),
+            State::Decode(last) => self.decode(last),
+        })
+    }
+}
+
+impl<M: LanguageModel, D: TokenDecoder + ?Sized> FusedIterator for Generator<'_, M, D> {}
+
+pub(crate) fn check_vocab(ids: &[u32], vocab_size: usize) -> Result<(), GenerateError> {
+    match ids.iter().find(|&&id| id as usize >= vocab_size) {
+        Some(&token) => Err(GenerateError::TokenOutOfVocab { token, vocab_size }),
+        None => Ok(()),
+    }
+}
+
+/// Start generating: [`Generator::new`] as a function.
+pub fn generate<'a, M: LanguageModel, D: TokenDecoder + ?Sized>(
+    model: &'a M,
+    session: &'a mut Session<M>,
+    prompt: &[u32],
+    sampler: &'a mut Sampler,
+    decoder: &'a D,
+    config: &GenerationConfig,
+) -> Result<Generator<'a, M, D>, GenerateError> {
+    Generator::new(model, session, prompt, sampler, decoder, config)
+}
+
+/// Generate to the end without streaming and return the [`Summary`].
+pub fn generate_to_end<M: LanguageModel, D: TokenDecoder + ?Sized>(
+    model: &M,
+    session: &mut Session<M>,
+    prompt: &[u32],
+    sampler: &mut Sampler,
+    decoder: &D,
+    config: &GenerationConfig,
+) -> Result<Summary, GenerateError> {
+    Generator::new(model, session, prompt, sampler, decoder, config)?.run(|_| {})
+}

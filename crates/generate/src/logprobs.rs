@@ -1,0 +1,238 @@
+//! Log-softmax and top-n helpers on a raw logits row (no allocation of a softmax row).
+//!
+//! The log-sum-exp is accumulated in `f64` after subtracting the maximum, so large vocabularies
+//! and large logits lose no precision. Ordering everywhere: larger value first, ties to the lower
+//! id, NaN ranks below everything.
+
+use std::cmp::Ordering;
+
+/// `ln(sum(exp(logits)))`: max-shifted (it never overflows), `exp` in `f32`, the sum
+/// accumulated in `f64`.
+///
+/// `-inf` for an empty row or a row of only `-inf` (everything masked), `+inf` if a logit is
+/// `+inf`, NaN if a logit is NaN. It runs once per generated token over the whole vocabulary,
+/// so it is written in lanes the compiler vectorises, with a polynomial `exp` (relative error
+/// below 1e-7) instead of the scalar libm call.
+pub fn log_sum_exp(logits: &[f32]) -> f64 {
+    let (max, nan) = max_and_nan(logits);
+    if nan {
+        return f64::NAN;
+    }
+    if !max.is_finite() {
+        return f64::from(max);
+    }
+    let mut acc = [0f64; LANES];
+    let chunks = logits.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for chunk in chunks {
+        for (a, &x) in acc.iter_mut().zip(chunk) {
+            *a += f64::from(exp_nonpositive(x - max));
+        }
+    }
+    let sum = acc.iter().sum::<f64>()
+        + rest
+            .iter()
+            .map(|&x| f64::from(exp_nonpositive(x - max)))
+            .sum::<f64>();
+    f64::from(max) + sum.ln()
+}
+
+const LANES: usize = 8;
+
+/// The largest value (NaN ignored) and whether there is a NaN; `-inf` for an empty row.
+fn max_and_nan(logits: &[f32]) -> (f32, bool) {
+    let mut max = [f32::NEG_INFINITY; LANES];
+    let mut nan = [false; LANES];
+    let chunks = logits.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for chunk in chunks {
+        for ((m, n), &x) in max.iter_mut().zip(nan.iter_mut()).zip(chunk) {
+            *n |= x.is_nan();
+            *m = if x > *m { x } else { *m };
+        }
+    }
+    let m = max
+        .iter()
+        .chain(rest)
+        .fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+    (m, nan.iter().any(|&n| n) || rest.iter().any(|x| x.is_nan()))
+}
+
+/// `exp(x)` for `x <= 0` (not NaN), branch-free: `2^n * p(r)` with `x = n ln2 + r`,
+/// `|r| <= ln2 / 2`, and the Cephes `expf` polynomial. Arguments below -87 give `exp(-87)`
+/// (about 1.6e-38) instead of underflowing: negligible in a sum.
+#[inline(always)]
+fn exp_nonpositive(x: f32) -> f32 {
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    // 1.5 * 2^23: adding it rounds to an integer, which lands in the low mantissa bits.
+    const ROUND: f32 = 12_582_912.0;
+    let x = x.max(-87.0);
+    let t = x * std::f32::consts::LOG2_E + ROUND;
+    let n = t - ROUND;
+    let r = x - n * LN2_HI - n * LN2_LO;
+    let mut p = 1.987_569_1e-4f32;
+    p = p * r + 1.398_199_9e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 1.666_666_5e-1;
+    p = p * r + 5e-1;
+    let e = p * r * r + r + 1.0;
+    // 2^n from the integer in t's mantissa: (n + 127) << 23.
+    e * f32::from_bits(t.to_bits().wrapping_sub(0x4B40_0000 - 127) << 23)
+}
+
+/// The log-probability of `logits[id]` under the softmax of `logits`, given `lse =
+/// log_sum_exp(logits)`. Panics if `id` is out of range.
+pub fn logprob(logits: &[f32], lse: f64, id: u32) -> f32 {
+    (f64::from(logits[id as usize]) - lse) as f32
+}
+
+/// The whole log-softmax row (allocates; prefer [`log_sum_exp`] + [`logprob`] for a few ids).
+pub fn log_softmax(logits: &[f32]) -> Vec<f32> {
+    let lse = log_sum_exp(logits);
+    logits
+        .iter()
+        .map(|&x| (f64::from(x) - lse) as f32)
+        .collect()
+}
+
+/// Index of the largest logit (ties to the lowest index, NaN ignored unless all are NaN);
+/// `None` for an empty row.
+pub fn argmax(logits: &[f32]) -> Option<u32> {
+    (0..logits.len() as u32).min_by(|&a, &b| rank(logits, a, b))
+}
+
+/// The `n` largest logits as `(id, logit)`, largest first (ties to the lower id).
+///
+/// Uses `select_nth_unstable_by` (linear time), then sorts only the `n` selected entries.
+pub fn top_n(logits: &[f32], n: usize) -> Vec<(u32, f32)> {
+    top_n_ids(logits, n)
+        .into_iter()
+        .map(|id| (id, logits[id as usize]))
+        .collect()
+}
+
+/// The `n` most likely tokens as `(id, logprob)`, most likely first, given `lse =
+/// log_sum_exp(logits)`.
+pub fn top_n_logprobs(logits: &[f32], lse: f64, n: usize) -> Vec<(u32, f32)> {
+    top_n_ids(logits, n)
+        .into_iter()
+        .map(|id| (id, logprob(logits, lse, id)))
+        .collect()
+}
+
+fn top_n_ids(logits: &[f32], n: usize) -> Vec<u32> {
+    let n = n.min(logits.len());
+    if n == 0 {
+        return Vec::new();
+    }
+    let mut ids: Vec<u32> = (0..logits.len() as u32).collect();
+    let cmp = |a: &u32, b: &u32| rank(logits, *a, *b);
+    if n < ids.len() {
+        ids.select_nth_unstable_by(n - 1, cmp);
+        ids.truncate(n);
+    }
+    ids.sort_unstable_by(cmp);
+    ids
+}
+
+/// `Less` when `a` ranks before `b`: larger value first, NaN last, ties to the lower id.
+fn rank(logits: &[f32], a: u32, b: u32) -> Ordering {
+    let key = |i: u32| {
+        let v = logits[i as usize];
+        if v.is_nan() { f32::NEG_INFINITY } else { v }
+    };
+    key(b)
+        .partial_cmp(&key(a))
+        .unwrap_or(Ordering::Equal)
+        .then(a.cmp(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive_lse(logits: &[f32]) -> f64 {
+        logits.iter().map(|&x| f64::from(x).exp()).sum::<f64>().ln()
+    }
+
+    #[test]
+    fn fast_exp_is_accurate() {
+        let mut worst = 0f64;
+        let mut x = 0.0f32;
+        while x > -87.0 {
+            let want = f64::from(x).exp();
+            worst = worst.max(((f64::from(exp_nonpositive(x)) - want) / want).abs());
+            x -= 0.000_71;
+        }
+        assert!(worst < 2e-7, "max relative error {worst:e}");
+        assert_eq!(exp_nonpositive(0.0), 1.0);
+        assert!(exp_nonpositive(f32::NEG_INFINITY) < 1e-37);
+        assert!(exp_nonpositive(-1000.0) < 1e-37);
+    }
+
+    #[test]
+    fn lse_matches_naive_and_survives_large_logits() {
+        let row = [0.5f32, -1.0, 2.0, 0.0];
+        assert!((log_sum_exp(&row) - naive_lse(&row)).abs() < 1e-7);
+        // Long rows (lanes plus a remainder), NaN and infinities anywhere.
+        let long: Vec<f32> = (0..1003)
+            .map(|i| ((i * 37) % 101) as f32 / 10.0 - 5.0)
+            .collect();
+        assert!((log_sum_exp(&long) - naive_lse(&long)).abs() < 1e-6);
+        for at in [0, 7, 8, 1002] {
+            let mut bad = long.clone();
+            bad[at] = f32::NAN;
+            assert!(log_sum_exp(&bad).is_nan(), "NaN at {at}");
+            bad[at] = f32::INFINITY;
+            assert_eq!(log_sum_exp(&bad), f64::INFINITY, "inf at {at}");
+            bad[at] = f32::NEG_INFINITY;
+            assert!((log_sum_exp(&bad) - naive_lse(&bad)).abs() < 1e-6);
+        }
+        let big = [1000.0f32, 1000.0];
+        assert!((log_sum_exp(&big) - (1000.0 + 2f64.ln())).abs() < 1e-9);
+        assert_eq!(log_sum_exp(&[]), f64::NEG_INFINITY);
+        assert_eq!(log_sum_exp(&[f32::NEG_INFINITY; 3]), f64::NEG_INFINITY);
+        assert!(log_sum_exp(&[0.0, f32::NAN]).is_nan());
+    }
+
+    #[test]
+    fn log_softmax_sums_to_one() {
+        let row = [3.0f32, 1.0, -2.0, 0.25, f32::NEG_INFINITY];
+        let ls = log_softmax(&row);
+        let total: f64 = ls.iter().map(|&l| f64::from(l).exp()).sum();
+        assert!((total - 1.0).abs() < 1e-6);
+        assert_eq!(ls[4], f32::NEG_INFINITY);
+        let lse = log_sum_exp(&row);
+        assert_eq!(logprob(&row, lse, 0), ls[0]);
+    }
+
+    #[test]
+    fn top_n_orders_and_breaks_ties_low_id_first() {
+        let row = [1.0f32, 5.0, 3.0, 5.0, f32::NAN, -1.0];
+        assert_eq!(top_n(&row, 3), vec![(1, 5.0), (3, 5.0), (2, 3.0)]);
+        assert_eq!(top_n(&row, 0), vec![]);
+        assert_eq!(top_n(&row, 100).len(), 6);
+        assert_eq!(top_n(&row, 100)[5].0, 4, "NaN ranks last");
+        assert_eq!(argmax(&row), Some(1));
+        assert_eq!(argmax(&[]), None);
+        let lse = log_sum_exp(&[0.0, 0.0]);
+        let top = top_n_logprobs(&[0.0, 0.0], lse, 1);
+        assert_eq!(top[0].0, 0);
+        assert!((top[0].1 - 0.5f32.ln()).abs() < 1e-7);
+    }
+
+    #[test]
+    fn top_n_agrees_with_full_sort() {
+        let row: Vec<f32> = (0..257u32)
+            .map(|i| ((i * 7919) % 101) as f32 / 7.0)
+            .collect();
+        let mut sorted: Vec<u32> = (0..row.len() as u32).collect();
+        sorted.sort_by(|&a, &b| rank(&row, a, b));
+        for n in [1, 2, 10, 100, 256, 257] {
+            let got: Vec<u32> = top_n(&row, n).into_iter().map(|(i, _)| i).collect();
+            assert_eq!(got, sorted[..n]);
+        }
+    }
+}

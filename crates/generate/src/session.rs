@@ -1,0 +1,169 @@
+//! A sequence's cache together with the tokens in it.
+
+use std::fmt;
+
+use crate::error::GenerateError;
+use crate::model::{LanguageModel, ModelCache};
+
+/// A model cache plus the exact tokens it holds, so a new prompt can reuse the longest common
+/// prefix (chat turns) and the rest of the cache is rolled back on a mismatch.
+///
+/// Invariant: `tokens().len() == cache().len()`, and `tokens()` are the tokens that were fed to
+/// the model, in order. Generation borrows the session mutably; after it, the session holds the
+/// prompt and the generated tokens that were fed back (all but the last generated token, which
+/// was sampled but never run through the model).
+pub struct Session<M: LanguageModel> {
+    cache: M::Cache,
+    tokens: Vec<u32>,
+}
+
+impl<M: LanguageModel> Session<M> {
+    /// A fresh session with a cache of `capacity` tokens (`model.new_cache(capacity)`).
+    ///
+    /// The usable context is the smaller of `capacity` and `model.context_length()`.
+    pub fn new(model: &M, capacity: usize) -> Result<Self, GenerateError> {
+        let cache = model.new_cache(capacity).map_err(GenerateError::model)?;
+        Ok(Self::from_cache(cache))
+    }
+
+    /// Wrap an existing cache. It is emptied first: its tokens are not known.
+    pub fn from_cache(mut cache: M::Cache) -> Self {
+        cache.truncate(0);
+        Session {
+            cache,
+            tokens: Vec::new(),
+        }
+    }
+
+    /// The tokens held (fed to the model so far).
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// Number of tokens held.
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Whether no token is held.
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// The cache's capacity in tokens.
+    pub fn capacity(&self) -> usize {
+        self.cache.capacity()
+    }
+
+    /// The usable context for `model`: `min(capacity, model.context_length())`.
+    pub fn context_length(&self, model: &M) -> usize {
+        self.capacity().min(model.context_length())
+    }
+
+    /// The cache (read-only: changing it behind the session's back would break the invariant).
+    pub fn cache(&self) -> &M::Cache {
+        &self.cache
+    }
+
+    /// Give up the session, keeping the cache.
+    pub fn into_cache(self) -> M::Cache {
+        self.cache
+    }
+
+    /// Forget every token from position `len` on (cache and tokens).
+    pub fn truncate(&mut self, len: usize) {
+        if len < self.tokens.len() {
+            self.tokens.truncate(len);
+            self.cache.truncate(len);
+        }
+    }
+
+    /// Forget all tokens.
+    pub fn clear(&mut self) {
+        self.truncate(0);
+    }
+
+    /// An independent copy (forked cache, copied tokens).
+    pub fn fork(&self) -> Self {
+        Session {
+            cache: self.cache.fork(),
+            tokens: self.tokens.clone(),
+        }
+    }
+
+    /// Length of the longest common prefix of the held tokens and `tokens`.
+    pub fn common_prefix_len(&self, tokens: &[u32]) -> usize {
+        self.tokens
+            .iter()
+            .zip(tokens)
+            .take_while(|(a, b)| a == b)
+            .count()
+    }
+
+    /// Feed `tokens` to the model; on success they are held and the last position's logits
+    /// come back. On failure the session is rolled back to where it was.
+    pub(crate) fn forward_last(
+        &mut self,
+        model: &M,
+        tokens: &[u32],
+    ) -> Result<Vec<f32>, GenerateError> {
+        let before = self.tokens.len();
+        let result = model.forward_last(tokens, &mut self.cache);
+        self.after_forward(before, tokens, result, 1, model.vocab_size())
+    }
+
+    /// As [`forward_last`](Self::forward_last), with the logits of every position.
+    pub(crate) fn forward_all(
+        &mut self,
+        model: &M,
+        tokens: &[u32],
+    ) -> Result<Vec<f32>, GenerateError> {
+        let before = self.tokens.len();
+        let result = model.forward_all(tokens, &mut self.cache);
+        self.after_forward(before, tokens, result, tokens.len(), model.vocab_size())
+    }
+
+    fn after_forward(
+        &mut self,
+        before: usize,
+        tokens: &[u32],
+        result: Result<Vec<f32>, M::Error>,
+        rows: usize,
+        vocab: usize,
+    ) -> Result<Vec<f32>, GenerateError> {
+        let check = match result {
+            Err(e) => Err(GenerateError::model(e)),
+            Ok(logits) if logits.len() != rows * vocab => Err(GenerateError::LogitsLength {
+                expected: rows * vocab,
+                actual: logits.len(),
+            }),
+            Ok(_) if self.cache.len() != before + tokens.len() => Err(GenerateError::CacheLength {
+                expected: before + tokens.len(),
+                actual: self.cache.len(),
+            }),
+            Ok(logits) => Ok(logits),
+        };
+        match check {
+            Ok(logits) => {
+                self.tokens.extend_from_slice(tokens);
+                Ok(logits)
+            }
+            Err(e) => {
+                self.cache.truncate(before);
+                let held = self.cache.len().min(before);
+                self.tokens.truncate(held);
+                Err(e)
+            }
+        }
+    }
+}
+
+impl<M: LanguageModel> fmt::Debug for Session<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Session")
+            .field("len", &self.tokens.len())
+            .field("capacity", &self.cache.capacity())
+            .field("tokens", &self.tokens)
+            .finish()
+    }
+}

@@ -1,0 +1,41 @@
+//! The model crate's error type.
+
+use crate::gguf::GgufError;
+use crate::tokenizer::TokenizerError;
+use kindle_kv_cache::KvCacheError;
+use thiserror::Error;
+
+/// What went wrong loading or running a model.
+#[derive(Debug, Error)]
+pub enum ModelError {
+    /// The GGUF file could not be read.
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    /// The tokenizer could not be built or used.
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerError),
+    /// The KV cache refused an operation.
+    #[error(transparent)]
+    Cache(#[from] KvCacheError),
+    /// `general.architecture` names an architecture kindle cannot run.
+    #[error("unsupported model architecture '{0}' (kindle runs: llama)")]
+    UnsupportedArchitecture(String),
+    /// A hyperparameter is missing, out of range or inconsistent with another.
+    #[error("bad hyperparameter {key}: {problem}")]
+    Hyperparameter { key: String, problem: String },
+    /// A tensor the architecture needs is not in the file.
+    #[error("required tensor '{0}' is missing from the model file")]
+    MissingTensor(String),
+    /// A tensor's shape does not match the hyperparameters.
+    #[error("tensor '{name}' has shape {got:?}, expected {expected:?} from the hyperparameters")]
+    TensorShape { name: String, expected: Vec<u64>, got: Vec<u64> },
+    /// A forward pass was asked to run on no tokens.
+    #[error("a forward pass needs at least one token")]
+    EmptyInput,
+    /// A token id is not in the vocabulary.
+    #[error("token id {token} is outside the vocabulary (size {vocab_size})")]
+    TokenOutOfRange { token: u32, vocab_size: usize },
+    /// Reading results back from the device failed.
+    #[error("reading tensor data back from the device failed: {0}")]
+    Readback(String),
+}

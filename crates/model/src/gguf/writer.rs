@@ -1,0 +1,205 @@
+//! Writing GGUF files (version 3), mainly to build small models for tests.
+
+use std::io;
+use std::path::Path;
+
+use super::reader::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAX_ALIGNMENT};
+use super::value::{MetadataValue, type_id};
+use crate::quant::GgmlType;
+
+/// A tensor queued for writing.
+#[derive(Debug, Clone)]
+struct PendingTensor {
+    name: String,
+    dims: Vec<u64>,
+    ty: GgmlType,
+    bytes: Vec<u8>,
+}
+
+/// Builds a GGUF version 3 file in memory.
+///
+/// The writer writes what it is given without validating it (so tests can also build
+/// malformed files): metadata in insertion order, then tensor infos in insertion order, then
+/// each tensor's bytes at the next multiple of the alignment, padded with zeros to a multiple
+/// of the alignment (as llama.cpp does).
+///
+/// The alignment is 32 unless set with [`GgufWriter::alignment`] (which also writes the
+/// `general.alignment` key) or given as a `u32` `general.alignment` metadata value. Arrays
+/// are written with the type of their first element (`u8` for an empty array), so they must be
+/// homogeneous.
+///
+/// ```
+/// use kindle_model::gguf::{GgufFile, GgufWriter};
+/// use kindle_model::quant::GgmlType;
+///
+/// let bytes = GgufWriter::new()
+///     .alignment(64)
+///     .metadata("general.architecture", "llama")
+///     .tensor("raw", &[4], GgmlType::I8, vec![1, 2, 3, 4])
+///     .tensor_f32("norm", &[2], &[0.5, 1.5])
+///     .to_bytes();
+/// let file = GgufFile::from_bytes(bytes)?;
+/// assert_eq!(file.alignment(), 64);
+/// assert_eq!(file.tensor("norm").unwrap().offset, 64);
+/// # Ok::<(), kindle_model::gguf::GgufError>(())
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct GgufWriter {
+    alignment: Option<u32>,
+    metadata: Vec<(String, MetadataValue)>,
+    tensors: Vec<PendingTensor>,
+}
+
+impl GgufWriter {
+    /// An empty writer (no metadata, no tensors, alignment 32).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Align tensor data to `alignment` bytes and write it as `general.alignment` (after the
+    /// other metadata, unless that key is given with [`GgufWriter::metadata`]).
+    ///
+    /// An alignment the reader would reject (zero, not a power of two, above 2^24) is written
+    /// as the key, but the data is then aligned to 32.
+    pub fn alignment(mut self, alignment: u32) -> Self {
+        self.alignment = Some(alignment);
+        self
+    }
+
+    /// Add a metadata entry (entries keep insertion order; duplicates are written as given).
+    pub fn metadata(mut self, key: impl Into<String>, value: impl Into<MetadataValue>) -> Self {
+        self.metadata.push((key.into(), value.into()));
+        self
+    }
+
+    /// Add a tensor with dimensions `dims` (ggml order, ne0 first), type `ty` and data `bytes`.
+    pub fn tensor(
+        mut self,
+        name: impl Into<String>,
+        dims: &[u64],
+        ty: GgmlType,
+        bytes: Vec<u8>,
+    ) -> Self {
+        self.tensors.push(PendingTensor {
+            name: name.into(),
+            dims: dims.to_vec(),
+            ty,
+            bytes,
+        });
+        self
+    }
+
+    /// Add an `F32` tensor with dimensions `dims` (ggml order, ne0 first) and values `values`.
+    pub fn tensor_f32(self, name: impl Into<String>, dims: &[u64], values: &[f32]) -> Self {
+        let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.tensor(name, dims, GgmlType::F32, bytes)
+    }
+
+    /// The metadata as written: the entries given, plus `general.alignment` when set with
+    /// [`GgufWriter::alignment`] and not given as metadata.
+    fn effective_metadata(&self) -> Vec<(&str, MetadataValue)> {
+        let mut entries: Vec<(&str, MetadataValue)> = self
+            .metadata
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.clone()))
+            .collect();
+        if let Some(a) = self.alignment
+            && !self.metadata.iter().any(|(k, _)| k == ALIGNMENT_KEY)
+        {
+            entries.push((ALIGNMENT_KEY, MetadataValue::U32(a)));
+        }
+        entries
+    }
+
+    /// The alignment the data is padded to.
+    fn data_alignment(&self) -> u64 {
+        let given = self
+            .metadata
+            .iter()
+            .find(|(k, _)| k == ALIGNMENT_KEY)
+            .map(|(_, v)| match v {
+                MetadataValue::U32(a) => Some(*a),
+                _ => None,
+            })
+            .unwrap_or(self.alignment);
+        match given {
+            Some(a) if a.is_power_of_two() && a <= MAX_ALIGNMENT => u64::from(a),
+            _ => u64::from(DEFAULT_ALIGNMENT),
+        }
+    }
+
+    /// The file's bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let align = self.data_alignment();
+        let metadata = self.effective_metadata();
+        let mut out = Vec::new();
+        out.extend_from_slice(b"GGUF");
+        out.extend_from_slice(&3u32.to_le_bytes());
+        out.extend_from_slice(&(self.tensors.len() as u64).to_le_bytes());
+        out.extend_from_slice(&(metadata.len() as u64).to_le_bytes());
+        for (key, value) in &metadata {
+            write_str(&mut out, key);
+            out.extend_from_slice(&value.type_id().to_le_bytes());
+            write_payload(&mut out, value);
+        }
+        let mut offset = 0u64;
+        for t in &self.tensors {
+            write_str(&mut out, &t.name);
+            out.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
+            for d in &t.dims {
+                out.extend_from_slice(&d.to_le_bytes());
+            }
+            out.extend_from_slice(&t.ty.id().to_le_bytes());
+            out.extend_from_slice(&offset.to_le_bytes());
+            offset = (offset + t.bytes.len() as u64).next_multiple_of(align);
+        }
+        pad(&mut out, align);
+        for t in &self.tensors {
+            out.extend_from_slice(&t.bytes);
+            pad(&mut out, align);
+        }
+        out
+    }
+
+    /// Write the file to `path`.
+    pub fn write(&self, path: impl AsRef<Path>) -> io::Result<()> {
+        std::fs::write(path, self.to_bytes())
+    }
+}
+
+fn pad(out: &mut Vec<u8>, align: u64) {
+    let len = out.len() as u64;
+    out.resize(len.next_multiple_of(align) as usize, 0);
+}
+
+fn write_str(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// Write a value without its type id (arrays: element type, count, elements).
+fn write_payload(out: &mut Vec<u8>, value: &MetadataValue) {
+    use MetadataValue as V;
+    match value {
+        V::U8(v) => out.push(*v),
+        V::I8(v) => out.extend_from_slice(&v.to_le_bytes()),
+        V::U16(v) => out.extend_from_slice(&v.to_le_bytes()),
+        V::I16(v) => out.extend_from_slice(&v.to_le_bytes()),
+        V::U32(v) => out.extend_from_slice(&v.to_le_bytes()),
+        V::I32(v) => out.extend_from_slice(&v.to_le_bytes()),
+        V::F32(v) => out.extend_from_slice(&v.to_le_bytes()),
+        V::Bool(v) => out.push(u8::from(*v)),
+        V::String(s) => write_str(out, s),
+        V::U64(v) => out.extend_from_slice(&v.to_le_bytes()),
+        V::I64(v) => out.extend_from_slice(&v.to_le_bytes()),
+        V::F64(v) => out.extend_from_slice(&v.to_le_bytes()),
+        V::Array(items) => {
+            let elem_ty = items.first().map_or(type_id::U8, MetadataValue::type_id);
+            out.extend_from_slice(&elem_ty.to_le_bytes());
+            out.extend_from_slice(&(items.len() as u64).to_le_bytes());
+            for item in items {
+                write_payload(out, item);
+            }
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! Building a [`Llama`] from a GGUF file: hyperparameters from the metadata, weights from the
+//! tensors, every shape checked against the hyperparameters first.
+
+use burn::prelude::*;
+use burn::tensor::TensorData;
+
+use crate::error::ModelError;
+use crate::gguf::GgufFile;
+use crate::linear::QLinear;
+use crate::llama::{Block, Llama, LlamaConfig, RmsNorm};
+
+/// Architectures (`general.architecture`) this loader runs.
+pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama"];
+
+impl LlamaConfig {
+    /// Read the hyperparameters of a llama-architecture GGUF file and check them against the
+    /// shapes of its tensors.
+    pub fn from_gguf(file: &GgufFile) -> Result<Self, ModelError> {
+        let arch = file.architecture()?.to_string();
+        if !SUPPORTED_ARCHITECTURES.contains(&arch.as_str()) {
+            return Err(ModelError::UnsupportedArchitecture(arch));
+        }
+        let key = |name: &str| format!("{arch}.{name}");
+        let usize_of = |name: &str| -> Result<usize, ModelError> {
+            let value = file.get_u64(&key(name))?;
+            usize::try_from(value).map_err(|_| ModelError::Hyperparameter {
+                key: key(name),
+                problem: format!("{value} does not fit in memory"),
+            })
+        };
+        let d_model = usize_of("embedding_length")?;
+        let n_heads = usize_of("attention.head_count")?;
+        let n_kv_heads = match file.opt_u64(&key("attention.head_count_kv"))? {
+            Some(v) => v as usize,
+            None => n_heads,
+        };
+        let embd = file.tensor("token_embd.weight").ok_or_else(|| ModelError::MissingTensor("token_embd.weight".into()))?;
+        let vocab_size = match file.opt_u64(&key("vocab_size"))? {
+            Some(v) => v as usize,
+            None => embd.dims.get(1).copied().unwrap_or(0) as usize,
+        };
+        let config = LlamaConfig {
+            vocab_size,
+            d_model,
+            n_layers: usize_of("block_count")?,
+            n_heads,
+            n_kv_heads,
+            d_ff: usize_of("feed_forward_length")?,
+            rope_theta: file.opt_f64(&key("rope.freq_base"))?.unwrap_or(10000.0),
+            rms_eps: file.opt_f64(&key("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-5),
+            context_length: usize_of("context_length")?,
+            tied_embeddings: file.tensor("output.weight").is_none(),
+        };
+        config.validate()?;
+        if let Some(rope_dim) = file.opt_u64(&key("rope.dimension_count"))?
+            && rope_dim as usize != config.head_dim()
+        {
+            return Err(ModelError::Hyperparameter {
+                key: key("rope.dimension_count"),
+                problem: format!(
+                    "partial rotary embeddings are not supported ({rope_dim} rotated of {} per head)",
+                    config.head_dim()
+                ),
+            });
+        }
+        if let Some(count) = file.opt_u64(&key("expert_count"))?
+            && count > 0
+        {
+            return Err(ModelError::Hyperparameter {
+                key: key("expert_count"),
+                problem: format!("mixture-of-experts models ({count} experts) are not supported"),
+            });
+        }
+        for (name, dims) in config.expected_tensors() {
+            check_shape(file, &name, &dims)?;
+        }
+        Ok(config)
+    }
+
+    /// Every tensor a llama-architecture file must hold, with its GGUF dimensions
+    /// (`[d_in, d_out]`: the first dimension is the row length).
+    pub fn expected_tensors(&self) -> Vec<(String, Vec<u64>)> {
+        let (d, hd, ff, v) = (self.d_model as u64, self.head_dim() as u64, self.d_ff as u64, self.vocab_size as u64);
+        let (h, hkv) = (self.n_heads as u64, self.n_kv_heads as u64);
+        let mut tensors = vec![("token_embd.weight".to_string(), vec![d, v]), ("output_norm.weight".to_string(), vec![d])];
+        if !self.tied_embeddings {
+            tensors.push(("output.weight".to_string(), vec![d, v]));
+        }
+        for l in 0..self.n_layers {
+            let p = format!("blk.{l}.");
+            tensors.extend([
+                (format!("{p}attn_norm.weight"), vec![d]),
+                (format!("{p}attn_q.weight"), vec![d, h * hd]),
+                (format!("{p}attn_k.weight"), vec![d, hkv * hd]),
+                (format!("{p}attn_v.weight"), vec![d, hkv * hd]),
+                (format!("{p}attn_output.weight"), vec![h * hd, d]),
+                (format!("{p}ffn_norm.weight"), vec![d]),
+                (format!("{p}ffn_gate.weight"), vec![d, ff]),
+                (format!("{p}ffn_up.weight"), vec![d, ff]),
+                (format!("{p}ffn_down.weight"), vec![ff, d]),
+            ]);
+        }
+        tensors
+    }
+}
+
+fn check_shape(file: &GgufFile, name: &str, expected: &[u64]) -> Result<(), ModelError> {
+    let info = file.tensor(name).ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+    if info.dims != expected {
+        return Err(ModelError::TensorShape { name: name.to_string(), expected: expected.to_vec(), got: info.dims.clone() });
+    }
+    Ok(())
+}
+
+/// Dequantise tensor `name` into a Burn tensor of the given (row-major) shape.
+fn load<const D: usize>(file: &GgufFile, name: &str, shape: [usize; D], device: &Device) -> Result<Tensor<D>, ModelError> {
+    let values = file.dequantize(name)?;
+    Ok(Tensor::from_data(TensorData::new(values, shape), device))
+}
+
+impl Llama {
+    /// Load a llama-architecture model from a GGUF file onto `device`, dequantising the weights
+    /// to `f32`.
+    pub fn from_gguf(file: &GgufFile, device: &Device) -> Result<Self, ModelError> {
+        let config = LlamaConfig::from_gguf(file)?;
+        let (d, hd, ff) = (config.d_model, config.head_dim(), config.d_ff);
+        let (h, hkv) = (config.n_heads, config.n_kv_heads);
+        let linear = |name: String, d_out: usize, d_in: usize| -> Result<QLinear, ModelError> {
+            Ok(QLinear::new(load(file, &name, [d_out, d_in], device)?))
+        };
+        let norm = |name: String| -> Result<RmsNorm, ModelError> { Ok(RmsNorm::new(load(file, &name, [d], device)?, config.rms_eps)) };
+        let mut layers = Vec::with_capacity(config.n_layers);
+        for l in 0..config.n_layers {
+            let p = format!("blk.{l}.");
+            layers.push(Block::new(
+                norm(format!("{p}attn_norm.weight"))?,
+                linear(format!("{p}attn_q.weight"), h * hd, d)?,
+                linear(format!("{p}attn_k.weight"), hkv * hd, d)?,
+                linear(format!("{p}attn_v.weight"), hkv * hd, d)?,
+                linear(format!("{p}attn_output.weight"), d, h * hd)?,
+                norm(format!("{p}ffn_norm.weight"))?,
+                linear(format!("{p}ffn_gate.weight"), ff, d)?,
+                linear(format!("{p}ffn_up.weight"), ff, d)?,
+                linear(format!("{p}ffn_down.weight"), d, ff)?,
+            ));
+        }
+        let embedding = load(file, "token_embd.weight", [config.vocab_size, d], device)?;
+        let output = if config.tied_embeddings { None } else { Some(linear("output.weight".into(), config.vocab_size, d)?) };
+        let output_norm = norm("output_norm.weight".into())?;
+        Ok(Llama::from_parts(config, embedding, layers, output_norm, output))
+    }
+}
