@@ -43,7 +43,11 @@ fn teacher_forced_distributions_match_llama_cpp() {
             let margin = step["margin"].as_f64().unwrap();
             let want = step["argmax"].as_u64().unwrap() as u32;
             if margin >= MARGIN {
-                assert_eq!(argmax(row), want, "{name}: argmax at step {i} (reference margin {margin})");
+                assert_eq!(
+                    argmax(row),
+                    want,
+                    "{name}: argmax at step {i} (reference margin {margin})"
+                );
             }
             for pair in step["top5"].as_array().unwrap() {
                 let id = pair[0].as_u64().unwrap() as usize;
@@ -57,7 +61,10 @@ fn teacher_forced_distributions_match_llama_cpp() {
                 );
             }
         }
-        eprintln!("{name}: {} steps, largest top-5 logprob difference {worst:.3}", steps.len());
+        eprintln!(
+            "{name}: {} steps, largest top-5 logprob difference {worst:.3}",
+            steps.len()
+        );
     }
 }
 
@@ -68,16 +75,25 @@ fn free_running_greedy_matches_llama_cpp_until_a_close_call() {
         let prompt_ids = ids(&prompt["prompt_ids"]);
         let greedy = ids(&prompt["greedy_ids"]);
         let steps = prompt["steps"].as_array().unwrap();
-        let checked = steps.iter().position(|s| s["margin"].as_f64().unwrap() < MARGIN).unwrap_or(steps.len());
+        let checked = steps
+            .iter()
+            .position(|s| s["margin"].as_f64().unwrap() < MARGIN)
+            .unwrap_or(steps.len());
         let mut cache = model.new_cache(prompt_ids.len() + checked + 1);
-        let mut logits = model.forward(&prompt_ids, &mut cache, LogitsFor::Last).unwrap();
+        let mut logits = model
+            .forward(&prompt_ids, &mut cache, LogitsFor::Last)
+            .unwrap();
         let mut out = Vec::new();
         for _ in 0..checked {
             let next = argmax(&logits);
             out.push(next);
             logits = model.forward(&[next], &mut cache, LogitsFor::Last).unwrap();
         }
-        assert_eq!(out, greedy[..checked], "{name}: greedy continuation (first {checked} steps are decisive)");
+        assert_eq!(
+            out,
+            greedy[..checked],
+            "{name}: greedy continuation (first {checked} steps are decisive)"
+        );
         eprintln!("{name}: {checked} decisive greedy steps match");
     }
 }

@@ -34,14 +34,27 @@ use thiserror::Error;
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum KvCacheError {
     /// Writing `adding` tokens after `len` would pass the capacity.
-    #[error("KV cache full: {len} tokens held, {adding} more do not fit in a capacity of {capacity}")]
-    Full { len: usize, adding: usize, capacity: usize },
+    #[error(
+        "KV cache full: {len} tokens held, {adding} more do not fit in a capacity of {capacity}"
+    )]
+    Full {
+        len: usize,
+        adding: usize,
+        capacity: usize,
+    },
     /// A layer index outside the cache.
     #[error("KV cache has {n_layers} layers; layer {layer} does not exist")]
     NoSuchLayer { layer: usize, n_layers: usize },
     /// Keys or values whose shape does not fit the cache.
-    #[error("KV cache layer {layer}: expected keys/values of shape [1, {n_kv_heads}, T, {head_dim}], got {got:?}")]
-    BadShape { layer: usize, n_kv_heads: usize, head_dim: usize, got: Vec<usize> },
+    #[error(
+        "KV cache layer {layer}: expected keys/values of shape [1, {n_kv_heads}, T, {head_dim}], got {got:?}"
+    )]
+    BadShape {
+        layer: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        got: Vec<usize>,
+    },
 }
 
 /// Shape of a cache: how many layers, heads and positions it holds.
@@ -100,7 +113,11 @@ impl KvCache {
                 values: Tensor::zeros(shape, device),
             })
             .collect();
-        KvCache { config, layers, len: 0 }
+        KvCache {
+            config,
+            layers,
+            len: 0,
+        }
     }
 
     /// The cache's shape.
@@ -136,7 +153,11 @@ impl KvCache {
     /// Check that `adding` more tokens fit.
     pub fn check_fits(&self, adding: usize) -> Result<(), KvCacheError> {
         if adding > self.remaining() {
-            return Err(KvCacheError::Full { len: self.len, adding, capacity: self.config.capacity });
+            return Err(KvCacheError::Full {
+                len: self.len,
+                adding,
+                capacity: self.config.capacity,
+            });
         }
         Ok(())
     }
@@ -154,7 +175,11 @@ impl KvCache {
     ) -> Result<(Tensor<4>, Tensor<4>), KvCacheError> {
         let n_layers = self.layers.len();
         let [b, h, t, d] = keys.dims();
-        if b != 1 || h != self.config.n_kv_heads || d != self.config.head_dim || values.dims() != keys.dims() {
+        if b != 1
+            || h != self.config.n_kv_heads
+            || d != self.config.head_dim
+            || values.dims() != keys.dims()
+        {
             return Err(KvCacheError::BadShape {
                 layer,
                 n_kv_heads: self.config.n_kv_heads,
@@ -165,15 +190,24 @@ impl KvCache {
         self.check_fits(t)?;
         let start = self.len;
         let end = start + t;
-        let slot = self.layers.get_mut(layer).ok_or(KvCacheError::NoSuchLayer { layer, n_layers })?;
+        let slot = self
+            .layers
+            .get_mut(layer)
+            .ok_or(KvCacheError::NoSuchLayer { layer, n_layers })?;
         let range = [0..1, 0..h, start..end, 0..d];
         // Take the buffers out so that they are uniquely owned and the write happens in place.
         let k_buf = std::mem::replace(&mut slot.keys, Tensor::empty([0, 0, 0, 0], &keys.device()));
         slot.keys = k_buf.slice_assign(range.clone(), keys);
-        let v_buf = std::mem::replace(&mut slot.values, Tensor::empty([0, 0, 0, 0], &values.device()));
+        let v_buf = std::mem::replace(
+            &mut slot.values,
+            Tensor::empty([0, 0, 0, 0], &values.device()),
+        );
         slot.values = v_buf.slice_assign(range, values);
         let all = [0..1, 0..h, 0..end, 0..d];
-        Ok((slot.keys.clone().slice(all.clone()), slot.values.clone().slice(all)))
+        Ok((
+            slot.keys.clone().slice(all.clone()),
+            slot.values.clone().slice(all),
+        ))
     }
 
     /// Move the length on by `n` tokens once every layer has been [updated](Self::update).

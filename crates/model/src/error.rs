@@ -28,7 +28,11 @@ pub enum ModelError {
     MissingTensor(String),
     /// A tensor's shape does not match the hyperparameters.
     #[error("tensor '{name}' has shape {got:?}, expected {expected:?} from the hyperparameters")]
-    TensorShape { name: String, expected: Vec<u64>, got: Vec<u64> },
+    TensorShape {
+        name: String,
+        expected: Vec<u64>,
+        got: Vec<u64>,
+    },
     /// A forward pass was asked to run on no tokens.
     #[error("a forward pass needs at least one token")]
     EmptyInput,

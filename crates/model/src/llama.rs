@@ -14,7 +14,7 @@ use burn::tensor::ops::AttentionModuleOptions;
 use kindle_kv_cache::{KvCache, KvCacheConfig};
 
 use crate::error::ModelError;
-use crate::linear::QLinear;
+use crate::linear::{QLinear, matmul_transposed};
 
 /// Hyperparameters of a Llama-family model.
 #[derive(Config, Debug, PartialEq)]
@@ -53,7 +53,10 @@ impl LlamaConfig {
 
     /// Check that the hyperparameters are usable and consistent with each other.
     pub fn validate(&self) -> Result<(), ModelError> {
-        let bad = |key: &str, problem: String| ModelError::Hyperparameter { key: key.into(), problem };
+        let bad = |key: &str, problem: String| ModelError::Hyperparameter {
+            key: key.into(),
+            problem,
+        };
         for (key, value) in [
             ("vocab_size", self.vocab_size),
             ("embedding_length", self.d_model),
@@ -70,20 +73,32 @@ impl LlamaConfig {
         if self.d_model % self.n_heads != 0 {
             return Err(bad(
                 "attention.head_count",
-                format!("{} heads do not divide the embedding width {}", self.n_heads, self.d_model),
+                format!(
+                    "{} heads do not divide the embedding width {}",
+                    self.n_heads, self.d_model
+                ),
             ));
         }
         if self.n_heads % self.n_kv_heads != 0 {
             return Err(bad(
                 "attention.head_count_kv",
-                format!("{} KV heads do not divide {} query heads", self.n_kv_heads, self.n_heads),
+                format!(
+                    "{} KV heads do not divide {} query heads",
+                    self.n_kv_heads, self.n_heads
+                ),
             ));
         }
         if self.head_dim() % 2 != 0 {
-            return Err(bad("rope.dimension_count", format!("head width {} is odd", self.head_dim())));
+            return Err(bad(
+                "rope.dimension_count",
+                format!("head width {} is odd", self.head_dim()),
+            ));
         }
         if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
-            return Err(bad("rope.freq_base", format!("must be a positive number, got {}", self.rope_theta)));
+            return Err(bad(
+                "rope.freq_base",
+                format!("must be a positive number, got {}", self.rope_theta),
+            ));
         }
         if !(self.rms_eps.is_finite() && self.rms_eps > 0.0) {
             return Err(bad(
@@ -137,7 +152,13 @@ impl LlamaConfig {
             })
             .collect();
         let output = (!self.tied_embeddings).then(|| QLinear::new(tensor([self.vocab_size, d], w)));
-        Llama::from_parts(self.clone(), embedding, layers, RmsNorm::new(Tensor::ones([d], device), self.rms_eps), output)
+        Llama::from_parts(
+            self.clone(),
+            embedding,
+            layers,
+            RmsNorm::new(Tensor::ones([d], device), self.rms_eps),
+            output,
+        )
     }
 }
 
@@ -153,12 +174,21 @@ pub struct RmsNorm {
 impl RmsNorm {
     /// A norm with the given scale.
     pub fn new(gamma: Tensor<1>, eps: f64) -> Self {
-        RmsNorm { gamma: Param::from_tensor(gamma), eps }
+        RmsNorm {
+            gamma: Param::from_tensor(gamma),
+            eps,
+        }
     }
 
     /// Normalise `[batch, seq, d]` activations.
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let inv_rms = x.clone().square().mean_dim(2).add_scalar(self.eps).sqrt().recip();
+        let inv_rms = x
+            .clone()
+            .square()
+            .mean_dim(2)
+            .add_scalar(self.eps)
+            .sqrt()
+            .recip();
         x * inv_rms * self.gamma.val().unsqueeze_dim::<2>(0).unsqueeze_dim::<3>(0)
     }
 }
@@ -191,7 +221,17 @@ impl Block {
         w_up: QLinear,
         w_down: QLinear,
     ) -> Self {
-        Block { attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down }
+        Block {
+            attn_norm,
+            wq,
+            wk,
+            wv,
+            wo,
+            ffn_norm,
+            w_gate,
+            w_up,
+            w_down,
+        }
     }
 }
 
@@ -294,7 +334,12 @@ impl Llama {
 
     /// Run `tokens` after those already in `cache`, append their keys and values to it, and
     /// return the logits (`[positions, vocab]` row-major: one row for [`LogitsFor::Last`]).
-    pub fn forward(&self, tokens: &[u32], cache: &mut KvCache, which: LogitsFor) -> Result<Vec<f32>, ModelError> {
+    pub fn forward(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        which: LogitsFor,
+    ) -> Result<Vec<f32>, ModelError> {
         let logits = self.forward_tensor(tokens, cache, which)?;
         logits
             .into_data()
@@ -303,13 +348,21 @@ impl Llama {
     }
 
     /// As [`forward`](Self::forward), leaving the logits on the device: `[1, positions, vocab]`.
-    pub fn forward_tensor(&self, tokens: &[u32], cache: &mut KvCache, which: LogitsFor) -> Result<Tensor<3>, ModelError> {
+    pub fn forward_tensor(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        which: LogitsFor,
+    ) -> Result<Tensor<3>, ModelError> {
         let config = self.config();
         if tokens.is_empty() {
             return Err(ModelError::EmptyInput);
         }
         if let Some(&token) = tokens.iter().find(|&&t| t as usize >= config.vocab_size) {
-            return Err(ModelError::TokenOutOfRange { token, vocab_size: config.vocab_size });
+            return Err(ModelError::TokenOutOfRange {
+                token,
+                vocab_size: config.vocab_size,
+            });
         }
         cache.check_fits(tokens.len())?;
         let device = self.device();
@@ -318,7 +371,13 @@ impl Llama {
         let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [1, t]), &device);
         let mut x = embedding(self.embedding.val(), ids);
 
-        let rope = Rope::new(cache.len(), t, config.head_dim(), config.rope_theta, &device);
+        let rope = Rope::new(
+            cache.len(),
+            t,
+            config.head_dim(),
+            config.rope_theta,
+            &device,
+        );
         for (index, block) in self.layers.iter().enumerate() {
             x = self.block_forward(block, index, x, &rope, cache)?;
         }
@@ -330,7 +389,7 @@ impl Llama {
         let x = self.norm.forward(x);
         Ok(match &self.output {
             Some(head) => head.forward(x),
-            None => x.matmul(self.embedding.val().transpose().unsqueeze_dim::<3>(0)),
+            None => matmul_transposed(x, self.embedding.val()),
         })
     }
 
@@ -348,9 +407,21 @@ impl Llama {
         let rep = h / hkv;
 
         let normed = block.attn_norm.forward(x.clone());
-        let q = block.wq.forward(normed.clone()).reshape([b, t, h, hd]).swap_dims(1, 2);
-        let k = block.wk.forward(normed.clone()).reshape([b, t, hkv, hd]).swap_dims(1, 2);
-        let v = block.wv.forward(normed).reshape([b, t, hkv, hd]).swap_dims(1, 2);
+        let q = block
+            .wq
+            .forward(normed.clone())
+            .reshape([b, t, h, hd])
+            .swap_dims(1, 2);
+        let k = block
+            .wk
+            .forward(normed.clone())
+            .reshape([b, t, hkv, hd])
+            .swap_dims(1, 2);
+        let v = block
+            .wv
+            .forward(normed)
+            .reshape([b, t, hkv, hd])
+            .swap_dims(1, 2);
         let q = rope.apply(q);
         let k = rope.apply(k);
         let (keys, values) = cache.update(index, k, v)?;
@@ -360,12 +431,40 @@ impl Llama {
             // One query per head: group the query heads by the KV head they read
             // (head h reads KV head h / rep), so no key or value is copied.
             let q = q.reshape([b, hkv, rep, hd]);
-            let out = attention(q, keys, values, None, None, AttentionModuleOptions { scale: None, softcap: None, is_causal: false });
+            let out = attention(
+                q,
+                keys,
+                values,
+                None,
+                None,
+                AttentionModuleOptions {
+                    scale: None,
+                    softcap: None,
+                    is_causal: false,
+                },
+            );
             out.reshape([b, h, 1, hd])
         } else {
-            let keys = keys.unsqueeze_dim::<5>(2).expand([b, hkv, rep, s, hd]).reshape([b, h, s, hd]);
-            let values = values.unsqueeze_dim::<5>(2).expand([b, hkv, rep, s, hd]).reshape([b, h, s, hd]);
-            attention(q, keys, values, None, None, AttentionModuleOptions { scale: None, softcap: None, is_causal: true })
+            let keys = keys
+                .unsqueeze_dim::<5>(2)
+                .expand([b, hkv, rep, s, hd])
+                .reshape([b, h, s, hd]);
+            let values = values
+                .unsqueeze_dim::<5>(2)
+                .expand([b, hkv, rep, s, hd])
+                .reshape([b, h, s, hd]);
+            attention(
+                q,
+                keys,
+                values,
+                None,
+                None,
+                AttentionModuleOptions {
+                    scale: None,
+                    softcap: None,
+                    is_causal: true,
+                },
+            )
         };
         let context = context.swap_dims(1, 2).reshape([b, t, h * hd]);
         let x = x + block.wo.forward(context);

@@ -34,7 +34,9 @@ impl LlamaConfig {
             Some(v) => v as usize,
             None => n_heads,
         };
-        let embd = file.tensor("token_embd.weight").ok_or_else(|| ModelError::MissingTensor("token_embd.weight".into()))?;
+        let embd = file
+            .tensor("token_embd.weight")
+            .ok_or_else(|| ModelError::MissingTensor("token_embd.weight".into()))?;
         let vocab_size = match file.opt_u64(&key("vocab_size"))? {
             Some(v) => v as usize,
             None => embd.dims.get(1).copied().unwrap_or(0) as usize,
@@ -47,7 +49,9 @@ impl LlamaConfig {
             n_kv_heads,
             d_ff: usize_of("feed_forward_length")?,
             rope_theta: file.opt_f64(&key("rope.freq_base"))?.unwrap_or(10000.0),
-            rms_eps: file.opt_f64(&key("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-5),
+            rms_eps: file
+                .opt_f64(&key("attention.layer_norm_rms_epsilon"))?
+                .unwrap_or(1e-5),
             context_length: usize_of("context_length")?,
             tied_embeddings: file.tensor("output.weight").is_none(),
         };
@@ -80,9 +84,17 @@ impl LlamaConfig {
     /// Every tensor a llama-architecture file must hold, with its GGUF dimensions
     /// (`[d_in, d_out]`: the first dimension is the row length).
     pub fn expected_tensors(&self) -> Vec<(String, Vec<u64>)> {
-        let (d, hd, ff, v) = (self.d_model as u64, self.head_dim() as u64, self.d_ff as u64, self.vocab_size as u64);
+        let (d, hd, ff, v) = (
+            self.d_model as u64,
+            self.head_dim() as u64,
+            self.d_ff as u64,
+            self.vocab_size as u64,
+        );
         let (h, hkv) = (self.n_heads as u64, self.n_kv_heads as u64);
-        let mut tensors = vec![("token_embd.weight".to_string(), vec![d, v]), ("output_norm.weight".to_string(), vec![d])];
+        let mut tensors = vec![
+            ("token_embd.weight".to_string(), vec![d, v]),
+            ("output_norm.weight".to_string(), vec![d]),
+        ];
         if !self.tied_embeddings {
             tensors.push(("output.weight".to_string(), vec![d, v]));
         }
@@ -105,15 +117,26 @@ impl LlamaConfig {
 }
 
 fn check_shape(file: &GgufFile, name: &str, expected: &[u64]) -> Result<(), ModelError> {
-    let info = file.tensor(name).ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+    let info = file
+        .tensor(name)
+        .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
     if info.dims != expected {
-        return Err(ModelError::TensorShape { name: name.to_string(), expected: expected.to_vec(), got: info.dims.clone() });
+        return Err(ModelError::TensorShape {
+            name: name.to_string(),
+            expected: expected.to_vec(),
+            got: info.dims.clone(),
+        });
     }
     Ok(())
 }
 
 /// Dequantise tensor `name` into a Burn tensor of the given (row-major) shape.
-fn load<const D: usize>(file: &GgufFile, name: &str, shape: [usize; D], device: &Device) -> Result<Tensor<D>, ModelError> {
+fn load<const D: usize>(
+    file: &GgufFile,
+    name: &str,
+    shape: [usize; D],
+    device: &Device,
+) -> Result<Tensor<D>, ModelError> {
     let values = file.dequantize(name)?;
     Ok(Tensor::from_data(TensorData::new(values, shape), device))
 }
@@ -128,7 +151,12 @@ impl Llama {
         let linear = |name: String, d_out: usize, d_in: usize| -> Result<QLinear, ModelError> {
             Ok(QLinear::new(load(file, &name, [d_out, d_in], device)?))
         };
-        let norm = |name: String| -> Result<RmsNorm, ModelError> { Ok(RmsNorm::new(load(file, &name, [d], device)?, config.rms_eps)) };
+        let norm = |name: String| -> Result<RmsNorm, ModelError> {
+            Ok(RmsNorm::new(
+                load(file, &name, [d], device)?,
+                config.rms_eps,
+            ))
+        };
         let mut layers = Vec::with_capacity(config.n_layers);
         for l in 0..config.n_layers {
             let p = format!("blk.{l}.");
@@ -145,8 +173,18 @@ impl Llama {
             ));
         }
         let embedding = load(file, "token_embd.weight", [config.vocab_size, d], device)?;
-        let output = if config.tied_embeddings { None } else { Some(linear("output.weight".into(), config.vocab_size, d)?) };
+        let output = if config.tied_embeddings {
+            None
+        } else {
+            Some(linear("output.weight".into(), config.vocab_size, d)?)
+        };
         let output_norm = norm("output_norm.weight".into())?;
-        Ok(Llama::from_parts(config, embedding, layers, output_norm, output))
+        Ok(Llama::from_parts(
+            config,
+            embedding,
+            layers,
+            output_norm,
+            output,
+        ))
     }
 }

@@ -2,55 +2,150 @@
 //! plain `&mut [f32]` row of logits plus the token history.
 //!
 //! ```
-//! use kindle_sampling::Sampler;
+//! use kindle_sampling::{Sampler, SamplerConfig, parse_order};
+//!
+//! // Greedy decoding (kindle's default).
 //! let mut sampler = Sampler::greedy();
 //! let mut logits = vec![0.1, 2.0, -1.0];
 //! assert_eq!(sampler.sample(&mut logits, &[]).unwrap(), 1);
+//!
+//! // A seeded sampling chain with penalties and an explicit (llama.cpp-style) order.
+//! let config = SamplerConfig {
+//!     temperature: 0.8,
+//!     top_k: 40,
+//!     top_p: 0.95,
+//!     min_p: 0.05,
+//!     repetition_penalty: 1.1,
+//!     seed: Some(1234),
+//!     order: parse_order("penalties;top_k;top_p;min_p;temperature").unwrap(),
+//!     ..SamplerConfig::neutral()
+//! };
+//! let mut sampler = config.build().unwrap();
+//! let history = [3u32, 1, 4, 1, 5];
+//! sampler.set_prompt_len(3);
+//! let mut logits: Vec<f32> = (0..100).map(|i| ((i * 37) % 11) as f32 * 0.3).collect();
+//! let out = sampler.sample_with_logprobs(&mut logits, &history, 5).unwrap();
+//! assert!(out.token < 100);
+//! assert!(out.processed_logprob <= 0.0 && out.top_processed.len() <= 5);
 //! ```
+//!
+//! # Processing order
+//!
+//! 1. Fixed, always first: **logit bias**, then **min-tokens** (end-of-generation ids masked until
+//!    `min_tokens` tokens were generated), then the **no-repeat-n-gram** ban.
+//! 2. The configurable chain ([`SamplerConfig::order`], parsed from a llama.cpp `--samplers`
+//!    string by [`parse_order`]). The default is llama.cpp's order, [`LLAMA_CPP_ORDER`]:
+//!    `penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature`. [`HF_ORDER`]
+//!    reproduces Hugging Face's (`penalties;dry;temperature;top_k;top_p;min_p;typ_p`, then the
+//!    stages HF lacks). Stages missing from the order are not applied.
+//! 3. Selection: argmax if `temperature == 0` (ties go to the lowest id); mirostat if enabled
+//!    (the truncation stages are then skipped); otherwise a categorical draw.
+//!
+//! # Determinism
+//!
+//! Each sampler owns a [`rand_chacha::ChaCha8Rng`] seeded with [`SamplerConfig::seed`] (or a seed
+//! drawn from OS entropy and reported by [`Sampler::seed`]). Uniform numbers are built from the
+//! top 53 bits of `next_u64`, the draw is a cumulative scan in f64 over the kept candidates sorted
+//! by (logit desc, id asc), or over the whole row in id order when nothing truncated. The same
+//! seed and the same logits give the same tokens on every platform (up to the last-ulp accuracy
+//! of the platform's `exp`).
+//!
+//! # Performance
+//!
+//! The vocabulary is never sorted: truncating stages select candidates with
+//! `select_nth_unstable_by` and sort only what they keep (top-p and typical-p grow a partial
+//! selection until the mass is reached).
+//!
+//! # Errors
+//!
+//! [`SamplerConfig::build`] validates every parameter ([`SamplingError::InvalidParameter`] names
+//! the parameter and value). At sample time a NaN or `+inf` logit is
+//! [`SamplingError::NonFiniteLogit`] (with its index); `-inf` is a mask, and a row with every
+//! token masked is [`SamplingError::AllMasked`]. Use [`SamplingError::at_step`] to attach the
+//! generation step.
 
-use thiserror::Error;
+#![warn(missing_docs)]
 
-/// Why a token could not be sampled, or a sampler could not be built.
-#[derive(Debug, Error, Clone, PartialEq)]
-pub enum SamplingError {
-    /// The logits row was empty.
-    #[error("empty logits row")]
-    EmptyLogits,
-    /// A logit was NaN or infinite.
-    #[error("logit {index} is {value} (not finite)")]
-    NonFiniteLogit { index: usize, value: f32 },
-}
+mod candidates;
+mod config;
+mod error;
+mod order;
+pub mod processors;
+mod sampler;
+mod select;
 
-/// Picks the next token from a logits row (the processor chain plus a selection rule).
-#[derive(Debug, Clone)]
-pub struct Sampler {
-    _private: (),
-}
+pub use config::{DryConfig, Mirostat, PenaltyScope, SamplerConfig};
+pub use error::SamplingError;
+pub use order::{HF_ORDER, LLAMA_CPP_ORDER, OrderPreset, Stage, format_order, parse_order};
+pub use sampler::{History, Sampled, Sampler};
 
-impl Sampler {
-    /// Greedy decoding: the argmax of the raw logits (ties go to the lowest id).
-    pub fn greedy() -> Self {
-        Sampler { _private: () }
-    }
-
-    /// Process `logits` in place (with `history`, the tokens so far) and pick one token id.
-    pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> Result<u32, SamplingError> {
-        let _ = history;
-        argmax(logits)
-    }
-}
-
-/// Index of the largest logit; ties go to the lowest index. Errors on an empty row or a NaN.
+/// Index of the largest logit; ties go to the lowest index.
+///
+/// Errors on an empty row ([`SamplingError::EmptyLogits`]), a NaN or `+inf`
+/// ([`SamplingError::NonFiniteLogit`]), or a row where every logit is `-inf`
+/// ([`SamplingError::AllMasked`]).
 pub fn argmax(logits: &[f32]) -> Result<u32, SamplingError> {
-    let mut best: Option<(usize, f32)> = None;
-    for (i, &v) in logits.iter().enumerate() {
-        if v.is_nan() {
-            return Err(SamplingError::NonFiniteLogit { index: i, value: v });
-        }
-        match best {
-            Some((_, b)) if v <= b => {}
-            _ => best = Some((i, v)),
+    check_row(logits)?;
+    row_best(logits)
+        .map(|(i, _)| i as u32)
+        .ok_or(SamplingError::AllMasked)
+}
+
+/// Checks a logits row: not empty, no NaN or `+inf`, not every entry `-inf`.
+pub(crate) fn check_row(logits: &[f32]) -> Result<(), SamplingError> {
+    if logits.is_empty() {
+        return Err(SamplingError::EmptyLogits);
+    }
+    let (bad, max) = scan_row(logits);
+    if bad {
+        let index = logits
+            .iter()
+            .position(|v| v.is_nan() || *v == f32::INFINITY)
+            .unwrap_or(0);
+        return Err(SamplingError::NonFiniteLogit {
+            index,
+            value: logits[index],
+        });
+    }
+    if max == f32::NEG_INFINITY {
+        Err(SamplingError::AllMasked)
+    } else {
+        Ok(())
+    }
+}
+
+/// One branch-free pass: (whether any entry is NaN or `+inf`, the largest entry). Eight
+/// independent lanes so that it vectorises without reassociating anything.
+#[inline]
+pub(crate) fn scan_row(row: &[f32]) -> (bool, f32) {
+    const LANES: usize = 8;
+    let mut bad = [false; LANES];
+    let mut max = [f32::NEG_INFINITY; LANES];
+    let chunks = row.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for chunk in chunks {
+        for j in 0..LANES {
+            let v = chunk[j];
+            bad[j] |= v.is_nan() | (v == f32::INFINITY);
+            max[j] = if v > max[j] { v } else { max[j] };
         }
     }
-    best.map(|(i, _)| i as u32).ok_or(SamplingError::EmptyLogits)
+    for (j, &v) in rest.iter().enumerate() {
+        bad[j] |= v.is_nan() | (v == f32::INFINITY);
+        max[j] = if v > max[j] { v } else { max[j] };
+    }
+    let m = max
+        .iter()
+        .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
+    (bad.iter().any(|&b| b), m)
+}
+
+/// `(index, value)` of the largest entry, lowest index on ties; `None` if all are `-inf`.
+/// Two simple passes (max, then first position), both cheap on a vocabulary-sized row.
+pub(crate) fn row_best(row: &[f32]) -> Option<(usize, f32)> {
+    let (_, max) = scan_row(row);
+    if max == f32::NEG_INFINITY {
+        return None;
+    }
+    row.iter().position(|&v| v == max).map(|i| (i, max))
 }

@@ -25,19 +25,33 @@ pub fn model_path() -> PathBuf {
 pub fn reference() -> &'static Value {
     static REF: OnceLock<Value> = OnceLock::new();
     REF.get_or_init(|| {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/reference/smollm2-135m-instruct-q4_1.json");
-        serde_json::from_str(&std::fs::read_to_string(path).expect("reading the reference JSON")).expect("parsing the reference JSON")
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../testdata/reference/smollm2-135m-instruct-q4_1.json"
+        );
+        serde_json::from_str(&std::fs::read_to_string(path).expect("reading the reference JSON"))
+            .expect("parsing the reference JSON")
     })
 }
 
 /// Ids of a JSON array.
 pub fn ids(value: &Value) -> Vec<u32> {
-    value.as_array().expect("an array of ids").iter().map(|v| v.as_u64().expect("an id") as u32).collect()
+    value
+        .as_array()
+        .expect("an array of ids")
+        .iter()
+        .map(|v| v.as_u64().expect("an id") as u32)
+        .collect()
 }
 
 /// The reference prompts, by name.
 pub fn prompts() -> Vec<(String, &'static Value)> {
-    reference()["prompts"].as_object().expect("prompts").iter().map(|(k, v)| (k.clone(), v)).collect()
+    reference()["prompts"]
+        .as_object()
+        .expect("prompts")
+        .iter()
+        .map(|(k, v)| (k.clone(), v))
+        .collect()
 }
 
 /// Log-softmax in f64.

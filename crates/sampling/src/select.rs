@@ -1,0 +1,64 @@
+//! Token selection: argmax and the seeded categorical draw.
+
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::SamplingError;
+use crate::candidates::WorkSet;
+
+/// A uniform draw in `[0, 1)` with 53 random bits: `(next_u64 >> 11) * 2^-53`. Defined by
+/// integer operations, so identical on every platform.
+#[inline]
+pub(crate) fn uniform(rng: &mut ChaCha8Rng) -> f64 {
+    (rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+}
+
+/// Categorical draw from the working set, in f64, in a deterministic order: id order over the
+/// whole row when nothing was truncated (no sort), otherwise the kept candidates sorted by
+/// (logit desc, id asc). Returns the token and its log-probability under the drawn
+/// distribution.
+pub(crate) fn draw(
+    ws: &mut WorkSet<'_>,
+    rng: &mut ChaCha8Rng,
+    weights: &mut Vec<f64>,
+) -> Result<(u32, f64), SamplingError> {
+    if !ws.full {
+        ws.sort();
+    }
+    let max = ws.best()?.logit as f64;
+    weights.clear();
+    let mut sum = 0.0f64;
+    let mut push = |l: f32| {
+        let w = if l > f32::NEG_INFINITY {
+            (l as f64 - max).exp()
+        } else {
+            0.0
+        };
+        sum += w;
+        weights.push(w);
+    };
+    if ws.full {
+        ws.row.iter().for_each(|&l| push(l));
+    } else {
+        ws.list.iter().for_each(|c| push(c.logit));
+    }
+    let target = uniform(rng) * sum;
+    let mut acc = 0.0f64;
+    let mut chosen = weights
+        .iter()
+        .rposition(|&w| w > 0.0)
+        .ok_or(SamplingError::AllMasked)?;
+    for (i, &w) in weights.iter().enumerate() {
+        acc += w;
+        if acc > target && w > 0.0 {
+            chosen = i;
+            break;
+        }
+    }
+    let id = if ws.full {
+        chosen as u32
+    } else {
+        ws.list[chosen].id
+    };
+    Ok((id, (weights[chosen] / sum).ln()))
+}
