@@ -1,0 +1,6 @@
+//! One module per subcommand: its arguments and its `run`.
+
+pub mod generate;
+pub mod inspect;
+pub mod score;
+pub mod tokenize;
