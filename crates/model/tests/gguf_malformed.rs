@@ -395,7 +395,7 @@ fn misaligned_offset() {
 
 #[test]
 fn offset_past_end() {
-    for offset in [1u64 << 20, 96, u64::MAX - 31] {
+    for offset in [1u64 << 20, 128, u64::MAX - 31] {
         let mut bytes = valid_file();
         let at = offset_field(&bytes, "output_norm.weight", 1);
         patch_u64(&mut bytes, at, offset);

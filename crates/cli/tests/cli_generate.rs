@@ -1,0 +1,126 @@
+//! The `kindle` binary end to end on the real model: the JSON shapes scripts rely on, and the
+//! greedy France continuation against llama.cpp's reference.
+
+mod common;
+
+use std::process::Command;
+
+use serde_json::Value;
+
+fn kindle(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_kindle"))
+        .args(args)
+        .arg("--model")
+        .arg(common::model_path())
+        .output()
+        .expect("running kindle");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn generate_json_france_matches_llama_cpp_until_a_close_call() {
+    let france = &common::reference()["prompts"]["france"];
+    let (ok, stdout, stderr) =
+        kindle(&["generate", "--json", "-n", "16", "The capital of France is"]);
+    assert!(ok, "kindle generate failed: {stderr}");
+    let out: Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    assert_eq!(
+        common::ids(&out["prompt_tokens"]),
+        common::ids(&france["prompt_ids"])
+    );
+    let tokens = common::ids(&out["tokens"]);
+    assert_eq!(tokens.len(), 16);
+    assert_eq!(out["finish_reason"], "length");
+    let steps = france["steps"].as_array().unwrap();
+    let decisive = steps
+        .iter()
+        .position(|s| s["margin"].as_f64().unwrap() < 0.5)
+        .unwrap();
+    assert_eq!(
+        tokens[..decisive],
+        common::ids(&france["greedy_ids"])[..decisive]
+    );
+    assert!(
+        out["text"].as_str().unwrap().starts_with(" Paris."),
+        "text: {}",
+        out["text"]
+    );
+    assert!(out["timings"]["decode_tokens_per_second"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn score_json_has_the_documented_shape() {
+    let (ok, stdout, stderr) = kindle(&[
+        "score",
+        "--ids",
+        "504,3575,282,4649,314,7042",
+        "--top",
+        "3",
+        "--json",
+    ]);
+    assert!(ok, "kindle score failed: {stderr}");
+    let out: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(
+        common::ids(&out["tokens"]),
+        vec![504, 3575, 282, 4649, 314, 7042]
+    );
+    let positions = out["positions"].as_array().unwrap();
+    assert_eq!(positions.len(), 5);
+    let last = &positions[4];
+    assert_eq!(last["pos"], 4);
+    assert_eq!(last["next_token"], 7042);
+    assert_eq!(last["argmax"], 7042);
+    // llama.cpp: logprob of " Paris" after the prompt is -0.264.
+    assert!((last["logprob"].as_f64().unwrap() + 0.264).abs() < 0.6);
+    assert_eq!(last["top"].as_array().unwrap().len(), 3);
+    assert!(out["perplexity"].as_f64().unwrap() > 1.0);
+}
+
+#[test]
+fn tokenize_json_ids_and_pieces() {
+    let (ok, stdout, _) = kindle(&["tokenize", "--json", "Hello world"]);
+    assert!(ok);
+    let out: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(common::ids(&out["ids"]), vec![19556, 905]);
+    assert_eq!(out["pieces"], serde_json::json!(["Hello", "Ġworld"]));
+    let (ok, stdout, _) = kindle(&["tokenize", "--json", "<|im_start|>user"]);
+    assert!(ok);
+    let plain: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_ne!(
+        common::ids(&plain["ids"])[0],
+        1,
+        "special tokens are parsed only with --special"
+    );
+    let (ok, stdout, _) = kindle(&["tokenize", "--json", "--special", "<|im_start|>user"]);
+    assert!(ok);
+    let special: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(common::ids(&special["ids"]), vec![1, 4093]);
+}
+
+#[test]
+fn inspect_reports_kv_cache_bytes() {
+    let (ok, stdout, stderr) = kindle(&["inspect", "--json", "--context", "1000"]);
+    assert!(ok, "{stderr}");
+    let out: Value = serde_json::from_str(stdout.trim()).unwrap();
+    // 2 (K and V) x 30 layers x 3 KV heads x 64 dims x 4 bytes = 46,080 bytes per token.
+    assert_eq!(out["kv_cache"]["bytes_per_token"], 46080);
+    assert_eq!(out["kv_cache"]["bytes"], 46_080_000);
+    assert_eq!(out["tensors"].as_array().unwrap().len(), 272);
+    assert_eq!(out["metadata"]["general.architecture"], "llama");
+}
+
+#[test]
+fn a_missing_model_file_is_a_clear_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_kindle"))
+        .args(["generate", "--model", "/nonexistent/model.gguf", "hi"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("/nonexistent/model.gguf"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
