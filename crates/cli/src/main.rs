@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
-use commands::{generate, inspect, score, tokenize};
+use commands::{chat, generate, inspect, score, tokenize};
 use kindle_cli::engine::DeviceKind;
 use kindle_cli::fetch;
 
@@ -25,6 +25,8 @@ struct Cli {
 enum Command {
     /// Continue a prompt, streaming the text as it is generated.
     Generate(generate::GenerateArgs),
+    /// Chat with the model: one message per line on standard input, replies streamed.
+    Chat(chat::ChatArgs),
     /// Teacher-forced scoring: each next token's logprob, the argmax, the top N, perplexity.
     Score(score::ScoreArgs),
     /// Show the token ids and pieces of a text.
@@ -62,6 +64,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Generate(args) => generate::run(args),
+        Command::Chat(args) => chat::run(args),
         Command::Score(args) => score::run(args),
         Command::Tokenize(args) => tokenize::run(args),
         Command::Inspect(args) => inspect::run(args),

@@ -68,6 +68,9 @@ pub enum GenerateError {
         #[source]
         source: SamplingError,
     },
+    /// A beam-search setting is out of range (the text says which).
+    #[error("invalid beam search setting: {0}")]
+    InvalidBeamConfig(String),
     /// The detokeniser failed.
     #[error("detokenisation failed")]
     Decode(#[source] BoxError),

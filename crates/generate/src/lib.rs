@@ -13,6 +13,11 @@
 //!   budget.
 //! - [`StreamDecoder`]: UTF-8-safe incremental detokenising; [`StopStringMatcher`]: stop
 //!   strings over a text stream.
+//! - [`beam_search`]: beam search with Hugging Face semantics ([`BeamConfig`],
+//!   [`EarlyStopping`]), the beams sharing the prompt's cache through [`Session::fork`].
+//! - [`generate_samples`]: several samples of one prompt (one sampler each), the prompt run once.
+//! - [`chat`]: chat templates (Jinja, Hugging Face semantics) and their tokenization, message
+//!   contents never parsed for control tokens.
 //! - [`score()`]: teacher-forced log-probabilities and perplexity; [`logprobs`]: the log-softmax
 //!   and top-n helpers.
 //!
@@ -106,16 +111,20 @@
 
 #![warn(missing_docs)]
 
+mod beam;
+pub mod chat;
 mod config;
 mod decode;
 mod error;
 mod generator;
 pub mod logprobs;
 pub mod model;
+mod samples;
 mod score;
 mod session;
 mod stop;
 
+pub use beam::{BeamConfig, BeamOutput, BeamSequence, EarlyStopping, beam_search};
 pub use config::{GenerationConfig, StopConditions};
 pub use decode::{StreamDecoder, TokenDecoder};
 pub use error::{BoxError, GenerateError};
@@ -123,6 +132,7 @@ pub use generator::{
     Event, Generator, PROMPT_CONTEXT_TOKENS, Summary, Timings, generate, generate_to_end,
 };
 pub use model::{LanguageModel, ModelCache};
+pub use samples::generate_samples;
 pub use score::{Score, TokenScore, score};
 pub use session::Session;
 pub use stop::{FinishReason, StopMatch, StopScan, StopStringMatcher};

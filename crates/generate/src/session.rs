@@ -100,6 +100,31 @@ impl<M: LanguageModel> Session<M> {
             .count()
     }
 
+    /// Make the session hold exactly `tokens`: keep the common prefix, roll back the rest and
+    /// feed the remaining tokens in one forward pass (their logits are dropped). Returns how many
+    /// tokens were fed. Used to share a prompt prefix between forks (several samples, beams).
+    ///
+    /// Errors: [`GenerateError::PromptTooLong`] beyond the usable context,
+    /// [`GenerateError::TokenOutOfVocab`], or a model error (the session is then rolled back to
+    /// the common prefix).
+    pub fn prefill(&mut self, model: &M, tokens: &[u32]) -> Result<usize, GenerateError> {
+        let limit = self.context_length(model);
+        if tokens.len() > limit {
+            return Err(GenerateError::PromptTooLong {
+                prompt_tokens: tokens.len(),
+                context_length: limit,
+            });
+        }
+        crate::generator::check_vocab(tokens, model.vocab_size())?;
+        let reuse = self.common_prefix_len(tokens);
+        self.truncate(reuse);
+        let rest = &tokens[reuse..];
+        if !rest.is_empty() {
+            self.forward_last(model, rest)?;
+        }
+        Ok(rest.len())
+    }
+
     /// Feed `tokens` to the model; on success they are held and the last position's logits
     /// come back. On failure the session is rolled back to where it was.
     pub(crate) fn forward_last(

@@ -7,9 +7,15 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use kindle_cli::engine::{self, Detokenizer};
 use kindle_cli::sampling_args::SamplingArgs;
-use kindle_generate::{Event, GenerationConfig, Session, generate};
-use serde_json::json;
+use kindle_generate::chat::ChatMessage;
+use kindle_generate::{
+    BeamConfig, EarlyStopping, Event, GenerationConfig, Session, Summary, Timings, beam_search,
+    generate, generate_samples,
+};
+use kindle_sampling::Sampler;
+use serde_json::{Value, json};
 
+use super::chat::{chat_template, encode_chat};
 use crate::{DeviceArgs, ModelArgs};
 
 #[derive(Args, Debug)]
@@ -38,9 +44,40 @@ pub struct GenerateArgs {
     /// Stop after this many seconds
     #[arg(long, value_name = "SECONDS")]
     pub max_time: Option<f64>,
-    /// Print one JSON object at the end instead of streaming text
+    /// Treat the prompt as a user message and apply the model's chat template
     #[arg(long)]
+    pub chat: bool,
+    /// With --chat: a system message before the user message
+    #[arg(long, value_name = "TEXT", requires = "chat")]
+    pub system: Option<String>,
+    /// Beam search with this many beams (1 = off)
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub num_beams: usize,
+    /// Beam search: score = sum logprob / length ^ this (> 0 favours longer sequences)
+    #[arg(
+        long,
+        value_name = "X",
+        default_value_t = 1.0,
+        allow_negative_numbers = true
+    )]
+    pub length_penalty: f32,
+    /// Beam search: stop when num-beams sequences are finished (true), when no beam can do
+    /// better judging by the current length (false), or by the longest length (never)
+    #[arg(long, value_name = "WHEN", default_value = "false")]
+    pub early_stopping: EarlyStopping,
+    /// Beam search: how many of the best sequences to return
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub num_return_sequences: usize,
+    /// Generate N samples of the prompt, with seeds SEED, SEED+1, ...; the prompt is run once
+    /// (-n is --max-tokens, as in llama.cpp)
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub num_samples: usize,
+    /// Print one JSON object at the end instead of streaming text
+    #[arg(long, conflicts_with = "jsonl")]
     pub json: bool,
+    /// Print one JSON line per generated token, then one with the finish reason and counts
+    #[arg(long)]
+    pub jsonl: bool,
     /// Print timings and memory figures to standard error
     #[arg(short, long)]
     pub verbose: bool,
@@ -71,11 +108,36 @@ pub fn read_prompt(prompt: Option<String>) -> Result<String> {
 
 /// Run the command.
 pub fn run(args: GenerateArgs) -> Result<()> {
-    let prompt = read_prompt(args.prompt)?;
+    if args.num_beams == 0 || args.num_samples == 0 {
+        bail!("--num-beams and --num-samples must be at least 1");
+    }
+    if args.num_beams > 1 && args.num_samples > 1 {
+        bail!("--num-beams and --num-samples cannot be combined");
+    }
+    if args.num_return_sequences > args.num_beams {
+        bail!(
+            "--num-return-sequences {} is more than --num-beams {}",
+            args.num_return_sequences,
+            args.num_beams
+        );
+    }
+    let prompt = read_prompt(args.prompt.clone())?;
     let path = args.model.path()?;
     let loaded = engine::open(&path)?;
     let tokenizer = &loaded.tokenizer;
-    let prompt_ids = tokenizer.encode(&prompt, args.special)?;
+    let prompt_ids = if args.chat {
+        let template = chat_template(tokenizer)?;
+        let mut messages: Vec<ChatMessage> = args
+            .system
+            .iter()
+            .cloned()
+            .map(ChatMessage::system)
+            .collect();
+        messages.push(ChatMessage::user(prompt.clone()));
+        encode_chat(tokenizer, &template, &messages, true)?
+    } else {
+        tokenizer.encode(&prompt, args.special)?
+    };
     if prompt_ids.is_empty() {
         bail!("the prompt is empty: a model needs at least one token to continue");
     }
@@ -109,16 +171,15 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     }
 
     let encode = |text: &str| tokenizer.encode(text, false).unwrap_or_default();
-    let mut sampler = args
-        .sampling
-        .to_config(tokenizer.eog_ids(), &encode)?
-        .build()?;
+    let sampler_config = args.sampling.to_config(tokenizer.eog_ids(), &encode)?;
+    let mut sampler = sampler_config.clone().build()?;
     sampler.set_prompt_len(prompt_ids.len());
     let mut config = GenerationConfig::default()
         .with_max_new_tokens(args.max_tokens)
         .with_eog_token_ids(tokenizer.eog_ids().iter().copied())
         .with_stop_token_ids(args.stop_token.iter().copied())
-        .with_stop_strings(args.stop.iter().cloned());
+        .with_stop_strings(args.stop.iter().cloned())
+        .with_top_logprobs(args.sampling.logprobs.unwrap_or(0));
     if let Some(seconds) = args.max_time {
         if !(seconds.is_finite() && seconds > 0.0) {
             bail!("--max-time must be a positive number of seconds, got {seconds}");
@@ -130,9 +191,132 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         render_special: false,
     };
     let mut session = Session::new(&model, capacity)?;
-
     let mut stdout = std::io::stdout().lock();
+
+    if args.num_beams > 1 {
+        let beam = BeamConfig {
+            num_beams: args.num_beams,
+            num_return_sequences: args.num_return_sequences,
+            length_penalty: args.length_penalty,
+            early_stopping: args.early_stopping,
+        };
+        let out = beam_search(&model, &mut session, &prompt_ids, &decoder, &config, &beam)?;
+        let sequences: Vec<Value> = out
+            .sequences
+            .iter()
+            .map(|s| {
+                json!({
+                    "prompt": prompt,
+                    "tokens": s.tokens,
+                    "text": s.text,
+                    "score": s.score,
+                    "sum_logprob": s.sum_logprob,
+                    "finish_reason": s.finish_reason.as_str(),
+                })
+            })
+            .collect();
+        if args.json {
+            let best = out.sequences.first();
+            let out = json!({
+                "prompt_tokens": prompt_ids,
+                "tokens": best.map(|s| s.tokens.clone()).unwrap_or_default(),
+                "text": best.map(|s| s.text.clone()).unwrap_or_default(),
+                "finish_reason": best.map(|s| s.finish_reason.as_str()),
+                "num_beams": args.num_beams,
+                "timings": timings_json(&out.timings),
+                "sequences": sequences,
+            });
+            writeln!(stdout, "{out}")?;
+        } else if args.jsonl {
+            for sequence in &sequences {
+                writeln!(stdout, "{sequence}")?;
+            }
+        } else {
+            for (i, s) in out.sequences.iter().enumerate() {
+                if out.sequences.len() > 1 {
+                    writeln!(stdout, "--- {} (score {:.4})", i + 1, s.score)?;
+                }
+                writeln!(stdout, "{}", s.text)?;
+            }
+        }
+        if args.verbose {
+            report(&out.timings, None);
+        }
+        return Ok(());
+    }
+
+    if args.num_samples > 1 {
+        let base = sampler.seed();
+        let mut samplers: Vec<Sampler> = (0..args.num_samples as u64)
+            .map(|i| {
+                let mut config = sampler_config.clone();
+                config.seed = Some(base.wrapping_add(i));
+                let mut s = config.build()?;
+                s.set_prompt_len(prompt_ids.len());
+                Ok(s)
+            })
+            .collect::<Result<_>>()?;
+        let mut lines = Vec::new();
+        let summaries = generate_samples(
+            &model,
+            &mut session,
+            &prompt_ids,
+            &mut samplers,
+            &decoder,
+            &config,
+            |i, event| {
+                if args.jsonl
+                    && let Some(mut line) = token_json(event)
+                {
+                    line["sample"] = json!(i);
+                    lines.push(line);
+                }
+            },
+        )?;
+        let sequences: Vec<Value> = summaries
+            .iter()
+            .zip(&samplers)
+            .map(|(s, sampler)| {
+                json!({
+                    "prompt": prompt,
+                    "tokens": s.tokens,
+                    "text": s.text,
+                    "finish_reason": s.finish_reason.as_str(),
+                    "seed": sampler.seed(),
+                })
+            })
+            .collect();
+        if args.json {
+            let first = &summaries[0];
+            let mut out = summary_json(&prompt_ids, first, base);
+            out["sequences"] = Value::Array(sequences);
+            writeln!(stdout, "{out}")?;
+        } else if args.jsonl {
+            for line in lines {
+                writeln!(stdout, "{line}")?;
+            }
+            for (i, (s, sampler)) in summaries.iter().zip(&samplers).enumerate() {
+                let mut done = done_json(s);
+                done["sample"] = json!(i);
+                done["seed"] = json!(sampler.seed());
+                writeln!(stdout, "{done}")?;
+            }
+        } else {
+            for (i, (s, sampler)) in summaries.iter().zip(&samplers).enumerate() {
+                writeln!(stdout, "--- {} (seed {})", i + 1, sampler.seed())?;
+                writeln!(stdout, "{}", s.text)?;
+            }
+        }
+        if args.verbose {
+            for s in &summaries {
+                report(&s.timings, Some(s));
+            }
+        }
+        return Ok(());
+    }
+
     let mut summary = None;
+    let mut logprobs = Vec::new();
     for event in generate(
         &model,
         &mut session,
@@ -141,51 +325,115 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         &decoder,
         &config,
     )? {
-        match event? {
-            Event::Token { text, .. } => {
-                if !args.json && !text.is_empty() {
-                    stdout.write_all(text.as_bytes())?;
-                    stdout.flush()?;
-                }
+        let event = event?;
+        if args.jsonl {
+            if let Some(line) = token_json(&event) {
+                writeln!(stdout, "{line}")?;
+                stdout.flush()?;
             }
-            Event::Done(done) => summary = Some(done),
+        } else if args.json {
+            if args.sampling.logprobs.is_some()
+                && let Some(line) = token_json(&event)
+            {
+                logprobs.push(line);
+            }
+        } else if let Event::Token { text, .. } = &event
+            && !text.is_empty()
+        {
+            stdout.write_all(text.as_bytes())?;
+            stdout.flush()?;
+        }
+        if let Event::Done(done) = event {
+            summary = Some(done);
         }
     }
     let summary = summary.context("generation ended without a summary")?;
-    let timings = &summary.timings;
     if args.json {
-        let out = json!({
-            "prompt_tokens": prompt_ids,
-            "tokens": summary.tokens,
-            "text": summary.text,
-            "finish_reason": summary.finish_reason.as_str(),
-            "stop": summary.stop.as_ref().map(|s| format!("{s:?}")),
-            "seed": sampler.seed(),
-            "timings": {
-                "prefill_ms": timings.prefill.as_secs_f64() * 1e3,
-                "decode_ms": timings.decode.as_secs_f64() * 1e3,
-                "prefill_tokens": timings.prefill_tokens,
-                "decode_tokens": timings.decode_tokens,
-                "prefill_tokens_per_second": timings.prefill_tokens_per_second(),
-                "decode_tokens_per_second": timings.decode_tokens_per_second(),
-            },
-        });
+        let mut out = summary_json(&prompt_ids, &summary, sampler.seed());
+        if args.sampling.logprobs.is_some() {
+            out["logprobs"] = Value::Array(logprobs);
+        }
         writeln!(stdout, "{out}")?;
+    } else if args.jsonl {
+        writeln!(stdout, "{}", done_json(&summary))?;
     } else {
         writeln!(stdout)?;
     }
     if args.verbose {
-        eprintln!(
-            "kindle: finish {}; prefill {} tokens in {:.0} ms ({:.1} tok/s); decode {} tokens in {:.0} ms ({:.1} tok/s); seed {}",
-            summary.finish_reason,
-            timings.prefill_tokens,
-            timings.prefill.as_secs_f64() * 1e3,
-            timings.prefill_tokens_per_second(),
-            timings.decode_tokens,
-            timings.decode.as_secs_f64() * 1e3,
-            timings.decode_tokens_per_second(),
-            sampler.seed()
-        );
+        report(&summary.timings, Some(&summary));
+        eprintln!("kindle: seed {}", sampler.seed());
     }
     Ok(())
+}
+
+/// The `--jsonl` line of a token event (`None` for `Done`).
+fn token_json(event: &Event) -> Option<Value> {
+    let Event::Token {
+        id,
+        text,
+        logprob,
+        top_logprobs,
+    } = event
+    else {
+        return None;
+    };
+    let mut line = json!({ "token": id, "text": text, "logprob": logprob });
+    if !top_logprobs.is_empty() {
+        line["top_logprobs"] = json!(
+            top_logprobs
+                .iter()
+                .map(|&(id, lp)| json!([id, lp]))
+                .collect::<Vec<_>>()
+        );
+    }
+    Some(line)
+}
+
+/// The last `--jsonl` line.
+fn done_json(summary: &Summary) -> Value {
+    json!({
+        "finish_reason": summary.finish_reason.as_str(),
+        "stop": summary.stop.as_ref().map(|s| format!("{s:?}")),
+        "prompt_tokens": summary.prompt_tokens,
+        "generated_tokens": summary.generated_tokens,
+        "text": summary.text,
+        "timings": timings_json(&summary.timings),
+    })
+}
+
+/// The `--json` object of one generation.
+fn summary_json(prompt_ids: &[u32], summary: &Summary, seed: u64) -> Value {
+    json!({
+        "prompt_tokens": prompt_ids,
+        "tokens": summary.tokens,
+        "text": summary.text,
+        "finish_reason": summary.finish_reason.as_str(),
+        "stop": summary.stop.as_ref().map(|s| format!("{s:?}")),
+        "seed": seed,
+        "timings": timings_json(&summary.timings),
+    })
+}
+
+fn timings_json(timings: &Timings) -> Value {
+    json!({
+        "prefill_ms": timings.prefill.as_secs_f64() * 1e3,
+        "decode_ms": timings.decode.as_secs_f64() * 1e3,
+        "prefill_tokens": timings.prefill_tokens,
+        "decode_tokens": timings.decode_tokens,
+        "prefill_tokens_per_second": timings.prefill_tokens_per_second(),
+        "decode_tokens_per_second": timings.decode_tokens_per_second(),
+    })
+}
+
+fn report(timings: &Timings, summary: Option<&Summary>) {
+    eprintln!(
+        "kindle: finish {}; prefill {} tokens in {:.0} ms ({:.1} tok/s); decode {} tokens in {:.0} ms ({:.1} tok/s)",
+        summary.map_or("-", |s| s.finish_reason.as_str()),
+        timings.prefill_tokens,
+        timings.prefill.as_secs_f64() * 1e3,
+        timings.prefill_tokens_per_second(),
+        timings.decode_tokens,
+        timings.decode.as_secs_f64() * 1e3,
+        timings.decode_tokens_per_second(),
+    );
 }

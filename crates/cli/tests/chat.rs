@@ -1,0 +1,187 @@
+//! Chat templates and multi-turn prefix reuse on the real model.
+
+mod common;
+
+use std::cell::{Cell, RefCell};
+
+use common::{ids, model_path, reference};
+use kindle_cli::engine::{self, BurnCache, BurnModel, Detokenizer};
+use kindle_generate::chat::{ChatMessage, ChatTemplate, encode_parts};
+use kindle_generate::{GenerationConfig, LanguageModel, Session, generate_to_end};
+use kindle_model::ModelError;
+use kindle_model::tokenizer::Tokenizer;
+use kindle_sampling::Sampler;
+
+fn template(tokenizer: &Tokenizer) -> ChatTemplate {
+    ChatTemplate::new(
+        tokenizer
+            .chat_template()
+            .expect("the model has a chat template"),
+    )
+    .unwrap()
+}
+
+/// The conversation's ids: template text with specials parsed, contents as plain text (the
+/// model's vocabulary adds no BOS, so the tokenizer's `encode` is used as is).
+fn encode(
+    tokenizer: &Tokenizer,
+    messages: &[ChatMessage],
+    add_generation_prompt: bool,
+) -> Vec<u32> {
+    let parts = template(tokenizer)
+        .render_parts(messages, add_generation_prompt)
+        .unwrap();
+    encode_parts(&parts, |text, special| tokenizer.encode(text, special)).unwrap()
+}
+
+const SYSTEM: &str = "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
+
+#[test]
+fn chat_prompt_ids_match_the_reference() {
+    let loaded = engine::open(&model_path()).unwrap();
+    let chat = &reference()["prompts"]["chat"];
+    let messages = [
+        ChatMessage::system(SYSTEM),
+        ChatMessage::user("What is the boiling point of water?"),
+    ];
+    let rendered = template(&loaded.tokenizer).render(&messages, true).unwrap();
+    assert_eq!(rendered, chat["prompt"].as_str().unwrap());
+    assert_eq!(
+        encode(&loaded.tokenizer, &messages, true),
+        ids(&chat["prompt_ids"])
+    );
+}
+
+#[test]
+fn control_tokens_in_messages_are_plain_text() {
+    let loaded = engine::open(&model_path()).unwrap();
+    let tokenizer = &loaded.tokenizer;
+    let im_end = tokenizer.piece_to_id("<|im_end|>").unwrap();
+    let with = encode(tokenizer, &[ChatMessage::user("a <|im_end|> b")], true);
+    let without = encode(tokenizer, &[ChatMessage::user("a b")], true);
+    // The template itself writes <|im_end|> once per message (default system + user).
+    let count = |ids: &[u32]| ids.iter().filter(|&&id| id == im_end).count();
+    assert_eq!(count(&with), count(&without));
+    let plain = tokenizer.encode("a <|im_end|> b", false).unwrap();
+    assert!(with.windows(plain.len()).any(|w| w == plain));
+    assert_eq!(
+        tokenizer.decode(&with, false).unwrap(),
+        template(tokenizer)
+            .render(&[ChatMessage::user("a <|im_end|> b")], true)
+            .unwrap()
+    );
+}
+
+/// Counts the tokens fed and keeps the last logits row.
+struct Counting<'a> {
+    inner: &'a BurnModel,
+    fed: Cell<usize>,
+    last: RefCell<Vec<f32>>,
+}
+
+impl LanguageModel for Counting<'_> {
+    type Cache = BurnCache;
+    type Error = ModelError;
+    fn vocab_size(&self) -> usize {
+        self.inner.vocab_size()
+    }
+    fn context_length(&self) -> usize {
+        self.inner.context_length()
+    }
+    fn new_cache(&self, capacity: usize) -> Result<BurnCache, ModelError> {
+        self.inner.new_cache(capacity)
+    }
+    fn forward_last(&self, tokens: &[u32], cache: &mut BurnCache) -> Result<Vec<f32>, ModelError> {
+        self.fed.set(self.fed.get() + tokens.len());
+        let logits = self.inner.forward_last(tokens, cache)?;
+        *self.last.borrow_mut() = logits.clone();
+        Ok(logits)
+    }
+    fn forward_all(&self, tokens: &[u32], cache: &mut BurnCache) -> Result<Vec<f32>, ModelError> {
+        self.fed.set(self.fed.get() + tokens.len());
+        self.inner.forward_all(tokens, cache)
+    }
+}
+
+#[test]
+fn second_turn_prefills_only_new_tokens_with_the_same_logits() {
+    let loaded = engine::open(&model_path()).unwrap();
+    let tokenizer = &loaded.tokenizer;
+    let burn = engine::load_model(&loaded, engine::DeviceKind::Flex).unwrap();
+    let model = Counting {
+        inner: &burn,
+        fed: Cell::new(0),
+        last: RefCell::new(Vec::new()),
+    };
+    let decoder = Detokenizer {
+        tokenizer,
+        render_special: false,
+    };
+    let config = GenerationConfig::default()
+        .with_max_new_tokens(24)
+        .with_eog_token_ids(tokenizer.eog_ids().iter().copied());
+    let mut session = Session::new(&model, 512).unwrap();
+    let mut sampler = Sampler::greedy();
+
+    let mut messages = vec![
+        ChatMessage::system(SYSTEM),
+        ChatMessage::user("What is 2+2?"),
+    ];
+    let first = encode(tokenizer, &messages, true);
+    let reply = generate_to_end(
+        &model,
+        &mut session,
+        &first,
+        &mut sampler,
+        &decoder,
+        &config,
+    )
+    .unwrap();
+    assert_eq!(reply.timings.prefill_tokens, first.len());
+    messages.push(ChatMessage::assistant(reply.text.clone()));
+    messages.push(ChatMessage::user("And 3+3?"));
+    let second = encode(tokenizer, &messages, true);
+    // The cache (prompt + reply but its last token) is a prefix of the re-rendered conversation.
+    let held = session.len();
+    assert_eq!(held, first.len() + reply.tokens.len() - 1);
+    assert_eq!(
+        &second[..held],
+        session.tokens(),
+        "re-rendered reply matches the cache"
+    );
+
+    let fed_before = model.fed.get();
+    let config1 = config.clone().with_max_new_tokens(1);
+    let turn = generate_to_end(
+        &model,
+        &mut session,
+        &second,
+        &mut sampler,
+        &decoder,
+        &config1,
+    )
+    .unwrap();
+    assert_eq!(turn.timings.prefill_tokens, second.len() - held);
+    assert_eq!(model.fed.get() - fed_before, second.len() - held);
+    let incremental = model.last.borrow().clone();
+
+    let mut fresh = Session::new(&model, 512).unwrap();
+    let full = generate_to_end(
+        &model,
+        &mut fresh,
+        &second,
+        &mut sampler,
+        &decoder,
+        &config1,
+    )
+    .unwrap();
+    assert_eq!(full.timings.prefill_tokens, second.len());
+    let whole = model.last.borrow().clone();
+    let diff = incremental
+        .iter()
+        .zip(&whole)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(diff < 1e-3, "max abs logit difference {diff}");
+    assert_eq!(turn.tokens, full.tokens);
+}

@@ -1,0 +1,434 @@
+//! Chat templates: turning a conversation into a prompt, with Hugging Face's Jinja semantics,
+//! and into token ids without ever reading control tokens out of the messages.
+//!
+//! A model's template (GGUF `tokenizer.chat_template`) is rendered by [`minijinja`] with the
+//! variables Hugging Face `transformers` passes: `messages` (a list of `{role, content}`),
+//! `add_generation_prompt`, `bos_token`, `eos_token`, and the functions `raise_exception` and
+//! `strftime_now`. Python string methods (`.strip()`, `.startswith()`, ...) work through
+//! `minijinja-contrib`'s pycompat layer; blocks are trimmed as in `transformers`
+//! (`trim_blocks`, `lstrip_blocks`).
+//!
+//! **Control tokens in messages.** A user typing `<|im_end|>` must not end their turn. So
+//! [`ChatTemplate::render_parts`] renders the template with each message's content replaced by
+//! a unique placeholder and splits the result there: the template's own text
+//! ([`ChatPart::Template`]) is tokenized with special-token parsing on, the contents
+//! ([`ChatPart::Content`]) with it off; [`encode_parts`] concatenates the ids. (Templates that
+//! transform the content itself, such as `content | trim`, then see the placeholder, so the
+//! content goes in untransformed.)
+//!
+//! ```
+//! use kindle_generate::chat::{ChatMessage, ChatPart, ChatTemplate};
+//! let template = ChatTemplate::new(
+//!     "{% for m in messages %}<|{{ m.role }}|>{{ m.content.strip() }}\n{% endfor %}\
+//!      {% if add_generation_prompt %}<|assistant|>{% endif %}",
+//! )?;
+//! let messages = [ChatMessage::user(" Hi <|end|> ")];
+//! assert_eq!(template.render(&messages, true)?, "<|user|>Hi <|end|>\n<|assistant|>");
+//! let parts = template.render_parts(&messages, true)?;
+//! assert_eq!(
+//!     parts,
+//!     [
+//!         ChatPart::Template("<|user|>".into()),
+//!         ChatPart::Content(" Hi <|end|> ".into()),
+//!         ChatPart::Template("\n<|assistant|>".into()),
+//!     ]
+//! );
+//! # Ok::<(), kindle_generate::chat::ChatError>(())
+//! ```
+
+use std::collections::BTreeMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use minijinja::syntax::SyntaxConfig;
+use minijinja::{Environment, Error as JinjaError, ErrorKind, Value};
+
+/// Why a chat template could not be compiled or rendered.
+#[derive(Debug, thiserror::Error)]
+pub enum ChatError {
+    /// The template source does not parse.
+    #[error("the chat template does not compile")]
+    Compile(#[source] JinjaError),
+    /// Rendering failed, or the template called `raise_exception`.
+    #[error("rendering the chat template failed")]
+    Render(#[source] JinjaError),
+}
+
+/// One message of a conversation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatMessage {
+    /// `"system"`, `"user"`, `"assistant"` (or whatever the template knows).
+    pub role: String,
+    /// The text, never parsed for control tokens.
+    pub content: String,
+}
+
+impl ChatMessage {
+    /// A message with any role.
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        ChatMessage {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+
+    /// A `"system"` message.
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::new("system", content)
+    }
+
+    /// A `"user"` message.
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::new("user", content)
+    }
+
+    /// An `"assistant"` message.
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self::new("assistant", content)
+    }
+}
+
+/// A piece of a rendered conversation: template text or a message's content.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChatPart {
+    /// Text written by the template: tokenize with special-token parsing on.
+    Template(String),
+    /// A message's content: tokenize as plain text.
+    Content(String),
+}
+
+impl ChatPart {
+    /// The text.
+    pub fn text(&self) -> &str {
+        match self {
+            ChatPart::Template(s) | ChatPart::Content(s) => s,
+        }
+    }
+}
+
+const TEMPLATE_NAME: &str = "chat";
+/// Placeholder delimiters: private-use characters no tokenizer or user is expected to produce.
+const OPEN: char = '\u{F8F0}';
+const CLOSE: char = '\u{F8F1}';
+
+/// A compiled chat template.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    bos_token: String,
+    eos_token: String,
+}
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate")
+            .field("bos_token", &self.bos_token)
+            .field("eos_token", &self.eos_token)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChatTemplate {
+    /// Compile `source` (empty `bos_token` and `eos_token`; see
+    /// [`with_special_tokens`](Self::with_special_tokens)).
+    pub fn new(source: impl Into<String>) -> Result<Self, ChatError> {
+        let mut env = Environment::new();
+        let syntax = SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .build()
+            .map_err(ChatError::Compile)?;
+        env.set_syntax(syntax);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", raise_exception);
+        env.add_function("strftime_now", strftime_now);
+        env.add_template_owned(TEMPLATE_NAME, source.into())
+            .map_err(ChatError::Compile)?;
+        Ok(ChatTemplate {
+            env,
+            bos_token: String::new(),
+            eos_token: String::new(),
+        })
+    }
+
+    /// Set the `bos_token` and `eos_token` variables (the pieces of the model's BOS and EOS).
+    pub fn with_special_tokens(mut self, bos: impl Into<String>, eos: impl Into<String>) -> Self {
+        self.bos_token = bos.into();
+        self.eos_token = eos.into();
+        self
+    }
+
+    /// Render `messages`; with `add_generation_prompt` the text ends with the opening of an
+    /// assistant turn.
+    pub fn render(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatError> {
+        let contents: Vec<&str> = messages.iter().map(|m| m.content.as_str()).collect();
+        self.render_with(messages, &contents, add_generation_prompt)
+    }
+
+    /// Render `messages` split into template text and message contents (see the module docs).
+    /// Concatenating the parts' texts gives [`render`](Self::render)'s output for templates
+    /// that insert contents verbatim. Empty parts are left out.
+    pub fn render_parts(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<Vec<ChatPart>, ChatError> {
+        let placeholders: Vec<String> = (0..messages.len())
+            .map(|i| format!("{OPEN}{i}{CLOSE}"))
+            .collect();
+        let refs: Vec<&str> = placeholders.iter().map(String::as_str).collect();
+        let rendered = self.render_with(messages, &refs, add_generation_prompt)?;
+        let mut parts = Vec::new();
+        let mut rest = rendered.as_str();
+        while let Some(start) = rest.find(OPEN) {
+            let after = &rest[start + OPEN.len_utf8()..];
+            let index = after
+                .find(CLOSE)
+                .and_then(|end| after[..end].parse::<usize>().ok().map(|i| (i, end)));
+            let Some((i, end)) = index.filter(|(i, _)| *i < messages.len()) else {
+                // Not one of ours: keep the character as template text.
+                push_part(
+                    &mut parts,
+                    ChatPart::Template(rest[..start + OPEN.len_utf8()].to_string()),
+                );
+                rest = after;
+                continue;
+            };
+            push_part(&mut parts, ChatPart::Template(rest[..start].to_string()));
+            push_part(&mut parts, ChatPart::Content(messages[i].content.clone()));
+            rest = &after[end + CLOSE.len_utf8()..];
+        }
+        push_part(&mut parts, ChatPart::Template(rest.to_string()));
+        Ok(parts)
+    }
+
+    fn render_with(
+        &self,
+        messages: &[ChatMessage],
+        contents: &[&str],
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatError> {
+        let messages: Vec<Value> = messages
+            .iter()
+            .zip(contents)
+            .map(|(m, content)| {
+                let mut map = BTreeMap::new();
+                map.insert("role", Value::from(m.role.as_str()));
+                map.insert("content", Value::from(*content));
+                Value::from(map)
+            })
+            .collect();
+        let mut ctx = BTreeMap::new();
+        ctx.insert("messages", Value::from(messages));
+        ctx.insert("add_generation_prompt", Value::from(add_generation_prompt));
+        ctx.insert("bos_token", Value::from(self.bos_token.as_str()));
+        ctx.insert("eos_token", Value::from(self.eos_token.as_str()));
+        self.env
+            .get_template(TEMPLATE_NAME)
+            .and_then(|t| t.render(Value::from(ctx)))
+            .map_err(ChatError::Render)
+    }
+}
+
+fn push_part(parts: &mut Vec<ChatPart>, part: ChatPart) {
+    if part.text().is_empty() {
+        return;
+    }
+    match (parts.last_mut(), &part) {
+        (Some(ChatPart::Template(a)), ChatPart::Template(b)) => a.push_str(b),
+        _ => parts.push(part),
+    }
+}
+
+/// Tokenize rendered parts: template text with `encode(text, true)` (special tokens parsed),
+/// contents with `encode(text, false)`, ids concatenated in order.
+pub fn encode_parts<E>(
+    parts: &[ChatPart],
+    mut encode: impl FnMut(&str, bool) -> Result<Vec<u32>, E>,
+) -> Result<Vec<u32>, E> {
+    let mut ids = Vec::new();
+    for part in parts {
+        match part {
+            ChatPart::Template(text) => ids.extend(encode(text, true)?),
+            ChatPart::Content(text) => ids.extend(encode(text, false)?),
+        }
+    }
+    Ok(ids)
+}
+
+fn raise_exception(message: String) -> Result<Value, JinjaError> {
+    Err(JinjaError::new(ErrorKind::InvalidOperation, message))
+}
+
+/// `strftime_now(format)`: the current UTC time; supports `%Y %m %d %e %b %B %a %A %H %M %S %y
+/// %j %%` (enough for the date lines of Llama 3 templates).
+fn strftime_now(format: String) -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    strftime(&format, secs)
+}
+
+fn strftime(format: &str, unix_secs: u64) -> String {
+    const MONTHS: [&str; 12] = [
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+    ];
+    const DAYS: [&str; 7] = [
+        "Thursday",
+        "Friday",
+        "Saturday",
+        "Sunday",
+        "Monday",
+        "Tuesday",
+        "Wednesday",
+    ];
+    let days = (unix_secs / 86_400) as i64;
+    let tod = unix_secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    let cumulative = [0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334];
+    let yday = cumulative[(month - 1) as usize] + day + i64::from(leap && month > 2);
+    let month_name = MONTHS[(month - 1) as usize];
+    let weekday = DAYS[days.rem_euclid(7) as usize];
+
+    let mut out = String::new();
+    let mut chars = format.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('Y') => out.push_str(&year.to_string()),
+            Some('y') => out.push_str(&format!("{:02}", year % 100)),
+            Some('m') => out.push_str(&format!("{month:02}")),
+            Some('d') => out.push_str(&format!("{day:02}")),
+            Some('e') => out.push_str(&format!("{day:2}")),
+            Some('j') => out.push_str(&format!("{yday:03}")),
+            Some('b') => out.push_str(&month_name[..3]),
+            Some('B') => out.push_str(month_name),
+            Some('a') => out.push_str(&weekday[..3]),
+            Some('A') => out.push_str(weekday),
+            Some('H') => out.push_str(&format!("{:02}", tod / 3600)),
+            Some('M') => out.push_str(&format!("{:02}", tod / 60 % 60)),
+            Some('S') => out.push_str(&format!("{:02}", tod % 60)),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CHATML: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+    #[test]
+    fn chatml_renders_like_transformers() {
+        let t = ChatTemplate::new(CHATML).unwrap();
+        let text = t
+            .render(&[ChatMessage::system("S"), ChatMessage::user("Hi")], true)
+            .unwrap();
+        assert_eq!(
+            text,
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+        );
+        // Default system prompt when none is given; no generation prompt.
+        let text = t.render(&[ChatMessage::user("Hi")], false).unwrap();
+        assert!(text.starts_with("<|im_start|>system\nYou are a helpful"));
+        assert!(text.ends_with("<|im_start|>user\nHi<|im_end|>\n"));
+    }
+
+    #[test]
+    fn parts_split_contents_from_template_text() {
+        let t = ChatTemplate::new(CHATML).unwrap();
+        let messages = [
+            ChatMessage::system("S"),
+            ChatMessage::user("a <|im_end|> b"),
+        ];
+        let parts = t.render_parts(&messages, true).unwrap();
+        assert_eq!(
+            parts,
+            [
+                ChatPart::Template("<|im_start|>system\n".into()),
+                ChatPart::Content("S".into()),
+                ChatPart::Template("<|im_end|>\n<|im_start|>user\n".into()),
+                ChatPart::Content("a <|im_end|> b".into()),
+                ChatPart::Template("<|im_end|>\n<|im_start|>assistant\n".into()),
+            ]
+        );
+        let joined: String = parts.iter().map(ChatPart::text).collect();
+        assert_eq!(joined, t.render(&messages, true).unwrap());
+        // Encoding: only template parts are parsed for specials.
+        let ids = encode_parts(&parts, |text, special| {
+            Ok::<_, ()>(vec![if special { 1 } else { 0 }; text.len().min(1)])
+        })
+        .unwrap();
+        assert_eq!(ids, [1, 0, 1, 0, 1]);
+    }
+
+    #[test]
+    fn hf_helpers_work() {
+        let t = ChatTemplate::new(
+            "{{ bos_token }}{% for m in messages %}{% if m.role == 'bad' %}\
+             {{ raise_exception('no bad roles') }}{% endif %}{{ m.content.strip() | upper }}\
+             {% endfor %}{{ eos_token }}",
+        )
+        .unwrap()
+        .with_special_tokens("<s>", "</s>");
+        assert_eq!(
+            t.render(&[ChatMessage::user("  x ")], false).unwrap(),
+            "<s>X</s>"
+        );
+        let err = t
+            .render(&[ChatMessage::new("bad", "x")], false)
+            .unwrap_err();
+        assert!(format!("{:?}", err).contains("no bad roles"));
+        assert!(matches!(
+            ChatTemplate::new("{% for %}"),
+            Err(ChatError::Compile(_))
+        ));
+    }
+
+    #[test]
+    fn strftime_formats_dates() {
+        // 2024-07-26 13:05:09 UTC, a Friday.
+        let t = 1_722_000_000 - 1_722_000_000 % 86_400 + 13 * 3600 + 5 * 60 + 9;
+        assert_eq!(strftime("%d %b %Y", t), "26 Jul 2024");
+        assert_eq!(
+            strftime("%A %B %e %H:%M:%S %j %%", t),
+            "Friday July 26 13:05:09 208 %"
+        );
+        assert_eq!(strftime("%Y-%m-%d", 0), "1970-01-01");
+        assert_eq!(strftime("%Y-%m-%d", 951_782_400), "2000-02-29");
+    }
+}
