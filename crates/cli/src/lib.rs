@@ -1,6 +1,7 @@
 //! Library side of the `kindle` binary: model fetching, the glue between the crates (the
 //! only place a device is chosen) and command-line argument groups.
 
+pub mod chat;
 pub mod engine;
 pub mod fetch;
 pub mod sampling_args;

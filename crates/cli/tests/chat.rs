@@ -5,33 +5,35 @@ mod common;
 use std::cell::{Cell, RefCell};
 
 use common::{ids, model_path, reference};
+use kindle_cli::chat::{chat_template, encode_chat};
 use kindle_cli::engine::{self, BurnCache, BurnModel, Detokenizer};
-use kindle_generate::chat::{ChatMessage, ChatTemplate, encode_parts};
+use kindle_generate::chat::{ChatMessage, ChatTemplate};
 use kindle_generate::{GenerationConfig, LanguageModel, Session, generate_to_end};
 use kindle_model::ModelError;
 use kindle_model::tokenizer::Tokenizer;
 use kindle_sampling::Sampler;
 
 fn template(tokenizer: &Tokenizer) -> ChatTemplate {
-    ChatTemplate::new(
-        tokenizer
-            .chat_template()
-            .expect("the model has a chat template"),
-    )
-    .unwrap()
+    assert!(
+        tokenizer.chat_template().is_some(),
+        "the model has a chat template"
+    );
+    chat_template(tokenizer).unwrap()
 }
 
-/// The conversation's ids: template text with specials parsed, contents as plain text (the
-/// model's vocabulary adds no BOS, so the tokenizer's `encode` is used as is).
+/// The conversation's ids, encoded as the CLI encodes them.
 fn encode(
     tokenizer: &Tokenizer,
     messages: &[ChatMessage],
     add_generation_prompt: bool,
 ) -> Vec<u32> {
-    let parts = template(tokenizer)
-        .render_parts(messages, add_generation_prompt)
-        .unwrap();
-    encode_parts(&parts, |text, special| tokenizer.encode(text, special)).unwrap()
+    encode_chat(
+        tokenizer,
+        &template(tokenizer),
+        messages,
+        add_generation_prompt,
+    )
+    .unwrap()
 }
 
 const SYSTEM: &str = "You are a helpful AI assistant named SmolLM, trained by Hugging Face";

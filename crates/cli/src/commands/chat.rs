@@ -10,16 +10,13 @@ use std::io::{BufRead, IsTerminal, Write};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
+use kindle_cli::chat::{chat_template, encode_chat};
 use kindle_cli::engine::{self, Detokenizer};
 use kindle_cli::sampling_args::SamplingArgs;
-use kindle_generate::chat::{ChatMessage, ChatTemplate, encode_parts};
+use kindle_generate::chat::ChatMessage;
 use kindle_generate::{Event, GenerationConfig, Session, generate};
-use kindle_model::tokenizer::Tokenizer;
 
 use crate::{DeviceArgs, ModelArgs};
-
-/// The template used when the model has none (ChatML, as llama.cpp falls back to).
-pub const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
 #[derive(Args, Debug)]
 pub struct ChatArgs {
@@ -41,51 +38,6 @@ pub struct ChatArgs {
     pub verbose: bool,
     #[command(flatten)]
     pub sampling: SamplingArgs,
-}
-
-/// The model's chat template (ChatML when it has none), with its BOS and EOS pieces.
-pub fn chat_template(tokenizer: &Tokenizer) -> Result<ChatTemplate> {
-    let source = tokenizer.chat_template().unwrap_or(CHATML);
-    let piece = |id: Option<u32>| {
-        id.and_then(|id| tokenizer.id_to_piece(id))
-            .unwrap_or_default()
-            .to_string()
-    };
-    Ok(ChatTemplate::new(source)
-        .context("compiling the model's chat template")?
-        .with_special_tokens(piece(tokenizer.bos_id()), piece(tokenizer.eos_id())))
-}
-
-/// Render `messages` and tokenize them: template text with special tokens parsed, message
-/// contents as plain text. BOS is added once at the start when the vocabulary asks for it and
-/// the template did not write it.
-pub fn encode_chat(
-    tokenizer: &Tokenizer,
-    template: &ChatTemplate,
-    messages: &[ChatMessage],
-    add_generation_prompt: bool,
-) -> Result<Vec<u32>> {
-    let parts = template
-        .render_parts(messages, add_generation_prompt)
-        .context("rendering the chat template")?;
-    let bos = tokenizer.bos_id().filter(|_| tokenizer.add_bos());
-    let eos = tokenizer.eos_id().filter(|_| tokenizer.add_eos());
-    let mut ids = encode_parts(&parts, |text, special| {
-        let mut ids = tokenizer.encode(text, special)?;
-        if bos.is_some() && ids.first().copied() == bos {
-            ids.remove(0);
-        }
-        if eos.is_some() && ids.last().copied() == eos {
-            ids.pop();
-        }
-        Ok::<_, anyhow::Error>(ids)
-    })?;
-    if let Some(bos) = bos
-        && ids.first() != Some(&bos)
-    {
-        ids.insert(0, bos);
-    }
-    Ok(ids)
 }
 
 /// Run the command.

@@ -15,8 +15,8 @@ use kindle_generate::{
 use kindle_sampling::Sampler;
 use serde_json::{Value, json};
 
-use super::chat::{chat_template, encode_chat};
 use crate::{DeviceArgs, ModelArgs};
+use kindle_cli::chat::{chat_template, encode_chat};
 
 #[derive(Args, Debug)]
 pub struct GenerateArgs {
