@@ -23,4 +23,4 @@ pub mod tokenizer;
 
 pub use error::ModelError;
 pub use kindle_kv_cache::{KvCache, KvCacheConfig};
-pub use llama::{Llama, LlamaConfig, LogitsFor};
+pub use llama::{BatchSequence, Llama, LlamaConfig, LogitsFor};

@@ -244,20 +244,22 @@ struct Rope {
 }
 
 impl Rope {
-    /// Angles `pos * theta^(-2i/d)` computed in f64, stored as f32.
-    fn new(start: usize, len: usize, head_dim: usize, theta: f64, device: &Device) -> Self {
+    /// Angles `pos * theta^(-2i/d)` for each of `positions`, computed in f64, stored as f32.
+    fn new(positions: &[usize], head_dim: usize, theta: f64, device: &Device) -> Self {
         let half = head_dim / 2;
-        let mut cos = Vec::with_capacity(len * half);
-        let mut sin = Vec::with_capacity(len * half);
-        for pos in start..start + len {
-            for i in 0..half {
-                let inv_freq = theta.powf(-2.0 * i as f64 / head_dim as f64);
-                let angle = pos as f64 * inv_freq;
+        let inv_freq: Vec<f64> = (0..half)
+            .map(|i| theta.powf(-2.0 * i as f64 / head_dim as f64))
+            .collect();
+        let mut cos = Vec::with_capacity(positions.len() * half);
+        let mut sin = Vec::with_capacity(positions.len() * half);
+        for &pos in positions {
+            for &freq in &inv_freq {
+                let angle = pos as f64 * freq;
                 cos.push(angle.cos() as f32);
                 sin.push(angle.sin() as f32);
             }
         }
-        let shape = [1, 1, len, half, 1];
+        let shape = [1, 1, positions.len(), half, 1];
         Rope {
             cos: Tensor::from_data(TensorData::new(cos, shape), device),
             sin: Tensor::from_data(TensorData::new(sin, shape), device),
@@ -340,11 +342,37 @@ impl Llama {
         cache: &mut KvCache,
         which: LogitsFor,
     ) -> Result<Vec<f32>, ModelError> {
-        let logits = self.forward_tensor(tokens, cache, which)?;
-        logits
+        let mut batch = [BatchSequence { tokens, cache }];
+        let mut rows = self.forward_batch(&mut batch, which)?;
+        Ok(rows.pop().unwrap_or_default())
+    }
+
+    /// Run several sequences in one pass: their new tokens are packed into one activation
+    /// matrix, so every weight is read once for the whole batch, while attention runs per
+    /// sequence against its own cache (ragged lengths need no padding or mask). Returns each
+    /// sequence's logits as [`forward`](Self::forward) would.
+    pub fn forward_batch(
+        &self,
+        batch: &mut [BatchSequence<'_>],
+        which: LogitsFor,
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
+        let logits = self.forward_batch_tensor(batch, which)?;
+        let vocab = self.config().vocab_size;
+        let flat = logits
             .into_data()
             .try_into_vec::<f32>()
-            .map_err(|e| ModelError::Readback(format!("{e:?}")))
+            .map_err(|e| ModelError::Readback(format!("{e:?}")))?;
+        let mut rows = flat.chunks_exact(vocab);
+        Ok(batch
+            .iter()
+            .map(|seq| {
+                let n = match which {
+                    LogitsFor::Last => 1,
+                    LogitsFor::All => seq.tokens.len(),
+                };
+                rows.by_ref().take(n).flatten().copied().collect()
+            })
+            .collect())
     }
 
     /// As [`forward`](Self::forward), leaving the logits on the device: `[1, positions, vocab]`.
@@ -354,37 +382,61 @@ impl Llama {
         cache: &mut KvCache,
         which: LogitsFor,
     ) -> Result<Tensor<3>, ModelError> {
+        self.forward_batch_tensor(&mut [BatchSequence { tokens, cache }], which)
+    }
+
+    /// As [`forward_batch`](Self::forward_batch), leaving the logits on the device:
+    /// `[1, rows, vocab]`, the sequences' rows one after another.
+    pub fn forward_batch_tensor(
+        &self,
+        batch: &mut [BatchSequence<'_>],
+        which: LogitsFor,
+    ) -> Result<Tensor<3>, ModelError> {
         let config = self.config();
-        if tokens.is_empty() {
+        if batch.is_empty() {
             return Err(ModelError::EmptyInput);
         }
-        if let Some(&token) = tokens.iter().find(|&&t| t as usize >= config.vocab_size) {
-            return Err(ModelError::TokenOutOfRange {
-                token,
-                vocab_size: config.vocab_size,
-            });
+        let mut spans = Vec::with_capacity(batch.len());
+        let mut positions = Vec::new();
+        let mut ids = Vec::new();
+        for seq in batch.iter() {
+            if seq.tokens.is_empty() {
+                return Err(ModelError::EmptyInput);
+            }
+            if let Some(&token) = seq
+                .tokens
+                .iter()
+                .find(|&&t| t as usize >= config.vocab_size)
+            {
+                return Err(ModelError::TokenOutOfRange {
+                    token,
+                    vocab_size: config.vocab_size,
+                });
+            }
+            seq.cache.check_fits(seq.tokens.len())?;
+            spans.push((ids.len(), seq.tokens.len()));
+            positions.extend(seq.cache.len()..seq.cache.len() + seq.tokens.len());
+            ids.extend(seq.tokens.iter().map(|&t| t as i64));
         }
-        cache.check_fits(tokens.len())?;
         let device = self.device();
-        let t = tokens.len();
-        let ids: Vec<i64> = tokens.iter().map(|&t| t as i64).collect();
-        let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [1, t]), &device);
+        let n = ids.len();
+        let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [1, n]), &device);
         let mut x = embedding(self.embedding.val(), ids);
 
-        let rope = Rope::new(
-            cache.len(),
-            t,
-            config.head_dim(),
-            config.rope_theta,
-            &device,
-        );
+        let rope = Rope::new(&positions, config.head_dim(), config.rope_theta, &device);
         for (index, block) in self.layers.iter().enumerate() {
-            x = self.block_forward(block, index, x, &rope, cache)?;
+            x = self.block_forward(block, index, x, &rope, batch, &spans)?;
         }
-        cache.advance(t)?;
+        for seq in batch.iter_mut() {
+            seq.cache.advance(seq.tokens.len())?;
+        }
 
-        if which == LogitsFor::Last && t > 1 {
-            x = x.narrow(1, t - 1, 1);
+        if which == LogitsFor::Last && n > batch.len() {
+            let last_rows = spans
+                .iter()
+                .map(|&(start, len)| x.clone().narrow(1, start + len - 1, 1))
+                .collect();
+            x = Tensor::cat(last_rows, 1);
         }
         let x = self.norm.forward(x);
         Ok(match &self.output {
@@ -399,12 +451,12 @@ impl Llama {
         index: usize,
         x: Tensor<3>,
         rope: &Rope,
-        cache: &mut KvCache,
+        batch: &mut [BatchSequence<'_>],
+        spans: &[(usize, usize)],
     ) -> Result<Tensor<3>, ModelError> {
         let config = self.config();
         let [b, t, _] = x.dims();
         let (h, hkv, hd) = (config.n_heads, config.n_kv_heads, config.head_dim());
-        let rep = h / hkv;
 
         let normed = block.attn_norm.forward(x.clone());
         let q = block
@@ -424,47 +476,28 @@ impl Llama {
             .swap_dims(1, 2);
         let q = rope.apply(q);
         let k = rope.apply(k);
-        let (keys, values) = cache.update(index, k, v)?;
-        let s = keys.dims()[2];
-
-        let context = if t == 1 {
-            // One query per head: group the query heads by the KV head they read
-            // (head h reads KV head h / rep), so no key or value is copied.
-            let q = q.reshape([b, hkv, rep, hd]);
-            let out = attention(
-                q,
+        let mut contexts = Vec::with_capacity(batch.len());
+        for (seq, &(start, len)) in batch.iter_mut().zip(spans) {
+            let (keys, values) = seq.cache.update(
+                index,
+                k.clone().narrow(2, start, len),
+                v.clone().narrow(2, start, len),
+            )?;
+            contexts.push(attend(
+                q.clone().narrow(2, start, len),
                 keys,
                 values,
-                None,
-                None,
-                AttentionModuleOptions {
-                    scale: None,
-                    softcap: None,
-                    is_causal: false,
-                },
-            );
-            out.reshape([b, h, 1, hd])
-        } else {
-            let keys = keys
-                .unsqueeze_dim::<5>(2)
-                .expand([b, hkv, rep, s, hd])
-                .reshape([b, h, s, hd]);
-            let values = values
-                .unsqueeze_dim::<5>(2)
-                .expand([b, hkv, rep, s, hd])
-                .reshape([b, h, s, hd]);
-            attention(
-                q,
-                keys,
-                values,
-                None,
-                None,
-                AttentionModuleOptions {
-                    scale: None,
-                    softcap: None,
-                    is_causal: true,
-                },
-            )
+                h,
+                hkv,
+            ));
+        }
+        let context = match contexts.pop() {
+            Some(only) if contexts.is_empty() => only,
+            Some(last) => {
+                contexts.push(last);
+                Tensor::cat(contexts, 2)
+            }
+            None => return Err(ModelError::EmptyInput),
         };
         let context = context.swap_dims(1, 2).reshape([b, t, h * hd]);
         let x = x + block.wo.forward(context);
@@ -473,5 +506,47 @@ impl Llama {
         let gate = silu(block.w_gate.forward(normed.clone()));
         let up = block.w_up.forward(normed);
         Ok(x + block.w_down.forward(gate * up))
+    }
+}
+
+/// One sequence of a batched forward pass: its new tokens and its cache.
+pub struct BatchSequence<'a> {
+    /// Tokens to run after those already in `cache`.
+    pub tokens: &'a [u32],
+    /// The sequence's keys and values; the tokens are appended to it.
+    pub cache: &'a mut KvCache,
+}
+
+/// Causal grouped-query attention of `q` (`[1, h, T, hd]`) over `keys`/`values`
+/// (`[1, hkv, S, hd]`, the last `T` of them new): `[1, h, T, hd]`.
+fn attend(q: Tensor<4>, keys: Tensor<4>, values: Tensor<4>, h: usize, hkv: usize) -> Tensor<4> {
+    let [b, _, t, hd] = q.dims();
+    let s = keys.dims()[2];
+    let rep = h / hkv;
+    if t == 1 {
+        // One query per head: group the query heads by the KV head they read
+        // (head h reads KV head h / rep), so no key or value is copied.
+        let q = q.reshape([b, hkv, rep, hd]);
+        let options = AttentionModuleOptions {
+            scale: None,
+            softcap: None,
+            is_causal: false,
+        };
+        attention(q, keys, values, None, None, options).reshape([b, h, 1, hd])
+    } else {
+        let keys = keys
+            .unsqueeze_dim::<5>(2)
+            .expand([b, hkv, rep, s, hd])
+            .reshape([b, h, s, hd]);
+        let values = values
+            .unsqueeze_dim::<5>(2)
+            .expand([b, hkv, rep, s, hd])
+            .reshape([b, h, s, hd]);
+        let options = AttentionModuleOptions {
+            scale: None,
+            softcap: None,
+            is_causal: true,
+        };
+        attention(q, keys, values, None, None, options)
     }
 }
