@@ -95,7 +95,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         );
     }
     // Preallocate what this run can use, never more than the context.
-    let capacity = ctx.min(prompt_ids.len() + args.max_tokens.max(1));
+    let capacity = ctx.min(prompt_ids.len().saturating_add(args.max_tokens.max(1)));
     let cache_config = model.llama.config().kv_cache_config(capacity);
     if args.verbose {
         eprintln!(
