@@ -21,7 +21,12 @@ pub struct GenerateArgs {
     #[command(flatten)]
     pub device: DeviceArgs,
     /// Most tokens to generate
-    #[arg(short = 'n', long, default_value_t = 256)]
+    #[arg(
+        short = 'n',
+        long,
+        default_value_t = 256,
+        allow_negative_numbers = true
+    )]
     pub max_tokens: usize,
     /// Context length of this run (prompt plus output) [default: the model's]
     #[arg(short = 'c', long = "ctx-size", value_name = "N")]
@@ -36,7 +41,7 @@ pub struct GenerateArgs {
     #[arg(long = "stop-token", value_name = "ID")]
     pub stop_token: Vec<u32>,
     /// Stop after this many seconds
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     pub max_time: Option<f64>,
     /// Print one JSON object at the end instead of streaming text
     #[arg(long)]
