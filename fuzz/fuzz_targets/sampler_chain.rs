@@ -27,7 +27,16 @@ impl Bytes<'_> {
             0 => f32::from_bits(self.u32()),
             1 => f32::from(self.u8()) / 255.0,
             2 => f32::from(self.u8()) / 16.0 - 4.0,
-            _ => [0.0, 1.0, -1.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 0.5, 2.0][usize::from(self.u8() % 8)],
+            _ => [
+                0.0,
+                1.0,
+                -1.0,
+                f32::INFINITY,
+                f32::NEG_INFINITY,
+                f32::NAN,
+                0.5,
+                2.0,
+            ][usize::from(self.u8() % 8)],
         }
     }
     fn i64(&mut self) -> i64 {
@@ -60,8 +69,14 @@ fuzz_target!(|data: &[u8]| {
     config.xtc_threshold = b.f32();
     config.mirostat = match b.u8() % 3 {
         0 => Mirostat::Off,
-        1 => Mirostat::V1 { tau: b.f32(), eta: b.f32() },
-        _ => Mirostat::V2 { tau: b.f32(), eta: b.f32() },
+        1 => Mirostat::V1 {
+            tau: b.f32(),
+            eta: b.f32(),
+        },
+        _ => Mirostat::V2 {
+            tau: b.f32(),
+            eta: b.f32(),
+        },
     };
     config.dry.multiplier = b.f32();
     config.dry.base = b.f32();
@@ -82,7 +97,9 @@ fuzz_target!(|data: &[u8]| {
     config.eog_ids = (0..b.u8() % 3).map(|_| b.u32() % 300).collect();
     config.seed = Some(u64::from(b.u32()));
     if b.u8() % 2 == 1 {
-        config.order = (0..b.u8() % 12).map(|_| stages[usize::from(b.u8()) % stages.len()]).collect();
+        config.order = (0..b.u8() % 12)
+            .map(|_| stages[usize::from(b.u8()) % stages.len()])
+            .collect();
     }
     let prompt_len = usize::from(b.u8() % 16);
     let history: Vec<u32> = (0..b.u8() % 32).map(|_| u32::from(b.u8()) % 300).collect();
@@ -98,7 +115,10 @@ fuzz_target!(|data: &[u8]| {
         let mut row = logits.clone();
         match sampler.sample(&mut row, &history) {
             Ok(id) => {
-                assert!((id as usize) < vocab, "id {id} outside a vocabulary of {vocab}");
+                assert!(
+                    (id as usize) < vocab,
+                    "id {id} outside a vocabulary of {vocab}"
+                );
                 history.push(id);
             }
             Err(_) => break,

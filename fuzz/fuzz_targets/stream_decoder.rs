@@ -30,7 +30,11 @@ fuzz_target!(|data: &[u8]| {
     let mut pieces = Vec::with_capacity(n_pieces);
     for _ in 0..n_pieces {
         let len = usize::from(it.next().unwrap_or(1) % 4) + 1;
-        pieces.push((0..len).map(|_| it.next().unwrap_or(b'a')).collect::<Vec<u8>>());
+        pieces.push(
+            (0..len)
+                .map(|_| it.next().unwrap_or(b'a'))
+                .collect::<Vec<u8>>(),
+        );
     }
     let n_context = usize::from(it.next().unwrap_or(0) % 8);
     let ids: Vec<u32> = it.map(|b| u32::from(b) % n_pieces as u32).collect();
@@ -50,6 +54,10 @@ fuzz_target!(|data: &[u8]| {
         // A context ending mid-character is dropped: the stream decodes the ids alone.
         assert_eq!(joined, vocab.decode(ids).unwrap());
     } else if full.starts_with(&context_text) {
-        assert_eq!(joined, full[context_text.len()..], "context {context:?} ids {ids:?}");
+        assert_eq!(
+            joined,
+            full[context_text.len()..],
+            "context {context:?} ids {ids:?}"
+        );
     }
 });
