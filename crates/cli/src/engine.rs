@@ -111,6 +111,9 @@ pub fn open(path: &Path) -> Result<Loaded> {
     if !path.exists() {
         bail!("model file {} does not exist", path.display());
     }
+    if path.is_dir() {
+        bail!("{} is a directory, not a GGUF model file", path.display());
+    }
     let file = GgufFile::open(path).with_context(|| format!("reading {}", path.display()))?;
     let tokenizer = Tokenizer::from_gguf(&file)
         .with_context(|| format!("building the tokenizer of {}", path.display()))?;

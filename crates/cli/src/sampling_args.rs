@@ -83,7 +83,12 @@ pub fn parse_logit_bias(s: &str) -> Result<LogitBiasArg, String> {
 pub struct SamplingArgs {
     /// Temperature; 0 = greedy. Default: 0 (greedy), or 1 when a sampling-only flag such as
     /// --top-k is given.
-    #[arg(long, visible_alias = "temp", value_name = "T")]
+    #[arg(
+        long,
+        visible_alias = "temp",
+        value_name = "T",
+        allow_negative_numbers = true
+    )]
     pub temperature: Option<f32>,
     /// Keep the K most likely tokens (0 = off).
     #[arg(
@@ -94,10 +99,20 @@ pub struct SamplingArgs {
     )]
     pub top_k: i64,
     /// Nucleus sampling: keep the smallest set of tokens reaching probability P (1 = off).
-    #[arg(long, value_name = "P", default_value_t = 1.0)]
+    #[arg(
+        long,
+        value_name = "P",
+        default_value_t = 1.0,
+        allow_negative_numbers = true
+    )]
     pub top_p: f32,
     /// Keep tokens with probability >= P * p(max) (0 = off).
-    #[arg(long, value_name = "P", default_value_t = 0.0)]
+    #[arg(
+        long,
+        value_name = "P",
+        default_value_t = 0.0,
+        allow_negative_numbers = true
+    )]
     pub min_p: f32,
     /// Locally typical sampling mass (1 = off).
     #[arg(

@@ -37,9 +37,14 @@ impl LlamaConfig {
         let embd = file
             .tensor("token_embd.weight")
             .ok_or_else(|| ModelError::MissingTensor("token_embd.weight".into()))?;
+        // The vocabulary size: the explicit key, else the tokenizer's token list (which the
+        // embedding must match, as in llama.cpp), else the embedding's rows.
         let vocab_size = match file.opt_u64(&key("vocab_size"))? {
             Some(v) => v as usize,
-            None => embd.dims.get(1).copied().unwrap_or(0) as usize,
+            None => match file.get("tokenizer.ggml.tokens").and_then(|v| v.as_array()) {
+                Some(tokens) => tokens.len(),
+                None => embd.dims.get(1).copied().unwrap_or(0) as usize,
+            },
         };
         let config = LlamaConfig {
             vocab_size,
@@ -73,6 +78,18 @@ impl LlamaConfig {
             return Err(ModelError::Hyperparameter {
                 key: key("expert_count"),
                 problem: format!("mixture-of-experts models ({count} experts) are not supported"),
+            });
+        }
+        // Every block has nine tensors: a block count beyond the file's tensors is an error
+        // before the list of expected tensors is built from it.
+        let n_tensors = file.tensors().len();
+        if config.n_layers > n_tensors {
+            return Err(ModelError::Hyperparameter {
+                key: key("block_count"),
+                problem: format!(
+                    "{} blocks, but the file holds only {n_tensors} tensors",
+                    config.n_layers
+                ),
             });
         }
         for (name, dims) in config.expected_tensors() {

@@ -27,7 +27,12 @@ pub struct GenerateArgs {
     #[command(flatten)]
     pub device: DeviceArgs,
     /// Most tokens to generate
-    #[arg(short = 'n', long, default_value_t = 256)]
+    #[arg(
+        short = 'n',
+        long,
+        default_value_t = 256,
+        allow_negative_numbers = true
+    )]
     pub max_tokens: usize,
     /// Context length of this run (prompt plus output) [default: the model's]
     #[arg(short = 'c', long = "ctx-size", value_name = "N")]
@@ -42,7 +47,7 @@ pub struct GenerateArgs {
     #[arg(long = "stop-token", value_name = "ID")]
     pub stop_token: Vec<u32>,
     /// Stop after this many seconds
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     pub max_time: Option<f64>,
     /// Treat the prompt as a user message and apply the model's chat template
     #[arg(long)]
@@ -157,7 +162,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         );
     }
     // Preallocate what this run can use, never more than the context.
-    let capacity = ctx.min(prompt_ids.len() + args.max_tokens.max(1));
+    let capacity = ctx.min(prompt_ids.len().saturating_add(args.max_tokens.max(1)));
     let cache_config = model.llama.config().kv_cache_config(capacity);
     if args.verbose {
         eprintln!(

@@ -1,0 +1,428 @@
+//! The `kindle` binary on bad model files, bad flag values and odd prompts: every error exits
+//! non-zero with a message naming the problem, legitimate odd inputs succeed, and nothing
+//! panics.
+
+mod common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+use kindle_model::gguf::{GgufWriter, MetadataValue};
+
+/// Run `kindle` with `args`, feeding `stdin` (empty when `None`).
+fn kindle(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kindle"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting kindle");
+    {
+        let mut pipe = child.stdin.take().expect("stdin");
+        // The binary may exit before reading: a broken pipe here is not the test's concern.
+        let _ = pipe.write_all(stdin.unwrap_or_default());
+    }
+    child.wait_with_output().expect("running kindle")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// `kindle args` must fail with a message naming every one of `parts`, without panicking.
+fn assert_fails(args: &[&str], stdin: Option<&[u8]>, parts: &[&str]) {
+    let out = kindle(args, stdin);
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{args:?} succeeded; stderr: {err}");
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    for part in parts {
+        assert!(
+            err.contains(part),
+            "{args:?}: stderr {err:?} does not name {part:?}"
+        );
+    }
+}
+
+/// `kindle args` must succeed without panicking; returns its stdout.
+fn assert_succeeds(args: &[&str], stdin: Option<&[u8]>) -> String {
+    let out = kindle(args, stdin);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{args:?} failed: {err}");
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    String::from_utf8(out.stdout).expect("UTF-8 output")
+}
+
+/// A scratch folder for this test binary's crafted files.
+fn scratch() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("kindle-cli-errors-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("creating the scratch folder");
+        dir
+    })
+}
+
+fn write_file(name: &str, bytes: &[u8]) -> String {
+    let path = scratch().join(name);
+    std::fs::write(&path, bytes).expect("writing a crafted file");
+    path.to_str().expect("UTF-8 temp path").to_owned()
+}
+
+fn model() -> String {
+    common::model_path()
+        .to_str()
+        .expect("UTF-8 model path")
+        .to_owned()
+}
+
+/// A tiny llama GGUF (vocabulary 64, width 16, 2 blocks, 4 heads) with `kv_heads` KV heads.
+fn tiny_model(kv_heads: u32) -> Vec<u8> {
+    let (d, ff, vocab, hd) = (16u64, 32u64, 64u64, 4u64);
+    let tokens = (0..vocab)
+        .map(|i| MetadataValue::String(char::from(b'!' + i as u8).to_string()))
+        .collect();
+    let mut w = GgufWriter::new()
+        .metadata("general.architecture", "llama")
+        .metadata("llama.block_count", MetadataValue::U32(2))
+        .metadata("llama.context_length", MetadataValue::U32(64))
+        .metadata("llama.embedding_length", MetadataValue::U32(d as u32))
+        .metadata("llama.feed_forward_length", MetadataValue::U32(ff as u32))
+        .metadata("llama.attention.head_count", MetadataValue::U32(4))
+        .metadata(
+            "llama.attention.head_count_kv",
+            MetadataValue::U32(kv_heads),
+        )
+        .metadata("llama.rope.dimension_count", MetadataValue::U32(hd as u32))
+        .metadata("tokenizer.ggml.model", "gpt2")
+        .metadata("tokenizer.ggml.pre", "gpt2")
+        .metadata("tokenizer.ggml.tokens", MetadataValue::Array(tokens));
+    let kv = u64::from(kv_heads) * hd;
+    let mut tensors = vec![
+        ("token_embd.weight".to_string(), vec![d, vocab]),
+        ("output_norm.weight".to_string(), vec![d]),
+    ];
+    for l in 0..2 {
+        let p = format!("blk.{l}.");
+        tensors.extend([
+            (format!("{p}attn_norm.weight"), vec![d]),
+            (format!("{p}ffn_norm.weight"), vec![d]),
+            (format!("{p}attn_q.weight"), vec![d, d]),
+            (format!("{p}attn_k.weight"), vec![d, kv]),
+            (format!("{p}attn_v.weight"), vec![d, kv]),
+            (format!("{p}attn_output.weight"), vec![d, d]),
+            (format!("{p}ffn_gate.weight"), vec![d, ff]),
+            (format!("{p}ffn_up.weight"), vec![d, ff]),
+            (format!("{p}ffn_down.weight"), vec![ff, d]),
+        ]);
+    }
+    for (name, dims) in tensors {
+        let n = dims.iter().product::<u64>() as usize;
+        let values: Vec<f32> = (0..n).map(|i| (i % 7) as f32 * 0.01).collect();
+        w = w.tensor_f32(name, &dims, &values);
+    }
+    w.to_bytes()
+}
+
+// --- Bad model files -------------------------------------------------------------------------
+
+/// Each bad file, through every command that opens a model.
+fn assert_bad_file(path: &str, parts: &[&str]) {
+    assert_fails(&["generate", "-m", path, "-n", "2", "Hi"], None, parts);
+    assert_fails(&["inspect", "-m", path], None, parts);
+    assert_fails(&["tokenize", "-m", path, "Hi"], None, parts);
+    assert_fails(&["score", "-m", path, "--text", "Hi there"], None, parts);
+}
+
+#[test]
+fn an_empty_file() {
+    let path = write_file("empty.gguf", b"");
+    assert_bad_file(&path, &["empty.gguf", "truncated", "magic"]);
+}
+
+#[test]
+fn a_file_with_a_bad_magic() {
+    let path = write_file(
+        "magic.gguf",
+        b"GGUX\x03\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0",
+    );
+    assert_bad_file(&path, &["magic.gguf", "not a GGUF file", "magic"]);
+}
+
+#[test]
+fn a_text_file() {
+    let path = write_file(
+        "notes.txt",
+        b"these are not the weights you are looking for\n",
+    );
+    assert_bad_file(&path, &["notes.txt", "not a GGUF file"]);
+}
+
+#[test]
+fn a_truncated_real_model() {
+    let bytes = std::fs::read(common::model_path()).expect("reading the real model");
+    let path = write_file("truncated.gguf", &bytes[..1 << 20]);
+    assert_bad_file(&path, &["truncated.gguf", "bytes"]);
+    // Cut inside the tensor data: the header parses, a tensor runs past the end.
+    let path = write_file("truncated-data.gguf", &bytes[..bytes.len() / 2]);
+    assert_fails(
+        &["generate", "-m", &path, "-n", "2", "Hi"],
+        None,
+        &["truncated-data.gguf", "past the end"],
+    );
+}
+
+#[test]
+fn a_tiny_model_whose_kv_heads_do_not_divide_its_heads() {
+    let path = write_file("kv-heads.gguf", &tiny_model(3));
+    assert_fails(
+        &["generate", "-m", &path, "-n", "2", "AB"],
+        None,
+        &["head_count_kv", "3 KV heads", "4 query heads"],
+    );
+}
+
+#[test]
+fn a_consistent_tiny_model_generates() {
+    let path = write_file("tiny.gguf", &tiny_model(2));
+    assert_succeeds(&["generate", "-m", &path, "-n", "3", "AB"], None);
+}
+
+#[test]
+fn a_directory_instead_of_a_file() {
+    let dir = scratch().join("a-directory.gguf");
+    std::fs::create_dir_all(&dir).unwrap();
+    assert_bad_file(dir.to_str().unwrap(), &["a-directory.gguf", "directory"]);
+}
+
+#[test]
+fn a_missing_path() {
+    let path = scratch().join("no-such-model.gguf");
+    assert_bad_file(
+        path.to_str().unwrap(),
+        &["no-such-model.gguf", "does not exist"],
+    );
+}
+
+// --- Bad flag values -------------------------------------------------------------------------
+
+/// `kindle generate` on the real model with `flags` must fail naming every one of `parts`.
+fn assert_bad_flags(flags: &[&str], parts: &[&str]) {
+    let model = model();
+    let mut args = vec!["generate", "-m", &model];
+    args.extend_from_slice(flags);
+    args.push("Hello");
+    assert_fails(&args, None, parts);
+}
+
+#[test]
+fn bad_temperatures() {
+    assert_bad_flags(&["--temperature", "-1"], &["temperature", "-1"]);
+    assert_bad_flags(&["--temperature", "nan"], &["temperature", "NaN"]);
+    assert_bad_flags(&["--temperature", "inf"], &["temperature"]);
+    assert_bad_flags(&["--temperature", "warm"], &["--temperature", "warm"]);
+}
+
+#[test]
+fn bad_top_p() {
+    assert_bad_flags(&["-n", "4", "--top-p", "0"], &["top_p", "0"]);
+    assert_bad_flags(&["-n", "4", "--top-p", "1.5"], &["top_p", "1.5"]);
+    assert_bad_flags(&["-n", "4", "--top-p", "-0.5"], &["top_p", "-0.5"]);
+}
+
+#[test]
+fn bad_min_p_top_k_and_repeat_penalty() {
+    assert_bad_flags(&["-n", "4", "--min-p", "2"], &["min_p", "2"]);
+    assert_bad_flags(&["-n", "4", "--top-k", "-3"], &["top_k", "-3"]);
+    assert_bad_flags(
+        &["-n", "4", "--repeat-penalty", "0"],
+        &["repetition_penalty", "0"],
+    );
+}
+
+#[test]
+fn bad_max_tokens() {
+    assert_bad_flags(&["--max-tokens", "abc"], &["--max-tokens", "abc"]);
+    assert_bad_flags(&["--max-tokens", "-5"], &["--max-tokens"]);
+}
+
+#[test]
+fn bad_logit_biases() {
+    assert_bad_flags(
+        &["-n", "4", "--logit-bias", "99999999=1"],
+        &["logit_bias", "99999999", "49152"],
+    );
+    assert_bad_flags(
+        &["-n", "4", "--logit-bias", "x"],
+        &["--logit-bias", "\"x\""],
+    );
+    assert_bad_flags(&["-n", "4", "--logit-bias", "5=much"], &["--logit-bias"]);
+}
+
+#[test]
+fn bad_context_sizes() {
+    assert_bad_flags(
+        &["-n", "4", "--ctx-size", "0"],
+        &["--ctx-size", "at least 1"],
+    );
+    assert_bad_flags(
+        &["-n", "4", "--ctx-size", "100000"],
+        &["--ctx-size 100000", "8192"],
+    );
+}
+
+#[test]
+fn bad_max_time() {
+    assert_bad_flags(&["-n", "4", "--max-time", "-1"], &["--max-time", "-1"]);
+    assert_bad_flags(&["-n", "4", "--max-time", "0"], &["--max-time"]);
+    assert_bad_flags(&["-n", "4", "--max-time", "nan"], &["--max-time"]);
+}
+
+#[test]
+fn bad_mirostat_and_sampler_order() {
+    assert_bad_flags(&["-n", "4", "--mirostat", "3"], &["--mirostat", "3"]);
+    assert_bad_flags(&["-n", "4", "--samplers", "bogus"], &["bogus", "known"]);
+}
+
+#[test]
+fn a_huge_max_tokens_is_bounded_by_the_context() {
+    let model = model();
+    assert_succeeds(
+        &[
+            "generate",
+            "-m",
+            &model,
+            "--ctx-size",
+            "24",
+            "-n",
+            "18446744073709551615",
+            "Hello",
+        ],
+        None,
+    );
+}
+
+// --- Odd prompts -----------------------------------------------------------------------------
+
+#[test]
+fn an_empty_prompt() {
+    let model = model();
+    assert_fails(&["generate", "-m", &model, "-n", "4", ""], None, &["empty"]);
+    // And an empty standard input.
+    assert_fails(
+        &["generate", "-m", &model, "-n", "4"],
+        Some(b""),
+        &["empty"],
+    );
+}
+
+#[test]
+fn a_prompt_of_only_special_tokens() {
+    let model = model();
+    assert_succeeds(
+        &[
+            "generate",
+            "-m",
+            &model,
+            "-n",
+            "4",
+            "--special",
+            "<|im_start|><|im_end|>",
+        ],
+        None,
+    );
+}
+
+#[test]
+fn a_prompt_longer_than_the_context() {
+    let model = model();
+    let prompt = "word ".repeat(40);
+    assert_fails(
+        &[
+            "generate",
+            "-m",
+            &model,
+            "-n",
+            "4",
+            "--ctx-size",
+            "16",
+            &prompt,
+        ],
+        None,
+        &["prompt", "16"],
+    );
+}
+
+#[test]
+fn invalid_utf8_on_standard_input() {
+    let model = model();
+    assert_fails(
+        &["generate", "-m", &model, "-n", "4"],
+        Some(b"abc\xff\xfe"),
+        &["UTF-8", "byte 3"],
+    );
+}
+
+#[test]
+fn a_prompt_read_from_standard_input() {
+    let model = model();
+    assert_succeeds(&["generate", "-m", &model, "-n", "4"], Some(b"Once upon"));
+}
+
+#[test]
+fn special_token_text_without_special_is_plain_text() {
+    let model = model();
+    let special: serde_json::Value = serde_json::from_str(&assert_succeeds(
+        &[
+            "tokenize",
+            "-m",
+            &model,
+            "--json",
+            "--special",
+            "<|im_end|>",
+        ],
+        None,
+    ))
+    .unwrap();
+    let im_end = special["ids"][0].as_u64().unwrap();
+    assert_eq!(special["ids"].as_array().unwrap().len(), 1);
+
+    let out: serde_json::Value = serde_json::from_str(&assert_succeeds(
+        &[
+            "generate",
+            "-m",
+            &model,
+            "-n",
+            "4",
+            "--json",
+            "<|im_end|> hello",
+        ],
+        None,
+    ))
+    .unwrap();
+    let prompt: Vec<u64> = out["prompt_tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    assert!(prompt.len() > 2, "{prompt:?}");
+    assert!(
+        !prompt.contains(&im_end),
+        "<|im_end|> became the special token: {prompt:?}"
+    );
+}
+
+#[test]
+fn control_characters_and_unusual_unicode_are_fine() {
+    let model = model();
+    let odd = "\u{1}\t\r\n\u{200b}\u{feff}e\u{301} 🦀 \u{10ffff}";
+    assert_succeeds(&["generate", "-m", &model, "-n", "4", odd], None);
+    // A NUL cannot be an argument, but can come on standard input.
+    assert_succeeds(
+        &["generate", "-m", &model, "-n", "4"],
+        Some(format!("\u{0}{odd}").as_bytes()),
+    );
+}
