@@ -59,6 +59,8 @@ impl std::fmt::Display for KvType {
 }
 
 /// One `[1, heads, capacity, head_dim]` buffer.
+// One buffer per layer, so the variants' size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub(crate) enum Buffer {
     /// f32 or f16 elements.

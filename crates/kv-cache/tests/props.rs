@@ -176,9 +176,9 @@ fn append<C: KvStore>(
     }
     on_prepare(model, before - cache.len());
     let toks = tokens(seed, t);
-    for l in 0..LAYERS {
-        let ks: Vec<Tok> = toks[l].iter().map(|(k, _)| k.clone()).collect();
-        let vs: Vec<Tok> = toks[l].iter().map(|(_, v)| v.clone()).collect();
+    for (l, layer) in toks.iter().enumerate() {
+        let ks: Vec<Tok> = layer.iter().map(|(k, _)| k.clone()).collect();
+        let vs: Vec<Tok> = layer.iter().map(|(_, v)| v.clone()).collect();
         let (k_all, v_all) = cache
             .update(l, to_tensor(&ks, device), to_tensor(&vs, device))
             .unwrap();
@@ -392,9 +392,9 @@ proptest! {
                     let in_use = pool.blocks_in_use();
                     let toks = tokens(seed, t);
                     let mut failed = false;
-                    for l in 0..LAYERS {
-                        let ks: Vec<Tok> = toks[l].iter().map(|(k, _)| k.clone()).collect();
-                        let vs: Vec<Tok> = toks[l].iter().map(|(_, v)| v.clone()).collect();
+                    for (l, layer) in toks.iter().enumerate() {
+                        let ks: Vec<Tok> = layer.iter().map(|(k, _)| k.clone()).collect();
+                        let vs: Vec<Tok> = layer.iter().map(|(_, v)| v.clone()).collect();
                         match pool.update(id, l, to_tensor(&ks, &device), to_tensor(&vs, &device)) {
                             Ok((k_all, v_all)) => {
                                 let mut want_k = seqs[i].1.keys[l].clone();
