@@ -1,8 +1,21 @@
-//! Keys and values of past tokens for kindle's transformer models: preallocated per layer,
-//! written in place, never recomputed.
+//! Keys and values of past tokens for kindle's transformer models: preallocated, written in
+//! place, never recomputed.
 //!
-//! The cache owns positions: its [`len`](KvCache::len) is the number of tokens already
-//! processed, which is also the rotary-position offset of the next token.
+//! - [`KvCache`]: one sequence, contiguous per-layer buffers, stored as f32, f16 or int8
+//!   ([`KvType`]).
+//! - [`SlidingWindowCache`]: a [`KvCache`] that never fills up: it keeps the first `keep` tokens
+//!   (attention sinks) and, when full, discards half of the rest and re-rotates the keys that
+//!   follow (llama.cpp's context shift with `--keep N`).
+//! - [`PagedPool`]: many sequences in one pool of fixed-size blocks, with prefix sharing and
+//!   copy-on-write.
+//!
+//! [`KvStore`] is what a model needs from a single-sequence cache; [`KvCache`] and
+//! [`SlidingWindowCache`] implement it.
+//!
+//! **Invariant: the cache owns positions.** For every variant, [`KvStore::len`] is the number
+//! of tokens held *and* the RoPE position of the next token; held tokens sit at positions
+//! `0..len`, their keys rotated for those positions. A sliding window keeps this true by
+//! re-rotating keys when it discards tokens ([`shift`]).
 //!
 //! ```
 //! use burn::prelude::*;
@@ -30,6 +43,17 @@
 use burn::prelude::*;
 use thiserror::Error;
 
+mod contiguous;
+mod paged;
+pub mod shift;
+mod sliding;
+mod storage;
+
+pub use contiguous::KvCache;
+pub use paged::{PagedPool, SeqId};
+pub use sliding::SlidingWindowCache;
+pub use storage::KvType;
+
 /// What a cache operation refused to do.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum KvCacheError {
@@ -55,6 +79,18 @@ pub enum KvCacheError {
         head_dim: usize,
         got: Vec<usize>,
     },
+    /// A sliding window whose kept prefix leaves no room for anything else.
+    #[error("sliding window: keeping {keep} tokens leaves no room in a capacity of {capacity}")]
+    KeepTooLarge { keep: usize, capacity: usize },
+    /// A paged pool with blocks of zero tokens or no blocks.
+    #[error("paged KV pool: {n_blocks} blocks of {block_size} tokens is not a usable pool")]
+    BadPool { n_blocks: usize, block_size: usize },
+    /// The paged pool has too few free blocks.
+    #[error("paged KV pool out of blocks: {needed} needed, {free} free")]
+    OutOfBlocks { needed: usize, free: usize },
+    /// A sequence id the paged pool does not hold (never made, or freed).
+    #[error("paged KV pool holds no sequence {seq}")]
+    NoSuchSequence { seq: usize },
 }
 
 /// Shape of a cache: how many layers, heads and positions it holds.
@@ -73,163 +109,108 @@ pub struct KvCacheConfig {
 impl KvCacheConfig {
     /// Bytes of one token's keys and values over all layers (f32 elements).
     pub fn bytes_per_token(&self) -> usize {
-        2 * self.n_layers * self.n_kv_heads * self.head_dim * std::mem::size_of::<f32>()
+        self.bytes_per_token_as(KvType::F32)
     }
 
-    /// Bytes the whole preallocated cache takes:
-    /// `2 x layers x kv_heads x head_dim x capacity x 4` (f32), with no other overhead.
+    /// Bytes of one token's keys and values over all layers, stored as `kv_type` (int8
+    /// includes its f32 scale per head).
+    pub fn bytes_per_token_as(&self, kv_type: KvType) -> usize {
+        2 * self.n_layers * self.n_kv_heads * kv_type.bytes_per_head(self.head_dim)
+    }
+
+    /// Bytes the whole preallocated f32 cache takes:
+    /// `2 x layers x kv_heads x head_dim x capacity x 4`, with no other overhead.
     pub fn bytes(&self) -> usize {
         self.bytes_per_token() * self.capacity
     }
-}
 
-/// Per-layer key and value buffers of shape `[1, n_kv_heads, capacity, head_dim]`.
-#[derive(Debug, Clone)]
-struct LayerKv {
-    keys: Tensor<4>,
-    values: Tensor<4>,
-}
-
-/// A contiguous, preallocated key/value cache for one sequence.
-///
-/// # Shapes
-/// - buffers: `[1, n_kv_heads, capacity, head_dim]` per layer
-/// - [`update`](Self::update) input: `[1, n_kv_heads, T, head_dim]`
-/// - [`update`](Self::update) output: `[1, n_kv_heads, len + T, head_dim]`
-#[derive(Debug, Clone)]
-pub struct KvCache {
-    config: KvCacheConfig,
-    layers: Vec<LayerKv>,
-    len: usize,
-}
-
-impl KvCache {
-    /// Allocate a zeroed cache on `device`.
-    pub fn new(config: KvCacheConfig, device: &Device) -> Self {
-        let shape = [1, config.n_kv_heads, config.capacity, config.head_dim];
-        let layers = (0..config.n_layers)
-            .map(|_| LayerKv {
-                keys: Tensor::zeros(shape, device),
-                values: Tensor::zeros(shape, device),
-            })
-            .collect();
-        KvCache {
-            config,
-            layers,
-            len: 0,
-        }
+    /// Bytes the whole preallocated cache takes stored as `kv_type`.
+    pub fn bytes_as(&self, kv_type: KvType) -> usize {
+        self.bytes_per_token_as(kv_type) * self.capacity
     }
 
-    /// The cache's shape.
-    pub fn config(&self) -> &KvCacheConfig {
-        &self.config
-    }
-
-    /// Tokens held (the position of the next token).
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether no token is held.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Most tokens the cache can hold.
-    pub fn capacity(&self) -> usize {
-        self.config.capacity
-    }
-
-    /// Positions still free.
-    pub fn remaining(&self) -> usize {
-        self.config.capacity - self.len
-    }
-
-    /// Bytes of the preallocated buffers.
-    pub fn bytes(&self) -> usize {
-        self.config.bytes()
-    }
-
-    /// Check that `adding` more tokens fit.
-    pub fn check_fits(&self, adding: usize) -> Result<(), KvCacheError> {
-        if adding > self.remaining() {
-            return Err(KvCacheError::Full {
-                len: self.len,
-                adding,
-                capacity: self.config.capacity,
+    /// Check that `keys` and `values` are `[1, n_kv_heads, T, head_dim]` and return `T`.
+    pub(crate) fn check_shape(
+        &self,
+        layer: usize,
+        keys: &Tensor<4>,
+        values: &Tensor<4>,
+    ) -> Result<usize, KvCacheError> {
+        if layer >= self.n_layers {
+            return Err(KvCacheError::NoSuchLayer {
+                layer,
+                n_layers: self.n_layers,
             });
         }
-        Ok(())
+        let [b, h, t, d] = keys.dims();
+        if b != 1 || h != self.n_kv_heads || d != self.head_dim || values.dims() != keys.dims() {
+            return Err(KvCacheError::BadShape {
+                layer,
+                n_kv_heads: self.n_kv_heads,
+                head_dim: self.head_dim,
+                got: keys.dims().to_vec(),
+            });
+        }
+        Ok(t)
+    }
+}
+
+/// What a model needs from the cache of one sequence.
+///
+/// A forward pass of `T` tokens calls [`prepare`](Self::prepare)`(T)` first, then reads
+/// [`next_position`](Self::next_position) as the RoPE offset of its first token, calls
+/// [`update`](Self::update) once per layer, and [`advance`](Self::advance)`(T)` at the end.
+pub trait KvStore {
+    /// The cache's shape.
+    fn config(&self) -> &KvCacheConfig;
+
+    /// Tokens held.
+    fn len(&self) -> usize;
+
+    /// Whether no token is held.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
-    /// Write the keys and values of `T` new tokens for `layer` at positions `len..len + T`
-    /// (in place) and return the keys and values of all `len + T` positions.
-    ///
-    /// The length does not change until [`advance`](Self::advance) is called, so every layer of
-    /// one forward pass writes at the same positions.
-    pub fn update(
+    /// Most tokens held at once.
+    fn capacity(&self) -> usize;
+
+    /// RoPE position of the next token: always [`len`](Self::len) (the cache owns positions).
+    fn next_position(&self) -> usize {
+        self.len()
+    }
+
+    /// Make room for `adding` tokens before a forward pass: a fixed cache checks that they
+    /// fit; a sliding window discards old tokens (which changes [`len`](Self::len)).
+    fn prepare(&mut self, adding: usize) -> Result<(), KvCacheError>;
+
+    /// Write the keys (already rotated at positions `len..len + T`) and values of `T` new
+    /// tokens for `layer` (`[1, n_kv_heads, T, head_dim]`), and return the f32 keys and values
+    /// of all `len + T` positions for attention.
+    fn update(
         &mut self,
         layer: usize,
         keys: Tensor<4>,
         values: Tensor<4>,
-    ) -> Result<(Tensor<4>, Tensor<4>), KvCacheError> {
-        let n_layers = self.layers.len();
-        let [b, h, t, d] = keys.dims();
-        if b != 1
-            || h != self.config.n_kv_heads
-            || d != self.config.head_dim
-            || values.dims() != keys.dims()
-        {
-            return Err(KvCacheError::BadShape {
-                layer,
-                n_kv_heads: self.config.n_kv_heads,
-                head_dim: self.config.head_dim,
-                got: keys.dims().to_vec(),
-            });
-        }
-        self.check_fits(t)?;
-        let start = self.len;
-        let end = start + t;
-        let slot = self
-            .layers
-            .get_mut(layer)
-            .ok_or(KvCacheError::NoSuchLayer { layer, n_layers })?;
-        let range = [0..1, 0..h, start..end, 0..d];
-        // Take the buffers out so that they are uniquely owned and the write happens in place.
-        let k_buf = std::mem::replace(&mut slot.keys, Tensor::empty([0, 0, 0, 0], &keys.device()));
-        slot.keys = k_buf.slice_assign(range.clone(), keys);
-        let v_buf = std::mem::replace(
-            &mut slot.values,
-            Tensor::empty([0, 0, 0, 0], &values.device()),
-        );
-        slot.values = v_buf.slice_assign(range, values);
-        let all = [0..1, 0..h, 0..end, 0..d];
-        Ok((
-            slot.keys.clone().slice(all.clone()),
-            slot.values.clone().slice(all),
-        ))
-    }
+    ) -> Result<(Tensor<4>, Tensor<4>), KvCacheError>;
 
-    /// Move the length on by `n` tokens once every layer has been [updated](Self::update).
-    pub fn advance(&mut self, n: usize) -> Result<(), KvCacheError> {
-        self.check_fits(n)?;
-        self.len += n;
-        Ok(())
-    }
+    /// The f32 keys and values of the `len` tokens held in `layer`.
+    fn read(&self, layer: usize) -> Result<(Tensor<4>, Tensor<4>), KvCacheError>;
 
-    /// Forget every token from position `len` on (rollback). A `len` past the end is a no-op.
-    pub fn truncate(&mut self, len: usize) {
-        self.len = self.len.min(len);
-    }
+    /// Move the length on by `n` once every layer has been updated.
+    fn advance(&mut self, n: usize) -> Result<(), KvCacheError>;
+
+    /// Forget every token from position `len` on (rollback); a `len` past the end is a no-op.
+    fn truncate(&mut self, len: usize);
 
     /// Forget every token.
-    pub fn reset(&mut self) {
-        self.len = 0;
-    }
+    fn reset(&mut self);
 
-    /// An independent cache holding the same tokens. The buffers are shared until either
-    /// side writes (Burn copies a shared buffer on write), so a fork is cheap.
-    pub fn fork(&self) -> Self {
-        self.clone()
-    }
+    /// An independent cache holding the same tokens.
+    fn fork(&self) -> Self
+    where
+        Self: Sized;
+
+    /// Bytes of the storage, scales included.
+    fn bytes(&self) -> usize;
 }

@@ -1,0 +1,457 @@
+//! Property tests: each cache variant against a plain `Vec` model of its contents.
+
+use burn::prelude::*;
+use kindle_kv_cache::shift::k_shift_host;
+use kindle_kv_cache::{
+    KvCache, KvCacheConfig, KvCacheError, KvStore, KvType, PagedPool, SeqId, SlidingWindowCache,
+};
+use proptest::prelude::*;
+
+const LAYERS: usize = 2;
+const HEADS: usize = 2;
+const DIM: usize = 4;
+const THETA: f64 = 100.0;
+/// Elements of one token in one layer: `[head][dim]`.
+const TOKEN: usize = HEADS * DIM;
+
+fn config(capacity: usize) -> KvCacheConfig {
+    KvCacheConfig {
+        n_layers: LAYERS,
+        n_kv_heads: HEADS,
+        head_dim: DIM,
+        capacity,
+    }
+}
+
+/// One token's keys or values: `[head][dim]`.
+type Tok = Vec<f32>;
+
+/// What a single-sequence cache should hold: per layer, keys and values per token.
+#[derive(Debug, Clone, Default)]
+struct Model {
+    keys: [Vec<Tok>; LAYERS],
+    values: [Vec<Tok>; LAYERS],
+}
+
+impl Model {
+    fn len(&self) -> usize {
+        self.keys[0].len()
+    }
+    fn truncate(&mut self, len: usize) {
+        for l in 0..LAYERS {
+            self.keys[l].truncate(len);
+            self.values[l].truncate(len);
+        }
+    }
+    /// llama.cpp's context shift: drop `n` after `keep`, rotate the following keys by `-n`.
+    fn evict(&mut self, keep: usize, n: usize) {
+        let start = keep.min(self.len());
+        let n = n.min(self.len() - start);
+        for l in 0..LAYERS {
+            self.keys[l].drain(start..start + n);
+            self.values[l].drain(start..start + n);
+            for k in &mut self.keys[l][start..] {
+                k_shift_host(k, DIM, -(n as i64), THETA);
+            }
+        }
+    }
+}
+
+/// Deterministic values in `[-4, 4)` for `t` tokens of all layers: `[layer][token]`.
+fn tokens(seed: u64, t: usize) -> Vec<Vec<(Tok, Tok)>> {
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let mut next = || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((state >> 40) as f32 / (1u64 << 24) as f32) * 8.0 - 4.0
+    };
+    (0..LAYERS)
+        .map(|_| {
+            (0..t)
+                .map(|_| {
+                    let k = (0..TOKEN).map(|_| next()).collect();
+                    let v = (0..TOKEN).map(|_| next()).collect();
+                    (k, v)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// `[1, HEADS, T, DIM]` from tokens laid out `[head][dim]`.
+fn to_tensor(toks: &[Tok], device: &Device) -> Tensor<4> {
+    let t = toks.len();
+    let mut data = Vec::with_capacity(t * TOKEN);
+    for h in 0..HEADS {
+        for tok in toks {
+            data.extend_from_slice(&tok[h * DIM..(h + 1) * DIM]);
+        }
+    }
+    Tensor::from_data(TensorData::new(data, [1, HEADS, t, DIM]), device)
+}
+
+/// Tokens laid out `[head][dim]` from `[1, HEADS, T, DIM]`.
+fn from_tensor(x: Tensor<4>) -> Vec<Tok> {
+    let [_, h, t, d] = x.dims();
+    assert_eq!((h, d), (HEADS, DIM));
+    let data: Vec<f32> = x.into_data().convert::<f32>().try_into_vec().unwrap();
+    (0..t)
+        .map(|i| {
+            (0..HEADS)
+                .flat_map(|h| data[(h * t + i) * DIM..(h * t + i + 1) * DIM].to_vec())
+                .collect()
+        })
+        .collect()
+}
+
+/// How far a stored element may be from the model's.
+#[derive(Debug, Clone, Copy)]
+enum Tol {
+    /// Absolute tolerance.
+    Abs(f32),
+    /// Int8: `absmax / 254` of each `[token, head]` vector (plus rounding slack).
+    Int8,
+    /// F16: relative `2^-11` (plus a subnormal floor).
+    F16,
+}
+
+fn check_tokens(got: &[Tok], want: &[Tok], tol: Tol, what: &str) -> Result<(), TestCaseError> {
+    prop_assert_eq!(got.len(), want.len(), "{}: length", what);
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        for h in 0..HEADS {
+            let gh = &g[h * DIM..(h + 1) * DIM];
+            let wh = &w[h * DIM..(h + 1) * DIM];
+            let absmax = wh.iter().fold(0f32, |m, x| m.max(x.abs()));
+            for (a, b) in gh.iter().zip(wh) {
+                let bound = match tol {
+                    Tol::Abs(e) => e,
+                    Tol::Int8 => absmax / 254.0 + absmax * 1e-6 + 1e-7,
+                    Tol::F16 => b.abs() / 2048.0 + 1e-7,
+                };
+                prop_assert!(
+                    (a - b).abs() <= bound,
+                    "{}: token {} head {}: got {:?}, want {:?}",
+                    what,
+                    i,
+                    h,
+                    gh,
+                    wh
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_store<C: KvStore>(cache: &C, model: &Model, tol: Tol) -> Result<(), TestCaseError> {
+    prop_assert_eq!(cache.len(), model.len());
+    prop_assert_eq!(cache.next_position(), model.len());
+    for l in 0..LAYERS {
+        let (k, v) = cache.read(l).unwrap();
+        check_tokens(&from_tensor(k), &model.keys[l], tol, "keys")?;
+        check_tokens(&from_tensor(v), &model.values[l], tol, "values")?;
+    }
+    Ok(())
+}
+
+/// One forward pass of `t` tokens through `cache`, mirrored in `model` (if it fits).
+fn append<C: KvStore>(
+    cache: &mut C,
+    model: &mut Model,
+    seed: u64,
+    t: usize,
+    tol: Tol,
+    on_prepare: impl FnOnce(&mut Model, usize),
+    device: &Device,
+) -> Result<(), TestCaseError> {
+    let before = cache.len();
+    if let Err(e) = cache.prepare(t) {
+        let is_full = matches!(e, KvCacheError::Full { .. });
+        prop_assert!(is_full);
+        prop_assert_eq!(cache.len(), before);
+        return Ok(());
+    }
+    on_prepare(model, before - cache.len());
+    let toks = tokens(seed, t);
+    for (l, layer) in toks.iter().enumerate() {
+        let ks: Vec<Tok> = layer.iter().map(|(k, _)| k.clone()).collect();
+        let vs: Vec<Tok> = layer.iter().map(|(_, v)| v.clone()).collect();
+        let (k_all, v_all) = cache
+            .update(l, to_tensor(&ks, device), to_tensor(&vs, device))
+            .unwrap();
+        model.keys[l].extend(ks);
+        model.values[l].extend(vs);
+        check_tokens(&from_tensor(k_all), &model.keys[l], tol, "update keys")?;
+        check_tokens(&from_tensor(v_all), &model.values[l], tol, "update values")?;
+    }
+    cache.advance(t).unwrap();
+    Ok(())
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Append {
+        t: usize,
+        seed: u64,
+    },
+    Truncate(usize),
+    /// Fork, write into the original, check the fork is untouched, go on with the fork.
+    Fork(u64),
+    Evict(usize),
+    Reset,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (1usize..=5, any::<u64>()).prop_map(|(t, seed)| Op::Append { t, seed }),
+        2 => (0usize..40).prop_map(Op::Truncate),
+        1 => any::<u64>().prop_map(Op::Fork),
+        1 => (0usize..8).prop_map(Op::Evict),
+        1 => Just(Op::Reset),
+    ]
+}
+
+/// Drive a cache that does not evict on its own through `ops`.
+fn run_fixed(kv_type: KvType, ops: Vec<Op>, tol: Tol) -> Result<(), TestCaseError> {
+    let device = Device::flex();
+    let mut cache = KvCache::with_type(config(24), kv_type, &device);
+    let mut model = Model::default();
+    prop_assert_eq!(cache.bytes(), config(24).bytes_as(kv_type));
+    for op in ops {
+        match op {
+            Op::Append { t, seed } => {
+                append(&mut cache, &mut model, seed, t, tol, |_, _| {}, &device)?
+            }
+            Op::Truncate(n) => {
+                let len = n % (model.len() + 2);
+                KvStore::truncate(&mut cache, len);
+                model.truncate(len);
+            }
+            Op::Fork(seed) => {
+                let fork = KvStore::fork(&cache);
+                let saved = model.clone();
+                let mut scratch = model.clone();
+                append(&mut cache, &mut scratch, seed, 1, tol, |_, _| {}, &device)?;
+                check_store(&fork, &saved, tol)?;
+                cache = fork;
+            }
+            Op::Evict(_) => {}
+            Op::Reset => {
+                KvStore::reset(&mut cache);
+                model = Model::default();
+            }
+        }
+        check_store(&cache, &model, tol)?;
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn contiguous_f32_matches_model(ops in prop::collection::vec(op(), 1..30)) {
+        run_fixed(KvType::F32, ops, Tol::Abs(0.0))?;
+    }
+
+    #[test]
+    fn contiguous_int8_within_bound(ops in prop::collection::vec(op(), 1..30)) {
+        run_fixed(KvType::Int8, ops, Tol::Int8)?;
+    }
+
+    #[test]
+    fn contiguous_f16_within_bound(ops in prop::collection::vec(op(), 1..30)) {
+        run_fixed(KvType::F16, ops, Tol::F16)?;
+    }
+
+    #[test]
+    fn sliding_window_matches_shifted_model(
+        keep in 0usize..5,
+        ops in prop::collection::vec(op(), 1..40),
+    ) {
+        let device = Device::flex();
+        let capacity = 12;
+        let mut cache = SlidingWindowCache::new(config(capacity), keep, THETA, &device).unwrap();
+        let mut model = Model::default();
+        let tol = Tol::Abs(1e-4);
+        let mut discarded = 0;
+        for op in ops {
+            match op {
+                Op::Append { t, seed } => {
+                    let len = model.len();
+                    let mut evicted = 0;
+                    append(&mut cache, &mut model, seed, t, tol, |m, n| {
+                        evicted = n;
+                        m.evict(keep, n);
+                    }, &device)?;
+                    if evicted > 0 {
+                        // llama.cpp's rule: half of the unkept tokens, or what the pass needs.
+                        let unkept = len - keep.min(len);
+                        let needed = t - (capacity - len);
+                        prop_assert_eq!(evicted, needed.max(unkept / 2));
+                    }
+                    discarded += evicted;
+                    prop_assert!(cache.len() <= capacity);
+                }
+                Op::Truncate(n) => {
+                    let len = n % (model.len() + 2);
+                    cache.truncate(len);
+                    model.truncate(len);
+                }
+                Op::Fork(seed) => {
+                    let fork = cache.fork();
+                    let saved = model.clone();
+                    let mut scratch = model.clone();
+                    append(&mut cache, &mut scratch, seed, 1, tol, |m, n| m.evict(keep, n), &device)?;
+                    check_store(&fork, &saved, tol)?;
+                    cache = fork;
+                    discarded = cache.discarded();
+                }
+                Op::Evict(n) => {
+                    let done = cache.evict(n);
+                    let start = keep.min(model.len());
+                    prop_assert_eq!(done, n.min(model.len() - start));
+                    model.evict(keep, n);
+                    discarded += done;
+                }
+                Op::Reset => {
+                    cache.reset();
+                    model = Model::default();
+                    discarded = 0;
+                }
+            }
+            prop_assert_eq!(cache.discarded(), discarded);
+            check_store(&cache, &model, tol)?;
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+enum PagedOp {
+    New,
+    Append { seq: usize, t: usize, seed: u64 },
+    Truncate { seq: usize, len: usize },
+    Fork(usize),
+    Free(usize),
+}
+
+fn paged_op() -> impl Strategy<Value = PagedOp> {
+    prop_oneof![
+        1 => Just(PagedOp::New),
+        6 => (any::<usize>(), 1usize..=5, any::<u64>())
+            .prop_map(|(seq, t, seed)| PagedOp::Append { seq, t, seed }),
+        2 => (any::<usize>(), 0usize..30).prop_map(|(seq, len)| PagedOp::Truncate { seq, len }),
+        2 => any::<usize>().prop_map(PagedOp::Fork),
+        1 => any::<usize>().prop_map(PagedOp::Free),
+    ]
+}
+
+fn check_paged(pool: &PagedPool, seqs: &[(SeqId, Model)]) -> Result<(), TestCaseError> {
+    let bs = pool.block_size();
+    let mut upper = 0;
+    for (id, model) in seqs {
+        prop_assert_eq!(pool.len(*id).unwrap(), model.len());
+        upper += model.len().div_ceil(bs);
+        for l in 0..LAYERS {
+            let (k, v) = pool.gather(*id, l).unwrap();
+            check_tokens(&from_tensor(k), &model.keys[l], Tol::Abs(0.0), "paged keys")?;
+            check_tokens(
+                &from_tensor(v),
+                &model.values[l],
+                Tol::Abs(0.0),
+                "paged values",
+            )?;
+        }
+    }
+    // Shared blocks are counted once: never more than every sequence owning its own.
+    prop_assert!(pool.blocks_in_use() <= upper);
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn paged_pool_matches_model(
+        block_size in 1usize..6,
+        ops in prop::collection::vec(paged_op(), 1..40),
+    ) {
+        let device = Device::flex();
+        let n_blocks = 12;
+        let mut pool = PagedPool::new(config(0), n_blocks, block_size, &device).unwrap();
+        let mut seqs: Vec<(SeqId, Model)> = vec![(pool.new_sequence(), Model::default())];
+        for op in ops {
+            match op {
+                PagedOp::New => seqs.push((pool.new_sequence(), Model::default())),
+                PagedOp::Append { seq, t, seed } if !seqs.is_empty() => {
+                    let i = seq % seqs.len();
+                    let id = seqs[i].0;
+                    let in_use = pool.blocks_in_use();
+                    let toks = tokens(seed, t);
+                    let mut failed = false;
+                    for (l, layer) in toks.iter().enumerate() {
+                        let ks: Vec<Tok> = layer.iter().map(|(k, _)| k.clone()).collect();
+                        let vs: Vec<Tok> = layer.iter().map(|(_, v)| v.clone()).collect();
+                        match pool.update(id, l, to_tensor(&ks, &device), to_tensor(&vs, &device)) {
+                            Ok((k_all, v_all)) => {
+                                let mut want_k = seqs[i].1.keys[l].clone();
+                                want_k.extend(ks);
+                                let mut want_v = seqs[i].1.values[l].clone();
+                                want_v.extend(vs);
+                                check_tokens(&from_tensor(k_all), &want_k, Tol::Abs(0.0), "update keys")?;
+                                check_tokens(&from_tensor(v_all), &want_v, Tol::Abs(0.0), "update values")?;
+                            }
+                            Err(e) => {
+                                // Only the first layer can fail (it takes the blocks for all).
+                                prop_assert_eq!(l, 0);
+                                let is_out = matches!(e, KvCacheError::OutOfBlocks { .. });
+                                prop_assert!(is_out);
+                                prop_assert_eq!(pool.blocks_in_use(), in_use);
+                                failed = true;
+                                break;
+                            }
+                        }
+                    }
+                    if !failed {
+                        pool.advance(id, t).unwrap();
+                        for (l, layer) in toks.iter().enumerate() {
+                            for (k, v) in layer {
+                                seqs[i].1.keys[l].push(k.clone());
+                                seqs[i].1.values[l].push(v.clone());
+                            }
+                        }
+                    }
+                }
+                PagedOp::Truncate { seq, len } if !seqs.is_empty() => {
+                    let i = seq % seqs.len();
+                    pool.truncate(seqs[i].0, len).unwrap();
+                    seqs[i].1.truncate(len);
+                }
+                PagedOp::Fork(seq) if !seqs.is_empty() => {
+                    let i = seq % seqs.len();
+                    let in_use = pool.blocks_in_use();
+                    let id = pool.fork(seqs[i].0).unwrap();
+                    prop_assert_eq!(pool.blocks_in_use(), in_use);
+                    let model = seqs[i].1.clone();
+                    seqs.push((id, model));
+                }
+                PagedOp::Free(seq) if !seqs.is_empty() => {
+                    let i = seq % seqs.len();
+                    let (id, _) = seqs.remove(i);
+                    pool.free(id).unwrap();
+                    let gone = matches!(pool.free(id), Err(KvCacheError::NoSuchSequence { .. }));
+                    prop_assert!(gone);
+                }
+                _ => {}
+            }
+            check_paged(&pool, &seqs)?;
+        }
+        for (id, _) in seqs.drain(..) {
+            pool.free(id).unwrap();
+        }
+        prop_assert_eq!(pool.blocks_in_use(), 0);
+    }
+}
