@@ -1,10 +1,10 @@
 //! Any UTF-8 text: encoding with the real SmolLM2 tokenizer (special-token text as plain text)
 //! and decoding gives the text back.
 //!
-//! Known finding (first run): SmolLM2's vocabulary has no token for 21 of the 256 bytes
-//! (0x04, 0x06, 0x13, 0x14, 0x16, 0x1D, 0xC0, 0xC1, 0xF1, 0xF2, 0xF5..=0xFF), and `encode`
-//! silently drops characters containing them. Texts with those bytes are skipped here until
-//! the tokenizer reports them.
+//! Finding of the first run (now a regression test in `crates/cli/tests/tokenizer_reference.rs`):
+//! SmolLM2's vocabulary has no token for 21 of the 256 bytes (0x04, 0x06, 0x13, 0x14, 0x16,
+//! 0x1D, 0xC0, 0xC1, 0xF1, 0xF2, 0xF5..=0xFF), and `encode` silently dropped characters
+//! containing them. It now refuses such text; this target checks it does exactly then.
 #![no_main]
 
 use std::sync::LazyLock;
@@ -42,11 +42,13 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    if text.bytes().any(|b| MISSING_BYTES.contains(&b)) {
-        return;
-    }
     let tokenizer = &*TOKENIZER;
-    let mut ids = tokenizer.encode(text, false).expect("encode");
+    let unencodable = text.bytes().any(|b| MISSING_BYTES.contains(&b));
+    let encoded = tokenizer.encode(text, false);
+    assert_eq!(encoded.is_err(), unencodable, "{encoded:?}");
+    let Ok(mut ids) = encoded else {
+        return;
+    };
     // SmolLM2 adds no BOS/EOS; strip them anyway if a model did.
     if tokenizer.add_bos() && !ids.is_empty() {
         ids.remove(0);

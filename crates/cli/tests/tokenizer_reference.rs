@@ -130,3 +130,16 @@ fn special_tokens_match_llama_cpp() {
         .unwrap();
     assert_eq!(tokenizer.decode(&ids, true).unwrap(), "user\nhi");
 }
+
+/// SmolLM2's vocabulary has no token for 21 bytes (found by fuzzing); llama.cpp drops them
+/// silently, kindle refuses the text and names the character.
+#[test]
+fn characters_the_vocabulary_cannot_represent_are_an_error() {
+    let Some(tokenizer) = load_tokenizer() else {
+        return;
+    };
+    let err = tokenizer.encode("a\u{6}b", false).unwrap_err();
+    assert!(err.to_string().contains("'\\u{6}' at byte 1"), "{err}");
+    assert!(tokenizer.encode("\u{6}", true).is_err());
+    assert_eq!(tokenizer.encode("a\tb\n", false).unwrap().len(), 4);
+}

@@ -66,6 +66,14 @@ use crate::gguf::{GgufFile, MetadataValue};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TokenizerError {
+    /// The text holds a character that no token of the vocabulary can represent.
+    #[error("the text has a character the vocabulary cannot represent: {ch:?} at byte {offset}")]
+    Unencodable {
+        /// The character.
+        ch: char,
+        /// Its byte offset in the text.
+        offset: usize,
+    },
     /// `tokenizer.ggml.model` names a tokenizer model that kindle cannot build.
     #[error(
         "unsupported tokenizer model `{0}`: only byte-level BPE (`gpt2`) vocabularies are supported{hint}",
@@ -477,6 +485,30 @@ pub struct Tokenizer {
     add_bos: bool,
     add_eos: bool,
     chat_template: Option<String>,
+    /// Bytes that no token of a byte-level vocabulary can represent (empty: not checked).
+    missing_bytes: Vec<u8>,
+}
+
+/// Bytes of a byte-level BPE vocabulary without a single-byte token: byte `b` is written as the
+/// character GPT-2's byte-to-unicode table maps it to.
+fn missing_byte_tokens(pieces: &[String]) -> Vec<u8> {
+    let known: HashSet<&str> = pieces.iter().map(String::as_str).collect();
+    let mut shifted = 0u32;
+    let mut missing = Vec::new();
+    for byte in 0u8..=255 {
+        let printable = matches!(byte, 33..=126 | 161..=172 | 174..=255);
+        let code = if printable {
+            u32::from(byte)
+        } else {
+            shifted += 1;
+            255 + shifted
+        };
+        let ch = char::from_u32(code).unwrap_or(char::REPLACEMENT_CHARACTER);
+        if !known.contains(ch.encode_utf8(&mut [0; 4]) as &str) {
+            missing.push(byte);
+        }
+    }
+    missing
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -590,6 +622,7 @@ impl Tokenizer {
         let mut plain = special.clone();
         plain.set_encode_special_tokens(true);
 
+        let missing_bytes = missing_byte_tokens(&vocab.tokens);
         Ok(Self {
             special,
             plain,
@@ -605,6 +638,7 @@ impl Tokenizer {
             add_bos: vocab.add_bos,
             add_eos: vocab.add_eos,
             chat_template: vocab.chat_template,
+            missing_bytes,
         })
     }
 
@@ -748,6 +782,7 @@ impl Tokenizer {
             add_bos,
             add_eos,
             chat_template,
+            missing_bytes: Vec::new(),
         })
     }
 
@@ -756,12 +791,16 @@ impl Tokenizer {
     /// With `parse_special`, control tokens written in the text (`"<|im_start|>"`) become their
     /// ids; without it they are tokenized as ordinary text. User-defined tokens are recognised
     /// either way (as in llama.cpp). BOS/EOS are added only if the vocabulary asks for them.
+    ///
+    /// A character whose bytes the vocabulary cannot represent is an error naming it (llama.cpp
+    /// drops such bytes silently).
     pub fn encode(&self, text: &str, parse_special: bool) -> Result<Vec<u32>> {
         let tokenizer = if parse_special {
             &self.special
         } else {
             &self.plain
         };
+        self.check_representable(tokenizer, text)?;
         let encoding = tokenizer
             .encode_fast(text, false)
             .map_err(|e| TokenizerError::Encode(e.to_string()))?;
@@ -770,6 +809,36 @@ impl Tokenizer {
         ids.extend_from_slice(encoding.get_ids());
         ids.extend(self.eos.filter(|_| self.add_eos));
         Ok(ids)
+    }
+
+    /// An error for the first character whose bytes have no token and that no added token
+    /// (such as a special token's text) covers. The costly check (an encoding with offsets)
+    /// runs only when the text holds such a byte at all.
+    fn check_representable(&self, tokenizer: &tokenizers::Tokenizer, text: &str) -> Result<()> {
+        let missing = |ch: &char| {
+            ch.encode_utf8(&mut [0; 4])
+                .bytes()
+                .any(|b| self.missing_bytes.contains(&b))
+        };
+        if self.missing_bytes.is_empty() || !text.chars().any(|ch| missing(&ch)) {
+            return Ok(());
+        }
+        let encoding = tokenizer
+            .encode(text, false)
+            .map_err(|e| TokenizerError::Encode(e.to_string()))?;
+        let covered = |offset: usize| {
+            encoding
+                .get_offsets()
+                .iter()
+                .any(|&(start, end)| start <= offset && offset < end)
+        };
+        match text
+            .char_indices()
+            .find(|(offset, ch)| missing(ch) && !covered(*offset))
+        {
+            Some((offset, ch)) => Err(TokenizerError::Unencodable { ch, offset }),
+            None => Ok(()),
+        }
     }
 
     /// Turns token ids back into text. With `skip_special`, control and unknown tokens are
