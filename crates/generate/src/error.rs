@@ -12,6 +12,21 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// chain once.
 #[derive(Debug, thiserror::Error)]
 pub enum GenerateError {
+    /// A batch was given different numbers of prompts, sessions and samplers.
+    #[error(
+        "a batch needs one session and one sampler per prompt: {prompts} prompts, {sessions} sessions, {samplers} samplers"
+    )]
+    BatchShape {
+        /// Prompts given.
+        prompts: usize,
+        /// Sessions given.
+        sessions: usize,
+        /// Samplers given.
+        samplers: usize,
+    },
+    /// A batched generation ended without a summary for every sequence.
+    #[error("a batched generation ended before every sequence finished")]
+    BatchIncomplete,
     /// The prompt had no token: the model needs at least one to predict the next.
     #[error("the prompt is empty: the model needs at least one token")]
     EmptyPrompt,

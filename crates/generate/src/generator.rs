@@ -99,6 +99,16 @@ fn rate(tokens: usize, time: Duration) -> f64 {
     }
 }
 
+/// The next step of a [`Generator`], as [`Generator::plan`] sees it.
+pub(crate) enum Plan {
+    /// Feed these tokens and hand the logits to `complete`.
+    Feed(Vec<u32>),
+    /// Yield this event; no model work.
+    Emit(Event),
+    /// Nothing more.
+    End,
+}
+
 enum State {
     Start,
     Decode(u32),
@@ -146,6 +156,8 @@ pub struct Generator<'a, M: LanguageModel, D: TokenDecoder + ?Sized> {
     raw: Vec<f32>,
     started: Option<Instant>,
     timings: Timings,
+    /// The step in flight: whether it is the prefill, and when it started.
+    pending: Option<(bool, Instant)>,
 }
 
 impl<'a, M: LanguageModel, D: TokenDecoder + ?Sized> Generator<'a, M, D> {
@@ -198,6 +210,7 @@ impl<'a, M: LanguageModel, D: TokenDecoder + ?Sized> Generator<'a, M, D> {
             raw: Vec::new(),
             started: None,
             timings: Timings::default(),
+            pending: None,
         })
     }
 
@@ -222,32 +235,52 @@ impl<'a, M: LanguageModel, D: TokenDecoder + ?Sized> Generator<'a, M, D> {
         &self.generated
     }
 
-    fn prefill(&mut self) -> Result<Event, GenerateError> {
-        let t0 = Instant::now();
-        self.started = Some(t0);
-        if self.conditions.max_new_tokens == Some(0) || self.prompt.len() >= self.limit {
-            return Ok(Event::Done(self.summary(FinishReason::Length, None)));
+    /// What the next step needs: tokens to feed to the model (their last position's logits then
+    /// go to [`complete`](Self::complete)), or an event that needs no model work.
+    pub(crate) fn plan(&mut self) -> Plan {
+        match std::mem::replace(&mut self.state, State::Done) {
+            State::Done => Plan::End,
+            State::Finished { reason, stop } => Plan::Emit(Event::Done(self.summary(reason, stop))),
+            State::Start => {
+                let t0 = Instant::now();
+                self.started = Some(t0);
+                if self.conditions.max_new_tokens == Some(0) || self.prompt.len() >= self.limit {
+                    return Plan::Emit(Event::Done(self.summary(FinishReason::Length, None)));
+                }
+                let reuse = self
+                    .session
+                    .common_prefix_len(&self.prompt)
+                    .min(self.prompt.len() - 1);
+                self.session.truncate(reuse);
+                self.timings.prefill_tokens = self.prompt.len() - reuse;
+                self.pending = Some((true, t0));
+                Plan::Feed(self.prompt[reuse..].to_vec())
+            }
+            State::Decode(last) => {
+                self.pending = Some((false, Instant::now()));
+                Plan::Feed(vec![last])
+            }
         }
-        let reuse = self
-            .session
-            .common_prefix_len(&self.prompt)
-            .min(self.prompt.len() - 1);
-        self.session.truncate(reuse);
-        self.timings.prefill_tokens = self.prompt.len() - reuse;
-        let logits = self
-            .session
-            .forward_last(self.model, &self.prompt[reuse..])?;
-        let event = self.on_logits(logits);
-        self.timings.prefill = t0.elapsed();
+    }
+
+    /// Finish the step [`plan`](Self::plan) asked for, with the logits of the fed tokens' last
+    /// position (or the error of the forward pass).
+    pub(crate) fn complete(
+        &mut self,
+        logits: Result<Vec<f32>, GenerateError>,
+    ) -> Result<Event, GenerateError> {
+        let (prefill, t0) = self.pending.take().unwrap_or((false, Instant::now()));
+        let event = self.on_logits(logits?);
+        if prefill {
+            self.timings.prefill = t0.elapsed();
+        } else {
+            self.timings.decode += t0.elapsed();
+        }
         event
     }
 
-    fn decode(&mut self, last: u32) -> Result<Event, GenerateError> {
-        let t0 = Instant::now();
-        let logits = self.session.forward_last(self.model, &[last])?;
-        let event = self.on_logits(logits);
-        self.timings.decode += t0.elapsed();
-        event
+    pub(crate) fn session_mut(&mut self) -> &mut Session<M> {
+        self.session
     }
 
     /// Sample from `logits`, detokenise, check the stop conditions, set the next state.
@@ -337,12 +370,14 @@ impl<M: LanguageModel, D: TokenDecoder + ?Sized> Iterator for Generator<'_, M, D
 
     fn next(&mut self) -> Option<Self::Item> {
         // Any error leaves the state at Done, so the iterator ends after it.
-        Some(match std::mem::replace(&mut self.state, State::Done) {
-            State::Done => return None,
-            State::Finished { reason, stop } => Ok(Event::Done(self.summary(reason, stop))),
-            State::Start => self.prefill(),
-            State::Decode(last) => self.decode(last),
-        })
+        match self.plan() {
+            Plan::End => None,
+            Plan::Emit(event) => Some(Ok(event)),
+            Plan::Feed(tokens) => {
+                let logits = self.session.forward_last(self.model, &tokens);
+                Some(self.complete(logits))
+            }
+        }
     }
 }
 

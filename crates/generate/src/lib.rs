@@ -111,6 +111,7 @@
 
 #![warn(missing_docs)]
 
+mod batch;
 mod beam;
 pub mod chat;
 mod config;
@@ -124,6 +125,7 @@ mod score;
 mod session;
 mod stop;
 
+pub use batch::generate_batch;
 pub use beam::{BeamConfig, BeamOutput, BeamSequence, EarlyStopping, beam_search};
 pub use config::{GenerationConfig, StopConditions};
 pub use decode::{StreamDecoder, TokenDecoder};

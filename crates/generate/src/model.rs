@@ -44,4 +44,16 @@ pub trait LanguageModel {
     /// row-major (`tokens.len() * vocab_size()` values).
     fn forward_all(&self, tokens: &[u32], cache: &mut Self::Cache)
     -> Result<Vec<f32>, Self::Error>;
+    /// Run several sequences' new tokens, each after the tokens in its own cache, and return
+    /// each sequence's last-position logits. The default runs them one after another; a model
+    /// that packs them into one pass reads its weights once for the whole batch.
+    fn forward_batch(
+        &self,
+        batch: &mut [(&[u32], &mut Self::Cache)],
+    ) -> Result<Vec<Vec<f32>>, Self::Error> {
+        batch
+            .iter_mut()
+            .map(|(tokens, cache)| self.forward_last(tokens, cache))
+            .collect()
+    }
 }

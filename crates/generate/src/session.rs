@@ -137,6 +137,45 @@ impl<M: LanguageModel> Session<M> {
         self.after_forward(before, tokens, result, 1, model.vocab_size())
     }
 
+    /// Feed each session its tokens in one batched forward pass; each gets back its last
+    /// position's logits. On a model error every session is rolled back.
+    pub(crate) fn forward_batch(
+        model: &M,
+        items: &mut [(&[u32], &mut Session<M>)],
+    ) -> Result<Vec<Vec<f32>>, GenerateError> {
+        let before: Vec<usize> = items.iter().map(|(_, s)| s.tokens.len()).collect();
+        let result = {
+            let mut batch: Vec<(&[u32], &mut M::Cache)> =
+                items.iter_mut().map(|(t, s)| (*t, &mut s.cache)).collect();
+            model.forward_batch(&mut batch)
+        };
+        let rows = match result {
+            Ok(rows) if rows.len() == items.len() => rows,
+            other => {
+                for ((_, session), &len) in items.iter_mut().zip(&before) {
+                    session.cache.truncate(len);
+                    session.tokens.truncate(len);
+                }
+                return Err(match other {
+                    Err(e) => GenerateError::model(e),
+                    Ok(rows) => GenerateError::LogitsLength {
+                        expected: items.len(),
+                        actual: rows.len(),
+                    },
+                });
+            }
+        };
+        let vocab = model.vocab_size();
+        items
+            .iter_mut()
+            .zip(before)
+            .zip(rows)
+            .map(|(((tokens, session), before), row)| {
+                session.after_forward(before, tokens, Ok(row), 1, vocab)
+            })
+            .collect()
+    }
+
     /// As [`forward_last`](Self::forward_last), with the logits of every position.
     pub(crate) fn forward_all(
         &mut self,
