@@ -86,6 +86,19 @@ impl QLinear {
     pub fn forward(&self, input: Tensor<3>) -> Tensor<3> {
         match self.weight() {
             LinearWeight::Dense(w) => matmul_transposed(input, w),
+            LinearWeight::Quantized(q)
+                if input.dims()[0] * input.dims()[1] >= DENSE_PREFILL_ROWS =>
+            {
+                // Many activation rows (prefill): the quantized kernels are compute-bound at
+                // about decode speed per row, while dequantising once and using Burn's
+                // register-blocked f32 matmul is several times faster.
+                let device = input.device();
+                let w = Tensor::from_data(
+                    TensorData::new(q.dequantize_all(), [q.rows(), q.cols()]),
+                    &device,
+                );
+                matmul_transposed(input, w)
+            }
             LinearWeight::Quantized(q) => {
                 let [b, t, d_in] = input.dims();
                 let device = input.device();
@@ -120,6 +133,10 @@ impl QLinear {
         }
     }
 }
+
+/// From this many activation rows on, a quantized layer dequantises its weight for the call
+/// and multiplies with Burn's `f32` matmul instead of the quantized kernels.
+pub const DENSE_PREFILL_ROWS: usize = 16;
 
 /// The values of `tensor` on the host as `f32`, in row-major order.
 fn host_f32<const D: usize>(tensor: Tensor<D>) -> Vec<f32> {

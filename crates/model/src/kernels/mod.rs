@@ -316,6 +316,28 @@ impl QuantMatrix {
         }
     }
 
+    /// The whole matrix dequantised to `f32`, `[rows, cols]` row-major (rows split over the
+    /// pool's threads).
+    pub fn dequantize_all(&self) -> Vec<f32> {
+        let mut out = vec![0f32; self.rows * self.cols];
+        let threads = pool::num_threads().max(1);
+        let per_task = self.rows.div_ceil(threads).max(1);
+        let ptr = SyncPtr(out.as_mut_ptr());
+        let work = |task: usize| {
+            let start = task * per_task;
+            let end = ((task + 1) * per_task).min(self.rows);
+            for r in start..end {
+                // SAFETY: tasks cover disjoint rows of `out`, which outlives the call.
+                let row = unsafe {
+                    std::slice::from_raw_parts_mut(ptr.get().add(r * self.cols), self.cols)
+                };
+                self.dequantize_row(r, row);
+            }
+        };
+        pool::run(self.rows.div_ceil(per_task), &work);
+        out
+    }
+
     /// `out[m, rows] = x[m, cols] W^T` computed the slow, obvious way (dequantise each row,
     /// multiply in `f64`): the reference the kernels are tested against.
     pub fn matmul_reference(&self, x: &[f32], m: usize, out: &mut [f32]) {
