@@ -35,7 +35,7 @@ pub struct QLinear {
 #[derive(Debug, Clone)]
 pub enum LinearWeight<'a> {
     /// `f32` on the model's device, `[d_out, d_in]`.
-    Dense(Tensor<2>),
+    Dense(&'a Param<Tensor<2>>),
     /// GGUF blocks on the host, multiplied by the CPU kernels.
     Quantized(&'a QuantMatrix),
 }
@@ -61,7 +61,7 @@ impl QLinear {
     pub fn weight(&self) -> LinearWeight<'_> {
         match (&self.quantized, &self.dense) {
             (Some(q), _) => LinearWeight::Quantized(q),
-            (None, Some(d)) => LinearWeight::Dense(d.val()),
+            (None, Some(d)) => LinearWeight::Dense(d),
             (None, None) => unreachable!("a QLinear is built with one form of weight"),
         }
     }
@@ -85,7 +85,7 @@ impl QLinear {
     /// Apply the layer.
     pub fn forward(&self, input: Tensor<3>) -> Tensor<3> {
         match self.weight() {
-            LinearWeight::Dense(w) => matmul_transposed(input, w),
+            LinearWeight::Dense(w) => matmul_transposed(input, w.val()),
             LinearWeight::Quantized(q)
                 if input.dims()[0] * input.dims()[1] >= DENSE_PREFILL_ROWS =>
             {
@@ -120,7 +120,7 @@ impl QLinear {
             LinearWeight::Dense(w) => {
                 let ids: Vec<i64> = ids.iter().map(|&id| i64::from(id)).collect();
                 let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [1, t]), device);
-                burn::tensor::module::embedding(w, ids)
+                burn::tensor::module::embedding(w.val(), ids)
             }
             LinearWeight::Quantized(q) => {
                 let d = q.cols();
