@@ -15,6 +15,7 @@
 
 pub mod error;
 pub mod gguf;
+pub mod kernels;
 pub mod linear;
 pub mod llama;
 pub mod loader;
@@ -24,3 +25,4 @@ pub mod tokenizer;
 pub use error::ModelError;
 pub use kindle_kv_cache::{KvCache, KvCacheConfig};
 pub use llama::{BatchSequence, Llama, LlamaConfig, LogitsFor};
+pub use loader::{LoadOptions, WeightFormat};

@@ -1,12 +1,20 @@
 //! The one seam through which every weight matrix of the transformer is applied.
 //!
-//! A [`QLinear`] holds the weight in the layout GGUF stores it (`[out, in]`, rows are output
-//! features). Today the weight is dequantised to `f32` at load and multiplied with Burn's
-//! `matmul`; faster kernels that read quantized blocks directly slot in here without touching
-//! the rest of the model.
+//! A [`QLinear`] holds a weight in the layout GGUF stores it (`[out, in]`, rows are output
+//! features), in one of two forms (see [`LinearWeight`]):
+//! - **dense**: an `f32` Burn tensor multiplied with Burn's `matmul` (any device: the form
+//!   for GPUs, and the fallback);
+//! - **quantized**: a [`QuantMatrix`] of GGUF blocks, multiplied on the host by the fused
+//!   dequantise-and-multiply kernels of [`crate::kernels`] (CPU devices).
+//!
+//! The same type also serves as the token embedding ([`QLinear::embed`]), so a tied output
+//! head and the embedding lookup share one (quantized) table.
 
 use burn::module::Param;
 use burn::prelude::*;
+use burn::tensor::TensorData;
+
+use crate::kernels::QuantMatrix;
 
 /// A bias-free linear layer `y = x W^T`.
 ///
@@ -16,32 +24,127 @@ use burn::prelude::*;
 /// - output: `[batch, seq, d_out]`
 #[derive(Module, Debug)]
 pub struct QLinear {
-    /// The weight, `[d_out, d_in]`.
-    pub weight: Param<Tensor<2>>,
+    /// The weight as an `f32` tensor `[d_out, d_in]`, when dense.
+    dense: Option<Param<Tensor<2>>>,
+    /// The weight in its GGUF encoding, when quantized.
+    #[module(skip)]
+    quantized: Option<QuantMatrix>,
+}
+
+/// The form a [`QLinear`]'s weight takes.
+#[derive(Debug, Clone)]
+pub enum LinearWeight<'a> {
+    /// `f32` on the model's device, `[d_out, d_in]`.
+    Dense(&'a Param<Tensor<2>>),
+    /// GGUF blocks on the host, multiplied by the CPU kernels.
+    Quantized(&'a QuantMatrix),
 }
 
 impl QLinear {
-    /// A layer from a `[d_out, d_in]` weight tensor.
+    /// A dense layer from a `[d_out, d_in]` weight tensor.
     pub fn new(weight: Tensor<2>) -> Self {
         QLinear {
-            weight: Param::from_tensor(weight),
+            dense: Some(Param::from_tensor(weight)),
+            quantized: None,
+        }
+    }
+
+    /// A layer applying `matrix` (`rows` = `d_out`) with the quantized CPU kernels.
+    pub fn quantized(matrix: QuantMatrix) -> Self {
+        QLinear {
+            dense: None,
+            quantized: Some(matrix),
+        }
+    }
+
+    /// The weight.
+    pub fn weight(&self) -> LinearWeight<'_> {
+        match (&self.quantized, &self.dense) {
+            (Some(q), _) => LinearWeight::Quantized(q),
+            (None, Some(d)) => LinearWeight::Dense(d),
+            (None, None) => unreachable!("a QLinear is built with one form of weight"),
         }
     }
 
     /// Output features.
     pub fn d_out(&self) -> usize {
-        self.weight.dims()[0]
+        match self.weight() {
+            LinearWeight::Dense(w) => w.dims()[0],
+            LinearWeight::Quantized(q) => q.rows(),
+        }
     }
 
     /// Input features.
     pub fn d_in(&self) -> usize {
-        self.weight.dims()[1]
+        match self.weight() {
+            LinearWeight::Dense(w) => w.dims()[1],
+            LinearWeight::Quantized(q) => q.cols(),
+        }
     }
 
     /// Apply the layer.
     pub fn forward(&self, input: Tensor<3>) -> Tensor<3> {
-        matmul_transposed(input, self.weight.val())
+        match self.weight() {
+            LinearWeight::Dense(w) => matmul_transposed(input, w.val()),
+            LinearWeight::Quantized(q)
+                if input.dims()[0] * input.dims()[1] >= DENSE_PREFILL_ROWS =>
+            {
+                // Many activation rows (prefill): the quantized kernels are compute-bound at
+                // about decode speed per row, while dequantising once and using Burn's
+                // register-blocked f32 matmul is several times faster.
+                let device = input.device();
+                let w = Tensor::from_data(
+                    TensorData::new(q.dequantize_all(), [q.rows(), q.cols()]),
+                    &device,
+                );
+                matmul_transposed(input, w)
+            }
+            LinearWeight::Quantized(q) => {
+                let [b, t, d_in] = input.dims();
+                let device = input.device();
+                let x = host_f32(input);
+                debug_assert_eq!(x.len(), b * t * d_in);
+                let mut out = vec![0f32; b * t * q.rows()];
+                q.matmul(&x, b * t, &mut out);
+                Tensor::from_data(TensorData::new(out, [b, t, q.rows()]), &device)
+            }
+        }
     }
+
+    /// Rows `ids` of the weight, as a `[1, ids.len(), d_in]` tensor on `device`: the lookup
+    /// of a token embedding stored as `[vocab, d_model]`. Ids must be below
+    /// [`d_out`](Self::d_out) (the caller checks them).
+    pub fn embed(&self, ids: &[u32], device: &Device) -> Tensor<3> {
+        let t = ids.len();
+        match self.weight() {
+            LinearWeight::Dense(w) => {
+                let ids: Vec<i64> = ids.iter().map(|&id| i64::from(id)).collect();
+                let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [1, t]), device);
+                burn::tensor::module::embedding(w.val(), ids)
+            }
+            LinearWeight::Quantized(q) => {
+                let d = q.cols();
+                let mut out = vec![0f32; t * d];
+                for (row, &id) in out.chunks_exact_mut(d).zip(ids) {
+                    q.dequantize_row(id as usize, row);
+                }
+                Tensor::from_data(TensorData::new(out, [1, t, d]), device)
+            }
+        }
+    }
+}
+
+/// From this many activation rows on, a quantized layer dequantises its weight for the call
+/// and multiplies with Burn's `f32` matmul instead of the quantized kernels.
+pub const DENSE_PREFILL_ROWS: usize = 16;
+
+/// The values of `tensor` on the host as `f32`, in row-major order.
+fn host_f32<const D: usize>(tensor: Tensor<D>) -> Vec<f32> {
+    tensor
+        .into_data()
+        .convert::<f32>()
+        .try_into_vec::<f32>()
+        .expect("converted to f32")
 }
 
 /// `input W^T` for a `[d_out, d_in]` weight, computed as one 2-D product: Burn's flex backend

@@ -9,12 +9,12 @@ use burn::module::Param;
 use burn::prelude::*;
 use burn::tensor::TensorData;
 use burn::tensor::activation::silu;
-use burn::tensor::module::{attention, embedding};
+use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 use kindle_kv_cache::{KvCache, KvCacheConfig};
 
 use crate::error::ModelError;
-use crate::linear::{QLinear, matmul_transposed};
+use crate::linear::QLinear;
 
 /// Hyperparameters of a Llama-family model.
 #[derive(Config, Debug, PartialEq)]
@@ -137,7 +137,7 @@ impl LlamaConfig {
         };
         let (d, hd) = (self.d_model, self.head_dim());
         let w = 1.0 / (d as f32).sqrt();
-        let embedding = tensor([self.vocab_size, d], 1.0);
+        let embedding = QLinear::new(tensor([self.vocab_size, d], 1.0));
         let layers = (0..self.n_layers)
             .map(|_| Block {
                 attn_norm: RmsNorm::new(Tensor::ones([d], device), self.rms_eps),
@@ -293,7 +293,8 @@ pub enum LogitsFor {
 /// A Llama-family model.
 #[derive(Module, Debug)]
 pub struct Llama {
-    embedding: Param<Tensor<2>>,
+    /// The token embedding `[vocab, d_model]`, also the output head when tied.
+    embedding: QLinear,
     layers: Vec<Block>,
     norm: RmsNorm,
     output: Option<QLinear>,
@@ -302,16 +303,17 @@ pub struct Llama {
 }
 
 impl Llama {
-    /// Assemble a model from its parts. `output` is `None` for a head tied to the embedding.
+    /// Assemble a model from its parts. `embedding` is `[vocab, d_model]`; `output` is `None`
+    /// for a head tied to the embedding.
     pub fn from_parts(
         config: LlamaConfig,
-        embedding: Tensor<2>,
+        embedding: QLinear,
         layers: Vec<Block>,
         norm: RmsNorm,
         output: Option<QLinear>,
     ) -> Self {
         Llama {
-            embedding: Param::from_tensor(embedding),
+            embedding,
             layers,
             norm,
             output,
@@ -326,7 +328,7 @@ impl Llama {
 
     /// The device the weights live on.
     pub fn device(&self) -> Device {
-        self.embedding.val().device()
+        self.norm.gamma.val().device()
     }
 
     /// A fresh, empty KV cache for up to `capacity` tokens on the model's device.
@@ -416,12 +418,11 @@ impl Llama {
             seq.cache.check_fits(seq.tokens.len())?;
             spans.push((ids.len(), seq.tokens.len()));
             positions.extend(seq.cache.len()..seq.cache.len() + seq.tokens.len());
-            ids.extend(seq.tokens.iter().map(|&t| t as i64));
+            ids.extend_from_slice(seq.tokens);
         }
         let device = self.device();
         let n = ids.len();
-        let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [1, n]), &device);
-        let mut x = embedding(self.embedding.val(), ids);
+        let mut x = self.embedding.embed(&ids, &device);
 
         let rope = Rope::new(&positions, config.head_dim(), config.rope_theta, &device);
         for (index, block) in self.layers.iter().enumerate() {
@@ -441,7 +442,7 @@ impl Llama {
         let x = self.norm.forward(x);
         Ok(match &self.output {
             Some(head) => head.forward(x),
-            None => matmul_transposed(x, self.embedding.val()),
+            None => self.embedding.forward(x),
         })
     }
 

@@ -6,6 +6,7 @@ use burn::tensor::TensorData;
 
 use crate::error::ModelError;
 use crate::gguf::GgufFile;
+use crate::kernels::{self, QuantMatrix};
 use crate::linear::QLinear;
 use crate::llama::{Block, Llama, LlamaConfig, RmsNorm};
 
@@ -147,6 +148,46 @@ fn check_shape(file: &GgufFile, name: &str, expected: &[u64]) -> Result<(), Mode
     Ok(())
 }
 
+/// How a model's weight matrices are held in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightFormat {
+    /// In their GGUF encoding, read in place from the (memory-mapped) file and multiplied by
+    /// the CPU kernels of [`crate::kernels`]. Tensor types without a kernel are dequantised.
+    Quantized,
+    /// Dequantised to `f32` Burn tensors on the device.
+    DenseF32,
+}
+
+impl WeightFormat {
+    /// The natural format for `device`: quantized on CPU backends (flex, ndarray), where
+    /// the fused kernels beat an `f32` matmul, dense elsewhere.
+    // burn-ndarray is deprecated in Burn, but it is still a CPU backend kindle can run on.
+    #[allow(deprecated)]
+    pub fn for_device(device: &Device) -> Self {
+        if *device == Device::flex() || *device == Device::ndarray() {
+            WeightFormat::Quantized
+        } else {
+            WeightFormat::DenseF32
+        }
+    }
+}
+
+/// Options for [`Llama::from_gguf_with`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// How the weight matrices (and the token embedding) are held.
+    pub weights: WeightFormat,
+}
+
+impl LoadOptions {
+    /// The defaults for `device` (see [`WeightFormat::for_device`]).
+    pub fn for_device(device: &Device) -> Self {
+        LoadOptions {
+            weights: WeightFormat::for_device(device),
+        }
+    }
+}
+
 /// Dequantise tensor `name` into a Burn tensor of the given (row-major) shape.
 fn load<const D: usize>(
     file: &GgufFile,
@@ -158,15 +199,53 @@ fn load<const D: usize>(
     Ok(Tensor::from_data(TensorData::new(values, shape), device))
 }
 
+/// The `[d_out, d_in]` matrix `name` as a layer in `format` (shape checked by the config).
+fn load_linear(
+    file: &GgufFile,
+    name: &str,
+    [d_out, d_in]: [usize; 2],
+    format: WeightFormat,
+    device: &Device,
+) -> Result<QLinear, ModelError> {
+    let info = file
+        .tensor(name)
+        .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+    if format == WeightFormat::Quantized && kernels::supports(info.ty) {
+        // The shape was checked against the hyperparameters, so this cannot fail; fall back
+        // to a dense weight all the same rather than panic.
+        if let Ok(matrix) = QuantMatrix::from_gguf(file, info)
+            && matrix.rows() == d_out
+            && matrix.cols() == d_in
+        {
+            return Ok(QLinear::quantized(matrix));
+        }
+    }
+    Ok(QLinear::new(load(file, name, [d_out, d_in], device)?))
+}
+
 impl Llama {
-    /// Load a llama-architecture model from a GGUF file onto `device`, dequantising the weights
-    /// to `f32`.
+    /// Load a llama-architecture model from a GGUF file onto `device`, with the weight format
+    /// natural for the device ([`LoadOptions::for_device`]): quantized weights read in place
+    /// from the file on CPU backends, `f32` tensors elsewhere.
     pub fn from_gguf(file: &GgufFile, device: &Device) -> Result<Self, ModelError> {
+        Self::from_gguf_with(file, device, LoadOptions::for_device(device))
+    }
+
+    /// Load a llama-architecture model from a GGUF file onto `device` as `options` say.
+    ///
+    /// Quantized weights keep the file's storage (its memory map) alive through shared
+    /// handles, so `file` may be dropped afterwards.
+    pub fn from_gguf_with(
+        file: &GgufFile,
+        device: &Device,
+        options: LoadOptions,
+    ) -> Result<Self, ModelError> {
         let config = LlamaConfig::from_gguf(file)?;
         let (d, hd, ff) = (config.d_model, config.head_dim(), config.d_ff);
         let (h, hkv) = (config.n_heads, config.n_kv_heads);
+        let format = options.weights;
         let linear = |name: String, d_out: usize, d_in: usize| -> Result<QLinear, ModelError> {
-            Ok(QLinear::new(load(file, &name, [d_out, d_in], device)?))
+            load_linear(file, &name, [d_out, d_in], format, device)
         };
         let norm = |name: String| -> Result<RmsNorm, ModelError> {
             Ok(RmsNorm::new(
@@ -189,7 +268,7 @@ impl Llama {
                 linear(format!("{p}ffn_down.weight"), d, ff)?,
             ));
         }
-        let embedding = load(file, "token_embd.weight", [config.vocab_size, d], device)?;
+        let embedding = linear("token_embd.weight".into(), config.vocab_size, d)?;
         let output = if config.tied_embeddings {
             None
         } else {

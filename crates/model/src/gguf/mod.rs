@@ -32,7 +32,9 @@ mod value;
 pub mod writer;
 
 pub use error::GgufError;
-pub use reader::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, GgufFile, MAX_ALIGNMENT, TensorInfo};
+pub use reader::{
+    ALIGNMENT_KEY, DEFAULT_ALIGNMENT, GgufFile, MAX_ALIGNMENT, SharedBytes, TensorInfo,
+};
 pub use value::MetadataValue;
 pub use writer::GgufWriter;
 

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
 use std::path::Path;
+use std::sync::Arc;
 
 use super::error::GgufError;
 use super::value::{MetadataValue, min_encoded_size, type_id, type_id_name};
@@ -98,13 +99,40 @@ impl Storage {
     }
 }
 
+/// A byte range of a GGUF file that keeps the file's storage alive (see
+/// [`GgufFile::shared_tensor_bytes`]); dereferences to `&[u8]`.
+#[derive(Clone)]
+pub struct SharedBytes {
+    storage: Arc<Storage>,
+    start: usize,
+    len: usize,
+}
+
+impl std::ops::Deref for SharedBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        // The range was taken from a slice of this same storage.
+        &self.storage.as_slice()[self.start..self.start + self.len]
+    }
+}
+
+impl fmt::Debug for SharedBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedBytes")
+            .field("start", &self.start)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
 /// A parsed, validated GGUF file (versions 2 and 3).
 ///
 /// Parsing checks every count, length, shape and offset against the size of the file, so a
 /// `GgufFile` only exists for a file whose metadata is well formed and whose tensors all lie,
 /// aligned and without overlapping, inside the data section.
 pub struct GgufFile {
-    bytes: Storage,
+    bytes: Arc<Storage>,
     version: u32,
     alignment: u32,
     metadata: Vec<(String, MetadataValue)>,
@@ -157,7 +185,7 @@ impl GgufFile {
     fn parse(bytes: Storage) -> Result<GgufFile, GgufError> {
         let p = parse(bytes.as_slice())?;
         Ok(GgufFile {
-            bytes,
+            bytes: Arc::new(bytes),
             version: p.version,
             alignment: p.alignment,
             metadata: p.metadata,
@@ -325,6 +353,20 @@ impl GgufFile {
         range
             .and_then(|r| self.bytes.as_slice().get(r))
             .unwrap_or(&[])
+    }
+
+    /// The data of `info` as a cheaply clonable handle that keeps the file's bytes (its memory
+    /// map) alive: what weight matrices that read quantized blocks in place hold on to.
+    /// Empty, like [`GgufFile::tensor_bytes`], for an info whose data does not lie in this file.
+    pub fn shared_tensor_bytes(&self, info: &TensorInfo) -> SharedBytes {
+        let bytes = self.tensor_bytes(info);
+        let base = self.bytes.as_slice().as_ptr() as usize;
+        let start = (bytes.as_ptr() as usize).saturating_sub(base);
+        SharedBytes {
+            storage: Arc::clone(&self.bytes),
+            start,
+            len: bytes.len(),
+        }
     }
 
     /// The data of the tensor named `name`, or an error naming it.

@@ -1,0 +1,113 @@
+//! Throughput of the quantized matrix kernels, in GB/s of weight bytes read, next to a plain
+//! memory-read baseline.
+//!
+//! `cargo bench -p kindle-model --bench kernels`
+
+use std::hint::black_box;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use kindle_model::kernels::{ActivationFormat, QuantMatrix, WeightBytes};
+use kindle_model::quant::GgmlType;
+
+/// A matrix of pseudo-random blocks with finite scales.
+fn matrix(ty: GgmlType, rows: usize, cols: usize) -> QuantMatrix {
+    let (block, size) = (ty.block_size(), ty.type_size());
+    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    let mut bytes = Vec::with_capacity(rows * cols / block * size);
+    let scale = half::f16::from_f32(0.01).to_bits().to_le_bytes();
+    for _ in 0..rows * cols / block {
+        let start = bytes.len();
+        bytes.extend((0..size).map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 32) as u8
+        }));
+        let b = &mut bytes[start..];
+        match ty {
+            GgmlType::Q6_K => b[208..210].copy_from_slice(&scale),
+            GgmlType::Q4_1 | GgmlType::Q4_K | GgmlType::Q5_K => {
+                b[0..2].copy_from_slice(&scale);
+                b[2..4].copy_from_slice(&scale);
+            }
+            _ => b[0..2].copy_from_slice(&scale),
+        }
+    }
+    QuantMatrix::new(ty, rows, cols, WeightBytes::owned(bytes)).expect("whole blocks")
+}
+
+fn bench_product(
+    c: &mut Criterion,
+    name: &str,
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    m: usize,
+    formats: &[ActivationFormat],
+) {
+    let w = matrix(ty, rows, cols);
+    let x: Vec<f32> = (0..m * cols)
+        .map(|i| ((i % 97) as f32 - 48.0) / 50.0)
+        .collect();
+    let mut y = vec![0f32; m * rows];
+    let mut group = c.benchmark_group(name);
+    group.throughput(Throughput::Bytes(w.n_bytes() as u64));
+    for &format in formats {
+        group.bench_function(format!("{format:?}"), |b| {
+            b.iter(|| w.matmul_with(black_box(&x), m, &mut y, format))
+        });
+    }
+    group.finish();
+}
+
+fn kernels(c: &mut Criterion) {
+    use ActivationFormat::{F32, Int8};
+    let both = [Int8, F32];
+    // Decode shapes of SmolLM2-135M: attention/FFN projections and the tied Q8_0 head.
+    bench_product(c, "q4_1_576x1536_m1", GgmlType::Q4_1, 1536, 576, 1, &both);
+    bench_product(c, "q4_1_1536x576_m1", GgmlType::Q4_1, 576, 1536, 1, &both);
+    bench_product(c, "q8_0_49152x576_m1", GgmlType::Q8_0, 49152, 576, 1, &both);
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+    ] {
+        let name = format!("{}_1536x576_m1", ty.name().to_lowercase());
+        bench_product(c, &name, ty, 1536, 768, 1, &both);
+    }
+    // Prefill: 64 activation rows per weight pass.
+    bench_product(c, "q4_1_1536x576_m64", GgmlType::Q4_1, 1536, 576, 64, &both);
+    bench_product(
+        c,
+        "q4_k_1536x768_m64",
+        GgmlType::Q4_K,
+        1536,
+        768,
+        64,
+        &[F32],
+    );
+}
+
+fn memory_baseline(c: &mut Criterion) {
+    let buffer: Vec<u64> = (0..(256usize << 20) / 8).map(|i| i as u64).collect();
+    let mut group = c.benchmark_group("memory_read_256MB");
+    group.throughput(Throughput::Bytes((buffer.len() * 8) as u64));
+    group.sample_size(10);
+    group.bench_function("sum_u64", |b| {
+        b.iter(|| {
+            // Eight independent sums so the loop is bound by loads, not by an add chain.
+            let mut acc = [0u64; 8];
+            for chunk in black_box(&buffer).chunks_exact(8) {
+                for k in 0..8 {
+                    acc[k] = acc[k].wrapping_add(chunk[k]);
+                }
+            }
+            acc.iter().fold(0u64, |a, &b| a.wrapping_add(b))
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, kernels, memory_baseline);
+criterion_main!(benches);

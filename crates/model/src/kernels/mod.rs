@@ -1,0 +1,371 @@
+//! CPU matrix kernels that read GGUF quantized weights in place.
+//!
+//! A [`QuantMatrix`] is a weight of `rows` output features, each row `cols` input values stored
+//! as whole GGUF blocks (`Q4_0`, `Q4_1`, `Q8_0`, `Q4_K`, `Q5_K`, `Q6_K`, or plain `F32`/`F16`).
+//! [`QuantMatrix::matmul`] computes `y[m, rows] = x[m, cols] W^T` without ever materialising
+//! `W` in `f32`: decode (`m = 1`) is a matrix-vector product bound by how fast the weight
+//! bytes stream from memory, so reading 4.5-bit blocks instead of 32-bit floats is the win.
+//!
+//! Two activation formats, chosen by [`ActivationFormat`]:
+//! - [`ActivationFormat::Int8`] (the default, as llama.cpp does): each activation row is
+//!   quantized to 8 bits per 32-value block with an `f32` scale, and a weight block times an
+//!   activation block is an integer dot product (AVX2 `maddubs`), scaled once per block.
+//!   Used for `Q4_0`, `Q4_1` and `Q8_0`; other types fall back to the `f32` path.
+//! - [`ActivationFormat::F32`]: each weight block is dequantised in registers and multiplied
+//!   with the `f32` activations (FMA).
+//!
+//! The work is split over output rows between the threads of a small persistent pool (see
+//! [`set_num_threads`]); `m > 1` walks a tile of weight rows against every activation row so
+//! each weight byte comes from memory once.
+//!
+//! ```
+//! use kindle_model::kernels::{QuantMatrix, WeightBytes};
+//! use kindle_model::quant::GgmlType;
+//!
+//! // A 2 x 32 Q8_0 matrix: each row is one block (f16 scale 1.0, then 32 signed quants).
+//! let mut bytes = Vec::new();
+//! for row in 0..2i8 {
+//!     bytes.extend_from_slice(&half::f16::from_f32(1.0).to_bits().to_le_bytes());
+//!     bytes.extend((0..32).map(|_| (row + 1) as u8));
+//! }
+//! let w = QuantMatrix::new(GgmlType::Q8_0, 2, 32, WeightBytes::owned(bytes)).unwrap();
+//! let x = vec![0.5f32; 32];
+//! let mut y = vec![0.0; 2];
+//! w.matmul(&x, 1, &mut y);
+//! assert!((y[0] - 16.0).abs() < 0.1 && (y[1] - 32.0).abs() < 0.2);
+//! ```
+
+mod dot;
+mod pool;
+mod q8;
+#[cfg(test)]
+mod tests;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use std::fmt;
+use std::sync::Arc;
+
+use thiserror::Error;
+
+use crate::gguf::{GgufFile, SharedBytes, TensorInfo};
+use crate::quant::GgmlType;
+
+pub use pool::{num_threads, set_num_threads};
+pub use q8::{BlockQ8, quantize_row_q8};
+
+/// Why a [`QuantMatrix`] could not be built.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum KernelError {
+    /// The element type has no kernel.
+    #[error("no matrix kernel for tensor type {0:?}")]
+    UnsupportedType(GgmlType),
+    /// The row length is not a whole number of blocks.
+    #[error("row length {cols} is not a multiple of the {ty:?} block size {block}")]
+    PartialBlock {
+        /// The element type.
+        ty: GgmlType,
+        /// The row length.
+        cols: usize,
+        /// The type's block size.
+        block: usize,
+    },
+    /// The byte count does not match the shape.
+    #[error("{ty:?} matrix of {rows} x {cols} needs {expected} bytes, got {got}")]
+    SizeMismatch {
+        /// The element type.
+        ty: GgmlType,
+        /// Rows (output features).
+        rows: usize,
+        /// Columns (input features).
+        cols: usize,
+        /// Bytes the shape needs.
+        expected: usize,
+        /// Bytes given.
+        got: usize,
+    },
+}
+
+/// Which form the activations take in the inner product (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ActivationFormat {
+    /// 8-bit activations per 32-value block, integer dot products (falls back to `F32` for
+    /// weight types without an integer kernel).
+    #[default]
+    Int8,
+    /// `f32` activations, weights dequantised in registers.
+    F32,
+}
+
+/// The bytes of a weight: a range of a (memory-mapped) GGUF file or an owned buffer.
+#[derive(Clone)]
+pub enum WeightBytes {
+    /// Borrowed from a GGUF file, which stays mapped while any of its ranges is alive.
+    Mapped(SharedBytes),
+    /// Owned by the matrix.
+    Owned(Arc<[u8]>),
+}
+
+impl WeightBytes {
+    /// Owned bytes.
+    pub fn owned(bytes: Vec<u8>) -> Self {
+        WeightBytes::Owned(bytes.into())
+    }
+
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            WeightBytes::Mapped(b) => b,
+            WeightBytes::Owned(b) => b,
+        }
+    }
+}
+
+impl fmt::Debug for WeightBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WeightBytes::Mapped(b) => write!(f, "Mapped({} bytes)", b.len()),
+            WeightBytes::Owned(b) => write!(f, "Owned({} bytes)", b.len()),
+        }
+    }
+}
+
+/// Whether `ty` has a matrix kernel.
+pub fn supports(ty: GgmlType) -> bool {
+    use GgmlType::*;
+    matches!(ty, F32 | F16 | Q4_0 | Q4_1 | Q8_0 | Q4_K | Q5_K | Q6_K)
+}
+
+/// A weight matrix `[rows, cols]` (rows are output features) kept in its GGUF encoding.
+#[derive(Clone, Debug)]
+pub struct QuantMatrix {
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    row_bytes: usize,
+    data: WeightBytes,
+}
+
+impl QuantMatrix {
+    /// A matrix of `rows` rows of `cols` values of type `ty`, stored row after row in `data`.
+    pub fn new(
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        data: WeightBytes,
+    ) -> Result<Self, KernelError> {
+        if !supports(ty) {
+            return Err(KernelError::UnsupportedType(ty));
+        }
+        let block = ty.block_size();
+        if !cols.is_multiple_of(block) {
+            return Err(KernelError::PartialBlock { ty, cols, block });
+        }
+        let row_bytes = cols / block * ty.type_size();
+        let expected = row_bytes.saturating_mul(rows);
+        let got = data.as_slice().len();
+        if expected != got {
+            return Err(KernelError::SizeMismatch {
+                ty,
+                rows,
+                cols,
+                expected,
+                got,
+            });
+        }
+        Ok(QuantMatrix {
+            ty,
+            rows,
+            cols,
+            row_bytes,
+            data,
+        })
+    }
+
+    /// The 2-D tensor `info` of `file` (GGUF dims `[cols, rows]`), reading its bytes in place.
+    pub fn from_gguf(file: &GgufFile, info: &TensorInfo) -> Result<Self, KernelError> {
+        let (rows, cols) = info.shape_rows_cols();
+        let (rows, cols) = (
+            usize::try_from(rows).unwrap_or(usize::MAX),
+            usize::try_from(cols).unwrap_or(usize::MAX),
+        );
+        Self::new(
+            info.ty,
+            rows,
+            cols,
+            WeightBytes::Mapped(file.shared_tensor_bytes(info)),
+        )
+    }
+
+    /// The element type.
+    pub fn ty(&self) -> GgmlType {
+        self.ty
+    }
+
+    /// Rows (output features).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Columns (input features).
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Bytes of weight data (what one product reads).
+    pub fn n_bytes(&self) -> usize {
+        self.row_bytes * self.rows
+    }
+
+    /// The encoded bytes of row `r`.
+    ///
+    /// # Panics
+    /// If `r >= rows`.
+    pub fn row_bytes(&self, r: usize) -> &[u8] {
+        &self.data.as_slice()[r * self.row_bytes..(r + 1) * self.row_bytes]
+    }
+
+    /// Dequantise row `r` into `out` (`cols` values).
+    ///
+    /// # Panics
+    /// If `r >= rows` or `out.len() != cols`.
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        assert_eq!(out.len(), self.cols, "output row length");
+        crate::quant::dequantize(self.ty, self.row_bytes(r), out)
+            .expect("shape checked at construction");
+    }
+
+    /// `out[m, rows] = x[m, cols] W^T` with the default [`ActivationFormat`].
+    ///
+    /// # Panics
+    /// If `x.len() != m * cols` or `out.len() != m * rows`.
+    pub fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) {
+        self.matmul_with(x, m, out, ActivationFormat::default());
+    }
+
+    /// `out[m, rows] = x[m, cols] W^T` with activations in `format`.
+    ///
+    /// # Panics
+    /// If `x.len() != m * cols` or `out.len() != m * rows`.
+    pub fn matmul_with(&self, x: &[f32], m: usize, out: &mut [f32], format: ActivationFormat) {
+        self.matmul_kernel(x, m, out, dot::Kernel::select(self.ty, format));
+    }
+
+    fn matmul_kernel(&self, x: &[f32], m: usize, out: &mut [f32], kernel: dot::Kernel) {
+        assert_eq!(x.len(), m * self.cols, "activation length");
+        assert_eq!(out.len(), m * self.rows, "output length");
+        if m == 0 || self.rows == 0 {
+            return;
+        }
+        let q8: Vec<BlockQ8> = if kernel.int8() {
+            x.chunks_exact(self.cols)
+                .flat_map(quantize_row_q8)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let acts = dot::Activations {
+            f32: x,
+            q8: &q8,
+            cols: self.cols,
+            m,
+        };
+        let data = self.data.as_slice();
+        let row_bytes = self.row_bytes;
+        // Results are computed transposed (`[rows, m]`) so each thread owns a contiguous range.
+        let mut transposed = if m == 1 {
+            Vec::new()
+        } else {
+            vec![0f32; self.rows * m]
+        };
+        let target: &mut [f32] = if m == 1 { out } else { &mut transposed };
+        let threads = pool::num_threads().max(1);
+        // Keep at least a few thousand multiply-adds per task, rows a multiple of 4.
+        let min_rows = (16_384 / (self.cols * m).max(1)).max(4);
+        let per_task = self
+            .rows
+            .div_ceil(threads)
+            .max(min_rows)
+            .next_multiple_of(4);
+        let n_tasks = self.rows.div_ceil(per_task);
+        let target_ptr = SyncPtr(target.as_mut_ptr());
+        let work = |task: usize| {
+            let start = task * per_task;
+            if start >= self.rows {
+                return;
+            }
+            let end = (start + per_task).min(self.rows);
+            // SAFETY: tasks cover disjoint row ranges of `target`, which outlives the call.
+            let chunk = unsafe {
+                std::slice::from_raw_parts_mut(target_ptr.get().add(start * m), (end - start) * m)
+            };
+            kernel.rows(
+                &data[start * row_bytes..end * row_bytes],
+                row_bytes,
+                &acts,
+                chunk,
+            );
+        };
+        pool::run(n_tasks, &work);
+        if m > 1 {
+            for (r, row) in transposed.chunks_exact(m).enumerate() {
+                for (j, &v) in row.iter().enumerate() {
+                    out[j * self.rows + r] = v;
+                }
+            }
+        }
+    }
+
+    /// The whole matrix dequantised to `f32`, `[rows, cols]` row-major (rows split over the
+    /// pool's threads).
+    pub fn dequantize_all(&self) -> Vec<f32> {
+        let mut out = vec![0f32; self.rows * self.cols];
+        let threads = pool::num_threads().max(1);
+        let per_task = self.rows.div_ceil(threads).max(1);
+        let ptr = SyncPtr(out.as_mut_ptr());
+        let work = |task: usize| {
+            let start = task * per_task;
+            let end = ((task + 1) * per_task).min(self.rows);
+            for r in start..end {
+                // SAFETY: tasks cover disjoint rows of `out`, which outlives the call.
+                let row = unsafe {
+                    std::slice::from_raw_parts_mut(ptr.get().add(r * self.cols), self.cols)
+                };
+                self.dequantize_row(r, row);
+            }
+        };
+        pool::run(self.rows.div_ceil(per_task), &work);
+        out
+    }
+
+    /// `out[m, rows] = x[m, cols] W^T` computed the slow, obvious way (dequantise each row,
+    /// multiply in `f64`): the reference the kernels are tested against.
+    pub fn matmul_reference(&self, x: &[f32], m: usize, out: &mut [f32]) {
+        assert_eq!(x.len(), m * self.cols, "activation length");
+        assert_eq!(out.len(), m * self.rows, "output length");
+        let mut row = vec![0f32; self.cols];
+        for r in 0..self.rows {
+            self.dequantize_row(r, &mut row);
+            for j in 0..m {
+                let xs = &x[j * self.cols..(j + 1) * self.cols];
+                let dot: f64 = row.iter().zip(xs).map(|(&w, &v)| w as f64 * v as f64).sum();
+                out[j * self.rows + r] = dot as f32;
+            }
+        }
+    }
+}
+
+/// A raw pointer handed to the pool's threads, each writing a disjoint range.
+#[derive(Clone, Copy)]
+struct SyncPtr(*mut f32);
+
+impl SyncPtr {
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+// SAFETY: used only to write disjoint ranges from the pool's threads while the owner waits.
+unsafe impl Send for SyncPtr {}
+// SAFETY: as above.
+unsafe impl Sync for SyncPtr {}

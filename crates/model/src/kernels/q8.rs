@@ -1,0 +1,40 @@
+//! 8-bit quantization of activations, 32 values per block (like ggml's `Q8_1`, with `f32`
+//! scales).
+
+/// 32 activations quantized to 8 bits: `x[i] ~= d * qs[i]`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[repr(C, align(8))]
+pub struct BlockQ8 {
+    /// The scale: the block's largest magnitude over 127.
+    pub d: f32,
+    /// `d * sum(qs)`: what a weight block's offset (`Q4_1`'s min) multiplies.
+    pub s: f32,
+    /// The quants, in `-127..=127`.
+    pub qs: [i8; 32],
+}
+
+/// Quantize a row (a multiple of 32 values) into blocks, rounding to nearest as ggml does.
+///
+/// # Panics
+/// If the row length is not a multiple of 32.
+pub fn quantize_row_q8(row: &[f32]) -> Vec<BlockQ8> {
+    assert!(row.len().is_multiple_of(32), "row length multiple of 32");
+    row.chunks_exact(32)
+        .map(|x| {
+            let amax = x.iter().fold(0f32, |a, &v| a.max(v.abs()));
+            let d = amax / 127.0;
+            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+            let mut qs = [0i8; 32];
+            let mut sum = 0i32;
+            for (q, &v) in qs.iter_mut().zip(x) {
+                *q = (v * id).round() as i8;
+                sum += i32::from(*q);
+            }
+            BlockQ8 {
+                d,
+                s: d * sum as f32,
+                qs,
+            }
+        })
+        .collect()
+}

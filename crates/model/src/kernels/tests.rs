@@ -1,0 +1,199 @@
+use super::dot::Kernel;
+use super::*;
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    /// Uniform in [-1, 1).
+    fn float(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+    fn byte(&mut self) -> u8 {
+        (self.next() >> 32) as u8
+    }
+}
+
+fn f16_bytes(v: f32) -> [u8; 2] {
+    half::f16::from_f32(v).to_bits().to_le_bytes()
+}
+
+/// Random blocks with finite, modest scales.
+fn random_matrix(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> QuantMatrix {
+    let n = rows * cols;
+    let bytes = match ty {
+        GgmlType::F32 => (0..n).flat_map(|_| rng.float().to_le_bytes()).collect(),
+        GgmlType::F16 => (0..n).flat_map(|_| f16_bytes(rng.float())).collect(),
+        _ => {
+            let (block, size) = (ty.block_size(), ty.type_size());
+            let mut bytes = Vec::new();
+            for _ in 0..n / block {
+                let mut b: Vec<u8> = (0..size).map(|_| rng.byte()).collect();
+                let mut put = |at: usize, v: f32| b[at..at + 2].copy_from_slice(&f16_bytes(v));
+                match ty {
+                    GgmlType::Q4_0 | GgmlType::Q8_0 => put(0, rng.float() * 0.1),
+                    GgmlType::Q4_1 | GgmlType::Q4_K | GgmlType::Q5_K => {
+                        put(0, rng.float() * 0.1);
+                        put(2, rng.float() * 0.1);
+                    }
+                    GgmlType::Q6_K => put(208, rng.float() * 0.01),
+                    _ => unreachable!(),
+                }
+                bytes.extend(b);
+            }
+            bytes
+        }
+    };
+    QuantMatrix::new(ty, rows, cols, WeightBytes::owned(bytes)).unwrap()
+}
+
+const TYPES: [GgmlType; 8] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+];
+
+/// `sum |w| |x|` per output: the scale rounding errors are relative to.
+fn magnitudes(w: &QuantMatrix, x: &[f32], m: usize) -> Vec<f32> {
+    let abs_x: Vec<f32> = x.iter().map(|v| v.abs()).collect();
+    let mut row = vec![0f32; w.cols()];
+    let mut out = vec![0f32; m * w.rows()];
+    for r in 0..w.rows() {
+        w.dequantize_row(r, &mut row);
+        for j in 0..m {
+            let xs = &abs_x[j * w.cols()..(j + 1) * w.cols()];
+            out[j * w.rows() + r] = row.iter().zip(xs).map(|(a, b)| a.abs() * b).sum();
+        }
+    }
+    out
+}
+
+fn check(ty: GgmlType, kernel: Kernel, rel_tol: f32) {
+    let mut rng = Rng(0x1234_5678 ^ ty.id() as u64);
+    for (rows, cols) in [(1, 256), (5, 512), (13, 256), (67, 768)] {
+        let w = random_matrix(ty, rows, cols, &mut rng);
+        for m in [1, 2, 7] {
+            let x: Vec<f32> = (0..m * cols).map(|_| rng.float()).collect();
+            let mut want = vec![0f32; m * rows];
+            w.matmul_reference(&x, m, &mut want);
+            let scale = magnitudes(&w, &x, m);
+            let mut got = vec![f32::NAN; m * rows];
+            w.matmul_kernel(&x, m, &mut got, kernel);
+            for i in 0..m * rows {
+                let err = (got[i] - want[i]).abs();
+                assert!(
+                    err <= rel_tol * scale[i] + 1e-6,
+                    "{ty:?} {kernel:?} {rows}x{cols} m={m} [{i}]: got {} want {} (scale {})",
+                    got[i],
+                    want[i],
+                    scale[i]
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn f32_kernels_match_the_reference() {
+    for ty in TYPES {
+        for simd in [false, dot::has_simd()] {
+            check(
+                ty,
+                Kernel::select_simd(ty, ActivationFormat::F32, simd),
+                1e-5,
+            );
+        }
+    }
+}
+
+#[test]
+fn int8_kernels_match_the_reference_within_activation_rounding() {
+    // 8-bit activations round each value by up to half a step, 1/254 of the block maximum.
+    for ty in TYPES {
+        for simd in [false, dot::has_simd()] {
+            check(
+                ty,
+                Kernel::select_simd(ty, ActivationFormat::Int8, simd),
+                0.01,
+            );
+        }
+    }
+}
+
+#[test]
+fn simd_int8_kernels_match_scalar_int8_kernels() {
+    if !dot::has_simd() {
+        return;
+    }
+    let mut rng = Rng(99);
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+        let w = random_matrix(ty, 37, 1536, &mut rng);
+        let x: Vec<f32> = (0..3 * 1536).map(|_| rng.float()).collect();
+        let scale = magnitudes(&w, &x, 3);
+        let mut a = vec![0f32; 3 * 37];
+        let mut b = vec![0f32; 3 * 37];
+        w.matmul_kernel(
+            &x,
+            3,
+            &mut a,
+            Kernel::select_simd(ty, ActivationFormat::Int8, false),
+        );
+        w.matmul_kernel(
+            &x,
+            3,
+            &mut b,
+            Kernel::select_simd(ty, ActivationFormat::Int8, true),
+        );
+        for i in 0..a.len() {
+            assert!(
+                (a[i] - b[i]).abs() <= 1e-5 * scale[i],
+                "{ty:?} [{i}]: {} vs {}",
+                a[i],
+                b[i]
+            );
+        }
+    }
+}
+
+#[test]
+fn threaded_products_match_single_rows() {
+    // Odd row counts split over tasks must fill every output exactly once.
+    let mut rng = Rng(7);
+    let w = random_matrix(GgmlType::Q4_1, 1001, 64, &mut rng);
+    let x: Vec<f32> = (0..5 * 64).map(|_| rng.float()).collect();
+    let mut all = vec![f32::NAN; 5 * 1001];
+    w.matmul(&x, 5, &mut all);
+    for j in 0..5 {
+        let mut one = vec![0f32; 1001];
+        w.matmul(&x[j * 64..(j + 1) * 64], 1, &mut one);
+        assert_eq!(&all[j * 1001..(j + 1) * 1001], &one[..]);
+    }
+}
+
+#[test]
+fn construction_checks_the_shape() {
+    let bytes = WeightBytes::owned(vec![0; 20]);
+    assert!(matches!(
+        QuantMatrix::new(GgmlType::Q4_1, 2, 32, bytes.clone()),
+        Err(KernelError::SizeMismatch { .. })
+    ));
+    assert!(matches!(
+        QuantMatrix::new(GgmlType::Q4_1, 1, 16, bytes.clone()),
+        Err(KernelError::PartialBlock { .. })
+    ));
+    assert!(matches!(
+        QuantMatrix::new(GgmlType::Q5_0, 1, 32, bytes),
+        Err(KernelError::UnsupportedType(GgmlType::Q5_0))
+    ));
+    assert!(QuantMatrix::new(GgmlType::Q4_1, 1, 32, WeightBytes::owned(vec![0; 20])).is_ok());
+}
