@@ -38,6 +38,56 @@ impl DeviceKind {
     }
 }
 
+/// Where and how the model runs: the command-line flags shared by every command that runs it.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DeviceArgs {
+    /// Where the model runs
+    #[arg(long, value_enum, default_value = "flex")]
+    pub device: DeviceKind,
+    /// Threads for the CPU kernels [default: the number of physical cores]
+    #[arg(short = 't', long, value_name = "N")]
+    pub threads: Option<usize>,
+    /// Activations in the quantized CPU kernels: f32 (exact: decode and prefill agree) or
+    /// int8 (llama.cpp's scheme: faster, logits differ by up to about 0.5)
+    #[arg(long, value_enum, default_value = "f32")]
+    pub activations: Activations,
+}
+
+/// The activation formats `--activations` accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Activations {
+    /// 32-bit floats.
+    F32,
+    /// 8-bit integers per 32-value block, as llama.cpp.
+    Int8,
+}
+
+impl DeviceArgs {
+    /// Defaults: flex, the physical cores, f32 activations.
+    pub fn cpu() -> Self {
+        DeviceArgs {
+            device: DeviceKind::Flex,
+            threads: None,
+            activations: Activations::F32,
+        }
+    }
+
+    /// Apply the thread count and activation format to the CPU kernels (process-wide).
+    pub fn configure(&self) -> Result<()> {
+        if let Some(threads) = self.threads {
+            if threads == 0 {
+                bail!("--threads must be at least 1");
+            }
+            kindle_model::kernels::set_num_threads(threads);
+        }
+        kindle_model::kernels::set_activation_format(match self.activations {
+            Activations::F32 => kindle_model::kernels::ActivationFormat::F32,
+            Activations::Int8 => kindle_model::kernels::ActivationFormat::Int8,
+        });
+        Ok(())
+    }
+}
+
 /// A [`Llama`] behind the generation loop's [`LanguageModel`] trait.
 pub struct BurnModel {
     /// The transformer.
@@ -121,9 +171,10 @@ pub fn open(path: &Path) -> Result<Loaded> {
 }
 
 /// Load the weights of an opened file onto `device`.
-pub fn load_model(loaded: &Loaded, device: DeviceKind) -> Result<BurnModel> {
-    let llama =
-        Llama::from_gguf(&loaded.file, &device.device()).context("loading the model weights")?;
+pub fn load_model(loaded: &Loaded, device: &DeviceArgs) -> Result<BurnModel> {
+    device.configure()?;
+    let llama = Llama::from_gguf(&loaded.file, &device.device.device())
+        .context("loading the model weights")?;
     if llama.config().vocab_size < loaded.tokenizer.vocab_size() {
         bail!(
             "the tokenizer has {} tokens but the model's embedding has only {} rows",

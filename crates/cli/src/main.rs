@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 use commands::{chat, generate, inspect, score, tokenize};
-use kindle_cli::engine::DeviceKind;
+pub use kindle_cli::engine::DeviceArgs;
 use kindle_cli::fetch;
 
 #[derive(Parser, Debug)]
@@ -51,13 +51,6 @@ impl ModelArgs {
             None => fetch::ensure_default_model(&mut |msg| eprintln!("kindle: {msg}")),
         }
     }
-}
-
-#[derive(Args, Debug)]
-pub struct DeviceArgs {
-    /// Where the model runs
-    #[arg(long, value_enum, default_value = "flex")]
-    pub device: DeviceKind,
 }
 
 fn main() {

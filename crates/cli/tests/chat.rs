@@ -109,7 +109,7 @@ impl LanguageModel for Counting<'_> {
 fn second_turn_prefills_only_new_tokens_with_the_same_logits() {
     let loaded = engine::open(&model_path()).unwrap();
     let tokenizer = &loaded.tokenizer;
-    let burn = engine::load_model(&loaded, engine::DeviceKind::Flex).unwrap();
+    let burn = engine::load_model(&loaded, &engine::DeviceArgs::cpu()).unwrap();
     let model = Counting {
         inner: &burn,
         fed: Cell::new(0),

@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 const MARGIN: f64 = 0.5;
 const LOGPROB_TOLERANCE: f64 = 0.6;
 
-fn model() -> &'static Llama {
+pub fn model() -> &'static Llama {
     static MODEL: OnceLock<Llama> = OnceLock::new();
     MODEL.get_or_init(|| {
         let file = GgufFile::open(model_path()).expect("opening the model");
@@ -23,9 +23,8 @@ fn model() -> &'static Llama {
     })
 }
 
-#[test]
-fn teacher_forced_distributions_match_llama_cpp() {
-    let model = model();
+/// Teacher-forced: every step's distribution against llama.cpp's.
+pub fn check_teacher_forced(model: &Llama) {
     let vocab = model.config().vocab_size;
     for (name, prompt) in prompts() {
         let prompt_ids = ids(&prompt["prompt_ids"]);
@@ -68,9 +67,8 @@ fn teacher_forced_distributions_match_llama_cpp() {
     }
 }
 
-#[test]
-fn free_running_greedy_matches_llama_cpp_until_a_close_call() {
-    let model = model();
+/// Free-running greedy decoding against llama.cpp's, up to the first close call.
+pub fn check_free_running(model: &Llama) {
     for (name, prompt) in prompts() {
         let prompt_ids = ids(&prompt["prompt_ids"]);
         let greedy = ids(&prompt["greedy_ids"]);
@@ -96,4 +94,14 @@ fn free_running_greedy_matches_llama_cpp_until_a_close_call() {
         );
         eprintln!("{name}: {checked} decisive greedy steps match");
     }
+}
+
+#[test]
+fn teacher_forced_distributions_match_llama_cpp() {
+    check_teacher_forced(model());
+}
+
+#[test]
+fn free_running_greedy_matches_llama_cpp_until_a_close_call() {
+    check_free_running(model());
 }

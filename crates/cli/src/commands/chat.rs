@@ -46,7 +46,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
     let loaded = engine::open(&path)?;
     let tokenizer = &loaded.tokenizer;
     let template = chat_template(tokenizer)?;
-    let model = engine::load_model(&loaded, args.device.device)?;
+    let model = engine::load_model(&loaded, &args.device)?;
     let model_ctx = model.llama.config().context_length;
     let ctx = args.ctx_size.unwrap_or(model_ctx.min(4096));
     if ctx == 0 || ctx > model_ctx {

@@ -146,7 +146,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     if prompt_ids.is_empty() {
         bail!("the prompt is empty: a model needs at least one token to continue");
     }
-    let model = engine::load_model(&loaded, args.device.device)?;
+    let model = engine::load_model(&loaded, &args.device)?;
     let model_ctx = model.llama.config().context_length;
     let ctx = args.ctx_size.unwrap_or(model_ctx);
     if ctx == 0 {

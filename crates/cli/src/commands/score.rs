@@ -43,7 +43,7 @@ pub fn run(args: ScoreArgs) -> Result<()> {
     if ids.len() < 2 {
         bail!("scoring needs at least 2 tokens, got {}", ids.len());
     }
-    let model: BurnModel = engine::load_model(&loaded, args.device.device)?;
+    let model: BurnModel = engine::load_model(&loaded, &args.device)?;
     let mut session = Session::new(&model, ids.len())?;
     let scored = score(&model, &mut session, &ids, args.top)?;
     if args.json {

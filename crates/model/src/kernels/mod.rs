@@ -87,14 +87,38 @@ pub enum KernelError {
 }
 
 /// Which form the activations take in the inner product (see the module docs).
+///
+/// The default is `F32`: a row's product is then the same whether it runs alone (decode) or
+/// with others (prefill, which may use a dense product), so a cached prefix gives the same
+/// logits as a fresh prefill. `Int8` is llama.cpp's scheme: faster, about as exact as
+/// llama.cpp, but decode and prefill then differ by up to a few tenths of a logit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ActivationFormat {
     /// 8-bit activations per 32-value block, integer dot products (falls back to `F32` for
     /// weight types without an integer kernel).
-    #[default]
     Int8,
     /// `f32` activations, weights dequantised in registers.
+    #[default]
     F32,
+}
+
+static ACTIVATION_FORMAT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Choose the activation format [`QuantMatrix::matmul`] uses from now on (process-wide).
+pub fn set_activation_format(format: ActivationFormat) {
+    let code = match format {
+        ActivationFormat::F32 => 0,
+        ActivationFormat::Int8 => 1,
+    };
+    ACTIVATION_FORMAT.store(code, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The activation format [`QuantMatrix::matmul`] uses (default [`ActivationFormat::F32`]).
+pub fn activation_format() -> ActivationFormat {
+    match ACTIVATION_FORMAT.load(std::sync::atomic::Ordering::Relaxed) {
+        1 => ActivationFormat::Int8,
+        _ => ActivationFormat::F32,
+    }
 }
 
 /// The bytes of a weight: a range of a (memory-mapped) GGUF file or an owned buffer.
@@ -235,12 +259,12 @@ impl QuantMatrix {
             .expect("shape checked at construction");
     }
 
-    /// `out[m, rows] = x[m, cols] W^T` with the default [`ActivationFormat`].
+    /// `out[m, rows] = x[m, cols] W^T` with the process-wide [`activation_format`].
     ///
     /// # Panics
     /// If `x.len() != m * cols` or `out.len() != m * rows`.
     pub fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) {
-        self.matmul_with(x, m, out, ActivationFormat::default());
+        self.matmul_with(x, m, out, activation_format());
     }
 
     /// `out[m, rows] = x[m, cols] W^T` with activations in `format`.
