@@ -8,7 +8,7 @@ use burn::prelude::*;
 use kindle_generate::{LanguageModel, ModelCache, TokenDecoder};
 use kindle_model::gguf::GgufFile;
 use kindle_model::tokenizer::{Tokenizer, TokenizerError};
-use kindle_model::{KvCache, Llama, LogitsFor, ModelError};
+use kindle_model::{BatchSequence, KvCache, Llama, LogitsFor, ModelError};
 
 /// The compute devices `--device` accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -127,6 +127,19 @@ impl LanguageModel for BurnModel {
     }
     fn forward_last(&self, tokens: &[u32], cache: &mut BurnCache) -> Result<Vec<f32>, ModelError> {
         self.llama.forward(tokens, &mut cache.0, LogitsFor::Last)
+    }
+    fn forward_batch(
+        &self,
+        batch: &mut [(&[u32], &mut BurnCache)],
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
+        let mut sequences: Vec<BatchSequence<'_>> = batch
+            .iter_mut()
+            .map(|(tokens, cache)| BatchSequence {
+                tokens,
+                cache: &mut cache.0,
+            })
+            .collect();
+        self.llama.forward_batch(&mut sequences, LogitsFor::Last)
     }
     fn forward_all(&self, tokens: &[u32], cache: &mut BurnCache) -> Result<Vec<f32>, ModelError> {
         self.llama.forward(tokens, &mut cache.0, LogitsFor::All)

@@ -124,3 +124,42 @@ fn a_missing_model_file_is_a_clear_error() {
     assert!(stderr.contains("/nonexistent/model.gguf"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// Eight prompts of different lengths run as one batch give, greedily, the same tokens as
+/// each prompt run alone.
+#[test]
+fn a_batch_of_eight_prompts_equals_the_single_runs() {
+    let prompts = [
+        "The capital of France is",
+        "Once upon a time, there was a",
+        "The boiling point of water is",
+        "My favourite programming language is",
+        "In 1492, Columbus",
+        "The best way to learn mathematics is",
+        "Photosynthesis is the process by which",
+        "A haiku about the sea:",
+    ];
+    let file = std::env::temp_dir().join(format!("kindle-batch-{}.txt", std::process::id()));
+    std::fs::write(&file, prompts.join("\n")).unwrap();
+    let (ok, stdout, stderr) = kindle(&[
+        "generate",
+        "--json",
+        "-n",
+        "12",
+        "--prompt-file",
+        file.to_str().unwrap(),
+    ]);
+    let _ = std::fs::remove_file(&file);
+    assert!(ok, "batch failed: {stderr}");
+    let batch: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let sequences = batch["sequences"].as_array().unwrap();
+    assert_eq!(sequences.len(), prompts.len());
+    for (prompt, sequence) in prompts.iter().zip(sequences) {
+        let (ok, stdout, stderr) = kindle(&["generate", "--json", "-n", "12", prompt]);
+        assert!(ok, "single run failed: {stderr}");
+        let single: Value = serde_json::from_str(stdout.trim()).unwrap();
+        assert_eq!(sequence["prompt"], *prompt);
+        assert_eq!(sequence["tokens"], single["tokens"], "{prompt}");
+        assert_eq!(sequence["text"], single["text"], "{prompt}");
+    }
+}

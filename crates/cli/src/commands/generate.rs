@@ -22,6 +22,13 @@ use kindle_cli::chat::{chat_template, encode_chat};
 pub struct GenerateArgs {
     /// The prompt (read from standard input when absent)
     pub prompt: Option<String>,
+    /// Run several prompts as one batch (repeatable): each step runs all unfinished sequences
+    /// through one forward pass; each has its own sampler (seed, seed+1, ...) and stops
+    #[arg(long = "prompt", value_name = "TEXT", conflicts_with = "prompt")]
+    pub prompts: Vec<String>,
+    /// A file of prompts, one per line (empty lines skipped), run as one batch
+    #[arg(long, value_name = "PATH", conflicts_with = "prompt")]
+    pub prompt_file: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub model: ModelArgs,
     #[command(flatten)]
@@ -125,6 +132,9 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             args.num_return_sequences,
             args.num_beams
         );
+    }
+    if !args.prompts.is_empty() || args.prompt_file.is_some() {
+        return super::batch::run(args);
     }
     let prompt = read_prompt(args.prompt.clone())?;
     let path = args.model.path()?;

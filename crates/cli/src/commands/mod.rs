@@ -1,5 +1,6 @@
 //! One module per subcommand: its arguments and its `run`.
 
+pub mod batch;
 pub mod chat;
 pub mod generate;
 pub mod inspect;
