@@ -8,7 +8,7 @@ use burn::prelude::*;
 use kindle_generate::{LanguageModel, ModelCache, TokenDecoder};
 use kindle_model::gguf::GgufFile;
 use kindle_model::tokenizer::{Tokenizer, TokenizerError};
-use kindle_model::{BatchSequence, KvCache, Llama, LogitsFor, ModelError};
+use kindle_model::{BatchSequence, KvCache, KvType, Llama, LogitsFor, ModelError};
 
 /// The compute devices `--device` accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -51,6 +51,9 @@ pub struct DeviceArgs {
     /// int8 (llama.cpp's scheme: faster, logits differ by up to about 0.5)
     #[arg(long, value_enum, default_value = "f32")]
     pub activations: Activations,
+    /// How the KV cache stores keys and values: f32, f16 or int8 (per-token, per-head scales)
+    #[arg(long, value_name = "TYPE", default_value = "f32")]
+    pub kv_type: KvType,
 }
 
 /// The activation formats `--activations` accepts.
@@ -63,12 +66,13 @@ pub enum Activations {
 }
 
 impl DeviceArgs {
-    /// Defaults: flex, the physical cores, f32 activations.
+    /// Defaults: flex, the physical cores, f32 activations, an f32 KV cache.
     pub fn cpu() -> Self {
         DeviceArgs {
             device: DeviceKind::Flex,
             threads: None,
             activations: Activations::F32,
+            kv_type: KvType::F32,
         }
     }
 
@@ -92,6 +96,8 @@ impl DeviceArgs {
 pub struct BurnModel {
     /// The transformer.
     pub llama: Llama,
+    /// How new caches store keys and values.
+    pub kv_type: KvType,
 }
 
 /// A [`KvCache`] behind the generation loop's [`ModelCache`] trait.
@@ -123,7 +129,9 @@ impl LanguageModel for BurnModel {
         self.llama.config().context_length
     }
     fn new_cache(&self, capacity: usize) -> Result<BurnCache, ModelError> {
-        Ok(BurnCache(self.llama.new_cache(capacity)))
+        Ok(BurnCache(
+            self.llama.new_cache_typed(capacity, self.kv_type),
+        ))
     }
     fn forward_last(&self, tokens: &[u32], cache: &mut BurnCache) -> Result<Vec<f32>, ModelError> {
         self.llama.forward(tokens, &mut cache.0, LogitsFor::Last)
@@ -195,5 +203,8 @@ pub fn load_model(loaded: &Loaded, device: &DeviceArgs) -> Result<BurnModel> {
             llama.config().vocab_size
         );
     }
-    Ok(BurnModel { llama })
+    Ok(BurnModel {
+        llama,
+        kv_type: device.kv_type,
+    })
 }

@@ -105,3 +105,59 @@ fn teacher_forced_distributions_match_llama_cpp() {
 fn free_running_greedy_matches_llama_cpp_until_a_close_call() {
     check_free_running(model());
 }
+
+/// The KV cache stored as int8 (per-token, per-head scales) and f16, against the f32 cache:
+/// next-token distributions teacher-forced over the reference prompts (KL divergence), and
+/// the reference's margin rule for the argmax.
+#[test]
+fn quantized_kv_caches_stay_close_to_f32() {
+    use kindle_model::KvType;
+    let model = model();
+    let vocab = model.config().vocab_size;
+    for kv_type in [KvType::F16, KvType::Int8] {
+        let (mut sum, mut count, mut worst) = (0.0f64, 0usize, 0.0f64);
+        for (name, prompt) in prompts() {
+            let mut all = ids(&prompt["prompt_ids"]);
+            let greedy = ids(&prompt["greedy_ids"]);
+            all.extend_from_slice(&greedy[..greedy.len() - 1]);
+            // Prefill the prompt, then feed the continuation one token at a time, so that
+            // attention reads keys and values back from the (quantized) cache.
+            let run = |kv: KvType| -> Vec<Vec<f32>> {
+                let mut cache = model.new_cache_typed(all.len(), kv);
+                let n_prompt = prompt["prompt_ids"].as_array().unwrap().len();
+                let mut rows = vec![
+                    model
+                        .forward(&all[..n_prompt], &mut cache, LogitsFor::Last)
+                        .unwrap(),
+                ];
+                for &t in &all[n_prompt..] {
+                    rows.push(model.forward(&[t], &mut cache, LogitsFor::Last).unwrap());
+                }
+                rows
+            };
+            let exact = run(KvType::F32);
+            let quantized = run(kv_type);
+            let steps = prompt["steps"].as_array().unwrap();
+            for (i, (p, q)) in exact.iter().zip(&quantized).enumerate() {
+                assert_eq!(p.len(), vocab);
+                let (lp, lq) = (log_softmax(p), log_softmax(q));
+                let kl: f64 = lp.iter().zip(&lq).map(|(a, b)| a.exp() * (a - b)).sum();
+                sum += kl;
+                count += 1;
+                worst = worst.max(kl);
+                if steps[i]["margin"].as_f64().unwrap() >= MARGIN {
+                    assert_eq!(
+                        argmax(q),
+                        steps[i]["argmax"].as_u64().unwrap() as u32,
+                        "{name} step {i} ({kv_type})"
+                    );
+                }
+            }
+        }
+        eprintln!(
+            "{kv_type} KV cache vs f32: mean KL {:.2e}, max KL {worst:.2e} over {count} positions",
+            sum / count as f64
+        );
+        assert!(worst < 0.05, "{kv_type}: max KL {worst}");
+    }
+}

@@ -11,7 +11,7 @@ use burn::tensor::TensorData;
 use burn::tensor::activation::silu;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
-use kindle_kv_cache::{KvCache, KvCacheConfig};
+use kindle_kv_cache::{KvCache, KvCacheConfig, KvType};
 
 use crate::error::ModelError;
 use crate::linear::QLinear;
@@ -334,6 +334,16 @@ impl Llama {
     /// A fresh, empty KV cache for up to `capacity` tokens on the model's device.
     pub fn new_cache(&self, capacity: usize) -> KvCache {
         KvCache::new(self.config().kv_cache_config(capacity), &self.device())
+    }
+
+    /// A fresh, empty KV cache for up to `capacity` tokens stored as `kv_type` (f32, f16 or
+    /// int8 with per-token, per-head scales).
+    pub fn new_cache_typed(&self, capacity: usize, kv_type: KvType) -> KvCache {
+        KvCache::with_type(
+            self.config().kv_cache_config(capacity),
+            kv_type,
+            &self.device(),
+        )
     }
 
     /// Run `tokens` after those already in `cache`, append their keys and values to it, and

@@ -176,11 +176,12 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let cache_config = model.llama.config().kv_cache_config(capacity);
     if args.verbose {
         eprintln!(
-            "kindle: {} prompt tokens, KV cache {} tokens = {:.1} MiB ({} bytes per token), device {}",
+            "kindle: {} prompt tokens, {} KV cache {} tokens = {:.1} MiB ({} bytes per token), device {}",
             prompt_ids.len(),
+            args.device.kv_type,
             capacity,
-            cache_config.bytes() as f64 / (1 << 20) as f64,
-            cache_config.bytes_per_token(),
+            cache_config.bytes_as(args.device.kv_type) as f64 / (1 << 20) as f64,
+            cache_config.bytes_per_token_as(args.device.kv_type),
             args.device.device.name()
         );
     }
