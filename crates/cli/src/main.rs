@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
-use commands::{chat, generate, inspect, score, tokenize};
+use commands::{bench, chat, generate, inspect, score, tokenize};
 pub use kindle_cli::engine::DeviceArgs;
 use kindle_cli::fetch;
 
@@ -31,6 +31,8 @@ enum Command {
     Score(score::ScoreArgs),
     /// Show the token ids and pieces of a text.
     Tokenize(tokenize::TokenizeArgs),
+    /// Prefill and decode speed in llama-bench's form (pp512, tg128 tokens per second).
+    Bench(bench::BenchArgs),
     /// Show a model's metadata, tensors and KV-cache size.
     Inspect(inspect::InspectArgs),
     /// Download the default model (SmolLM2-135M-Instruct, Q4_1) into the cache folder.
@@ -61,6 +63,7 @@ fn main() {
         Command::Score(args) => score::run(args),
         Command::Tokenize(args) => tokenize::run(args),
         Command::Inspect(args) => inspect::run(args),
+        Command::Bench(args) => bench::run(args),
         Command::FetchModel => fetch::fetch_default_model(&mut |msg| eprintln!("kindle: {msg}"))
             .map(|path| {
                 println!("{}", path.display());

@@ -163,3 +163,51 @@ fn a_batch_of_eight_prompts_equals_the_single_runs() {
         assert_eq!(sequence["text"], single["text"], "{prompt}");
     }
 }
+
+/// `kindle bench --output json`: one row per thread count and test, in llama-bench's names.
+#[test]
+fn bench_json_rows() {
+    let (ok, stdout, stderr) = kindle(&[
+        "bench",
+        "-p",
+        "8",
+        "-n",
+        "4",
+        "-r",
+        "1",
+        "--threads-list",
+        "1,2",
+        "--output",
+        "json",
+    ]);
+    assert!(ok, "{stderr}");
+    let rows: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let rows = rows.as_array().unwrap();
+    let tests: Vec<(String, u64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["test"].as_str().unwrap().to_string(),
+                r["threads"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        tests,
+        [
+            ("pp8".into(), 1),
+            ("tg4".into(), 1),
+            ("pp8".into(), 2),
+            ("tg4".into(), 2)
+        ]
+    );
+    for row in rows {
+        assert_eq!(row["device"], "flex");
+        assert!(row["tokens_per_second"].as_f64().unwrap() > 0.0);
+        assert!(row["stddev"].as_f64().unwrap() >= 0.0);
+        assert!(
+            row["peak_rss_bytes"].as_u64().unwrap() > 90 << 20,
+            "the weights are mapped"
+        );
+    }
+}

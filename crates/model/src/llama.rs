@@ -51,6 +51,20 @@ impl LlamaConfig {
         self.d_model / self.n_heads
     }
 
+    /// Number of weights (embedding, blocks, norms and an untied output head).
+    pub fn parameter_count(&self) -> u64 {
+        let (d, hd, ff, v) = (
+            self.d_model as u64,
+            self.head_dim() as u64,
+            self.d_ff as u64,
+            self.vocab_size as u64,
+        );
+        let (h, hkv) = (self.n_heads as u64, self.n_kv_heads as u64);
+        let block = 2 * d + d * h * hd * 2 + d * hkv * hd * 2 + 3 * d * ff;
+        let output = if self.tied_embeddings { 0 } else { v * d };
+        v * d + self.n_layers as u64 * block + d + output
+    }
+
     /// Check that the hyperparameters are usable and consistent with each other.
     pub fn validate(&self) -> Result<(), ModelError> {
         let bad = |key: &str, problem: String| ModelError::Hyperparameter {

@@ -1,0 +1,252 @@
+//! `kindle bench`: prompt-processing and text-generation speed, in the form llama-bench
+//! reports it (`pp512`, `tg128`, tokens per second with standard deviation).
+
+use std::io::Write;
+use std::time::Instant;
+
+use anyhow::{Result, bail};
+use clap::{Args, ValueEnum};
+use kindle_cli::engine::{self, DeviceArgs};
+use kindle_model::LogitsFor;
+use serde_json::{Value, json};
+
+use crate::ModelArgs;
+
+/// Output formats of `kindle bench`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BenchOutput {
+    /// A Markdown table, as llama-bench prints.
+    Md,
+    /// A JSON list of rows.
+    Json,
+    /// Comma-separated values with a header.
+    Csv,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub device: DeviceArgs,
+    /// Prompt lengths to time (prefill), comma-separated; 0 skips
+    #[arg(
+        short = 'p',
+        long = "n-prompt",
+        value_delimiter = ',',
+        default_value = "512"
+    )]
+    pub prompt: Vec<usize>,
+    /// Generation lengths to time (decode, one token per step), comma-separated; 0 skips
+    #[arg(
+        short = 'n',
+        long = "n-gen",
+        value_delimiter = ',',
+        default_value = "128"
+    )]
+    pub generate: Vec<usize>,
+    /// Repetitions of each test
+    #[arg(short = 'r', long, default_value_t = 5)]
+    pub repetitions: usize,
+    /// Kernel thread counts to test, comma-separated [default: the physical cores]
+    #[arg(long = "threads-list", value_delimiter = ',', value_name = "T,...")]
+    pub thread_counts: Vec<usize>,
+    /// Output format
+    #[arg(short = 'o', long, value_enum, default_value = "md")]
+    pub output: BenchOutput,
+}
+
+/// Deterministic pseudo-random token ids (llama-bench also times random tokens).
+fn tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 33) % vocab as u64) as u32
+        })
+        .collect()
+}
+
+fn mean_stddev(values: &[f64]) -> (f64, f64) {
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let var = if values.len() > 1 {
+        values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0)
+    } else {
+        0.0
+    };
+    (mean, var.sqrt())
+}
+
+/// Peak resident memory of this process so far (Linux `VmHWM`), in bytes.
+fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Run the command.
+pub fn run(args: BenchArgs) -> Result<()> {
+    if args.repetitions == 0 {
+        bail!("-r/--repetitions must be at least 1");
+    }
+    if args.thread_counts.contains(&0) {
+        bail!("thread counts must be at least 1");
+    }
+    let path = args.model.path()?;
+    let loaded = engine::open(&path)?;
+    let model = engine::load_model(&loaded, &args.device)?;
+    let llama = &model.llama;
+    let config = llama.config();
+    let vocab = config.vocab_size;
+    let file_bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    let threads = if args.thread_counts.is_empty() {
+        vec![
+            args.device
+                .threads
+                .unwrap_or_else(kindle_model::kernels::num_threads),
+        ]
+    } else {
+        args.thread_counts.clone()
+    };
+    let longest = args
+        .prompt
+        .iter()
+        .chain(&args.generate)
+        .copied()
+        .max()
+        .unwrap_or(0);
+    if longest + 1 > config.context_length {
+        bail!(
+            "a test of {longest} tokens does not fit the model's context of {}",
+            config.context_length
+        );
+    }
+    let mut rows: Vec<Value> = Vec::new();
+    for &t in &threads {
+        kindle_model::kernels::set_num_threads(t);
+        let mut tests: Vec<(String, usize, bool)> = Vec::new();
+        tests.extend(
+            args.prompt
+                .iter()
+                .filter(|&&p| p > 0)
+                .map(|&p| (format!("pp{p}"), p, true)),
+        );
+        tests.extend(
+            args.generate
+                .iter()
+                .filter(|&&n| n > 0)
+                .map(|&n| (format!("tg{n}"), n, false)),
+        );
+        for (name, n, prefill) in tests {
+            let input = tokens(n.max(1), vocab, n as u64);
+            // One untimed warm-up run, then the timed repetitions.
+            let mut samples = Vec::with_capacity(args.repetitions);
+            let mut first_token_ms = Vec::new();
+            for rep in 0..=args.repetitions {
+                let mut cache = llama.new_cache_typed(n + 1, args.device.kv_type);
+                let elapsed = if prefill {
+                    let start = Instant::now();
+                    llama.forward(&input, &mut cache, LogitsFor::Last)?;
+                    start.elapsed()
+                } else {
+                    let mut token = input[0];
+                    let start = Instant::now();
+                    for i in 0..n {
+                        llama.forward(&[token], &mut cache, LogitsFor::Last)?;
+                        if i == 0 && rep > 0 {
+                            first_token_ms.push(start.elapsed().as_secs_f64() * 1e3);
+                        }
+                        token = input[(i + 1) % input.len()];
+                    }
+                    start.elapsed()
+                };
+                if rep > 0 {
+                    samples.push(n as f64 / elapsed.as_secs_f64());
+                    if prefill {
+                        first_token_ms.push(elapsed.as_secs_f64() * 1e3);
+                    }
+                }
+            }
+            let (mean, stddev) = mean_stddev(&samples);
+            let (ttft, _) = mean_stddev(&first_token_ms);
+            rows.push(json!({
+                "model": path.file_name().map(|f| f.to_string_lossy().into_owned()),
+                "size_bytes": file_bytes,
+                "params": config.parameter_count(),
+                "device": args.device.device.name(),
+                "activations": format!("{:?}", args.device.activations).to_lowercase(),
+                "kv_type": args.device.kv_type.to_string(),
+                "threads": t,
+                "test": name,
+                "n_tokens": n,
+                "repetitions": args.repetitions,
+                "tokens_per_second": mean,
+                "stddev": stddev,
+                "samples": samples,
+                "time_to_first_token_ms": ttft,
+                "peak_rss_bytes": peak_rss(),
+            }));
+        }
+    }
+    let mut stdout = std::io::stdout().lock();
+    match args.output {
+        BenchOutput::Json => writeln!(stdout, "{}", Value::Array(rows))?,
+        BenchOutput::Csv => {
+            writeln!(
+                stdout,
+                "model,size_bytes,device,activations,kv_type,threads,test,tokens_per_second,stddev,time_to_first_token_ms,peak_rss_bytes"
+            )?;
+            for r in &rows {
+                writeln!(
+                    stdout,
+                    "{},{},{},{},{},{},{},{:.3},{:.3},{:.3},{}",
+                    r["model"].as_str().unwrap_or(""),
+                    r["size_bytes"],
+                    r["device"].as_str().unwrap_or(""),
+                    r["activations"].as_str().unwrap_or(""),
+                    r["kv_type"].as_str().unwrap_or(""),
+                    r["threads"],
+                    r["test"].as_str().unwrap_or(""),
+                    r["tokens_per_second"].as_f64().unwrap_or(0.0),
+                    r["stddev"].as_f64().unwrap_or(0.0),
+                    r["time_to_first_token_ms"].as_f64().unwrap_or(0.0),
+                    r["peak_rss_bytes"],
+                )?;
+            }
+        }
+        BenchOutput::Md => {
+            writeln!(
+                stdout,
+                "| model | size | params | device | act | threads | test | t/s | ttft ms | peak RSS |"
+            )?;
+            writeln!(
+                stdout,
+                "| --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |"
+            )?;
+            for r in &rows {
+                writeln!(
+                    stdout,
+                    "| {} | {:.1} MiB | {:.1} M | {} | {} | {} | {} | {:.2} ± {:.2} | {:.1} | {:.0} MiB |",
+                    r["model"].as_str().unwrap_or(""),
+                    r["size_bytes"].as_f64().unwrap_or(0.0) / (1 << 20) as f64,
+                    r["params"].as_f64().unwrap_or(0.0) / 1e6,
+                    r["device"].as_str().unwrap_or(""),
+                    r["activations"].as_str().unwrap_or(""),
+                    r["threads"],
+                    r["test"].as_str().unwrap_or(""),
+                    r["tokens_per_second"].as_f64().unwrap_or(0.0),
+                    r["stddev"].as_f64().unwrap_or(0.0),
+                    r["time_to_first_token_ms"].as_f64().unwrap_or(0.0),
+                    r["peak_rss_bytes"].as_f64().unwrap_or(0.0) / (1 << 20) as f64,
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
