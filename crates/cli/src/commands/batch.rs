@@ -2,13 +2,13 @@
 //! one batch (one forward pass per step for all unfinished sequences).
 
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use kindle_cli::chat::{chat_template, encode_chat};
 use kindle_cli::engine::{self, Detokenizer};
 use kindle_generate::chat::ChatMessage;
-use kindle_generate::{GenerationConfig, Session, generate_batch};
+use kindle_generate::{Session, generate_batch};
 use serde_json::{Value, json};
 
 use super::generate::GenerateArgs;
@@ -113,18 +113,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         sampler.set_prompt_len(ids.len());
         samplers.push(sampler);
     }
-    let mut config = GenerationConfig::default()
-        .with_max_new_tokens(args.max_tokens)
-        .with_eog_token_ids(tokenizer.eog_ids().iter().copied())
-        .with_stop_token_ids(args.stop_token.iter().copied())
-        .with_stop_strings(args.stop.iter().cloned())
-        .with_top_logprobs(args.sampling.logprobs.unwrap_or(0));
-    if let Some(seconds) = args.max_time {
-        if !(seconds.is_finite() && seconds > 0.0) {
-            bail!("--max-time must be a positive number of seconds, got {seconds}");
-        }
-        config = config.with_max_time(Duration::from_secs_f64(seconds));
-    }
+    let config = super::generate::generation_config(&args, tokenizer)?;
     let decoder = Detokenizer {
         tokenizer,
         render_special: false,

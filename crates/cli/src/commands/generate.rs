@@ -12,6 +12,7 @@ use kindle_generate::{
     BeamConfig, EarlyStopping, Event, GenerationConfig, Session, Summary, Timings, beam_search,
     generate, generate_samples,
 };
+use kindle_model::tokenizer::Tokenizer;
 use kindle_sampling::Sampler;
 use serde_json::{Value, json};
 
@@ -118,6 +119,24 @@ pub fn read_prompt(prompt: Option<String>) -> Result<String> {
     })
 }
 
+/// The stop conditions and logprob settings of a run, from its flags and the model's
+/// end-of-generation ids.
+pub fn generation_config(args: &GenerateArgs, tokenizer: &Tokenizer) -> Result<GenerationConfig> {
+    let mut config = GenerationConfig::default()
+        .with_max_new_tokens(args.max_tokens)
+        .with_eog_token_ids(tokenizer.eog_ids().iter().copied())
+        .with_stop_token_ids(args.stop_token.iter().copied())
+        .with_stop_strings(args.stop.iter().cloned())
+        .with_top_logprobs(args.sampling.logprobs.unwrap_or(0));
+    if let Some(seconds) = args.max_time {
+        if !(seconds.is_finite() && seconds > 0.0) {
+            bail!("--max-time must be a positive number of seconds, got {seconds}");
+        }
+        config = config.with_max_time(Duration::from_secs_f64(seconds));
+    }
+    Ok(config)
+}
+
 /// Run the command.
 pub fn run(args: GenerateArgs) -> Result<()> {
     if args.num_beams == 0 || args.num_samples == 0 {
@@ -190,18 +209,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let sampler_config = args.sampling.to_config(tokenizer.eog_ids(), &encode)?;
     let mut sampler = sampler_config.clone().build()?;
     sampler.set_prompt_len(prompt_ids.len());
-    let mut config = GenerationConfig::default()
-        .with_max_new_tokens(args.max_tokens)
-        .with_eog_token_ids(tokenizer.eog_ids().iter().copied())
-        .with_stop_token_ids(args.stop_token.iter().copied())
-        .with_stop_strings(args.stop.iter().cloned())
-        .with_top_logprobs(args.sampling.logprobs.unwrap_or(0));
-    if let Some(seconds) = args.max_time {
-        if !(seconds.is_finite() && seconds > 0.0) {
-            bail!("--max-time must be a positive number of seconds, got {seconds}");
-        }
-        config = config.with_max_time(Duration::from_secs_f64(seconds));
-    }
+    let config = generation_config(&args, tokenizer)?;
     let decoder = Detokenizer {
         tokenizer,
         render_special: false,
