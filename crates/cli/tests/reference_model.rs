@@ -6,95 +6,9 @@
 
 mod common;
 
-use burn::prelude::*;
+use common::reference::{MARGIN, check_free_running, check_teacher_forced, model};
 use common::*;
-use kindle_model::gguf::GgufFile;
-use kindle_model::{Llama, LogitsFor};
-use std::sync::OnceLock;
-
-const MARGIN: f64 = 0.5;
-const LOGPROB_TOLERANCE: f64 = 0.6;
-
-pub fn model() -> &'static Llama {
-    static MODEL: OnceLock<Llama> = OnceLock::new();
-    MODEL.get_or_init(|| {
-        let file = GgufFile::open(model_path()).expect("opening the model");
-        Llama::from_gguf(&file, &Device::flex()).expect("loading the model")
-    })
-}
-
-/// Teacher-forced: every step's distribution against llama.cpp's.
-pub fn check_teacher_forced(model: &Llama) {
-    let vocab = model.config().vocab_size;
-    for (name, prompt) in prompts() {
-        let prompt_ids = ids(&prompt["prompt_ids"]);
-        let greedy = ids(&prompt["greedy_ids"]);
-        let steps = prompt["steps"].as_array().unwrap();
-        let mut all = prompt_ids.clone();
-        all.extend_from_slice(&greedy[..greedy.len() - 1]);
-        let mut cache = model.new_cache(all.len());
-        let logits = model.forward(&all, &mut cache, LogitsFor::All).unwrap();
-        let mut worst: f64 = 0.0;
-        for (i, step) in steps.iter().enumerate() {
-            let pos = prompt_ids.len() - 1 + i;
-            let row = &logits[pos * vocab..(pos + 1) * vocab];
-            let logprobs = log_softmax(row);
-            let margin = step["margin"].as_f64().unwrap();
-            let want = step["argmax"].as_u64().unwrap() as u32;
-            if margin >= MARGIN {
-                assert_eq!(
-                    argmax(row),
-                    want,
-                    "{name}: argmax at step {i} (reference margin {margin})"
-                );
-            }
-            for pair in step["top5"].as_array().unwrap() {
-                let id = pair[0].as_u64().unwrap() as usize;
-                let reference = pair[1].as_f64().unwrap();
-                let diff = (logprobs[id] - reference).abs();
-                worst = worst.max(diff);
-                assert!(
-                    diff <= LOGPROB_TOLERANCE,
-                    "{name}: step {i}, token {id}: logprob {} vs llama.cpp {reference}",
-                    logprobs[id]
-                );
-            }
-        }
-        eprintln!(
-            "{name}: {} steps, largest top-5 logprob difference {worst:.3}",
-            steps.len()
-        );
-    }
-}
-
-/// Free-running greedy decoding against llama.cpp's, up to the first close call.
-pub fn check_free_running(model: &Llama) {
-    for (name, prompt) in prompts() {
-        let prompt_ids = ids(&prompt["prompt_ids"]);
-        let greedy = ids(&prompt["greedy_ids"]);
-        let steps = prompt["steps"].as_array().unwrap();
-        let checked = steps
-            .iter()
-            .position(|s| s["margin"].as_f64().unwrap() < MARGIN)
-            .unwrap_or(steps.len());
-        let mut cache = model.new_cache(prompt_ids.len() + checked + 1);
-        let mut logits = model
-            .forward(&prompt_ids, &mut cache, LogitsFor::Last)
-            .unwrap();
-        let mut out = Vec::new();
-        for _ in 0..checked {
-            let next = argmax(&logits);
-            out.push(next);
-            logits = model.forward(&[next], &mut cache, LogitsFor::Last).unwrap();
-        }
-        assert_eq!(
-            out,
-            greedy[..checked],
-            "{name}: greedy continuation (first {checked} steps are decisive)"
-        );
-        eprintln!("{name}: {checked} decisive greedy steps match");
-    }
-}
+use kindle_model::LogitsFor;
 
 #[test]
 fn teacher_forced_distributions_match_llama_cpp() {
@@ -113,47 +27,51 @@ fn free_running_greedy_matches_llama_cpp_until_a_close_call() {
 fn quantized_kv_caches_stay_close_to_f32() {
     use kindle_model::KvType;
     let model = model();
-    let vocab = model.config().vocab_size;
-    for kv_type in [KvType::F16, KvType::Int8] {
-        let (mut sum, mut count, mut worst) = (0.0f64, 0usize, 0.0f64);
-        for (name, prompt) in prompts() {
-            let mut all = ids(&prompt["prompt_ids"]);
-            let greedy = ids(&prompt["greedy_ids"]);
-            all.extend_from_slice(&greedy[..greedy.len() - 1]);
-            // Prefill the prompt, then feed the continuation one token at a time, so that
-            // attention reads keys and values back from the (quantized) cache.
-            let run = |kv: KvType| -> Vec<Vec<f32>> {
-                let mut cache = model.new_cache_typed(all.len(), kv);
-                let n_prompt = prompt["prompt_ids"].as_array().unwrap().len();
-                let mut rows = vec![
-                    model
-                        .forward(&all[..n_prompt], &mut cache, LogitsFor::Last)
-                        .unwrap(),
-                ];
-                for &t in &all[n_prompt..] {
-                    rows.push(model.forward(&[t], &mut cache, LogitsFor::Last).unwrap());
-                }
-                rows
-            };
-            let exact = run(KvType::F32);
-            let quantized = run(kv_type);
-            let steps = prompt["steps"].as_array().unwrap();
-            for (i, (p, q)) in exact.iter().zip(&quantized).enumerate() {
-                assert_eq!(p.len(), vocab);
-                let (lp, lq) = (log_softmax(p), log_softmax(q));
-                let kl: f64 = lp.iter().zip(&lq).map(|(a, b)| a.exp() * (a - b)).sum();
-                sum += kl;
-                count += 1;
-                worst = worst.max(kl);
+    let kv_types = [KvType::F16, KvType::Int8];
+    // Per KV type: sum of KL, positions, largest KL.
+    let mut stats = [(0.0f64, 0usize, 0.0f64); 2];
+    for (name, prompt) in prompts() {
+        let n_prompt = prompt["prompt_ids"].as_array().unwrap().len();
+        let mut all = ids(&prompt["prompt_ids"]);
+        let greedy = ids(&prompt["greedy_ids"]);
+        all.extend_from_slice(&greedy[..greedy.len() - 1]);
+        // Prefill the prompt, then feed the continuation one token at a time, so that
+        // attention reads keys and values back from the (quantized) cache.
+        let run = |kv: KvType| -> Vec<Vec<f64>> {
+            let mut cache = model.new_cache_typed(all.len(), kv);
+            let mut rows = vec![
+                model
+                    .forward(&all[..n_prompt], &mut cache, LogitsFor::Last)
+                    .unwrap(),
+            ];
+            for &t in &all[n_prompt..] {
+                rows.push(model.forward(&[t], &mut cache, LogitsFor::Last).unwrap());
+            }
+            rows.iter().map(|r| log_softmax(r)).collect()
+        };
+        let exact = run(KvType::F32);
+        let steps = prompt["steps"].as_array().unwrap();
+        for (kv_type, (sum, count, worst)) in kv_types.iter().zip(stats.iter_mut()) {
+            for (i, (p, q)) in exact.iter().zip(run(*kv_type)).enumerate() {
+                let kl: f64 = p.iter().zip(&q).map(|(a, b)| a.exp() * (a - b)).sum();
+                *sum += kl;
+                *count += 1;
+                *worst = worst.max(kl);
                 if steps[i]["margin"].as_f64().unwrap() >= MARGIN {
+                    let best = q
+                        .iter()
+                        .enumerate()
+                        .fold(0, |b, (j, &v)| if v > q[b] { j } else { b });
                     assert_eq!(
-                        argmax(q),
-                        steps[i]["argmax"].as_u64().unwrap() as u32,
+                        best as u64,
+                        steps[i]["argmax"].as_u64().unwrap(),
                         "{name} step {i} ({kv_type})"
                     );
                 }
             }
         }
+    }
+    for (kv_type, (sum, count, worst)) in kv_types.iter().zip(stats) {
         eprintln!(
             "{kv_type} KV cache vs f32: mean KL {:.2e}, max KL {worst:.2e} over {count} positions",
             sum / count as f64

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod reference;
+
 use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::OnceLock;
