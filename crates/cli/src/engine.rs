@@ -8,7 +8,9 @@ use burn::prelude::*;
 use kindle_generate::{LanguageModel, ModelCache, TokenDecoder};
 use kindle_model::gguf::GgufFile;
 use kindle_model::tokenizer::{Tokenizer, TokenizerError};
-use kindle_model::{BatchSequence, KvCache, KvType, Llama, LogitsFor, ModelError};
+use kindle_model::{
+    BatchSequence, KvCache, KvStore, KvType, Llama, LogitsFor, ModelError, SlidingWindowCache,
+};
 
 /// The compute devices `--device` accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -98,23 +100,69 @@ pub struct BurnModel {
     pub llama: Llama,
     /// How new caches store keys and values.
     pub kv_type: KvType,
+    /// `Some(keep)`: new caches are sliding windows that never discard their first `keep`
+    /// tokens (llama.cpp's context shift); `None`: fixed caches that fill up.
+    pub sliding_keep: Option<usize>,
 }
 
-/// A [`KvCache`] behind the generation loop's [`ModelCache`] trait.
-pub struct BurnCache(pub KvCache);
+/// A KV cache behind the generation loop's [`ModelCache`] trait: fixed or sliding.
+#[derive(Debug)]
+pub enum BurnCache {
+    /// Fills up; a forward pass that does not fit is an error.
+    Fixed(KvCache),
+    /// Discards old tokens (after the kept prefix) to make room.
+    Sliding(SlidingWindowCache),
+}
+
+impl BurnCache {
+    /// The cache as the model sees it.
+    pub fn store(&mut self) -> &mut dyn KvStore {
+        match self {
+            BurnCache::Fixed(c) => c,
+            BurnCache::Sliding(c) => c,
+        }
+    }
+
+    fn store_ref(&self) -> &dyn KvStore {
+        match self {
+            BurnCache::Fixed(c) => c,
+            BurnCache::Sliding(c) => c,
+        }
+    }
+
+    /// Bytes of the cache's storage.
+    pub fn bytes(&self) -> usize {
+        self.store_ref().bytes()
+    }
+}
 
 impl ModelCache for BurnCache {
     fn len(&self) -> usize {
-        self.0.len()
+        self.store_ref().len()
     }
     fn capacity(&self) -> usize {
-        self.0.capacity()
+        self.store_ref().capacity()
     }
     fn truncate(&mut self, len: usize) {
-        self.0.truncate(len)
+        self.store().truncate(len)
     }
     fn fork(&self) -> Self {
-        BurnCache(self.0.fork())
+        match self {
+            BurnCache::Fixed(c) => BurnCache::Fixed(c.fork()),
+            BurnCache::Sliding(c) => BurnCache::Sliding(c.fork()),
+        }
+    }
+    fn sliding_keep(&self) -> Option<usize> {
+        match self {
+            BurnCache::Fixed(_) => None,
+            BurnCache::Sliding(c) => Some(c.keep()),
+        }
+    }
+    fn discarded(&self) -> usize {
+        match self {
+            BurnCache::Fixed(_) => 0,
+            BurnCache::Sliding(c) => c.discarded(),
+        }
     }
 }
 
@@ -129,12 +177,15 @@ impl LanguageModel for BurnModel {
         self.llama.config().context_length
     }
     fn new_cache(&self, capacity: usize) -> Result<BurnCache, ModelError> {
-        Ok(BurnCache(
-            self.llama.new_cache_typed(capacity, self.kv_type),
-        ))
+        Ok(match self.sliding_keep {
+            None => BurnCache::Fixed(self.llama.new_cache_typed(capacity, self.kv_type)),
+            Some(keep) => {
+                BurnCache::Sliding(self.llama.new_sliding_cache(capacity, self.kv_type, keep)?)
+            }
+        })
     }
     fn forward_last(&self, tokens: &[u32], cache: &mut BurnCache) -> Result<Vec<f32>, ModelError> {
-        self.llama.forward(tokens, &mut cache.0, LogitsFor::Last)
+        self.llama.forward(tokens, cache.store(), LogitsFor::Last)
     }
     fn forward_batch(
         &self,
@@ -144,14 +195,62 @@ impl LanguageModel for BurnModel {
             .iter_mut()
             .map(|(tokens, cache)| BatchSequence {
                 tokens,
-                cache: &mut cache.0,
+                cache: cache.store(),
             })
             .collect();
         self.llama.forward_batch(&mut sequences, LogitsFor::Last)
     }
     fn forward_all(&self, tokens: &[u32], cache: &mut BurnCache) -> Result<Vec<f32>, ModelError> {
-        self.llama.forward(tokens, &mut cache.0, LogitsFor::All)
+        self.llama.forward(tokens, cache.store(), LogitsFor::All)
     }
+}
+
+/// What a run's KV cache does when the context is full (`--context-mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ContextMode {
+    /// Generation stops when prompt plus output reach the context size.
+    Fixed,
+    /// The context shifts as in llama.cpp: keep the first `--keep` tokens, discard half of the
+    /// rest, go on; generation runs until --max-tokens or a stop.
+    Sliding,
+}
+
+/// Parse a byte count: a plain number or one with a suffix K, M, G (powers of 1024, also
+/// written KiB, MiB, GiB) or KB, MB, GB (powers of 1000); case-insensitive, spaces allowed
+/// before the suffix.
+pub fn parse_bytes(text: &str) -> Result<usize, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, suffix) = t.split_at(split);
+    let scale: f64 = match suffix.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024.0 * 1024.0,
+        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        other => {
+            return Err(format!(
+                "unknown size suffix '{other}' in '{text}' (use K, M, G, KiB, MiB, GiB, KB, MB or GB)"
+            ));
+        }
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("'{text}' is not a size in bytes (e.g. 512M, 2GiB)"))?;
+    let bytes = value * scale;
+    if !(bytes.is_finite() && bytes >= 1.0 && bytes < usize::MAX as f64) {
+        return Err(format!("'{text}' is not a usable size in bytes"));
+    }
+    Ok(bytes as usize)
+}
+
+/// A byte count for people: `123456789 bytes (117.7 MiB)`.
+pub fn show_bytes(bytes: usize) -> String {
+    format!("{bytes} bytes ({:.1} MiB)", bytes as f64 / (1 << 20) as f64)
 }
 
 /// A [`Tokenizer`] behind the generation loop's [`TokenDecoder`] trait.
@@ -206,5 +305,25 @@ pub fn load_model(loaded: &Loaded, device: &DeviceArgs) -> Result<BurnModel> {
     Ok(BurnModel {
         llama,
         kv_type: device.kv_type,
+        sliding_keep: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_sizes() {
+        assert_eq!(parse_bytes("1000"), Ok(1000));
+        assert_eq!(parse_bytes("1K"), Ok(1024));
+        assert_eq!(parse_bytes("1KiB"), Ok(1024));
+        assert_eq!(parse_bytes("1kb"), Ok(1000));
+        assert_eq!(parse_bytes("1.5M"), Ok(3 << 19));
+        assert_eq!(parse_bytes("2 GiB"), Ok(2 << 30));
+        assert_eq!(parse_bytes("3MB"), Ok(3_000_000));
+        for bad in ["", "K", "12X", "-1M", "0", "1e3"] {
+            assert!(parse_bytes(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -130,7 +130,9 @@ enum State {
 ///
 /// Context: `prompt + generated` never exceeds the usable context `min(cache capacity, model
 /// context length)`; reaching it ends with [`FinishReason::Length`]. A prompt that fills the
-/// whole context finishes at once with `Length` and no token.
+/// whole context finishes at once with `Length` and no token. With a sliding cache
+/// ([`Session::slides`]) there is no such limit: the prompt must fit the context, and then the
+/// cache makes room as generation goes on; only `max_new_tokens`, stops and time end it.
 ///
 /// Sampling: the sampler gets the raw logits row and, as history, the prompt plus the tokens
 /// generated so far (exactly the session's tokens at that moment). Where the sampler needs to
@@ -149,6 +151,7 @@ pub struct Generator<'a, M: LanguageModel, D: TokenDecoder + ?Sized> {
     conditions: StopConditions,
     top_logprobs: usize,
     prompt: Vec<u32>,
+    /// The usable context; `usize::MAX` with a sliding cache.
     limit: usize,
     state: State,
     generated: Vec<u32>,
@@ -187,6 +190,7 @@ impl<'a, M: LanguageModel, D: TokenDecoder + ?Sized> Generator<'a, M, D> {
             });
         }
         check_vocab(prompt, model.vocab_size())?;
+        let limit = if session.slides() { usize::MAX } else { limit };
         let context = &prompt[prompt.len().saturating_sub(PROMPT_CONTEXT_TOKENS)..];
         let stream =
             StreamDecoder::with_context(decoder, context).map_err(GenerateError::decode)?;
@@ -312,7 +316,7 @@ impl<'a, M: LanguageModel, D: TokenDecoder + ?Sized> Generator<'a, M, D> {
         let reason = if stop.is_some() {
             Some(FinishReason::Stop)
         } else if self.generated.len() >= max_new
-            || self.prompt.len() + self.generated.len() >= self.limit
+            || self.prompt.len().saturating_add(self.generated.len()) >= self.limit
         {
             Some(FinishReason::Length)
         } else if let (Some(max), Some(started)) = (self.conditions.max_time, self.started)

@@ -18,6 +18,21 @@ pub trait ModelCache {
     fn fork(&self) -> Self
     where
         Self: Sized;
+    /// For a cache that makes room instead of filling up (a sliding window, llama.cpp's context
+    /// shift): how many tokens at its start it never discards. `None` (the default) for a cache
+    /// of fixed capacity.
+    ///
+    /// A sliding cache, when a forward pass does not fit, discards the oldest tokens right
+    /// after the kept ones (positions `keep..keep + n`) before running it, and counts them in
+    /// [`discarded`](Self::discarded). Generation then goes on past the capacity.
+    fn sliding_keep(&self) -> Option<usize> {
+        None
+    }
+    /// Tokens discarded so far to make room (always 0 for a fixed cache). Only its change
+    /// across one forward pass is used.
+    fn discarded(&self) -> usize {
+        0
+    }
 }
 
 /// A causal language model: tokens in, next-token logits out.

@@ -9,7 +9,10 @@ use crate::model::{LanguageModel, ModelCache};
 /// prefix (chat turns) and the rest of the cache is rolled back on a mismatch.
 ///
 /// Invariant: `tokens().len() == cache().len()`, and `tokens()` are the tokens that were fed to
-/// the model, in order. Generation borrows the session mutably; after it, the session holds the
+/// the model, in order, less those a sliding cache discarded (see
+/// [`ModelCache::sliding_keep`]): when the cache discards `n` tokens after its first `keep`,
+/// the session drops the same ones, so prefix reuse still compares what the cache holds.
+/// Generation borrows the session mutably; after it, the session holds the
 /// prompt and the generated tokens that were fed back (all but the last generated token, which
 /// was sampled but never run through the model).
 pub struct Session<M: LanguageModel> {
@@ -53,6 +56,11 @@ impl<M: LanguageModel> Session<M> {
     /// The cache's capacity in tokens.
     pub fn capacity(&self) -> usize {
         self.cache.capacity()
+    }
+
+    /// Whether the cache slides (discards old tokens when full) rather than filling up.
+    pub fn slides(&self) -> bool {
+        self.cache.sliding_keep().is_some()
     }
 
     /// The usable context for `model`: `min(capacity, model.context_length())`.
@@ -132,7 +140,7 @@ impl<M: LanguageModel> Session<M> {
         model: &M,
         tokens: &[u32],
     ) -> Result<Vec<f32>, GenerateError> {
-        let before = self.tokens.len();
+        let before = (self.tokens.len(), self.cache.discarded());
         let result = model.forward_last(tokens, &mut self.cache);
         self.after_forward(before, tokens, result, 1, model.vocab_size())
     }
@@ -143,7 +151,10 @@ impl<M: LanguageModel> Session<M> {
         model: &M,
         items: &mut [(&[u32], &mut Session<M>)],
     ) -> Result<Vec<Vec<f32>>, GenerateError> {
-        let before: Vec<usize> = items.iter().map(|(_, s)| s.tokens.len()).collect();
+        let before: Vec<(usize, usize)> = items
+            .iter()
+            .map(|(_, s)| (s.tokens.len(), s.cache.discarded()))
+            .collect();
         let result = {
             let mut batch: Vec<(&[u32], &mut M::Cache)> =
                 items.iter_mut().map(|(t, s)| (*t, &mut s.cache)).collect();
@@ -152,9 +163,11 @@ impl<M: LanguageModel> Session<M> {
         let rows = match result {
             Ok(rows) if rows.len() == items.len() => rows,
             other => {
-                for ((_, session), &len) in items.iter_mut().zip(&before) {
+                for ((_, session), &before) in items.iter_mut().zip(&before) {
+                    let len = session.follow_discards(before);
                     session.cache.truncate(len);
-                    session.tokens.truncate(len);
+                    let held = session.cache.len().min(len);
+                    session.tokens.truncate(held);
                 }
                 return Err(match other {
                     Err(e) => GenerateError::model(e),
@@ -182,19 +195,36 @@ impl<M: LanguageModel> Session<M> {
         model: &M,
         tokens: &[u32],
     ) -> Result<Vec<f32>, GenerateError> {
-        let before = self.tokens.len();
+        let before = (self.tokens.len(), self.cache.discarded());
         let result = model.forward_all(tokens, &mut self.cache);
         self.after_forward(before, tokens, result, tokens.len(), model.vocab_size())
     }
 
+    /// Drop from `tokens` what the cache discarded since `before` (`(tokens held, discarded
+    /// count)` before a forward pass), as the cache did; returns the number of tokens held
+    /// before the pass still held now.
+    fn follow_discards(&mut self, before: (usize, usize)) -> usize {
+        let (held, discarded_before) = before;
+        let n = self.cache.discarded().saturating_sub(discarded_before);
+        if n == 0 {
+            return held;
+        }
+        let keep = self.cache.sliding_keep().unwrap_or(0);
+        let start = keep.min(self.tokens.len());
+        let end = (start + n).min(self.tokens.len());
+        self.tokens.drain(start..end);
+        held - (end - start)
+    }
+
     fn after_forward(
         &mut self,
-        before: usize,
+        before: (usize, usize),
         tokens: &[u32],
         result: Result<Vec<f32>, M::Error>,
         rows: usize,
         vocab: usize,
     ) -> Result<Vec<f32>, GenerateError> {
+        let before = self.follow_discards(before);
         let check = match result {
             Err(e) => Err(GenerateError::model(e)),
             Ok(logits) if logits.len() != rows * vocab => Err(GenerateError::LogitsLength {

@@ -23,6 +23,6 @@ pub mod quant;
 pub mod tokenizer;
 
 pub use error::ModelError;
-pub use kindle_kv_cache::{KvCache, KvCacheConfig, KvType};
+pub use kindle_kv_cache::{KvCache, KvCacheConfig, KvStore, KvType, SlidingWindowCache};
 pub use llama::{BatchSequence, Llama, LlamaConfig, LogitsFor};
 pub use loader::{LoadOptions, WeightFormat};

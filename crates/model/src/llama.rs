@@ -2,7 +2,8 @@
 //!
 //! Pre-norm blocks of grouped-query attention with rotary positions and a SwiGLU feed-forward
 //! network, an RMS-normed output and a (possibly tied) output head. The KV cache lives outside
-//! the module: [`Llama::forward`] takes it by `&mut`, and its length is the rotary offset.
+//! the module: [`Llama::forward`] takes any [`KvStore`] by `&mut` (a fixed [`KvCache`] or a
+//! [`SlidingWindowCache`]), and its length is the rotary offset.
 
 use burn::config::Config;
 use burn::module::Param;
@@ -11,7 +12,7 @@ use burn::tensor::TensorData;
 use burn::tensor::activation::silu;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
-use kindle_kv_cache::{KvCache, KvCacheConfig, KvType};
+use kindle_kv_cache::{KvCache, KvCacheConfig, KvStore, KvType, SlidingWindowCache};
 
 use crate::error::ModelError;
 use crate::linear::QLinear;
@@ -360,12 +361,37 @@ impl Llama {
         )
     }
 
+    /// A fresh, empty sliding-window cache of `capacity` tokens stored as `kv_type`: when full
+    /// it discards tokens after the first `keep` and re-rotates the rest (llama.cpp's context
+    /// shift), so generation can go on past `capacity`.
+    ///
+    /// Errors: [`KvCacheError::KeepTooLarge`](kindle_kv_cache::KvCacheError::KeepTooLarge)
+    /// when `keep >= capacity`.
+    pub fn new_sliding_cache(
+        &self,
+        capacity: usize,
+        kv_type: KvType,
+        keep: usize,
+    ) -> Result<SlidingWindowCache, ModelError> {
+        Ok(SlidingWindowCache::with_type(
+            self.config().kv_cache_config(capacity),
+            kv_type,
+            keep,
+            self.config().rope_theta,
+            &self.device(),
+        )?)
+    }
+
     /// Run `tokens` after those already in `cache`, append their keys and values to it, and
     /// return the logits (`[positions, vocab]` row-major: one row for [`LogitsFor::Last`]).
+    ///
+    /// The cache first makes room ([`KvStore::prepare`]: a fixed cache refuses tokens that do
+    /// not fit; a sliding window discards old ones), then its length is the position of the
+    /// first new token.
     pub fn forward(
         &self,
         tokens: &[u32],
-        cache: &mut KvCache,
+        cache: &mut dyn KvStore,
         which: LogitsFor,
     ) -> Result<Vec<f32>, ModelError> {
         let mut batch = [BatchSequence { tokens, cache }];
@@ -405,7 +431,7 @@ impl Llama {
     pub fn forward_tensor(
         &self,
         tokens: &[u32],
-        cache: &mut KvCache,
+        cache: &mut dyn KvStore,
         which: LogitsFor,
     ) -> Result<Tensor<3>, ModelError> {
         self.forward_batch_tensor(&mut [BatchSequence { tokens, cache }], which)
@@ -439,7 +465,10 @@ impl Llama {
                     vocab_size: config.vocab_size,
                 });
             }
-            seq.cache.check_fits(seq.tokens.len())?;
+        }
+        // Only once every sequence is valid: a sliding window may discard tokens here.
+        for seq in batch.iter_mut() {
+            seq.cache.prepare(seq.tokens.len())?;
             spans.push((ids.len(), seq.tokens.len()));
             positions.extend(seq.cache.len()..seq.cache.len() + seq.tokens.len());
             ids.extend_from_slice(seq.tokens);
@@ -538,8 +567,8 @@ impl Llama {
 pub struct BatchSequence<'a> {
     /// Tokens to run after those already in `cache`.
     pub tokens: &'a [u32],
-    /// The sequence's keys and values; the tokens are appended to it.
-    pub cache: &'a mut KvCache,
+    /// The sequence's keys and values (any [`KvStore`]); the tokens are appended to it.
+    pub cache: &'a mut dyn KvStore,
 }
 
 /// Causal grouped-query attention of `q` (`[1, h, T, hd]`) over `keys`/`values`

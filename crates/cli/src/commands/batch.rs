@@ -79,13 +79,12 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         }
         prompt_ids.push(ids);
     }
-    let model = engine::load_model(&loaded, &args.device)?;
+    let mut model = engine::load_model(&loaded, &args.device)?;
     let model_ctx = model.llama.config().context_length;
     let ctx = args.ctx_size.unwrap_or(model_ctx);
     if ctx == 0 || ctx > model_ctx {
         bail!("--ctx-size must be between 1 and the model's context length {model_ctx}, got {ctx}");
     }
-    let mut sessions = Vec::with_capacity(prompts.len());
     for (i, ids) in prompt_ids.iter().enumerate() {
         if ids.len() >= ctx {
             bail!(
@@ -94,7 +93,11 @@ pub fn run(args: GenerateArgs) -> Result<()> {
                 ids.len()
             );
         }
-        let capacity = ctx.min(ids.len().saturating_add(args.max_tokens.max(1)));
+    }
+    let lens: Vec<usize> = prompt_ids.iter().map(Vec::len).collect();
+    let capacity = super::generate::plan_cache(&args, &mut model, ctx, &lens)?;
+    let mut sessions = Vec::with_capacity(prompts.len());
+    for _ in &prompt_ids {
         sessions.push(Session::new(&model, capacity)?);
     }
 

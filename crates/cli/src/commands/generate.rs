@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use kindle_cli::engine::{self, Detokenizer};
+use kindle_cli::engine::{self, BurnModel, ContextMode, Detokenizer, parse_bytes, show_bytes};
 use kindle_cli::sampling_args::SamplingArgs;
 use kindle_generate::chat::ChatMessage;
 use kindle_generate::{
@@ -45,6 +45,18 @@ pub struct GenerateArgs {
     /// Context length of this run (prompt plus output) [default: the model's]
     #[arg(short = 'c', long = "ctx-size", value_name = "N")]
     pub ctx_size: Option<usize>,
+    /// When the context is full: fixed (generation stops) or sliding (llama.cpp's context
+    /// shift: keep the first --keep tokens, discard half of the rest, go on until --max-tokens)
+    #[arg(long, value_enum, value_name = "MODE", default_value = "fixed")]
+    pub context_mode: ContextMode,
+    /// With --context-mode sliding: tokens from the start of the prompt that are never
+    /// discarded when the context shifts (at most the prompt's length)
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub keep: usize,
+    /// Refuse to run when the KV cache would take more than this many bytes (suffixes K, M, G
+    /// or KiB, MiB, GiB for powers of 1024; KB, MB, GB for powers of 1000)
+    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    pub max_kv_memory: Option<usize>,
     /// Parse special-token text such as <|im_start|> in the prompt (otherwise plain text)
     #[arg(long)]
     pub special: bool,
@@ -175,7 +187,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     if prompt_ids.is_empty() {
         bail!("the prompt is empty: a model needs at least one token to continue");
     }
-    let model = engine::load_model(&loaded, &args.device)?;
+    let mut model = engine::load_model(&loaded, &args.device)?;
     let model_ctx = model.llama.config().context_length;
     let ctx = args.ctx_size.unwrap_or(model_ctx);
     if ctx == 0 {
@@ -190,17 +202,20 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             prompt_ids.len()
         );
     }
-    // Preallocate what this run can use, never more than the context.
-    let capacity = ctx.min(prompt_ids.len().saturating_add(args.max_tokens.max(1)));
-    let cache_config = model.llama.config().kv_cache_config(capacity);
+    let capacity = plan_cache(&args, &mut model, ctx, &[prompt_ids.len()])?;
     if args.verbose {
+        let cache_config = model.llama.config().kv_cache_config(capacity);
         eprintln!(
-            "kindle: {} prompt tokens, {} KV cache {} tokens = {:.1} MiB ({} bytes per token), device {}",
+            "kindle: {} prompt tokens, {} KV cache {} tokens = {:.1} MiB ({} bytes per token){}, device {}",
             prompt_ids.len(),
             args.device.kv_type,
             capacity,
             cache_config.bytes_as(args.device.kv_type) as f64 / (1 << 20) as f64,
             cache_config.bytes_per_token_as(args.device.kv_type),
+            match model.sliding_keep {
+                Some(keep) => format!(", sliding (keep {keep})"),
+                None => String::new(),
+            },
             args.device.device.name()
         );
     }
@@ -388,6 +403,65 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         eprintln!("kindle: seed {}", sampler.seed());
     }
     Ok(())
+}
+
+/// Size the KV caches of a run of prompts of `prompt_lens` tokens in a context of `ctx`: set
+/// the model's cache kind from `--context-mode`/`--keep`, check `--max-kv-memory` against all
+/// the caches together, and return each cache's capacity in tokens.
+///
+/// A fixed cache holds what the run can use (prompt + `--max-tokens`, at most `ctx`); a
+/// sliding one holds `ctx` tokens, whatever the length of the run.
+pub(crate) fn plan_cache(
+    args: &GenerateArgs,
+    model: &mut BurnModel,
+    ctx: usize,
+    prompt_lens: &[usize],
+) -> Result<usize> {
+    let shortest = prompt_lens.iter().copied().min().unwrap_or(0);
+    let longest = prompt_lens.iter().copied().max().unwrap_or(0);
+    let capacity = match args.context_mode {
+        ContextMode::Fixed => {
+            if args.keep > 0 {
+                bail!("--keep applies to --context-mode sliding");
+            }
+            model.sliding_keep = None;
+            ctx.min(longest.saturating_add(args.max_tokens.max(1)))
+        }
+        ContextMode::Sliding => {
+            if args.keep >= ctx {
+                bail!(
+                    "--keep {} leaves no room to slide in a context of {ctx} tokens (--keep must be less than --ctx-size)",
+                    args.keep
+                );
+            }
+            // As llama.cpp: never keep more than the prompt.
+            model.sliding_keep = Some(args.keep.min(shortest));
+            ctx
+        }
+    };
+    let kv_type = args.device.kv_type;
+    let per_cache = model
+        .llama
+        .config()
+        .kv_cache_config(capacity)
+        .bytes_as(kv_type);
+    let total = per_cache.saturating_mul(prompt_lens.len());
+    if let Some(budget) = args.max_kv_memory
+        && total > budget
+    {
+        let caches = if prompt_lens.len() == 1 {
+            String::new()
+        } else {
+            format!(" ({} caches)", prompt_lens.len())
+        };
+        bail!(
+            "the {kv_type} KV cache of {capacity} tokens{caches} needs {}, more than --max-kv-memory {}; \
+             lower --ctx-size or --max-tokens, or use --kv-type f16 or int8",
+            show_bytes(total),
+            show_bytes(budget)
+        );
+    }
+    Ok(capacity)
 }
 
 /// The `--jsonl` line of a token event (`None` for `Done`).
