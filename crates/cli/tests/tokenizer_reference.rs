@@ -143,3 +143,21 @@ fn characters_the_vocabulary_cannot_represent_are_an_error() {
     assert!(tokenizer.encode("\u{6}", true).is_err());
     assert_eq!(tokenizer.encode("a\tb\n", false).unwrap().len(), 4);
 }
+
+/// Fuzzing found that an offset-based check missed a dropped byte next to others
+/// (`"\u{3}\0\0\0\0\u{4}\0,"`); the check no longer relies on the encoding's offsets.
+#[test]
+fn a_dropped_byte_between_representable_ones_is_still_an_error() {
+    let Some(tokenizer) = load_tokenizer() else {
+        return;
+    };
+    let err = tokenizer
+        .encode("\u{3}\0\0\0\0\u{4}\0,", false)
+        .unwrap_err();
+    assert!(err.to_string().contains("at byte 5"), "{err}");
+    assert!(tokenizer.encode("<|im_start|>\u{4}", true).is_err());
+    assert_eq!(
+        tokenizer.encode("<|im_start|>user", true).unwrap(),
+        [1, 4093]
+    );
+}

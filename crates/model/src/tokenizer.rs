@@ -800,7 +800,7 @@ impl Tokenizer {
         } else {
             &self.plain
         };
-        self.check_representable(tokenizer, text)?;
+        self.check_representable(text, parse_special)?;
         let encoding = tokenizer
             .encode_fast(text, false)
             .map_err(|e| TokenizerError::Encode(e.to_string()))?;
@@ -811,10 +811,11 @@ impl Tokenizer {
         Ok(ids)
     }
 
-    /// An error for the first character whose bytes have no token and that no added token
-    /// (such as a special token's text) covers. The costly check (an encoding with offsets)
-    /// runs only when the text holds such a byte at all.
-    fn check_representable(&self, tokenizer: &tokenizers::Tokenizer, text: &str) -> Result<()> {
+    /// An error for the first character whose bytes have no token, unless it lies inside the
+    /// text of an added token the encoding splits out (control and unknown tokens with
+    /// `parse_special`, user-defined tokens always). The scan for added tokens runs only when
+    /// the text holds such a byte at all.
+    fn check_representable(&self, text: &str, parse_special: bool) -> Result<()> {
         let missing = |ch: &char| {
             ch.encode_utf8(&mut [0; 4])
                 .bytes()
@@ -823,18 +824,19 @@ impl Tokenizer {
         if self.missing_bytes.is_empty() || !text.chars().any(|ch| missing(&ch)) {
             return Ok(());
         }
-        let encoding = tokenizer
-            .encode(text, false)
-            .map_err(|e| TokenizerError::Encode(e.to_string()))?;
-        let covered = |offset: usize| {
-            encoding
-                .get_offsets()
-                .iter()
-                .any(|&(start, end)| start <= offset && offset < end)
-        };
+        let mut covered = Vec::new();
+        for (piece, &ty) in self.pieces.iter().zip(&self.types) {
+            let split_out = ty == TokenType::UserDefined || (parse_special && ty.is_special());
+            if split_out && !piece.is_empty() {
+                covered.extend(
+                    text.match_indices(piece.as_str())
+                        .map(|(at, p)| at..at + p.len()),
+                );
+            }
+        }
         match text
             .char_indices()
-            .find(|(offset, ch)| missing(ch) && !covered(*offset))
+            .find(|(offset, ch)| missing(ch) && !covered.iter().any(|r| r.contains(offset)))
         {
             Some((offset, ch)) => Err(TokenizerError::Unencodable { ch, offset }),
             None => Ok(()),
