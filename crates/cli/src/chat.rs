@@ -52,3 +52,16 @@ pub fn encode_chat(
     }
     Ok(ids)
 }
+
+/// The ids of a one-turn chat prompt: an optional system message and one user message, with
+/// the generation prompt added (`kindle generate --chat`).
+pub fn encode_single_turn(
+    tokenizer: &Tokenizer,
+    template: &ChatTemplate,
+    system: Option<&str>,
+    user: &str,
+) -> Result<Vec<u32>> {
+    let mut messages: Vec<ChatMessage> = system.map(ChatMessage::system).into_iter().collect();
+    messages.push(ChatMessage::user(user));
+    encode_chat(tokenizer, template, &messages, true)
+}

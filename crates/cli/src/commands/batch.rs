@@ -5,9 +5,8 @@ use std::io::Write;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use kindle_cli::chat::{chat_template, encode_chat};
+use kindle_cli::chat::{chat_template, encode_single_turn};
 use kindle_cli::engine::{self, Detokenizer};
-use kindle_generate::chat::ChatMessage;
 use kindle_generate::{Session, generate_batch};
 use serde_json::{Value, json};
 
@@ -58,14 +57,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     for (i, prompt) in prompts.iter().enumerate() {
         let ids = match &template {
             Some(template) => {
-                let mut messages: Vec<ChatMessage> = args
-                    .system
-                    .iter()
-                    .cloned()
-                    .map(ChatMessage::system)
-                    .collect();
-                messages.push(ChatMessage::user(prompt.clone()));
-                encode_chat(tokenizer, template, &messages, true)?
+                encode_single_turn(tokenizer, template, args.system.as_deref(), prompt)?
             }
             None => tokenizer
                 .encode(prompt, args.special)

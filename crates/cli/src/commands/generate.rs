@@ -7,7 +7,6 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use kindle_cli::engine::{self, BurnModel, ContextMode, Detokenizer, parse_bytes, show_bytes};
 use kindle_cli::sampling_args::SamplingArgs;
-use kindle_generate::chat::ChatMessage;
 use kindle_generate::{
     BeamConfig, EarlyStopping, Event, GenerationConfig, Session, Summary, Timings, beam_search,
     generate, generate_samples,
@@ -17,7 +16,7 @@ use kindle_sampling::Sampler;
 use serde_json::{Value, json};
 
 use crate::{DeviceArgs, ModelArgs};
-use kindle_cli::chat::{chat_template, encode_chat};
+use kindle_cli::chat::{chat_template, encode_single_turn};
 
 #[derive(Args, Debug)]
 pub struct GenerateArgs {
@@ -173,14 +172,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let tokenizer = &loaded.tokenizer;
     let prompt_ids = if args.chat {
         let template = chat_template(tokenizer)?;
-        let mut messages: Vec<ChatMessage> = args
-            .system
-            .iter()
-            .cloned()
-            .map(ChatMessage::system)
-            .collect();
-        messages.push(ChatMessage::user(prompt.clone()));
-        encode_chat(tokenizer, &template, &messages, true)?
+        encode_single_turn(tokenizer, &template, args.system.as_deref(), &prompt)?
     } else {
         tokenizer.encode(&prompt, args.special)?
     };
