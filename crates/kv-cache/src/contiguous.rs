@@ -3,7 +3,7 @@
 use burn::prelude::*;
 
 use crate::storage::{Buffer, KvType};
-use crate::{KvCacheConfig, KvCacheError, KvStore};
+use crate::{HostKvLayer, KvCacheConfig, KvCacheError, KvStore};
 
 /// Per-layer key and value buffers of shape `[1, n_kv_heads, capacity, head_dim]`.
 #[derive(Debug, Clone)]
@@ -28,6 +28,10 @@ pub struct KvCache {
     kv_type: KvType,
     layers: Vec<LayerKv>,
     len: usize,
+    /// The device (for [`host_layer`](Self::host_layer)'s views).
+    device: Device,
+    /// Whether `device` is a CPU backend, whose tensors are host memory.
+    host: bool,
 }
 
 impl KvCache {
@@ -45,11 +49,15 @@ impl KvCache {
                 values: Buffer::zeros(kv_type, shape, device),
             })
             .collect();
+        #[allow(deprecated)] // Burn deprecates ndarray; it is still a CPU backend.
+        let host = *device == Device::flex() || *device == Device::ndarray();
         KvCache {
             config,
             kv_type,
             layers,
             len: 0,
+            device: device.clone(),
+            host,
         }
     }
 
@@ -118,6 +126,35 @@ impl KvCache {
         slot.keys.write(start, keys);
         slot.values.write(start, values);
         Ok((slot.keys.read(0..start + t), slot.values.read(0..start + t)))
+    }
+
+    /// Whether the buffers are host memory (a CPU device: flex or ndarray).
+    pub fn host_resident(&self) -> bool {
+        self.host
+    }
+
+    /// `layer`'s buffers viewed in place on the host, for a forward pass computing on the host
+    /// (see [`HostKvLayer`]); `Ok(None)` on a device whose memory is not the host's.
+    ///
+    /// On a CPU device the view moves the buffers out of their tensors and back on drop
+    /// without copying them (unless a [`fork`](Self::fork) still shares them: then the first
+    /// view copies, as a write through [`update`](Self::update) would).
+    pub fn host_layer(&mut self, layer: usize) -> Result<Option<HostKvLayer<'_>>, KvCacheError> {
+        let n_layers = self.config.n_layers;
+        let slot = self
+            .layers
+            .get_mut(layer)
+            .ok_or(KvCacheError::NoSuchLayer { layer, n_layers })?;
+        if !self.host {
+            return Ok(None);
+        }
+        Ok(Some(HostKvLayer::new(
+            [&mut slot.keys, &mut slot.values],
+            self.device.clone(),
+            layer,
+            &self.config,
+            self.len,
+        )))
     }
 
     /// The keys and values (f32) of the `len` tokens held in `layer`.
@@ -200,6 +237,14 @@ impl KvStore for KvCache {
         values: Tensor<4>,
     ) -> Result<(Tensor<4>, Tensor<4>), KvCacheError> {
         KvCache::update(self, layer, keys, values)
+    }
+
+    fn host_resident(&self) -> bool {
+        KvCache::host_resident(self)
+    }
+
+    fn host_layer(&mut self, layer: usize) -> Result<Option<HostKvLayer<'_>>, KvCacheError> {
+        KvCache::host_layer(self, layer)
     }
 
     fn read(&self, layer: usize) -> Result<(Tensor<4>, Tensor<4>), KvCacheError> {

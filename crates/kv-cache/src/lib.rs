@@ -44,12 +44,14 @@ use burn::prelude::*;
 use thiserror::Error;
 
 mod contiguous;
+mod host;
 mod paged;
 pub mod shift;
 mod sliding;
 mod storage;
 
 pub use contiguous::KvCache;
+pub use host::HostKvLayer;
 pub use paged::{PagedPool, SeqId};
 pub use sliding::SlidingWindowCache;
 pub use storage::KvType;
@@ -159,7 +161,8 @@ impl KvCacheConfig {
 ///
 /// A forward pass of `T` tokens calls [`prepare`](Self::prepare)`(T)` first, then reads
 /// [`next_position`](Self::next_position) as the RoPE offset of its first token, calls
-/// [`update`](Self::update) once per layer, and [`advance`](Self::advance)`(T)` at the end.
+/// [`update`](Self::update) once per layer (or, computing on the host, writes through
+/// [`host_layer`](Self::host_layer)), and [`advance`](Self::advance)`(T)` at the end.
 pub trait KvStore {
     /// The cache's shape.
     fn config(&self) -> &KvCacheConfig;
@@ -193,6 +196,16 @@ pub trait KvStore {
         keys: Tensor<4>,
         values: Tensor<4>,
     ) -> Result<(Tensor<4>, Tensor<4>), KvCacheError>;
+
+    /// Whether the storage is host memory (a CPU device), so that
+    /// [`host_layer`](Self::host_layer) gives views instead of `None`.
+    fn host_resident(&self) -> bool;
+
+    /// `layer`'s keys and values viewed in place on the host, for a forward pass computing on
+    /// the host: it writes its `T` new tokens through the view instead of calling
+    /// [`update`](Self::update), then calls [`advance`](Self::advance) as usual. `Ok(None)`
+    /// when the storage is not [host resident](Self::host_resident).
+    fn host_layer(&mut self, layer: usize) -> Result<Option<HostKvLayer<'_>>, KvCacheError>;
 
     /// The f32 keys and values of the `len` tokens held in `layer`.
     fn read(&self, layer: usize) -> Result<(Tensor<4>, Tensor<4>), KvCacheError>;

@@ -4,7 +4,7 @@
 use burn::prelude::*;
 
 use crate::shift::k_shift;
-use crate::{KvCache, KvCacheConfig, KvCacheError, KvStore, KvType};
+use crate::{HostKvLayer, KvCache, KvCacheConfig, KvCacheError, KvStore, KvType};
 
 /// A [`KvCache`] that makes room instead of failing when full.
 ///
@@ -153,6 +153,14 @@ impl KvStore for SlidingWindowCache {
         values: Tensor<4>,
     ) -> Result<(Tensor<4>, Tensor<4>), KvCacheError> {
         self.inner.update(layer, keys, values)
+    }
+
+    fn host_resident(&self) -> bool {
+        self.inner.host_resident()
+    }
+
+    fn host_layer(&mut self, layer: usize) -> Result<Option<HostKvLayer<'_>>, KvCacheError> {
+        self.inner.host_layer(layer)
     }
 
     fn read(&self, layer: usize) -> Result<(Tensor<4>, Tensor<4>), KvCacheError> {

@@ -1,0 +1,408 @@
+//! In-place host access to one layer of a cache on a CPU device.
+//!
+//! A CPU forward pass that keeps its activations on the host (kindle's fused decode path) reads
+//! and writes the cache here instead of through Burn tensor ops. On CPU backends a uniquely
+//! owned, contiguous tensor converts to [`TensorData`] and back without copying (the buffer
+//! moves), so a [`HostKvLayer`] is a view of the cache's own storage: the bytes are not copied
+//! in either direction, and the tensors are put back when the view is dropped.
+
+use burn::prelude::*;
+use burn::tensor::{DType, TensorData};
+use half::f16;
+
+use crate::storage::Buffer;
+use crate::{KvCacheConfig, KvCacheError};
+
+/// A buffer's contents moved out of its tensors.
+pub(crate) enum HostBuffer {
+    /// f32 or f16 elements `[1, heads, capacity, head_dim]`.
+    Float(TensorData),
+    /// int8 elements and their f32 scales `[1, heads, capacity, 1]`.
+    Int8 {
+        data: TensorData,
+        scales: TensorData,
+    },
+}
+
+// Element access. The dtypes are the ones `Buffer::zeros` made, so a mismatch is a bug here.
+fn slice<E: burn::tensor::Element>(data: &TensorData) -> &[E] {
+    data.as_slice::<E>()
+        .expect("cache buffer of the dtype it was made with")
+}
+
+fn slice_mut<E: burn::tensor::Element>(data: &mut TensorData) -> &mut [E] {
+    data.as_mut_slice::<E>()
+        .expect("cache buffer of the dtype it was made with")
+}
+
+impl HostBuffer {
+    /// Store vector `index` (`head * capacity + position`) from `x` (`head_dim` values).
+    fn write(&mut self, index: usize, x: &[f32]) {
+        let d = x.len();
+        let range = index * d..(index + 1) * d;
+        match self {
+            HostBuffer::Float(data) if data.dtype() == DType::F16 => {
+                for (out, &v) in slice_mut::<f16>(data)[range].iter_mut().zip(x) {
+                    *out = f16::from_f32(v);
+                }
+            }
+            HostBuffer::Float(data) => slice_mut::<f32>(data)[range].copy_from_slice(x),
+            HostBuffer::Int8 { data, scales } => {
+                // As `Buffer::write`: symmetric absmax / 127 per vector.
+                let absmax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let scale = absmax / 127.0;
+                let divisor = scale.max(f32::MIN_POSITIVE);
+                for (out, &v) in slice_mut::<i8>(data)[range].iter_mut().zip(x) {
+                    *out = (v / divisor).round().clamp(-127.0, 127.0) as i8;
+                }
+                slice_mut::<f32>(scales)[index] = scale;
+            }
+        }
+    }
+
+    /// Vectors `start..start + n` (`head_dim` = `d` wide) as f32: borrowed when stored as f32,
+    /// decoded into `scratch` otherwise.
+    fn read<'s>(
+        &'s self,
+        start: usize,
+        n: usize,
+        d: usize,
+        scratch: &'s mut Vec<f32>,
+    ) -> &'s [f32] {
+        let range = start * d..(start + n) * d;
+        match self {
+            HostBuffer::Float(data) if data.dtype() == DType::F16 => {
+                use half::slice::HalfFloatSliceExt;
+                scratch.resize(n * d, 0.0);
+                slice::<f16>(data)[range].convert_to_f32_slice(scratch);
+                scratch
+            }
+            HostBuffer::Float(data) => &slice::<f32>(data)[range],
+            HostBuffer::Int8 { data, scales } => {
+                scratch.clear();
+                let q = &slice::<i8>(data)[range];
+                let scales = &slice::<f32>(scales)[start..start + n];
+                for (row, &scale) in q.chunks_exact(d).zip(scales) {
+                    scratch.extend(row.iter().map(|&v| f32::from(v) * scale));
+                }
+                scratch
+            }
+        }
+    }
+}
+
+/// One layer's keys and values, viewed in place on the host for a forward pass (see the
+/// module docs). Obtained from [`KvStore::host_layer`](crate::KvStore::host_layer); the cache's
+/// tensors are restored when it is dropped.
+///
+/// Positions are those of the cache: [`len`](Self::len) tokens are held; the pass writes its
+/// `T` new tokens at `len..len + T` ([`write`](Self::write)) and reads any positions below
+/// `len + T` ([`keys`](Self::keys), [`values`](Self::values)). As with
+/// [`KvStore::update`](crate::KvStore::update), the length moves on only with
+/// [`KvStore::advance`](crate::KvStore::advance).
+pub struct HostKvLayer<'a> {
+    slots: [&'a mut Buffer; 2],
+    /// Keys and values, moved out of `slots` until drop.
+    host: [Option<HostBuffer>; 2],
+    device: Device,
+    layer: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    capacity: usize,
+    len: usize,
+}
+
+impl<'a> HostKvLayer<'a> {
+    /// View `layer`'s buffers of a cache shaped as `config` holding `len` tokens.
+    pub(crate) fn new(
+        [keys, values]: [&'a mut Buffer; 2],
+        device: Device,
+        layer: usize,
+        config: &KvCacheConfig,
+        len: usize,
+    ) -> Self {
+        let host = [Some(keys.take_host()), Some(values.take_host())];
+        HostKvLayer {
+            slots: [keys, values],
+            host,
+            device,
+            layer,
+            n_kv_heads: config.n_kv_heads,
+            head_dim: config.head_dim,
+            capacity: config.capacity,
+            len,
+        }
+    }
+
+    fn buffer(&self, which: usize) -> &HostBuffer {
+        self.host[which]
+            .as_ref()
+            .expect("host buffers are present until drop")
+    }
+
+    /// Tokens held before this pass (the position of the first new token).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no token was held before this pass.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Key/value heads.
+    pub fn n_kv_heads(&self) -> usize {
+        self.n_kv_heads
+    }
+
+    /// Width of one head.
+    pub fn head_dim(&self) -> usize {
+        self.head_dim
+    }
+
+    /// Store the keys and values of the pass's new token number `offset` (position
+    /// `len + offset`), each `[n_kv_heads * head_dim]`, heads one after another (the layout a
+    /// key or value projection produces for one token).
+    ///
+    /// Errors: [`KvCacheError::Full`] past the capacity, [`KvCacheError::BadShape`] for
+    /// vectors of another length.
+    pub fn write(
+        &mut self,
+        offset: usize,
+        keys: &[f32],
+        values: &[f32],
+    ) -> Result<(), KvCacheError> {
+        let (h, d) = (self.n_kv_heads, self.head_dim);
+        if keys.len() != h * d || values.len() != h * d {
+            return Err(KvCacheError::BadShape {
+                layer: self.layer,
+                n_kv_heads: h,
+                head_dim: d,
+                got: vec![keys.len().max(values.len())],
+            });
+        }
+        let position = self.len + offset;
+        if position >= self.capacity {
+            return Err(KvCacheError::Full {
+                len: self.len,
+                adding: offset + 1,
+                capacity: self.capacity,
+            });
+        }
+        for (which, x) in [keys, values].into_iter().enumerate() {
+            let buffer = self.host[which]
+                .as_mut()
+                .expect("host buffers are present until drop");
+            for (head, vector) in x.chunks_exact(d).enumerate() {
+                buffer.write(head * self.capacity + position, vector);
+            }
+        }
+        Ok(())
+    }
+
+    /// The keys of `head` at positions `0..n` as f32 `[n, head_dim]`: the cache's own memory
+    /// when it stores f32, otherwise decoded into `scratch`.
+    ///
+    /// # Panics
+    /// If `head >= n_kv_heads` or `n > capacity`.
+    pub fn keys<'s>(&'s self, head: usize, n: usize, scratch: &'s mut Vec<f32>) -> &'s [f32] {
+        self.read(0, head, n, scratch)
+    }
+
+    /// The values of `head` at positions `0..n`, as [`keys`](Self::keys).
+    ///
+    /// # Panics
+    /// If `head >= n_kv_heads` or `n > capacity`.
+    pub fn values<'s>(&'s self, head: usize, n: usize, scratch: &'s mut Vec<f32>) -> &'s [f32] {
+        self.read(1, head, n, scratch)
+    }
+
+    fn read<'s>(
+        &'s self,
+        which: usize,
+        head: usize,
+        n: usize,
+        scratch: &'s mut Vec<f32>,
+    ) -> &'s [f32] {
+        assert!(head < self.n_kv_heads && n <= self.capacity, "cache range");
+        self.buffer(which)
+            .read(head * self.capacity, n, self.head_dim, scratch)
+    }
+}
+
+impl Drop for HostKvLayer<'_> {
+    fn drop(&mut self) {
+        for (slot, host) in self.slots.iter_mut().zip(&mut self.host) {
+            if let Some(host) = host.take() {
+                slot.put_host(host, &self.device);
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for HostKvLayer<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostKvLayer")
+            .field("layer", &self.layer)
+            .field("n_kv_heads", &self.n_kv_heads)
+            .field("head_dim", &self.head_dim)
+            .field("capacity", &self.capacity)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{KvCache, KvType};
+
+    const HEADS: usize = 2;
+    const DIM: usize = 4;
+
+    fn config() -> KvCacheConfig {
+        KvCacheConfig {
+            n_layers: 2,
+            n_kv_heads: HEADS,
+            head_dim: DIM,
+            capacity: 5,
+        }
+    }
+
+    /// One token's keys (`sign` 1) or values (`sign` -1): `[head][dim]`.
+    fn token(t: usize, sign: f32) -> Vec<f32> {
+        (0..HEADS * DIM)
+            .map(|i| sign * ((t * 31 + i * 7) as f32 * 0.37).sin() * (1.0 + i as f32))
+            .collect()
+    }
+
+    /// The same tokens as a `[1, heads, T, dim]` tensor.
+    fn tensor(tokens: &[Vec<f32>], device: &Device) -> Tensor<4> {
+        let t = tokens.len();
+        let mut data = vec![0f32; HEADS * t * DIM];
+        for (pos, tok) in tokens.iter().enumerate() {
+            for h in 0..HEADS {
+                let dst = (h * t + pos) * DIM;
+                data[dst..dst + DIM].copy_from_slice(&tok[h * DIM..(h + 1) * DIM]);
+            }
+        }
+        Tensor::from_data(TensorData::new(data, [1, HEADS, t, DIM]), device)
+    }
+
+    fn host(t: Tensor<4>) -> Vec<f32> {
+        t.into_data().try_into_vec::<f32>().unwrap()
+    }
+
+    /// Each CPU device with the storage types it supports (Burn's ndarray has no f16).
+    #[allow(deprecated)] // ndarray is still a CPU backend kindle can run on.
+    fn devices() -> [(Device, &'static [KvType]); 2] {
+        [
+            (Device::flex(), &[KvType::F32, KvType::F16, KvType::Int8]),
+            (Device::ndarray(), &[KvType::F32, KvType::Int8]),
+        ]
+    }
+
+    /// Writing through the host view stores what `update` stores, and the view reads back what
+    /// `read` returns, for every storage type.
+    #[test]
+    fn host_writes_and_reads_match_the_tensor_path() {
+        for (device, types) in devices() {
+            for &kv_type in types {
+                let mut by_host = KvCache::with_type(config(), kv_type, &device);
+                let mut by_tensor = KvCache::with_type(config(), kv_type, &device);
+                assert!(by_host.host_resident());
+                // A pass of 2 tokens, then one of 1.
+                for pass in [0..2, 2..3] {
+                    let keys: Vec<_> = pass.clone().map(|t| token(t, 1.0)).collect();
+                    let values: Vec<_> = pass.clone().map(|t| token(t, -1.0)).collect();
+                    for layer in 0..2 {
+                        let mut view = by_host.host_layer(layer).unwrap().unwrap();
+                        assert_eq!(view.len(), pass.start);
+                        for (i, (k, v)) in keys.iter().zip(&values).enumerate() {
+                            view.write(i, k, v).unwrap();
+                        }
+                        drop(view);
+                        by_tensor
+                            .update(layer, tensor(&keys, &device), tensor(&values, &device))
+                            .unwrap();
+                    }
+                    by_host.advance(pass.len()).unwrap();
+                    by_tensor.advance(pass.len()).unwrap();
+                }
+                for layer in 0..2 {
+                    let (hk, hv) = by_host.read(layer).unwrap();
+                    let (tk, tv) = by_tensor.read(layer).unwrap();
+                    let (hk, hv, tk, tv) = (host(hk), host(hv), host(tk), host(tv));
+                    // int8 rounding may differ by one step where a value sits on a tie.
+                    let tol = if kv_type == KvType::Int8 { 0.05 } else { 1e-6 };
+                    for (a, b) in hk.iter().chain(&hv).zip(tk.iter().chain(&tv)) {
+                        assert!((a - b).abs() <= tol, "{kv_type}: {a} vs {b}");
+                    }
+                    let view = by_host.host_layer(layer).unwrap().unwrap();
+                    let mut scratch = Vec::new();
+                    for h in 0..HEADS {
+                        let k = view.keys(h, 3, &mut scratch).to_vec();
+                        assert_eq!(k, tk[h * 3 * DIM..(h + 1) * 3 * DIM], "{kv_type}");
+                        let v = view.values(h, 3, &mut scratch).to_vec();
+                        assert_eq!(v, tv[h * 3 * DIM..(h + 1) * 3 * DIM], "{kv_type}");
+                    }
+                }
+            }
+        }
+    }
+
+    fn key_ptr(view: &HostKvLayer<'_>) -> *const u8 {
+        match view.buffer(0) {
+            HostBuffer::Float(data) => data.as_bytes().as_ptr(),
+            HostBuffer::Int8 { data, .. } => data.as_bytes().as_ptr(),
+        }
+    }
+
+    /// The view is the cache's own memory: two views in a row see the same bytes (no copy in
+    /// either direction), until a fork shares them; then the first view copies and the fork
+    /// keeps its contents.
+    #[test]
+    fn views_do_not_copy_and_forks_stay_independent() {
+        for (device, types) in devices() {
+            for &kv_type in types {
+                let mut cache = KvCache::with_type(config(), kv_type, &device);
+                let first = key_ptr(&cache.host_layer(1).unwrap().unwrap());
+                let mut view = cache.host_layer(1).unwrap().unwrap();
+                assert_eq!(key_ptr(&view), first, "{kv_type} on {device:?}");
+                view.write(0, &token(0, 1.0), &token(0, -1.0)).unwrap();
+                drop(view);
+                cache.advance(1).unwrap();
+
+                let mut fork = cache.fork();
+                let mut view = cache.host_layer(1).unwrap().unwrap();
+                assert_ne!(key_ptr(&view), first, "a shared buffer is copied");
+                view.write(0, &token(9, 1.0), &token(9, -1.0)).unwrap();
+                drop(view);
+                cache.advance(1).unwrap();
+                fork.advance(1).unwrap();
+                let (forked, _) = fork.read(1).unwrap();
+                let (changed, _) = cache.read(1).unwrap();
+                assert_ne!(host(forked), host(changed));
+            }
+        }
+    }
+
+    #[test]
+    fn bad_writes_are_errors() {
+        let mut cache = KvCache::new(config(), &Device::flex());
+        assert!(matches!(
+            cache.host_layer(2),
+            Err(KvCacheError::NoSuchLayer { layer: 2, .. })
+        ));
+        let mut view = cache.host_layer(0).unwrap().unwrap();
+        let (k, v) = (token(0, 1.0), token(0, -1.0));
+        assert!(matches!(
+            view.write(5, &k, &v),
+            Err(KvCacheError::Full { .. })
+        ));
+        assert!(matches!(
+            view.write(0, &k[1..], &v),
+            Err(KvCacheError::BadShape { layer: 0, .. })
+        ));
+    }
+}
