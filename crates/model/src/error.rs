@@ -39,6 +39,10 @@ pub enum ModelError {
     /// A token id is not in the vocabulary.
     #[error("token id {token} is outside the vocabulary (size {vocab_size})")]
     TokenOutOfRange { token: u32, vocab_size: usize },
+    /// A KV cache said its storage is host memory but gave no host view of a layer (a
+    /// [`KvStore`](kindle_kv_cache::KvStore) implementation breaking its contract).
+    #[error("the KV cache is host resident but gave no host view of layer {layer}")]
+    HostCache { layer: usize },
     /// Reading results back from the device failed.
     #[error("reading tensor data back from the device failed: {0}")]
     Readback(String),

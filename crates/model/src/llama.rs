@@ -17,6 +17,8 @@ use kindle_kv_cache::{KvCache, KvCacheConfig, KvStore, KvType, SlidingWindowCach
 use crate::error::ModelError;
 use crate::linear::QLinear;
 
+mod host;
+
 /// Hyperparameters of a Llama-family model.
 #[derive(Config, Debug, PartialEq)]
 pub struct LlamaConfig {
@@ -85,7 +87,7 @@ impl LlamaConfig {
                 return Err(bad(key, "must be positive, got 0".into()));
             }
         }
-        if self.d_model % self.n_heads != 0 {
+        if !self.d_model.is_multiple_of(self.n_heads) {
             return Err(bad(
                 "attention.head_count",
                 format!(
@@ -94,7 +96,7 @@ impl LlamaConfig {
                 ),
             ));
         }
-        if self.n_heads % self.n_kv_heads != 0 {
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return Err(bad(
                 "attention.head_count_kv",
                 format!(
@@ -103,7 +105,7 @@ impl LlamaConfig {
                 ),
             ));
         }
-        if self.head_dim() % 2 != 0 {
+        if !self.head_dim().is_multiple_of(2) {
             return Err(bad(
                 "rope.dimension_count",
                 format!("head width {} is odd", self.head_dim()),
@@ -315,6 +317,9 @@ pub struct Llama {
     output: Option<QLinear>,
     #[module(skip)]
     config: LlamaConfig,
+    /// The host path's weights, when every matrix is quantized (see [`host`]).
+    #[module(skip)]
+    host: Option<host::HostWeights>,
 }
 
 impl Llama {
@@ -327,12 +332,14 @@ impl Llama {
         norm: RmsNorm,
         output: Option<QLinear>,
     ) -> Self {
+        let host = host::HostWeights::new(&embedding, &layers, &norm, output.as_ref());
         Llama {
             embedding,
             layers,
             norm,
             output,
             config,
+            host,
         }
     }
 
@@ -408,7 +415,11 @@ impl Llama {
         batch: &mut [BatchSequence<'_>],
         which: LogitsFor,
     ) -> Result<Vec<Vec<f32>>, ModelError> {
-        let logits = self.forward_batch_tensor(batch, which)?;
+        let (spans, positions, ids) = self.prepare_batch(batch)?;
+        if self.host_path_applies(batch, ids.len()) {
+            return self.forward_batch_host(batch, &spans, &positions, &ids, which);
+        }
+        let logits = self.forward_prepared(batch, &spans, &positions, &ids, which)?;
         let vocab = self.config().vocab_size;
         let flat = logits
             .into_data()
@@ -438,12 +449,25 @@ impl Llama {
     }
 
     /// As [`forward_batch`](Self::forward_batch), leaving the logits on the device:
-    /// `[1, rows, vocab]`, the sequences' rows one after another.
+    /// `[1, rows, vocab]`, the sequences' rows one after another. This is always the Burn
+    /// path (tensor ops on the model's device), also where
+    /// [`forward_batch`](Self::forward_batch) takes the host path.
     pub fn forward_batch_tensor(
         &self,
         batch: &mut [BatchSequence<'_>],
         which: LogitsFor,
     ) -> Result<Tensor<3>, ModelError> {
+        let (spans, positions, ids) = self.prepare_batch(batch)?;
+        self.forward_prepared(batch, &spans, &positions, &ids, which)
+    }
+
+    /// Check a batch and make room in its caches: each sequence's `(first row, tokens)`, each
+    /// row's position and the rows' token ids.
+    #[allow(clippy::type_complexity)]
+    fn prepare_batch(
+        &self,
+        batch: &mut [BatchSequence<'_>],
+    ) -> Result<(Vec<(usize, usize)>, Vec<usize>, Vec<u32>), ModelError> {
         let config = self.config();
         if batch.is_empty() {
             return Err(ModelError::EmptyInput);
@@ -473,13 +497,26 @@ impl Llama {
             positions.extend(seq.cache.len()..seq.cache.len() + seq.tokens.len());
             ids.extend_from_slice(seq.tokens);
         }
+        Ok((spans, positions, ids))
+    }
+
+    /// The Burn path of a prepared batch.
+    fn forward_prepared(
+        &self,
+        batch: &mut [BatchSequence<'_>],
+        spans: &[(usize, usize)],
+        positions: &[usize],
+        ids: &[u32],
+        which: LogitsFor,
+    ) -> Result<Tensor<3>, ModelError> {
+        let config = self.config();
         let device = self.device();
         let n = ids.len();
-        let mut x = self.embedding.embed(&ids, &device);
+        let mut x = self.embedding.embed(ids, &device);
 
-        let rope = Rope::new(&positions, config.head_dim(), config.rope_theta, &device);
+        let rope = Rope::new(positions, config.head_dim(), config.rope_theta, &device);
         for (index, block) in self.layers.iter().enumerate() {
-            x = self.block_forward(block, index, x, &rope, batch, &spans)?;
+            x = self.block_forward(block, index, x, &rope, batch, spans)?;
         }
         for seq in batch.iter_mut() {
             seq.cache.advance(seq.tokens.len())?;
