@@ -317,15 +317,38 @@ fn attend(
                     *s = (*s - max).exp();
                     sum += *s;
                 }
-                let out = &mut context[(i * h + head) * hd..][..hd];
-                out.fill(0.0);
-                for (&p, v) in scores.iter().zip(values.chunks_exact(hd)) {
-                    let p = p / sum;
-                    for (o, &x) in out.iter_mut().zip(v) {
-                        *o += p * x;
-                    }
+                let inv_sum = 1.0 / sum;
+                for p in scores.iter_mut() {
+                    *p *= inv_sum;
+                }
+                weighted_sum(scores, values, &mut context[(i * h + head) * hd..][..hd]);
+            }
+        }
+    }
+}
+
+/// `out = sum_j weights[j] * rows[j]` for the `out.len()`-wide rows of `rows`, 16 columns at a
+/// time so that the partial sums stay in registers.
+fn weighted_sum(weights: &[f32], rows: &[f32], out: &mut [f32]) {
+    const LANES: usize = 16;
+    let width = out.len();
+    let mut col = 0;
+    while col < width {
+        let n = LANES.min(width - col);
+        let mut acc = [0f32; LANES];
+        for (&w, row) in weights.iter().zip(rows.chunks_exact(width)) {
+            let row = &row[col..col + n];
+            if n == LANES {
+                for l in 0..LANES {
+                    acc[l] += w * row[l];
+                }
+            } else {
+                for (a, &x) in acc.iter_mut().zip(row) {
+                    *a += w * x;
                 }
             }
         }
+        out[col..col + n].copy_from_slice(&acc[..n]);
+        col += n;
     }
 }
