@@ -317,7 +317,8 @@ pub struct Llama {
     output: Option<QLinear>,
     #[module(skip)]
     config: LlamaConfig,
-    /// The host path's weights, when every matrix is quantized (see [`host`]).
+    /// The host path's weights, when every matrix is quantized (see [`host`]): copies of the
+    /// norms' scales taken by [`from_parts`](Self::from_parts).
     #[module(skip)]
     host: Option<host::HostWeights>,
 }
@@ -439,6 +440,7 @@ impl Llama {
     }
 
     /// As [`forward`](Self::forward), leaving the logits on the device: `[1, positions, vocab]`.
+    /// Always the Burn path (see [`forward_batch_tensor`](Self::forward_batch_tensor)).
     pub fn forward_tensor(
         &self,
         tokens: &[u32],
