@@ -9,25 +9,45 @@ use kindle_generate::{LanguageModel, ModelCache, TokenDecoder};
 use kindle_model::gguf::GgufFile;
 use kindle_model::tokenizer::{Tokenizer, TokenizerError};
 use kindle_model::{
-    BatchSequence, KvCache, KvStore, KvType, Llama, LogitsFor, ModelError, SlidingWindowCache,
+    BatchSequence, KvCache, KvStore, KvType, Llama, LoadOptions, LogitsFor, ModelError,
+    SlidingWindowCache, WeightFormat,
 };
 
 /// The compute devices `--device` accepts.
+///
+/// Every kind is always accepted on the command line; one this build lacks (`cuda` without
+/// the `cuda` cargo feature) or this machine cannot open (`wgpu` without a GPU or a Vulkan,
+/// Metal or DX12 driver) is an error naming the problem when it is asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum DeviceKind {
     /// Burn's pure-Rust CPU backend (fastest on CPU).
     Flex,
     /// Burn's ndarray CPU backend (deprecated by Burn, kept selectable).
     Ndarray,
+    /// The GPU through wgpu (Vulkan, Metal or DX12; lavapipe runs it on a CPU).
+    Wgpu,
+    /// An NVIDIA GPU through CUDA (needs the `cuda` cargo feature).
+    Cuda,
 }
 
 impl DeviceKind {
-    /// The Burn device.
-    pub fn device(self) -> Device {
+    /// Every kind, in the order `kindle devices` lists them.
+    pub const ALL: [DeviceKind; 4] = [
+        DeviceKind::Flex,
+        DeviceKind::Ndarray,
+        DeviceKind::Wgpu,
+        DeviceKind::Cuda,
+    ];
+
+    /// The Burn device, opened (a GPU device is initialised here, so a missing driver is an
+    /// error now rather than a panic at the first tensor).
+    pub fn device(self) -> Result<Device> {
         match self {
-            DeviceKind::Flex => Device::flex(),
+            DeviceKind::Flex => Ok(Device::flex()),
             #[allow(deprecated)] // Burn deprecates ndarray; it stays selectable here.
-            DeviceKind::Ndarray => Device::ndarray(),
+            DeviceKind::Ndarray => Ok(Device::ndarray()),
+            DeviceKind::Wgpu => wgpu_device(),
+            DeviceKind::Cuda => cuda_device(),
         }
     }
 
@@ -36,6 +56,177 @@ impl DeviceKind {
         match self {
             DeviceKind::Flex => "flex",
             DeviceKind::Ndarray => "ndarray",
+            DeviceKind::Wgpu => "wgpu",
+            DeviceKind::Cuda => "cuda",
+        }
+    }
+
+    /// Whether the device runs on the host CPU (the quantized kernels and `-t` apply).
+    pub fn is_cpu(self) -> bool {
+        matches!(self, DeviceKind::Flex | DeviceKind::Ndarray)
+    }
+}
+
+/// The wgpu device, opened once per process (Burn's runtime cannot be initialised twice).
+#[cfg(feature = "wgpu")]
+fn wgpu_device() -> Result<Device> {
+    use std::sync::OnceLock;
+    static DEVICE: OnceLock<Result<Device, String>> = OnceLock::new();
+    let opened = DEVICE.get_or_init(|| {
+        // wgpu panics on some driver failures instead of returning an error: turn those into
+        // the same error.
+        let init = std::panic::catch_unwind(|| Device::wgpu_options().init());
+        match init {
+            Ok(Ok(device)) => Ok(device),
+            Ok(Err(error)) => Err(error.to_string()),
+            Err(panic) => Err(panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "the wgpu runtime panicked".into())),
+        }
+    });
+    match opened {
+        Ok(device) => Ok(device.clone()),
+        Err(why) => bail!(
+            "no wgpu device: {why} (wgpu needs a GPU with a Vulkan, Metal or DX12 driver; on a \
+             machine without one, Mesa's lavapipe (Debian: mesa-vulkan-drivers) runs it on the CPU)"
+        ),
+    }
+}
+
+#[cfg(not(feature = "wgpu"))]
+fn wgpu_device() -> Result<Device> {
+    bail!(
+        "this kindle was built without the `wgpu` feature (rebuild with `cargo build --release --features wgpu`)"
+    )
+}
+
+/// The first CUDA device.
+#[cfg(feature = "cuda")]
+fn cuda_device() -> Result<Device> {
+    let init = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let device = Device::cuda(0);
+        // Touch the device so that a missing driver shows up here.
+        let _ = Tensor::<1>::zeros([1], &device).into_data();
+        device
+    }));
+    init.map_err(|_| {
+        anyhow::anyhow!(
+            "no CUDA device: the CUDA driver or a GPU is missing (see the message above)"
+        )
+    })
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_device() -> Result<Device> {
+    bail!(
+        "this kindle was built without the `cuda` feature (rebuild with `cargo build --release --features cuda` on a machine with the CUDA toolkit)"
+    )
+}
+
+/// What `kindle devices` says about one device kind.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DeviceReport {
+    /// The `--device` value.
+    pub device: &'static str,
+    /// Whether it opened.
+    pub available: bool,
+    /// The adapter or CPU it runs on, or why it is not available.
+    pub detail: String,
+    /// The `--dtype` values it computes in.
+    pub dtypes: Vec<&'static str>,
+}
+
+/// Open `kind` and describe it (never fails: an unavailable device says why).
+pub fn describe_device(kind: DeviceKind) -> DeviceReport {
+    let device = match kind.device() {
+        Ok(device) => device,
+        Err(error) => {
+            return DeviceReport {
+                device: kind.name(),
+                available: false,
+                detail: format!("{error:#}"),
+                dtypes: Vec::new(),
+            };
+        }
+    };
+    let detail = if kind.is_cpu() {
+        format!(
+            "CPU, quantized kernels ({}), {} threads by default",
+            cpu_simd(),
+            kindle_model::kernels::num_threads()
+        )
+    } else {
+        gpu_name(&device)
+    };
+    let dtypes = [Dtype::F32, Dtype::F16, Dtype::Bf16]
+        .into_iter()
+        .filter(|d| *d == Dtype::F32 || (!kind.is_cpu() && device.supports_dtype(d.float_dtype())))
+        .map(Dtype::name)
+        .collect();
+    DeviceReport {
+        device: kind.name(),
+        available: true,
+        detail,
+        dtypes,
+    }
+}
+
+/// The SIMD level the CPU kernels run with on this machine.
+fn cpu_simd() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+            && std::arch::is_x86_feature_detected!("f16c")
+        {
+            return "AVX2/FMA";
+        }
+    }
+    "portable scalar"
+}
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn gpu_name(device: &Device) -> String {
+    match device.identity() {
+        Some(identity) => format!("{} ({})", identity.name, identity.fingerprint),
+        None => "GPU".into(),
+    }
+}
+
+#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+fn gpu_name(_device: &Device) -> String {
+    "GPU".into()
+}
+
+/// The float types `--dtype` accepts for dense weights and their products.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Dtype {
+    /// 32-bit floats.
+    F32,
+    /// IEEE half precision.
+    F16,
+    /// bfloat16.
+    Bf16,
+}
+
+impl Dtype {
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::F32 => "f32",
+            Dtype::F16 => "f16",
+            Dtype::Bf16 => "bf16",
+        }
+    }
+
+    /// Burn's float type.
+    pub fn float_dtype(self) -> burn::tensor::FloatDType {
+        match self {
+            Dtype::F32 => burn::tensor::FloatDType::F32,
+            Dtype::F16 => burn::tensor::FloatDType::F16,
+            Dtype::Bf16 => burn::tensor::FloatDType::BF16,
         }
     }
 }
@@ -56,6 +247,10 @@ pub struct DeviceArgs {
     /// How the KV cache stores keys and values: f32, f16 or int8 (per-token, per-head scales)
     #[arg(long, value_name = "TYPE", default_value = "f32")]
     pub kv_type: KvType,
+    /// Float type of the weights and matrix products on GPU devices (wgpu, cuda); CPU
+    /// devices keep the file's quantized weights and take only f32
+    #[arg(long, value_enum, default_value = "f32")]
+    pub dtype: Dtype,
 }
 
 /// The activation formats `--activations` accepts.
@@ -75,6 +270,56 @@ impl DeviceArgs {
             threads: None,
             activations: Activations::F32,
             kv_type: KvType::F32,
+            dtype: Dtype::F32,
+        }
+    }
+
+    /// The same settings on another device.
+    pub fn on(kind: DeviceKind) -> Self {
+        DeviceArgs {
+            device: kind,
+            ..DeviceArgs::cpu()
+        }
+    }
+
+    /// Open the device and check that it can run `--dtype`.
+    pub fn open(&self) -> Result<Device> {
+        let device = self.device.device()?;
+        if self.dtype != Dtype::F32 {
+            if self.device.is_cpu() {
+                bail!(
+                    "--dtype {} needs a GPU device (--device wgpu or cuda): on {} the weights stay \
+                     in the file's quantized form with f32 activations",
+                    self.dtype.name(),
+                    self.device.name()
+                );
+            }
+            if !device.supports_dtype(self.dtype.float_dtype()) {
+                bail!(
+                    "the {} device cannot compute in {} (try --dtype f32{})",
+                    self.device.name(),
+                    self.dtype.name(),
+                    if self.dtype == Dtype::Bf16 {
+                        " or f16"
+                    } else {
+                        ""
+                    }
+                );
+            }
+        }
+        Ok(device)
+    }
+
+    /// How the weights are held on this device.
+    pub fn load_options(&self, device: &Device) -> LoadOptions {
+        match self.dtype {
+            Dtype::F32 => LoadOptions::for_device(device),
+            Dtype::F16 => LoadOptions {
+                weights: WeightFormat::DenseF16,
+            },
+            Dtype::Bf16 => LoadOptions {
+                weights: WeightFormat::DenseBf16,
+            },
         }
     }
 
@@ -293,8 +538,13 @@ pub fn open(path: &Path) -> Result<Loaded> {
 /// Load the weights of an opened file onto `device`.
 pub fn load_model(loaded: &Loaded, device: &DeviceArgs) -> Result<BurnModel> {
     device.configure()?;
-    let llama = Llama::from_gguf(&loaded.file, &device.device.device())
-        .context("loading the model weights")?;
+    let burn_device = device.open()?;
+    let llama = Llama::from_gguf_with(
+        &loaded.file,
+        &burn_device,
+        device.load_options(&burn_device),
+    )
+    .context("loading the model weights")?;
     if llama.config().vocab_size < loaded.tokenizer.vocab_size() {
         bail!(
             "the tokenizer has {} tokens but the model's embedding has only {} rows",

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
-use commands::{bench, chat, generate, inspect, score, tokenize};
+use commands::{bench, chat, devices, generate, inspect, score, tokenize};
 pub use kindle_cli::engine::DeviceArgs;
 use kindle_cli::fetch;
 
@@ -35,6 +35,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Show a model's metadata, tensors and KV-cache size.
     Inspect(inspect::InspectArgs),
+    /// List the compute devices (--device) and whether each opens on this machine.
+    Devices(devices::DevicesArgs),
     /// Download the default model (SmolLM2-135M-Instruct, Q4_1) into the cache folder.
     FetchModel,
 }
@@ -64,6 +66,7 @@ fn main() {
         Command::Tokenize(args) => tokenize::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Devices(args) => devices::run(args),
         Command::FetchModel => fetch::fetch_default_model(&mut |msg| eprintln!("kindle: {msg}"))
             .map(|path| {
                 println!("{}", path.display());

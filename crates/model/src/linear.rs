@@ -12,7 +12,7 @@
 
 use burn::module::Param;
 use burn::prelude::*;
-use burn::tensor::TensorData;
+use burn::tensor::{DType, TensorData};
 
 use crate::kernels::QuantMatrix;
 
@@ -85,7 +85,15 @@ impl QLinear {
     /// Apply the layer.
     pub fn forward(&self, input: Tensor<3>) -> Tensor<3> {
         match self.weight() {
-            LinearWeight::Dense(w) => matmul_transposed(input, w.val()),
+            LinearWeight::Dense(w) => {
+                let w = w.val();
+                match w.dtype() {
+                    DType::F32 => matmul_transposed(input, w),
+                    // Half-precision weights: the product runs in their type, the result
+                    // goes back to f32 for the residual stream.
+                    dtype => matmul_transposed(input.cast(dtype), w).cast(DType::F32),
+                }
+            }
             LinearWeight::Quantized(q)
                 if input.dims()[0] * input.dims()[1] >= DENSE_PREFILL_ROWS =>
             {
@@ -120,7 +128,7 @@ impl QLinear {
             LinearWeight::Dense(w) => {
                 let ids: Vec<i64> = ids.iter().map(|&id| i64::from(id)).collect();
                 let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [1, t]), device);
-                burn::tensor::module::embedding(w.val(), ids)
+                burn::tensor::module::embedding(w.val(), ids).cast(DType::F32)
             }
             LinearWeight::Quantized(q) => {
                 let d = q.cols();

@@ -2,7 +2,7 @@
 //! tensors, every shape checked against the hyperparameters first.
 
 use burn::prelude::*;
-use burn::tensor::TensorData;
+use burn::tensor::{DType, TensorData};
 
 use crate::error::ModelError;
 use crate::gguf::GgufFile;
@@ -156,9 +156,25 @@ pub enum WeightFormat {
     Quantized,
     /// Dequantised to `f32` Burn tensors on the device.
     DenseF32,
+    /// Dequantised to `f16` Burn tensors on the device; the matrix products run in `f16`
+    /// (activations are cast to `f16` for each product and back to `f32` after it, so norms,
+    /// attention and the residual stream stay `f32`).
+    DenseF16,
+    /// As [`DenseF16`](Self::DenseF16) in `bfloat16`.
+    DenseBf16,
 }
 
 impl WeightFormat {
+    /// The float type of dense weights (`None` for quantized ones).
+    pub fn dense_dtype(self) -> Option<DType> {
+        match self {
+            WeightFormat::Quantized => None,
+            WeightFormat::DenseF32 => Some(DType::F32),
+            WeightFormat::DenseF16 => Some(DType::F16),
+            WeightFormat::DenseBf16 => Some(DType::BF16),
+        }
+    }
+
     /// The natural format for `device`: quantized on CPU backends (flex, ndarray), where
     /// the fused kernels beat an `f32` matmul, dense elsewhere.
     // burn-ndarray is deprecated in Burn, but it is still a CPU backend kindle can run on.
@@ -220,7 +236,10 @@ fn load_linear(
             return Ok(QLinear::quantized(matrix));
         }
     }
-    Ok(QLinear::new(load(file, name, [d_out, d_in], device)?))
+    let dtype = format.dense_dtype().unwrap_or(DType::F32);
+    let values = file.dequantize(name)?;
+    let data = TensorData::new(values, [d_out, d_in]).convert_dtype(dtype);
+    Ok(QLinear::new(Tensor::from_data(data, (device, dtype))))
 }
 
 impl Llama {

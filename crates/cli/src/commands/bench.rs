@@ -105,7 +105,16 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let config = llama.config();
     let vocab = config.vocab_size;
     let file_bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-    let threads = if args.thread_counts.is_empty() {
+    let threads = if !args.device.device.is_cpu() {
+        // The GPU does the work; host threads only matter to the CPU kernels.
+        if !args.thread_counts.is_empty() {
+            eprintln!(
+                "kindle: --threads-list applies to CPU devices; {} runs once",
+                args.device.device.name()
+            );
+        }
+        vec![kindle_model::kernels::num_threads()]
+    } else if args.thread_counts.is_empty() {
         vec![
             args.device
                 .threads
@@ -180,7 +189,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 "size_bytes": file_bytes,
                 "params": config.parameter_count(),
                 "device": args.device.device.name(),
-                "activations": format!("{:?}", args.device.activations).to_lowercase(),
+                // On a GPU the products run in --dtype; on the CPU in --activations.
+                "activations": if args.device.device.is_cpu() {
+                    format!("{:?}", args.device.activations).to_lowercase()
+                } else {
+                    args.device.dtype.name().to_string()
+                },
+                "dtype": args.device.dtype.name(),
                 "kv_type": args.device.kv_type.to_string(),
                 "threads": t,
                 "test": name,

@@ -3,6 +3,7 @@
 pub mod batch;
 pub mod bench;
 pub mod chat;
+pub mod devices;
 pub mod generate;
 pub mod inspect;
 pub mod score;

@@ -1,0 +1,460 @@
+//! The per-device suite: one set of checks, written once and run on every device kind
+//! (`flex`, `ndarray`, `wgpu`; `cuda` when built with it).
+//!
+//! - A tiny random model stored in real GGUF blocks (`Q4_1`, `Q8_0`, `F32`): prefill and
+//!   per-token decode logits agree with flex's within 1e-4 (f32).
+//! - The real model: teacher-forced distributions match llama.cpp's reference under the margin
+//!   rule, and greedy generation through the CLI gives flex's text.
+//! - Half precision (`--dtype f16`/`bf16`) on GPU devices that compute in it: agreement with f32,
+//!   reported and bounded.
+//!
+//! A GPU device that does not open is an error when `KINDLE_REQUIRE_WGPU=1` (CI sets it and
+//! installs lavapipe), otherwise the test says it was skipped: a developer's machine without
+//! a Vulkan driver still runs the rest of the suite.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use burn::prelude::*;
+use common::reference::{MARGIN, check_teacher_forced};
+use common::{argmax, ids, prompts};
+use kindle_cli::engine::{DeviceArgs, DeviceKind, Dtype};
+use kindle_model::gguf::{GgufFile, GgufWriter, MetadataValue};
+use kindle_model::quant::GgmlType;
+use kindle_model::{Llama, LogitsFor};
+
+/// The device `kind`, or `None` (with a note) when it does not open and is not required here.
+fn open(kind: DeviceKind, dtype: Dtype) -> Option<(Device, DeviceArgs)> {
+    let args = DeviceArgs {
+        dtype,
+        ..DeviceArgs::on(kind)
+    };
+    let required = match kind {
+        DeviceKind::Flex | DeviceKind::Ndarray => true,
+        DeviceKind::Wgpu => std::env::var("KINDLE_REQUIRE_WGPU").is_ok_and(|v| v == "1"),
+        DeviceKind::Cuda => std::env::var("KINDLE_REQUIRE_CUDA").is_ok_and(|v| v == "1"),
+    };
+    match args.open() {
+        Ok(device) => Some((device, args)),
+        Err(error) if !required => {
+            eprintln!(
+                "skipped on {}: {error:#} (set KINDLE_REQUIRE_{}=1 to make this an error)",
+                kind.name(),
+                kind.name().to_uppercase()
+            );
+            None
+        }
+        Err(error) => panic!(
+            "{} is required here but does not open: {error:#}",
+            kind.name()
+        ),
+    }
+}
+
+fn load(file: &GgufFile, device: &Device, args: &DeviceArgs) -> Llama {
+    Llama::from_gguf_with(file, device, args.load_options(device)).expect("loading the model")
+}
+
+// --- The tiny model ---------------------------------------------------------------------------
+
+/// A small deterministic generator (xorshift64*), so the test needs no extra crate.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    /// Uniform in [-1, 1).
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+}
+
+fn f16_bytes(v: f32) -> [u8; 2] {
+    half::f16::from_f32(v).to_bits().to_le_bytes()
+}
+
+/// `rows` x `cols` random weights of scale about `scale`, as `ty` blocks.
+fn random_blocks(rng: &mut Rng, ty: GgmlType, rows: u64, cols: u64, scale: f32) -> Vec<u8> {
+    let blocks = (rows * cols / 32) as usize;
+    let mut bytes = Vec::new();
+    for _ in 0..blocks {
+        match ty {
+            GgmlType::Q8_0 => {
+                bytes.extend(f16_bytes(scale / 127.0 * (0.5 + rng.unit().abs())));
+                bytes.extend((0..32).map(|_| rng.next() as u8));
+            }
+            GgmlType::Q4_1 => {
+                let d = scale / 8.0 * (0.5 + rng.unit().abs());
+                bytes.extend(f16_bytes(d));
+                bytes.extend(f16_bytes(-8.0 * d + 0.1 * scale * rng.unit()));
+                bytes.extend((0..16).map(|_| rng.next() as u8));
+            }
+            GgmlType::F32 => {
+                for _ in 0..32 {
+                    bytes.extend((scale * rng.unit()).to_le_bytes());
+                }
+            }
+            other => panic!("no generator for {other:?}"),
+        }
+    }
+    bytes
+}
+
+/// A tiny llama GGUF (vocabulary 96, width 64, 2 blocks, 4 heads of 16, 2 KV heads) with
+/// `Q4_1` attention and feed-forward weights, a `Q8_0` tied embedding and `F32` norms.
+fn tiny_model() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let (d, ff, vocab, heads, kv_heads) = (64u64, 128u64, 96u64, 4u64, 2u64);
+        let hd = d / heads;
+        let tokens = (0..vocab)
+            .map(|i| MetadataValue::String(char::from(b'!' + i as u8).to_string()))
+            .collect();
+        let mut w = GgufWriter::new()
+            .metadata("general.architecture", "llama")
+            .metadata("llama.block_count", MetadataValue::U32(2))
+            .metadata("llama.context_length", MetadataValue::U32(64))
+            .metadata("llama.embedding_length", MetadataValue::U32(d as u32))
+            .metadata("llama.feed_forward_length", MetadataValue::U32(ff as u32))
+            .metadata(
+                "llama.attention.head_count",
+                MetadataValue::U32(heads as u32),
+            )
+            .metadata(
+                "llama.attention.head_count_kv",
+                MetadataValue::U32(kv_heads as u32),
+            )
+            .metadata("llama.rope.dimension_count", MetadataValue::U32(hd as u32))
+            .metadata("tokenizer.ggml.model", "gpt2")
+            .metadata("tokenizer.ggml.pre", "gpt2")
+            .metadata("tokenizer.ggml.tokens", MetadataValue::Array(tokens));
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let embd = random_blocks(&mut rng, GgmlType::Q8_0, vocab, d, 1.0);
+        w = w.tensor("token_embd.weight", &[d, vocab], GgmlType::Q8_0, embd);
+        let norm = |rng: &mut Rng| -> Vec<f32> { (0..d).map(|_| 1.0 + 0.2 * rng.unit()).collect() };
+        w = w.tensor_f32("output_norm.weight", &[d], &norm(&mut rng));
+        let kv = kv_heads * hd;
+        for l in 0..2 {
+            let p = format!("blk.{l}.");
+            w = w
+                .tensor_f32(format!("{p}attn_norm.weight"), &[d], &norm(&mut rng))
+                .tensor_f32(format!("{p}ffn_norm.weight"), &[d], &norm(&mut rng));
+            for (name, d_in, d_out) in [
+                ("attn_q", d, d),
+                ("attn_k", d, kv),
+                ("attn_v", d, kv),
+                ("attn_output", d, d),
+                ("ffn_gate", d, ff),
+                ("ffn_up", d, ff),
+                ("ffn_down", ff, d),
+            ] {
+                // Scaled so that activations stay of order one through the blocks.
+                let scale = 1.5 / (d_in as f32).sqrt();
+                let bytes = random_blocks(&mut rng, GgmlType::Q4_1, d_out, d_in, scale);
+                w = w.tensor(
+                    format!("{p}{name}.weight"),
+                    &[d_in, d_out],
+                    GgmlType::Q4_1,
+                    bytes,
+                );
+            }
+        }
+        let path = std::env::temp_dir().join(format!("kindle-devices-{}.gguf", std::process::id()));
+        w.write(&path).expect("writing the tiny model");
+        path
+    })
+    .clone()
+}
+
+/// Prefill of 9 tokens (every position's logits), then 3 single-token decode steps: the rows
+/// one after another.
+fn tiny_run(model: &Llama) -> Vec<Vec<f32>> {
+    let prompt = [1u32, 17, 42, 5, 88, 33, 60, 2, 71];
+    let mut cache = model.new_cache(32);
+    let vocab = model.config().vocab_size;
+    let logits = model.forward(&prompt, &mut cache, LogitsFor::All).unwrap();
+    let mut rows: Vec<Vec<f32>> = logits.chunks(vocab).map(<[f32]>::to_vec).collect();
+    for token in [9u32, 95, 40] {
+        rows.push(
+            model
+                .forward(&[token], &mut cache, LogitsFor::Last)
+                .unwrap(),
+        );
+    }
+    rows
+}
+
+/// Flex's rows: the reference every device is held to.
+fn tiny_reference() -> &'static Vec<Vec<f32>> {
+    static ROWS: OnceLock<Vec<Vec<f32>>> = OnceLock::new();
+    ROWS.get_or_init(|| {
+        let file = GgufFile::open(tiny_model()).unwrap();
+        let (device, args) = open(DeviceKind::Flex, Dtype::F32).unwrap();
+        tiny_run(&load(&file, &device, &args))
+    })
+}
+
+/// Largest absolute difference between two runs, and the largest logit magnitude.
+fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> (f32, f32) {
+    assert_eq!(a.len(), b.len());
+    let mut diff = 0f32;
+    let mut scale = 0f32;
+    for (ra, rb) in a.iter().zip(b) {
+        assert_eq!(ra.len(), rb.len());
+        for (x, y) in ra.iter().zip(rb) {
+            assert!(x.is_finite() && y.is_finite(), "non-finite logit");
+            diff = diff.max((x - y).abs());
+            scale = scale.max(x.abs());
+        }
+    }
+    (diff, scale)
+}
+
+fn tiny_logits_agree_with_flex(kind: DeviceKind) {
+    let Some((device, args)) = open(kind, Dtype::F32) else {
+        return;
+    };
+    let file = GgufFile::open(tiny_model()).unwrap();
+    let rows = tiny_run(&load(&file, &device, &args));
+    let (diff, scale) = max_diff(&rows, tiny_reference());
+    eprintln!(
+        "{}: tiny model, largest logit difference from flex {diff:.2e} (logits up to {scale:.2})",
+        kind.name()
+    );
+    // The logits must carry signal for the comparison to mean anything.
+    assert!(scale > 1.0, "logits too small to compare: {scale}");
+    assert!(
+        diff <= 1e-4,
+        "{}: logits differ from flex by {diff}",
+        kind.name()
+    );
+}
+
+fn half_precision_agrees_with_f32(kind: DeviceKind) {
+    let Some((f32_device, f32_args)) = open(kind, Dtype::F32) else {
+        return;
+    };
+    let file = GgufFile::open(tiny_model()).unwrap();
+    let reference = tiny_run(&load(&file, &f32_device, &f32_args));
+    let mut ran = 0;
+    for (dtype, bound) in [(Dtype::F16, 0.05f32), (Dtype::Bf16, 0.4)] {
+        if !f32_device.supports_dtype(dtype.float_dtype()) {
+            eprintln!(
+                "{}: no {} arithmetic on this device",
+                kind.name(),
+                dtype.name()
+            );
+            continue;
+        }
+        let (device, args) = open(kind, dtype).expect("the device opened in f32");
+        let rows = tiny_run(&load(&file, &device, &args));
+        let (diff, scale) = max_diff(&rows, &reference);
+        eprintln!(
+            "{}: --dtype {}: largest logit difference from f32 {diff:.2e} (logits up to {scale:.2})",
+            kind.name(),
+            dtype.name()
+        );
+        assert!(
+            diff <= bound,
+            "{} {}: {diff} from f32",
+            kind.name(),
+            dtype.name()
+        );
+        // The real model in this precision, against llama.cpp under the margin rule.
+        let real = GgufFile::open(common::model_path()).expect("opening the model");
+        eprintln!(
+            "{} --dtype {} on the real model:",
+            kind.name(),
+            dtype.name()
+        );
+        check_teacher_forced(&load(&real, &device, &args));
+        ran += 1;
+    }
+    assert!(ran > 0, "{} computes in neither f16 nor bf16", kind.name());
+}
+
+fn cpu_devices_refuse_half_precision(kind: DeviceKind) {
+    let args = DeviceArgs {
+        dtype: Dtype::F16,
+        ..DeviceArgs::on(kind)
+    };
+    let error = format!("{:#}", args.open().unwrap_err());
+    assert!(
+        error.contains("--dtype f16") && error.contains("GPU"),
+        "{error}"
+    );
+}
+
+// --- The real model ---------------------------------------------------------------------------
+
+fn real_model(kind: DeviceKind) -> Option<Llama> {
+    let (device, args) = open(kind, Dtype::F32)?;
+    let file = GgufFile::open(common::model_path()).expect("opening the model");
+    Some(load(&file, &device, &args))
+}
+
+fn real_model_teacher_forced(kind: DeviceKind) {
+    if let Some(model) = real_model(kind) {
+        check_teacher_forced(&model);
+    }
+}
+
+/// `kindle generate --device <kind>` greedy on the real model: the same text as flex wherever
+/// flex's own choices were decisive (margin >= 0.5; the reference's rule).
+fn real_model_greedy_matches_flex(kind: DeviceKind) {
+    if open(kind, Dtype::F32).is_none() {
+        return;
+    }
+    let (_, prompt) = prompts()
+        .into_iter()
+        .find(|(name, _)| name == "france")
+        .expect("the france prompt");
+    let prompt_ids = ids(&prompt["prompt_ids"]);
+    let steps = 6;
+    let run = |device: &str| -> serde_json::Value {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kindle"))
+            .args([
+                "generate",
+                "--json",
+                "--temp",
+                "0",
+                "-n",
+                &steps.to_string(),
+            ])
+            .args(["--device", device, "-m"])
+            .arg(common::model_path())
+            .arg(prompt["prompt"].as_str().unwrap())
+            .output()
+            .expect("running kindle");
+        assert!(
+            out.status.success(),
+            "kindle generate --device {device}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("JSON output")
+    };
+    let (flex, other) = (run("flex"), run(kind.name()));
+    assert_eq!(flex["prompt_tokens"], other["prompt_tokens"]);
+    let (flex_ids, other_ids) = (ids(&flex["tokens"]), ids(&other["tokens"]));
+    // Flex's margins along its own greedy path decide how far the texts must agree.
+    let model = real_model(DeviceKind::Flex).unwrap();
+    let mut all = prompt_ids.clone();
+    all.extend(&flex_ids);
+    let mut cache = model.new_cache(all.len());
+    let logits = model.forward(&all, &mut cache, LogitsFor::All).unwrap();
+    let vocab = model.config().vocab_size;
+    let mut decisive = 0;
+    for i in 0..steps {
+        let row = &logits[(prompt_ids.len() - 1 + i) * vocab..][..vocab];
+        assert_eq!(
+            argmax(row),
+            flex_ids[i],
+            "flex's own greedy path at step {i}"
+        );
+        let mut sorted = row.to_vec();
+        sorted.sort_by(|a, b| b.total_cmp(a));
+        if f64::from(sorted[0] - sorted[1]) < MARGIN {
+            break;
+        }
+        decisive += 1;
+    }
+    assert!(
+        decisive >= 3,
+        "only {decisive} decisive steps: pick another prompt"
+    );
+    assert_eq!(
+        other_ids[..decisive],
+        flex_ids[..decisive],
+        "{} vs flex: greedy tokens over the {decisive} decisive steps ({:?} vs {:?})",
+        kind.name(),
+        other["text"],
+        flex["text"]
+    );
+    eprintln!(
+        "{}: greedy {:?} (flex {:?}), {decisive} decisive steps agree",
+        kind.name(),
+        other["text"],
+        flex["text"]
+    );
+}
+
+/// The suite for one device kind.
+macro_rules! device_suite {
+    ($module:ident, $kind:expr, cpu) => {
+        mod $module {
+            use super::*;
+            #[test]
+            fn tiny_model_logits_agree_with_flex() {
+                super::tiny_logits_agree_with_flex($kind);
+            }
+            #[test]
+            fn real_model_matches_the_reference() {
+                super::real_model_teacher_forced($kind);
+            }
+            #[test]
+            fn real_model_greedy_text_matches_flex() {
+                super::real_model_greedy_matches_flex($kind);
+            }
+            #[test]
+            fn refuses_half_precision() {
+                super::cpu_devices_refuse_half_precision($kind);
+            }
+        }
+    };
+    ($module:ident, $kind:expr, gpu) => {
+        mod $module {
+            use super::*;
+            #[test]
+            fn tiny_model_logits_agree_with_flex() {
+                super::tiny_logits_agree_with_flex($kind);
+            }
+            #[test]
+            fn real_model_matches_the_reference() {
+                super::real_model_teacher_forced($kind);
+            }
+            #[test]
+            fn real_model_greedy_text_matches_flex() {
+                super::real_model_greedy_matches_flex($kind);
+            }
+            #[test]
+            fn half_precision_agrees_with_f32() {
+                super::half_precision_agrees_with_f32($kind);
+            }
+        }
+    };
+}
+
+device_suite!(flex, DeviceKind::Flex, cpu);
+device_suite!(ndarray, DeviceKind::Ndarray, cpu);
+device_suite!(wgpu, DeviceKind::Wgpu, gpu);
+#[cfg(feature = "cuda")]
+device_suite!(cuda, DeviceKind::Cuda, gpu);
+
+#[test]
+fn a_device_this_build_lacks_is_a_clear_error() {
+    #[cfg(not(feature = "cuda"))]
+    {
+        let error = format!("{:#}", DeviceKind::Cuda.device().unwrap_err());
+        assert!(error.contains("`cuda` feature"), "{error}");
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kindle"))
+        .args(["devices", "--json"])
+        .output()
+        .expect("running kindle devices");
+    assert!(out.status.success());
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["device"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["flex", "ndarray", "wgpu", "cuda"]);
+    assert_eq!(list[0]["available"], true);
+}
