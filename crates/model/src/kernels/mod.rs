@@ -36,6 +36,7 @@
 //! ```
 
 mod dot;
+mod packed;
 mod pool;
 mod q8;
 #[cfg(test)]
@@ -168,6 +169,8 @@ pub struct QuantMatrix {
     cols: usize,
     row_bytes: usize,
     data: WeightBytes,
+    /// For `Q4_1` and `Q8_0`: `data` is in the interleaved layout of [`packed`].
+    packing: Option<packed::Packing>,
 }
 
 impl QuantMatrix {
@@ -197,12 +200,22 @@ impl QuantMatrix {
                 got,
             });
         }
+        let (data, packing) = if packed::packs(ty) {
+            let bytes = packed::pack(ty, rows, cols, data.as_slice());
+            (
+                WeightBytes::owned(bytes),
+                Some(packed::Packing::new(ty, rows, cols)),
+            )
+        } else {
+            (data, None)
+        };
         Ok(QuantMatrix {
             ty,
             rows,
             cols,
             row_bytes,
             data,
+            packing,
         })
     }
 
@@ -241,22 +254,27 @@ impl QuantMatrix {
         self.row_bytes * self.rows
     }
 
-    /// The encoded bytes of row `r`.
-    ///
-    /// # Panics
-    /// If `r >= rows`.
-    pub fn row_bytes(&self, r: usize) -> &[u8] {
-        &self.data.as_slice()[r * self.row_bytes..(r + 1) * self.row_bytes]
-    }
-
     /// Dequantise row `r` into `out` (`cols` values).
     ///
     /// # Panics
     /// If `r >= rows` or `out.len() != cols`.
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         assert_eq!(out.len(), self.cols, "output row length");
-        crate::quant::dequantize(self.ty, self.row_bytes(r), out)
-            .expect("shape checked at construction");
+        assert!(r < self.rows, "row {r} of {}", self.rows);
+        let data = self.data.as_slice();
+        let result = match &self.packing {
+            Some(p) => {
+                let mut row = vec![0u8; self.row_bytes];
+                packed::unpack_row(self.ty, p, data, r, &mut row);
+                crate::quant::dequantize(self.ty, &row, out)
+            }
+            None => crate::quant::dequantize(
+                self.ty,
+                &data[r * self.row_bytes..(r + 1) * self.row_bytes],
+                out,
+            ),
+        };
+        result.expect("shape checked at construction");
     }
 
     /// `out[m, rows] = x[m, cols] W^T` with the process-wide [`activation_format`].
@@ -288,14 +306,30 @@ impl QuantMatrix {
         } else {
             Vec::new()
         };
+        let (permuted, block_sums) = if kernel.wants_permuted(self.packing.is_some()) {
+            let permuted: Vec<f32> = x
+                .chunks_exact(32)
+                .flat_map(|b| dot::Q4_ORDER.map(|i| b[i]))
+                .collect();
+            let sums = x.chunks_exact(32).map(|b| b.iter().sum()).collect();
+            (permuted, sums)
+        } else {
+            (Vec::new(), Vec::new())
+        };
         let acts = dot::Activations {
             f32: x,
             q8: &q8,
+            permuted: &permuted,
+            block_sums: &block_sums,
             cols: self.cols,
             m,
         };
-        let data = self.data.as_slice();
-        let row_bytes = self.row_bytes;
+        let weights = dot::Weights {
+            ty: self.ty,
+            data: self.data.as_slice(),
+            row_bytes: self.row_bytes,
+            packing: self.packing,
+        };
         // Results are computed transposed (`[rows, m]`) so each thread owns a contiguous range.
         let mut transposed = if m == 1 {
             Vec::new()
@@ -304,13 +338,13 @@ impl QuantMatrix {
         };
         let target: &mut [f32] = if m == 1 { out } else { &mut transposed };
         let threads = pool::num_threads().max(1);
-        // Keep at least a few thousand multiply-adds per task, rows a multiple of 4.
-        let min_rows = (16_384 / (self.cols * m).max(1)).max(4);
+        // Keep at least a few thousand multiply-adds per task, rows a multiple of the group.
+        let min_rows = (16_384 / (self.cols * m).max(1)).max(packed::GROUP);
         let per_task = self
             .rows
             .div_ceil(threads)
             .max(min_rows)
-            .next_multiple_of(4);
+            .next_multiple_of(packed::GROUP);
         let n_tasks = self.rows.div_ceil(per_task);
         let target_ptr = SyncPtr(target.as_mut_ptr());
         let work = |task: usize| {
@@ -323,12 +357,7 @@ impl QuantMatrix {
             let chunk = unsafe {
                 std::slice::from_raw_parts_mut(target_ptr.get().add(start * m), (end - start) * m)
             };
-            kernel.rows(
-                &data[start * row_bytes..end * row_bytes],
-                row_bytes,
-                &acts,
-                chunk,
-            );
+            kernel.rows(&weights, &acts, start, end, chunk);
         };
         pool::run(n_tasks, &work);
         if m > 1 {

@@ -215,3 +215,327 @@ pub(crate) unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     }
     sum
 }
+
+/// The kernels over [`super::packed`] groups of eight rows, once per instruction set: `avx2`
+/// (`maddubs` + `madd`) and `vnni` (AVX-VNNI `vpdpbusd`, one instruction for both). Each
+/// computes the eight rows of one group against `JN` activation rows at once (the weights are
+/// decoded once per block for all of them) and writes the eight results of activation row `j`
+/// to `out[j]` in the lane order [`super::packed::LANE_ROWS`]. The arithmetic of one output
+/// does not depend on `JN`, so a row gives the same bits alone (decode) and in a batch.
+macro_rules! group_kernels {
+    ($module:ident, $features:tt, $vnni:expr) => {
+        pub(crate) mod $module {
+            use std::arch::x86_64::*;
+
+            use super::super::packed::LANE_ROWS;
+            use super::super::q8::BlockQ8;
+
+            /// `lo . ylo + hi . yhi` per 32-bit lane: unsigned 4-bit weights times signed
+            /// 8-bit activations.
+            #[target_feature(enable = $features)]
+            #[inline]
+            #[allow(unused_unsafe)]
+            fn dot_u4_pair(lo: __m256i, ylo: __m256i, hi: __m256i, yhi: __m256i) -> __m256i {
+                if $vnni {
+                    let zero = _mm256_setzero_si256();
+                    // SAFETY: this branch is compiled in only where `$features` has AVX-VNNI.
+                    unsafe {
+                        _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(zero, lo, ylo), hi, yhi)
+                    }
+                } else {
+                    // Each 16-bit pair sum is at most 2 * 15 * 127, so two of them still fit.
+                    let p16 = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(lo, ylo),
+                        _mm256_maddubs_epi16(hi, yhi),
+                    );
+                    _mm256_madd_epi16(p16, _mm256_set1_epi16(1))
+                }
+            }
+
+            /// `w . y` per 32-bit lane, both signed 8-bit: `|w|` (unsigned) times `y` carrying
+            /// `w`'s sign.
+            #[target_feature(enable = $features)]
+            #[inline]
+            #[allow(unused_unsafe)]
+            fn dot_i8(abs_w: __m256i, w: __m256i, y: __m256i) -> __m256i {
+                let signed_y = _mm256_sign_epi8(y, w);
+                if $vnni {
+                    // SAFETY: this branch is compiled in only where `$features` has AVX-VNNI.
+                    unsafe { _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), abs_w, signed_y) }
+                } else {
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(abs_w, signed_y), _mm256_set1_epi16(1))
+                }
+            }
+
+            /// Eight vectors reduced to one whose lane `s` is the sum of `v[s]`'s lanes.
+            #[target_feature(enable = $features)]
+            #[inline]
+            fn sum_lanes(v: [__m256; 8]) -> __m256 {
+                let a = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+                let b = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+                _mm256_add_ps(
+                    _mm256_permute2f128_ps::<0x20>(a, b),
+                    _mm256_permute2f128_ps::<0x31>(a, b),
+                )
+            }
+
+            /// As [`sum_lanes`] for 32-bit integers.
+            #[target_feature(enable = $features)]
+            #[inline]
+            fn sum_lanes_i32(v: [__m256i; 8]) -> __m256i {
+                let a =
+                    _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+                let b =
+                    _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+                _mm256_add_epi32(
+                    _mm256_permute2x128_si256::<0x20>(a, b),
+                    _mm256_permute2x128_si256::<0x31>(a, b),
+                )
+            }
+
+            /// A `Q4_1` group (`nb` block columns of 160 bytes at `w`) times `JN` rows of 8-bit
+            /// activation blocks.
+            ///
+            /// # Safety
+            /// `w` holds `nb * 160` bytes and every `ys[j]` at least `nb` blocks.
+            #[target_feature(enable = $features)]
+            pub(crate) unsafe fn q4_1_q8<const JN: usize>(
+                w: *const u8,
+                nb: usize,
+                ys: [&[BlockQ8]; JN],
+                out: &mut [[f32; 8]; JN],
+            ) {
+                let mask = _mm256_set1_epi8(0x0F);
+                let mut acc = [_mm256_setzero_ps(); JN];
+                let mut acc_min = [_mm256_setzero_ps(); JN];
+                for b in 0..nb {
+                    // SAFETY: block column `b` lies within the caller's `nb * 160` bytes, and
+                    // each activation row has block `b`.
+                    unsafe {
+                        let col = w.add(b * 160);
+                        let d = _mm256_cvtph_ps(_mm_loadu_si128(col as *const __m128i));
+                        let m = _mm256_cvtph_ps(_mm_loadu_si128(col.add(16) as *const __m128i));
+                        // Rows (2k, 2k+1) in the two 128-bit lanes.
+                        let mut lo = [_mm256_setzero_si256(); 4];
+                        let mut hi = [_mm256_setzero_si256(); 4];
+                        for k in 0..4 {
+                            let v = _mm256_loadu_si256(col.add(32 + 32 * k) as *const __m256i);
+                            lo[k] = _mm256_and_si256(v, mask);
+                            hi[k] = _mm256_and_si256(_mm256_srli_epi16::<4>(v), mask);
+                        }
+                        for j in 0..JN {
+                            let y = ys[j].get_unchecked(b);
+                            let q = y.qs.as_ptr();
+                            let ylo =
+                                _mm256_broadcastsi128_si256(_mm_loadu_si128(q as *const __m128i));
+                            let yhi = _mm256_broadcastsi128_si256(_mm_loadu_si128(
+                                q.add(16) as *const __m128i
+                            ));
+                            let p0 = dot_u4_pair(lo[0], ylo, hi[0], yhi);
+                            let p1 = dot_u4_pair(lo[1], ylo, hi[1], yhi);
+                            let p2 = dot_u4_pair(lo[2], ylo, hi[2], yhi);
+                            let p3 = dot_u4_pair(lo[3], ylo, hi[3], yhi);
+                            // Lanes [r0 r2 r4 r6 | r1 r3 r5 r7] = LANE_ROWS.
+                            let sums = _mm256_cvtepi32_ps(_mm256_hadd_epi32(
+                                _mm256_hadd_epi32(p0, p1),
+                                _mm256_hadd_epi32(p2, p3),
+                            ));
+                            acc[j] = _mm256_fmadd_ps(
+                                _mm256_mul_ps(d, _mm256_set1_ps(y.d)),
+                                sums,
+                                acc[j],
+                            );
+                            acc_min[j] = _mm256_fmadd_ps(m, _mm256_set1_ps(y.s), acc_min[j]);
+                        }
+                    }
+                }
+                for j in 0..JN {
+                    // SAFETY: `out[j]` holds eight floats.
+                    unsafe {
+                        _mm256_storeu_ps(out[j].as_mut_ptr(), _mm256_add_ps(acc[j], acc_min[j]))
+                    };
+                }
+            }
+
+            /// A `Q8_0` group (`nb` block columns of 272 bytes at `w`) times `JN` rows of 8-bit
+            /// activation blocks.
+            ///
+            /// # Safety
+            /// `w` holds `nb * 272` bytes and every `ys[j]` at least `nb` blocks.
+            #[target_feature(enable = $features)]
+            pub(crate) unsafe fn q8_0_q8<const JN: usize>(
+                w: *const u8,
+                nb: usize,
+                ys: [&[BlockQ8]; JN],
+                out: &mut [[f32; 8]; JN],
+            ) {
+                let mut acc = [_mm256_setzero_ps(); JN];
+                for b in 0..nb {
+                    // SAFETY: as in `q4_1_q8`, with 272-byte block columns.
+                    unsafe {
+                        let col = w.add(b * 272);
+                        let d = _mm256_cvtph_ps(_mm_loadu_si128(col as *const __m128i));
+                        let mut rows = [_mm256_setzero_si256(); 8];
+                        let mut abs = [_mm256_setzero_si256(); 8];
+                        for s in 0..8 {
+                            let p = col.add(16 + 32 * LANE_ROWS[s]);
+                            rows[s] = _mm256_loadu_si256(p as *const __m256i);
+                            abs[s] = _mm256_sign_epi8(rows[s], rows[s]);
+                        }
+                        for j in 0..JN {
+                            let y = ys[j].get_unchecked(b);
+                            let yv = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
+                            let mut p = [_mm256_setzero_si256(); 8];
+                            for s in 0..8 {
+                                p[s] = dot_i8(abs[s], rows[s], yv);
+                            }
+                            let sums = _mm256_cvtepi32_ps(sum_lanes_i32(p));
+                            acc[j] = _mm256_fmadd_ps(
+                                _mm256_mul_ps(d, _mm256_set1_ps(y.d)),
+                                sums,
+                                acc[j],
+                            );
+                        }
+                    }
+                }
+                for j in 0..JN {
+                    // SAFETY: `out[j]` holds eight floats.
+                    unsafe { _mm256_storeu_ps(out[j].as_mut_ptr(), acc[j]) };
+                }
+            }
+
+            /// A `Q4_1` group times `JN` rows of `f32` activations. `xs[j]` is activation row
+            /// `j` with each block's values in the order [`super::Q4_ORDER`] and `sums[j]` its
+            /// per-block sums.
+            ///
+            /// # Safety
+            /// `w` holds `nb * 160` bytes, every `xs[j]` at least `32 * nb` values and every
+            /// `sums[j]` at least `nb`.
+            #[target_feature(enable = $features)]
+            pub(crate) unsafe fn q4_1_f32<const JN: usize>(
+                w: *const u8,
+                nb: usize,
+                xs: [&[f32]; JN],
+                sums: [&[f32]; JN],
+                out: &mut [[f32; 8]; JN],
+            ) {
+                let mask = _mm256_set1_epi32(0x0F);
+                // Broadcast 16 quant bytes; lane l reads word l % 4, shifted to one nibble.
+                let shifts = [
+                    _mm256_setr_epi32(0, 0, 0, 0, 8, 8, 8, 8),
+                    _mm256_setr_epi32(16, 16, 16, 16, 24, 24, 24, 24),
+                    _mm256_setr_epi32(4, 4, 4, 4, 12, 12, 12, 12),
+                    _mm256_setr_epi32(20, 20, 20, 20, 28, 28, 28, 28),
+                ];
+                let mut acc = [_mm256_setzero_ps(); JN];
+                let mut acc_min = [_mm256_setzero_ps(); JN];
+                for b in 0..nb {
+                    // SAFETY: block column `b` lies within `nb * 160` bytes; activation block
+                    // `b` within `32 * nb` values.
+                    unsafe {
+                        let col = w.add(b * 160);
+                        let d = _mm256_cvtph_ps(_mm_loadu_si128(col as *const __m128i));
+                        let m = _mm256_cvtph_ps(_mm_loadu_si128(col.add(16) as *const __m128i));
+                        let mut wf = [[_mm256_setzero_ps(); 4]; 8];
+                        for s in 0..8 {
+                            let p = col.add(32 + 16 * LANE_ROWS[s]);
+                            let v =
+                                _mm256_broadcastsi128_si256(_mm_loadu_si128(p as *const __m128i));
+                            for k in 0..4 {
+                                wf[s][k] = _mm256_cvtepi32_ps(_mm256_and_si256(
+                                    _mm256_srlv_epi32(v, shifts[k]),
+                                    mask,
+                                ));
+                            }
+                        }
+                        for j in 0..JN {
+                            let x = xs[j].as_ptr().add(32 * b);
+                            let xv = [
+                                _mm256_loadu_ps(x),
+                                _mm256_loadu_ps(x.add(8)),
+                                _mm256_loadu_ps(x.add(16)),
+                                _mm256_loadu_ps(x.add(24)),
+                            ];
+                            let mut q = [_mm256_setzero_ps(); 8];
+                            for s in 0..8 {
+                                let mut t = _mm256_mul_ps(wf[s][0], xv[0]);
+                                t = _mm256_fmadd_ps(wf[s][1], xv[1], t);
+                                t = _mm256_fmadd_ps(wf[s][2], xv[2], t);
+                                q[s] = _mm256_fmadd_ps(wf[s][3], xv[3], t);
+                            }
+                            acc[j] = _mm256_fmadd_ps(d, sum_lanes(q), acc[j]);
+                            let sum = _mm256_set1_ps(*sums[j].get_unchecked(b));
+                            acc_min[j] = _mm256_fmadd_ps(m, sum, acc_min[j]);
+                        }
+                    }
+                }
+                for j in 0..JN {
+                    // SAFETY: `out[j]` holds eight floats.
+                    unsafe {
+                        _mm256_storeu_ps(out[j].as_mut_ptr(), _mm256_add_ps(acc[j], acc_min[j]))
+                    };
+                }
+            }
+
+            /// A `Q8_0` group times `JN` rows of `f32` activations (natural order).
+            ///
+            /// # Safety
+            /// `w` holds `nb * 272` bytes and every `xs[j]` at least `32 * nb` values.
+            #[target_feature(enable = $features)]
+            pub(crate) unsafe fn q8_0_f32<const JN: usize>(
+                w: *const u8,
+                nb: usize,
+                xs: [&[f32]; JN],
+                out: &mut [[f32; 8]; JN],
+            ) {
+                let mut acc = [_mm256_setzero_ps(); JN];
+                for b in 0..nb {
+                    // SAFETY: as in `q4_1_f32`, with 272-byte block columns.
+                    unsafe {
+                        let col = w.add(b * 272);
+                        let d = _mm256_cvtph_ps(_mm_loadu_si128(col as *const __m128i));
+                        let mut wf = [[_mm256_setzero_ps(); 4]; 8];
+                        for s in 0..8 {
+                            let p = col.add(16 + 32 * LANE_ROWS[s]);
+                            for k in 0..4 {
+                                let bytes = _mm_loadl_epi64(p.add(8 * k) as *const __m128i);
+                                wf[s][k] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+                            }
+                        }
+                        for j in 0..JN {
+                            let x = xs[j].as_ptr().add(32 * b);
+                            let xv = [
+                                _mm256_loadu_ps(x),
+                                _mm256_loadu_ps(x.add(8)),
+                                _mm256_loadu_ps(x.add(16)),
+                                _mm256_loadu_ps(x.add(24)),
+                            ];
+                            let mut q = [_mm256_setzero_ps(); 8];
+                            for s in 0..8 {
+                                let mut t = _mm256_mul_ps(wf[s][0], xv[0]);
+                                t = _mm256_fmadd_ps(wf[s][1], xv[1], t);
+                                t = _mm256_fmadd_ps(wf[s][2], xv[2], t);
+                                q[s] = _mm256_fmadd_ps(wf[s][3], xv[3], t);
+                            }
+                            acc[j] = _mm256_fmadd_ps(d, sum_lanes(q), acc[j]);
+                        }
+                    }
+                }
+                for j in 0..JN {
+                    // SAFETY: `out[j]` holds eight floats.
+                    unsafe { _mm256_storeu_ps(out[j].as_mut_ptr(), acc[j]) };
+                }
+            }
+        }
+    };
+}
+
+group_kernels!(avx2, "avx2,fma,f16c", false);
+group_kernels!(vnni, "avx2,fma,f16c,avxvnni", true);
+
+/// The order of a `Q4_1` block's 32 activation values that the `f32` group kernels read:
+/// 8-lane vector `k` of a block meets nibble shift `k` of the broadcast quant words.
+pub(crate) const Q4_ORDER: [usize; 32] = [
+    0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 16, 20, 24, 28, 17, 21, 25, 29, 18, 22,
+    26, 30, 19, 23, 27, 31,
+];
