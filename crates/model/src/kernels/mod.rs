@@ -202,6 +202,10 @@ impl QuantMatrix {
         }
         let (data, packing) = if packed::packs(ty) {
             let bytes = packed::pack(ty, rows, cols, data.as_slice());
+            // The file's copy is not read again: keep resident memory near the file size.
+            if let WeightBytes::Mapped(mapped) = &data {
+                mapped.release_pages();
+            }
             (
                 WeightBytes::owned(bytes),
                 Some(packed::Packing::new(ty, rows, cols)),
@@ -259,22 +263,23 @@ impl QuantMatrix {
     /// # Panics
     /// If `r >= rows` or `out.len() != cols`.
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        self.dequantize_row_with(r, out, &mut Vec::new());
+    }
+
+    /// [`Self::dequantize_row`] reusing `scratch` for a packed row's bytes.
+    fn dequantize_row_with(&self, r: usize, out: &mut [f32], scratch: &mut Vec<u8>) {
         assert_eq!(out.len(), self.cols, "output row length");
         assert!(r < self.rows, "row {r} of {}", self.rows);
         let data = self.data.as_slice();
-        let result = match &self.packing {
+        let row = match &self.packing {
             Some(p) => {
-                let mut row = vec![0u8; self.row_bytes];
-                packed::unpack_row(self.ty, p, data, r, &mut row);
-                crate::quant::dequantize(self.ty, &row, out)
+                scratch.resize(self.row_bytes, 0);
+                packed::unpack_row(self.ty, p, data, r, scratch);
+                &scratch[..]
             }
-            None => crate::quant::dequantize(
-                self.ty,
-                &data[r * self.row_bytes..(r + 1) * self.row_bytes],
-                out,
-            ),
+            None => &data[r * self.row_bytes..(r + 1) * self.row_bytes],
         };
-        result.expect("shape checked at construction");
+        crate::quant::dequantize(self.ty, row, out).expect("shape checked at construction");
     }
 
     /// `out[m, rows] = x[m, cols] W^T` with the process-wide [`activation_format`].
@@ -379,12 +384,13 @@ impl QuantMatrix {
         let work = |task: usize| {
             let start = task * per_task;
             let end = ((task + 1) * per_task).min(self.rows);
+            let mut scratch = Vec::new();
             for r in start..end {
                 // SAFETY: tasks cover disjoint rows of `out`, which outlives the call.
                 let row = unsafe {
                     std::slice::from_raw_parts_mut(ptr.get().add(r * self.cols), self.cols)
                 };
-                self.dequantize_row(r, row);
+                self.dequantize_row_with(r, row, &mut scratch);
             }
         };
         pool::run(self.rows.div_ceil(per_task), &work);
