@@ -238,7 +238,7 @@ macro_rules! group_kernels {
             fn dot_u4_pair(lo: __m256i, ylo: __m256i, hi: __m256i, yhi: __m256i) -> __m256i {
                 if $vnni {
                     let zero = _mm256_setzero_si256();
-                    // SAFETY: this branch is compiled in only where `$features` has AVX-VNNI.
+                    // SAFETY: this branch runs only in the instance whose features have AVX-VNNI.
                     unsafe {
                         _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(zero, lo, ylo), hi, yhi)
                     }
@@ -260,37 +260,52 @@ macro_rules! group_kernels {
             fn dot_i8(abs_w: __m256i, w: __m256i, y: __m256i) -> __m256i {
                 let signed_y = _mm256_sign_epi8(y, w);
                 if $vnni {
-                    // SAFETY: this branch is compiled in only where `$features` has AVX-VNNI.
+                    // SAFETY: this branch runs only in the instance whose features have AVX-VNNI.
                     unsafe { _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), abs_w, signed_y) }
                 } else {
                     _mm256_madd_epi16(_mm256_maddubs_epi16(abs_w, signed_y), _mm256_set1_epi16(1))
                 }
             }
 
-            /// Eight vectors reduced to one whose lane `s` is the sum of `v[s]`'s lanes.
+            /// The last steps of reducing eight vectors `v[s]` to one whose lane `s` is the sum
+            /// of `v[s]`'s lanes, from `h[i] = hadd(v[2i], v[2i + 1])`.
             #[target_feature(enable = $features)]
             #[inline]
-            fn sum_lanes(v: [__m256; 8]) -> __m256 {
-                let a = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
-                let b = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+            fn sum_quads(h: [__m256; 4]) -> __m256 {
+                let a = _mm256_hadd_ps(h[0], h[1]);
+                let b = _mm256_hadd_ps(h[2], h[3]);
                 _mm256_add_ps(
                     _mm256_permute2f128_ps::<0x20>(a, b),
                     _mm256_permute2f128_ps::<0x31>(a, b),
                 )
             }
 
-            /// As [`sum_lanes`] for 32-bit integers.
+            /// As [`sum_quads`] for 32-bit integers.
             #[target_feature(enable = $features)]
             #[inline]
-            fn sum_lanes_i32(v: [__m256i; 8]) -> __m256i {
-                let a =
-                    _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-                let b =
-                    _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+            fn sum_quads_i32(h: [__m256i; 4]) -> __m256i {
+                let a = _mm256_hadd_epi32(h[0], h[1]);
+                let b = _mm256_hadd_epi32(h[2], h[3]);
                 _mm256_add_epi32(
                     _mm256_permute2x128_si256::<0x20>(a, b),
                     _mm256_permute2x128_si256::<0x31>(a, b),
                 )
+            }
+
+            /// `w[0] x[0..8] + ... + w[3] x[24..32]`, lane by lane.
+            ///
+            /// # Safety
+            /// `x` points to 32 readable floats.
+            #[target_feature(enable = $features)]
+            #[inline]
+            unsafe fn dot4(w: [__m256; 4], x: *const f32) -> __m256 {
+                // SAFETY: the caller passes 32 readable floats.
+                unsafe {
+                    let mut t = _mm256_mul_ps(w[0], _mm256_loadu_ps(x));
+                    t = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(x.add(8)), t);
+                    t = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(x.add(16)), t);
+                    _mm256_fmadd_ps(w[3], _mm256_loadu_ps(x.add(24)), t)
+                }
             }
 
             /// A `Q4_1` group (`nb` block columns of 160 bytes at `w`) times `JN` rows of 8-bit
@@ -340,11 +355,8 @@ macro_rules! group_kernels {
                                 _mm256_hadd_epi32(p0, p1),
                                 _mm256_hadd_epi32(p2, p3),
                             ));
-                            acc[j] = _mm256_fmadd_ps(
-                                _mm256_mul_ps(d, _mm256_set1_ps(y.d)),
-                                sums,
-                                acc[j],
-                            );
+                            let scale = _mm256_mul_ps(d, _mm256_set1_ps(y.d));
+                            acc[j] = _mm256_fmadd_ps(scale, sums, acc[j]);
                             acc_min[j] = _mm256_fmadd_ps(m, _mm256_set1_ps(y.s), acc_min[j]);
                         }
                     }
@@ -375,26 +387,28 @@ macro_rules! group_kernels {
                     unsafe {
                         let col = w.add(b * 272);
                         let d = _mm256_cvtph_ps(_mm_loadu_si128(col as *const __m128i));
-                        let mut rows = [_mm256_setzero_si256(); 8];
-                        let mut abs = [_mm256_setzero_si256(); 8];
-                        for s in 0..8 {
-                            let p = col.add(16 + 32 * LANE_ROWS[s]);
-                            rows[s] = _mm256_loadu_si256(p as *const __m256i);
-                            abs[s] = _mm256_sign_epi8(rows[s], rows[s]);
+                        let yv: [__m256i; JN] = std::array::from_fn(|j| {
+                            let q = ys[j].get_unchecked(b).qs.as_ptr();
+                            _mm256_loadu_si256(q as *const __m256i)
+                        });
+                        // Rows two at a time, reduced pairwise at once: few registers live.
+                        let mut h = [[_mm256_setzero_si256(); 4]; JN];
+                        for pair in 0..4 {
+                            let p0 = col.add(16 + 32 * LANE_ROWS[2 * pair]);
+                            let p1 = col.add(16 + 32 * LANE_ROWS[2 * pair + 1]);
+                            let w0 = _mm256_loadu_si256(p0 as *const __m256i);
+                            let w1 = _mm256_loadu_si256(p1 as *const __m256i);
+                            let (a0, a1) = (_mm256_sign_epi8(w0, w0), _mm256_sign_epi8(w1, w1));
+                            for j in 0..JN {
+                                h[j][pair] =
+                                    _mm256_hadd_epi32(dot_i8(a0, w0, yv[j]), dot_i8(a1, w1, yv[j]));
+                            }
                         }
                         for j in 0..JN {
                             let y = ys[j].get_unchecked(b);
-                            let yv = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
-                            let mut p = [_mm256_setzero_si256(); 8];
-                            for s in 0..8 {
-                                p[s] = dot_i8(abs[s], rows[s], yv);
-                            }
-                            let sums = _mm256_cvtepi32_ps(sum_lanes_i32(p));
-                            acc[j] = _mm256_fmadd_ps(
-                                _mm256_mul_ps(d, _mm256_set1_ps(y.d)),
-                                sums,
-                                acc[j],
-                            );
+                            let sums = _mm256_cvtepi32_ps(sum_quads_i32(h[j]));
+                            let scale = _mm256_mul_ps(d, _mm256_set1_ps(y.d));
+                            acc[j] = _mm256_fmadd_ps(scale, sums, acc[j]);
                         }
                     }
                 }
@@ -420,7 +434,8 @@ macro_rules! group_kernels {
                 out: &mut [[f32; 8]; JN],
             ) {
                 let mask = _mm256_set1_epi32(0x0F);
-                // Broadcast 16 quant bytes; lane l reads word l % 4, shifted to one nibble.
+                // The 16 quant bytes broadcast to both halves; lane l reads word l % 4,
+                // shifted to one nibble: vector k holds the values Q4_ORDER[8k..8k + 8].
                 let shifts = [
                     _mm256_setr_epi32(0, 0, 0, 0, 8, 8, 8, 8),
                     _mm256_setr_epi32(16, 16, 16, 16, 24, 24, 24, 24),
@@ -436,34 +451,25 @@ macro_rules! group_kernels {
                         let col = w.add(b * 160);
                         let d = _mm256_cvtph_ps(_mm_loadu_si128(col as *const __m128i));
                         let m = _mm256_cvtph_ps(_mm_loadu_si128(col.add(16) as *const __m128i));
-                        let mut wf = [[_mm256_setzero_ps(); 4]; 8];
-                        for s in 0..8 {
-                            let p = col.add(32 + 16 * LANE_ROWS[s]);
-                            let v =
-                                _mm256_broadcastsi128_si256(_mm_loadu_si128(p as *const __m128i));
-                            for k in 0..4 {
-                                wf[s][k] = _mm256_cvtepi32_ps(_mm256_and_si256(
-                                    _mm256_srlv_epi32(v, shifts[k]),
-                                    mask,
-                                ));
+                        let decode = |row: usize| -> [__m256; 4] {
+                            let p = col.add(32 + 16 * row) as *const __m128i;
+                            let v = _mm256_broadcastsi128_si256(_mm_loadu_si128(p));
+                            std::array::from_fn(|k| {
+                                let q = _mm256_and_si256(_mm256_srlv_epi32(v, shifts[k]), mask);
+                                _mm256_cvtepi32_ps(q)
+                            })
+                        };
+                        let mut h = [[_mm256_setzero_ps(); 4]; JN];
+                        for pair in 0..4 {
+                            let w0 = decode(LANE_ROWS[2 * pair]);
+                            let w1 = decode(LANE_ROWS[2 * pair + 1]);
+                            for j in 0..JN {
+                                let x = xs[j].as_ptr().add(32 * b);
+                                h[j][pair] = _mm256_hadd_ps(dot4(w0, x), dot4(w1, x));
                             }
                         }
                         for j in 0..JN {
-                            let x = xs[j].as_ptr().add(32 * b);
-                            let xv = [
-                                _mm256_loadu_ps(x),
-                                _mm256_loadu_ps(x.add(8)),
-                                _mm256_loadu_ps(x.add(16)),
-                                _mm256_loadu_ps(x.add(24)),
-                            ];
-                            let mut q = [_mm256_setzero_ps(); 8];
-                            for s in 0..8 {
-                                let mut t = _mm256_mul_ps(wf[s][0], xv[0]);
-                                t = _mm256_fmadd_ps(wf[s][1], xv[1], t);
-                                t = _mm256_fmadd_ps(wf[s][2], xv[2], t);
-                                q[s] = _mm256_fmadd_ps(wf[s][3], xv[3], t);
-                            }
-                            acc[j] = _mm256_fmadd_ps(d, sum_lanes(q), acc[j]);
+                            acc[j] = _mm256_fmadd_ps(d, sum_quads(h[j]), acc[j]);
                             let sum = _mm256_set1_ps(*sums[j].get_unchecked(b));
                             acc_min[j] = _mm256_fmadd_ps(m, sum, acc_min[j]);
                         }
@@ -494,30 +500,24 @@ macro_rules! group_kernels {
                     unsafe {
                         let col = w.add(b * 272);
                         let d = _mm256_cvtph_ps(_mm_loadu_si128(col as *const __m128i));
-                        let mut wf = [[_mm256_setzero_ps(); 4]; 8];
-                        for s in 0..8 {
-                            let p = col.add(16 + 32 * LANE_ROWS[s]);
-                            for k in 0..4 {
+                        let decode = |row: usize| -> [__m256; 4] {
+                            let p = col.add(16 + 32 * row);
+                            std::array::from_fn(|k| {
                                 let bytes = _mm_loadl_epi64(p.add(8 * k) as *const __m128i);
-                                wf[s][k] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+                                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes))
+                            })
+                        };
+                        let mut h = [[_mm256_setzero_ps(); 4]; JN];
+                        for pair in 0..4 {
+                            let w0 = decode(LANE_ROWS[2 * pair]);
+                            let w1 = decode(LANE_ROWS[2 * pair + 1]);
+                            for j in 0..JN {
+                                let x = xs[j].as_ptr().add(32 * b);
+                                h[j][pair] = _mm256_hadd_ps(dot4(w0, x), dot4(w1, x));
                             }
                         }
                         for j in 0..JN {
-                            let x = xs[j].as_ptr().add(32 * b);
-                            let xv = [
-                                _mm256_loadu_ps(x),
-                                _mm256_loadu_ps(x.add(8)),
-                                _mm256_loadu_ps(x.add(16)),
-                                _mm256_loadu_ps(x.add(24)),
-                            ];
-                            let mut q = [_mm256_setzero_ps(); 8];
-                            for s in 0..8 {
-                                let mut t = _mm256_mul_ps(wf[s][0], xv[0]);
-                                t = _mm256_fmadd_ps(wf[s][1], xv[1], t);
-                                t = _mm256_fmadd_ps(wf[s][2], xv[2], t);
-                                q[s] = _mm256_fmadd_ps(wf[s][3], xv[3], t);
-                            }
-                            acc[j] = _mm256_fmadd_ps(d, sum_lanes(q), acc[j]);
+                            acc[j] = _mm256_fmadd_ps(d, sum_quads(h[j]), acc[j]);
                         }
                     }
                 }
