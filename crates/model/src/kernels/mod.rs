@@ -258,6 +258,13 @@ impl QuantMatrix {
         self.row_bytes * self.rows
     }
 
+    /// Whether [`Self::matmul`] with many activation rows runs a batched kernel that decodes
+    /// each weight block once for several rows (packed `Q4_1`/`Q8_0` on a CPU with AVX2),
+    /// rather than one row product per activation row.
+    pub fn has_batched_kernel(&self) -> bool {
+        self.packing.is_some() && dot::Simd::detect() != dot::Simd::Scalar
+    }
+
     /// Dequantise row `r` into `out` (`cols` values).
     ///
     /// # Panics
@@ -335,13 +342,6 @@ impl QuantMatrix {
             row_bytes: self.row_bytes,
             packing: self.packing,
         };
-        // Results are computed transposed (`[rows, m]`) so each thread owns a contiguous range.
-        let mut transposed = if m == 1 {
-            Vec::new()
-        } else {
-            vec![0f32; self.rows * m]
-        };
-        let target: &mut [f32] = if m == 1 { out } else { &mut transposed };
         let threads = pool::num_threads().max(1);
         // Keep at least a few thousand multiply-adds per task, rows a multiple of the group.
         let min_rows = (16_384 / (self.cols * m).max(1)).max(packed::GROUP);
@@ -351,27 +351,38 @@ impl QuantMatrix {
             .max(min_rows)
             .next_multiple_of(packed::GROUP);
         let n_tasks = self.rows.div_ceil(per_task);
-        let target_ptr = SyncPtr(target.as_mut_ptr());
+        let rows = self.rows;
+        let out_ptr = SyncPtr(out.as_mut_ptr());
         let work = |task: usize| {
             let start = task * per_task;
-            if start >= self.rows {
+            if start >= rows {
                 return;
             }
-            let end = (start + per_task).min(self.rows);
-            // SAFETY: tasks cover disjoint row ranges of `target`, which outlives the call.
-            let chunk = unsafe {
-                std::slice::from_raw_parts_mut(target_ptr.get().add(start * m), (end - start) * m)
-            };
-            kernel.rows(&weights, &acts, start, end, chunk);
-        };
-        pool::run(n_tasks, &work);
-        if m > 1 {
-            for (r, row) in transposed.chunks_exact(m).enumerate() {
-                for (j, &v) in row.iter().enumerate() {
-                    out[j * self.rows + r] = v;
+            let end = (start + per_task).min(rows);
+            if m == 1 {
+                // SAFETY: tasks cover disjoint ranges of `out`, which outlives the call.
+                let chunk = unsafe {
+                    std::slice::from_raw_parts_mut(out_ptr.get().add(start), end - start)
+                };
+                kernel.rows(&weights, &acts, start, end, chunk);
+                return;
+            }
+            // The kernels write `[rows, m]`; each task turns its own rows into columns of the
+            // `[m, rows]` output.
+            let mut transposed = vec![0f32; (end - start) * m];
+            kernel.rows(&weights, &acts, start, end, &mut transposed);
+            for j in 0..m {
+                // SAFETY: tasks cover disjoint row ranges, so disjoint parts of each output
+                // row `j`, and `out` outlives the call.
+                let dst = unsafe {
+                    std::slice::from_raw_parts_mut(out_ptr.get().add(j * rows + start), end - start)
+                };
+                for (r, d) in dst.iter_mut().enumerate() {
+                    *d = transposed[r * m + j];
                 }
             }
-        }
+        };
+        pool::run(n_tasks, &work);
     }
 
     /// The whole matrix dequantised to `f32`, `[rows, cols]` row-major (rows split over the

@@ -282,3 +282,33 @@ fn construction_checks_the_shape() {
     ));
     assert!(QuantMatrix::new(GgmlType::Q4_1, 1, 32, WeightBytes::owned(vec![0; 20])).is_ok());
 }
+
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn simd_activation_quantizer_matches_the_scalar_one() {
+    if Simd::detect() == Simd::Scalar {
+        return;
+    }
+    let mut rng = Rng(3);
+    for case in 0..200 {
+        let mut x: Vec<f32> = (0..32).map(|_| rng.float() * 3.0).collect();
+        match case % 4 {
+            // Exact halves after scaling: amax 127 makes the scale 1.
+            0 => {
+                x[0] = 127.0;
+                for (i, v) in x.iter_mut().enumerate().skip(1) {
+                    *v = (i as f32 - 16.0) + 0.5;
+                }
+            }
+            1 => x.iter_mut().for_each(|v| *v = 0.0),
+            2 => x[5] = -x.iter().fold(0f32, |a, v| a.max(v.abs())) * 2.0,
+            _ => {}
+        }
+        // SAFETY: SIMD was detected; 32 values.
+        let got = unsafe { super::x86::quantize_block_q8(&x) };
+        let want = super::q8::quantize_block_scalar(&x);
+        assert_eq!(got.qs, want.qs, "case {case}");
+        assert_eq!(got.d.to_bits(), want.d.to_bits(), "case {case}");
+        assert_eq!(got.s.to_bits(), want.s.to_bits(), "case {case}");
+    }
+}

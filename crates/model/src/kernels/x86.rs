@@ -539,3 +539,55 @@ pub(crate) const Q4_ORDER: [usize; 32] = [
     0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 16, 20, 24, 28, 17, 21, 25, 29, 18, 22,
     26, 30, 19, 23, 27, 31,
 ];
+
+/// One block of 32 activations quantized as [`super::q8::quantize_block_scalar`] does, to the
+/// same bits: the same scale arithmetic, and rounding half away from zero.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available and `x` must hold 32 values.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn quantize_block_q8(x: &[f32]) -> BlockQ8 {
+    // SAFETY: `x` holds 32 values (caller).
+    unsafe {
+        let sign = _mm256_set1_ps(-0.0);
+        let v: [__m256; 4] = std::array::from_fn(|k| _mm256_loadu_ps(x.as_ptr().add(8 * k)));
+        let abs = |a: __m256| _mm256_andnot_ps(sign, a);
+        let max = _mm256_max_ps(
+            _mm256_max_ps(abs(v[0]), abs(v[1])),
+            _mm256_max_ps(abs(v[2]), abs(v[3])),
+        );
+        let max4 = _mm_max_ps(_mm256_castps256_ps128(max), _mm256_extractf128_ps::<1>(max));
+        let max2 = _mm_max_ps(max4, _mm_movehl_ps(max4, max4));
+        let amax = _mm_cvtss_f32(_mm_max_ss(max2, _mm_movehdup_ps(max2)));
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let ids = _mm256_set1_ps(id);
+        let q: [__m256i; 4] = std::array::from_fn(|k| {
+            let p = _mm256_mul_ps(v[k], ids);
+            let t = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(p);
+            // Away from zero when the dropped fraction is at least one half.
+            let half = _mm256_cmp_ps::<_CMP_GE_OQ>(abs(_mm256_sub_ps(p, t)), _mm256_set1_ps(0.5));
+            let step = _mm256_or_ps(_mm256_and_ps(p, sign), _mm256_set1_ps(1.0));
+            _mm256_cvtps_epi32(_mm256_add_ps(t, _mm256_and_ps(half, step)))
+        });
+        let total = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        let t4 = _mm_add_epi32(
+            _mm256_castsi256_si128(total),
+            _mm256_extracti128_si256::<1>(total),
+        );
+        let t2 = _mm_add_epi32(t4, _mm_shuffle_epi32::<0b01_00_11_10>(t4));
+        let sum = _mm_cvtsi128_si32(_mm_add_epi32(t2, _mm_shuffle_epi32::<0b10_11_00_01>(t2)));
+        let bytes = _mm256_packs_epi16(
+            _mm256_packs_epi32(q[0], q[1]),
+            _mm256_packs_epi32(q[2], q[3]),
+        );
+        let bytes = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        let mut block = BlockQ8 {
+            d,
+            s: d * sum as f32,
+            qs: [0; 32],
+        };
+        _mm256_storeu_si256(block.qs.as_mut_ptr() as *mut __m256i, bytes);
+        block
+    }
+}
