@@ -11,7 +11,7 @@ pub(crate) struct Activations<'a> {
     /// `[m, cols / 32]` blocks (empty for an `f32` kernel).
     pub q8: &'a [BlockQ8],
     /// For the SIMD `f32` kernel of packed `Q4_1`: `f32` with each block's values in
-    /// [`Q4_ORDER`] (empty otherwise).
+    /// [`Q4_ORDER`], scaled by [`Q4_SCALE`] (empty otherwise).
     pub permuted: &'a [f32],
     /// For the same kernel: `[m, cols / 32]` block sums of `f32` (empty otherwise).
     pub block_sums: &'a [f32],
@@ -23,7 +23,7 @@ pub(crate) struct Activations<'a> {
 
 /// The order of a `Q4_1` block's 32 activation values that the SIMD `f32` group kernel reads.
 #[cfg(target_arch = "x86_64")]
-pub(crate) use super::x86::Q4_ORDER;
+pub(crate) use super::x86::{Q4_ORDER, Q4_SCALE};
 /// The order of a `Q4_1` block's 32 activation values that the SIMD `f32` group kernel reads.
 #[cfg(not(target_arch = "x86_64"))]
 pub(crate) const Q4_ORDER: [usize; 32] = {
@@ -35,6 +35,9 @@ pub(crate) const Q4_ORDER: [usize; 32] = {
     }
     order
 };
+/// The factors the SIMD `f32` group kernel needs the activations scaled by.
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) const Q4_SCALE: [f32; 32] = [1.0; 32];
 
 /// A weight matrix as the kernels see it.
 pub(crate) struct Weights<'a> {
@@ -45,6 +48,9 @@ pub(crate) struct Weights<'a> {
     /// Where the groups lie, for a packed matrix.
     pub packing: Option<Packing>,
 }
+
+/// Activation rows a group kernel takes at once (each weight block is decoded once for all).
+const MAX_JN: usize = 8;
 
 /// Which instruction set a kernel uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,8 +208,8 @@ impl Kernel {
             let w = data.as_ptr();
             let mut j = 0;
             while j < m {
-                let jn = (m - j).min(4);
-                let mut res = [[0f32; 8]; 4];
+                let jn = (m - j).min(MAX_JN);
+                let mut res = [[0f32; 8]; MAX_JN];
                 // SAFETY: `simd` was detected (or is below what was), `data` is one whole group
                 // of `nb` block columns, and every activation row holds `nb` blocks.
                 unsafe {
@@ -211,7 +217,11 @@ impl Kernel {
                         1 => self.group_jn::<1>(simd, ty, w, nb, acts, j, &mut res),
                         2 => self.group_jn::<2>(simd, ty, w, nb, acts, j, &mut res),
                         3 => self.group_jn::<3>(simd, ty, w, nb, acts, j, &mut res),
-                        _ => self.group_jn::<4>(simd, ty, w, nb, acts, j, &mut res),
+                        4 => self.group_jn::<4>(simd, ty, w, nb, acts, j, &mut res),
+                        5 => self.group_jn::<5>(simd, ty, w, nb, acts, j, &mut res),
+                        6 => self.group_jn::<6>(simd, ty, w, nb, acts, j, &mut res),
+                        7 => self.group_jn::<7>(simd, ty, w, nb, acts, j, &mut res),
+                        _ => self.group_jn::<8>(simd, ty, w, nb, acts, j, &mut res),
                     }
                 }
                 for (jj, lanes) in res.iter().take(jn).enumerate() {
@@ -244,10 +254,10 @@ impl Kernel {
         nb: usize,
         acts: &Activations,
         j0: usize,
-        res: &mut [[f32; 8]; 4],
+        res: &mut [[f32; 8]; MAX_JN],
     ) {
         use super::x86::{avx2, vnni};
-        let out: &mut [[f32; 8]; JN] = (&mut res[..JN]).try_into().expect("JN <= 4");
+        let out: &mut [[f32; 8]; JN] = (&mut res[..JN]).try_into().expect("JN <= MAX_JN");
         let cols = acts.cols;
         let f32_rows: [&[f32]; JN] =
             std::array::from_fn(|jj| &acts.f32[(j0 + jj) * cols..(j0 + jj + 1) * cols]);

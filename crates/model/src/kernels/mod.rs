@@ -321,7 +321,9 @@ impl QuantMatrix {
         let (permuted, block_sums) = if kernel.wants_permuted(self.packing.is_some()) {
             let permuted: Vec<f32> = x
                 .chunks_exact(32)
-                .flat_map(|b| dot::Q4_ORDER.map(|i| b[i]))
+                .flat_map(|b| {
+                    std::array::from_fn::<f32, 32, _>(|k| b[dot::Q4_ORDER[k]] * dot::Q4_SCALE[k])
+                })
                 .collect();
             let sums = x.chunks_exact(32).map(|b| b.iter().sum()).collect();
             (permuted, sums)

@@ -433,14 +433,15 @@ macro_rules! group_kernels {
                 sums: [&[f32]; JN],
                 out: &mut [[f32; 8]; JN],
             ) {
-                let mask = _mm256_set1_epi32(0x0F);
-                // The 16 quant bytes broadcast to both halves; lane l reads word l % 4,
-                // shifted to one nibble: vector k holds the values Q4_ORDER[8k..8k + 8].
-                let shifts = [
-                    _mm256_setr_epi32(0, 0, 0, 0, 8, 8, 8, 8),
-                    _mm256_setr_epi32(16, 16, 16, 16, 24, 24, 24, 24),
-                    _mm256_setr_epi32(4, 4, 4, 4, 12, 12, 12, 12),
-                    _mm256_setr_epi32(20, 20, 20, 20, 28, 28, 28, 28),
+                // The 16 quant bytes broadcast to both halves; lane l reads word l % 4 and keeps
+                // one nibble in place (the activations were scaled to match, see Q4_SCALE):
+                // vector k holds the values Q4_ORDER[8k..8k + 8].
+                let masks = [
+                    _mm256_setr_epi32(0xF, 0xF, 0xF, 0xF, 0xF00, 0xF00, 0xF00, 0xF00),
+                    _mm256_setr_epi32(
+                        0xF_0000, 0xF_0000, 0xF_0000, 0xF_0000, 0xF00_0000, 0xF00_0000, 0xF00_0000,
+                        0xF00_0000,
+                    ),
                 ];
                 let mut acc = [_mm256_setzero_ps(); JN];
                 let mut acc_min = [_mm256_setzero_ps(); JN];
@@ -453,11 +454,14 @@ macro_rules! group_kernels {
                         let m = _mm256_cvtph_ps(_mm_loadu_si128(col.add(16) as *const __m128i));
                         let decode = |row: usize| -> [__m256; 4] {
                             let p = col.add(32 + 16 * row) as *const __m128i;
-                            let v = _mm256_broadcastsi128_si256(_mm_loadu_si128(p));
-                            std::array::from_fn(|k| {
-                                let q = _mm256_and_si256(_mm256_srlv_epi32(v, shifts[k]), mask);
-                                _mm256_cvtepi32_ps(q)
-                            })
+                            let lo = _mm256_broadcastsi128_si256(_mm_loadu_si128(p));
+                            let hi = _mm256_srli_epi32::<4>(lo);
+                            [
+                                _mm256_cvtepi32_ps(_mm256_and_si256(lo, masks[0])),
+                                _mm256_cvtepi32_ps(_mm256_and_si256(lo, masks[1])),
+                                _mm256_cvtepi32_ps(_mm256_and_si256(hi, masks[0])),
+                                _mm256_cvtepi32_ps(_mm256_and_si256(hi, masks[1])),
+                            ]
                         };
                         let mut h = [[_mm256_setzero_ps(); 4]; JN];
                         for pair in 0..4 {
@@ -534,7 +538,7 @@ group_kernels!(avx2, "avx2,fma,f16c", false);
 group_kernels!(vnni, "avx2,fma,f16c,avxvnni", true);
 
 /// The order of a `Q4_1` block's 32 activation values that the `f32` group kernels read:
-/// 8-lane vector `k` of a block meets nibble shift `k` of the broadcast quant words.
+/// 8-lane vector `k` of a block meets one nibble position of the broadcast quant words.
 pub(crate) const Q4_ORDER: [usize; 32] = [
     0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 16, 20, 24, 28, 17, 21, 25, 29, 18, 22,
     26, 30, 19, 23, 27, 31,
@@ -591,3 +595,17 @@ pub(crate) unsafe fn quantize_block_q8(x: &[f32]) -> BlockQ8 {
         block
     }
 }
+
+/// The factor each position of a [`Q4_ORDER`]ed block is scaled by: the kernel leaves nibble
+/// `q` at bit `s` of its word, so it multiplies `q * 2^s` and needs `x * 2^-s`. Both products
+/// are exact (powers of two), so the sums are those of `q * x`.
+pub(crate) const Q4_SCALE: [f32; 32] = {
+    let mut scale = [0f32; 32];
+    let mut i = 0;
+    while i < 32 {
+        let shift = [0, 8, 16, 24][(i / 4) % 4];
+        scale[i] = 1.0 / (1u32 << shift) as f32;
+        i += 1;
+    }
+    scale
+};
