@@ -345,7 +345,11 @@ impl QuantMatrix {
             packing: self.packing,
         };
         let threads = pool::num_threads().max(1);
-        // Keep at least a few thousand multiply-adds per task, rows a multiple of the group.
+        // One contiguous range of rows per thread (each keeping at least a few thousand
+        // multiply-adds, and whole row groups). The pool hands tasks to whichever thread gets
+        // there first, so a worker the OS has descheduled costs at most the task it holds:
+        // smaller tasks were measured slower (the cross-core claims, and each thread's stream
+        // of weights broken into pieces).
         let min_rows = (16_384 / (self.cols * m).max(1)).max(packed::GROUP);
         let per_task = self
             .rows

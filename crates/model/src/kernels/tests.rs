@@ -312,3 +312,21 @@ fn simd_activation_quantizer_matches_the_scalar_one() {
         assert_eq!(got.s.to_bits(), want.s.to_bits(), "case {case}");
     }
 }
+
+#[test]
+fn the_pool_runs_every_task_once_across_many_jobs() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    pool::set_num_threads(3);
+    for n in [0, 1, 2, 5, 64] {
+        for _ in 0..200 {
+            let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+            pool::run(n, &|i| {
+                hits[i].fetch_add(1, Ordering::Relaxed);
+            });
+            assert!(
+                hits.iter().all(|h| h.load(Ordering::Relaxed) == 1),
+                "{n} tasks"
+            );
+        }
+    }
+}
