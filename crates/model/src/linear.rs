@@ -88,12 +88,12 @@ impl QLinear {
             LinearWeight::Dense(w) => matmul_transposed(input, w.val()),
             LinearWeight::Quantized(q)
                 if input.dims()[0] * input.dims()[1] >= DENSE_PREFILL_ROWS
-                    && !q.has_batched_kernel() =>
+                    && !q.prefers_batched_kernel() =>
             {
-                // Many activation rows (prefill) and no batched kernel for this weight: the
-                // row-at-a-time kernels are compute-bound at about decode speed per row, while
-                // dequantising once and using Burn's register-blocked f32 matmul is several
-                // times faster. (The batched kernels beat it: see ARCHITECTURE.md.)
+                // Many activation rows (prefill) and no faster batched kernel for this weight:
+                // the row-at-a-time kernels are compute-bound at about decode speed per row,
+                // while dequantising once and using Burn's register-blocked f32 matmul is
+                // several times faster.
                 let device = input.device();
                 let w = Tensor::from_data(
                     TensorData::new(q.dequantize_all(), [q.rows(), q.cols()]),
@@ -136,9 +136,9 @@ impl QLinear {
     }
 }
 
-/// From this many activation rows on, a quantized layer without a batched kernel
-/// ([`QuantMatrix::has_batched_kernel`]) dequantises its weight for the call and multiplies
-/// with Burn's `f32` matmul instead of the quantized kernels.
+/// From this many activation rows on, a quantized layer without a faster batched kernel
+/// ([`QuantMatrix::prefers_batched_kernel`]) dequantises its weight for the call and
+/// multiplies with Burn's `f32` matmul instead of the quantized kernels.
 pub const DENSE_PREFILL_ROWS: usize = 16;
 
 /// The values of `tensor` on the host as `f32`, in row-major order.

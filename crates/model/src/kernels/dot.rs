@@ -61,6 +61,8 @@ pub(crate) enum Simd {
     Avx2,
     /// AVX2 + FMA + F16C + AVX-VNNI (`vpdpbusd`).
     Vnni,
+    /// All of the above and AVX-512F: 16-lane `f32` kernels.
+    Avx512,
 }
 
 impl Simd {
@@ -74,12 +76,15 @@ impl Simd {
                 let avx2 = is_x86_feature_detected!("avx2")
                     && is_x86_feature_detected!("fma")
                     && is_x86_feature_detected!("f16c");
-                if !avx2 {
-                    Simd::Scalar
-                } else if is_x86_feature_detected!("avxvnni") {
+                let vnni = avx2 && is_x86_feature_detected!("avxvnni");
+                if vnni && is_x86_feature_detected!("avx512f") {
+                    Simd::Avx512
+                } else if vnni {
                     Simd::Vnni
-                } else {
+                } else if avx2 {
                     Simd::Avx2
+                } else {
+                    Simd::Scalar
                 }
             })
         }
@@ -92,7 +97,7 @@ impl Simd {
     /// Every level this CPU runs, portable first (tests compare them).
     #[cfg(test)]
     pub fn available() -> Vec<Simd> {
-        [Simd::Scalar, Simd::Avx2, Simd::Vnni]
+        [Simd::Scalar, Simd::Avx2, Simd::Vnni, Simd::Avx512]
             .into_iter()
             .filter(|&s| s as u8 <= Simd::detect() as u8)
             .collect()
@@ -256,7 +261,7 @@ impl Kernel {
         j0: usize,
         res: &mut [[f32; 8]; MAX_JN],
     ) {
-        use super::x86::{avx2, vnni};
+        use super::x86::{avx2, avx512, vnni};
         let out: &mut [[f32; 8]; JN] = (&mut res[..JN]).try_into().expect("JN <= MAX_JN");
         let cols = acts.cols;
         let f32_rows: [&[f32]; JN] =
@@ -268,9 +273,11 @@ impl Kernel {
                     let ys: [&[BlockQ8]; JN] =
                         std::array::from_fn(|jj| &acts.q8[(j0 + jj) * nb..(j0 + jj + 1) * nb]);
                     match (ty, simd) {
-                        (GgmlType::Q4_1, Simd::Vnni) => vnni::q4_1_q8(w, nb, ys, out),
+                        (GgmlType::Q4_1, Simd::Vnni | Simd::Avx512) => {
+                            vnni::q4_1_q8(w, nb, ys, out)
+                        }
                         (GgmlType::Q4_1, _) => avx2::q4_1_q8(w, nb, ys, out),
-                        (_, Simd::Vnni) => vnni::q8_0_q8(w, nb, ys, out),
+                        (_, Simd::Vnni | Simd::Avx512) => vnni::q8_0_q8(w, nb, ys, out),
                         _ => avx2::q8_0_q8(w, nb, ys, out),
                     }
                 }
@@ -281,19 +288,17 @@ impl Kernel {
                     let sums: [&[f32]; JN] = std::array::from_fn(|jj| {
                         &acts.block_sums[(j0 + jj) * nb..(j0 + jj + 1) * nb]
                     });
-                    if simd == Simd::Vnni {
-                        vnni::q4_1_f32(w, nb, xs, sums, out)
-                    } else {
-                        avx2::q4_1_f32(w, nb, xs, sums, out)
+                    match simd {
+                        Simd::Avx512 => avx512::q4_1_f32(w, nb, xs, sums, out),
+                        Simd::Vnni => vnni::q4_1_f32(w, nb, xs, sums, out),
+                        _ => avx2::q4_1_f32(w, nb, xs, sums, out),
                     }
                 }
-                _ => {
-                    if simd == Simd::Vnni {
-                        vnni::q8_0_f32(w, nb, f32_rows, out)
-                    } else {
-                        avx2::q8_0_f32(w, nb, f32_rows, out)
-                    }
-                }
+                _ => match simd {
+                    Simd::Avx512 => avx512::q8_0_f32(w, nb, f32_rows, out),
+                    Simd::Vnni => vnni::q8_0_f32(w, nb, f32_rows, out),
+                    _ => avx2::q8_0_f32(w, nb, f32_rows, out),
+                },
             }
         }
     }

@@ -258,11 +258,16 @@ impl QuantMatrix {
         self.row_bytes * self.rows
     }
 
-    /// Whether [`Self::matmul`] with many activation rows runs a batched kernel that decodes
-    /// each weight block once for several rows (packed `Q4_1`/`Q8_0` on a CPU with AVX2),
-    /// rather than one row product per activation row.
-    pub fn has_batched_kernel(&self) -> bool {
-        self.packing.is_some() && dot::Simd::detect() != dot::Simd::Scalar
+    /// Whether [`Self::matmul`] with many activation rows (prefill), in the current
+    /// [`activation_format`], runs a batched kernel measured faster than dequantising the
+    /// weight for a dense `f32` product: the 8-bit group kernels of packed `Q4_1`/`Q8_0` on
+    /// a CPU with AVX2. (The `f32` group kernels also decode each block once for eight
+    /// activation rows, but only tie with Burn's matmul at 2 threads and lose at 1, against a
+    /// matmul that uses every core whatever the thread setting; see ARCHITECTURE.md.)
+    pub fn prefers_batched_kernel(&self) -> bool {
+        self.packing.is_some()
+            && dot::Simd::detect() != dot::Simd::Scalar
+            && activation_format() == ActivationFormat::Int8
     }
 
     /// Dequantise row `r` into `out` (`cols` values).
