@@ -259,15 +259,19 @@ impl QuantMatrix {
     }
 
     /// Whether [`Self::matmul`] with many activation rows (prefill), in the current
-    /// [`activation_format`], runs a batched kernel measured faster than dequantising the
-    /// weight for a dense `f32` product: the 8-bit group kernels of packed `Q4_1`/`Q8_0` on
-    /// a CPU with AVX2. (The `f32` group kernels also decode each block once for eight
-    /// activation rows, but only tie with Burn's matmul at 2 threads and lose at 1, against a
-    /// matmul that uses every core whatever the thread setting; see ARCHITECTURE.md.)
+    /// [`activation_format`] and thread count, runs a batched kernel measured faster than
+    /// dequantising the weight for Burn's dense `f32` matmul (see ARCHITECTURE.md): the
+    /// group kernels of packed `Q4_1`/`Q8_0`, which decode each weight block once for eight
+    /// activation rows. With 8-bit activations on any SIMD level; with `f32` ones on
+    /// AVX-512 and more than one thread (on one thread Burn's matmul, which uses every core
+    /// whatever the thread setting, finishes first).
     pub fn prefers_batched_kernel(&self) -> bool {
+        let simd = dot::Simd::detect();
         self.packing.is_some()
-            && dot::Simd::detect() != dot::Simd::Scalar
-            && activation_format() == ActivationFormat::Int8
+            && match activation_format() {
+                ActivationFormat::Int8 => simd != dot::Simd::Scalar,
+                ActivationFormat::F32 => simd == dot::Simd::Avx512 && pool::num_threads() > 1,
+            }
     }
 
     /// Dequantise row `r` into `out` (`cols` values).

@@ -610,39 +610,14 @@ pub(crate) const Q4_SCALE: [f32; 32] = {
     scale
 };
 
-/// The `f32` group kernels again with 16-lane AVX-512 vectors: the same work in about half
-/// the instructions (the `f32` kernels are bound by how fast instructions issue, not by
-/// memory). The 8-bit kernels gain nothing from it and are not repeated.
+/// The `f32` group kernels again with 16-lane AVX-512 vectors and 32 registers: half the
+/// instructions, and room to keep each row's partial sums in lanes until the end instead of
+/// reducing them per block (the `f32` kernels are bound by the vector pipes, not by memory).
+/// The 8-bit kernels gain nothing from it and are not repeated.
 pub(crate) mod avx512 {
     use std::arch::x86_64::*;
 
     use super::super::packed::LANE_ROWS;
-
-    /// `[a's 16 lanes folded to 8 | b's folded to 8]`, each half summed pairwise across
-    /// neighbouring lanes: what `_mm256_hadd_ps` of the two folds gives.
-    #[target_feature(enable = "avx2,fma,f16c,avx512f")]
-    #[inline]
-    fn fold_pair(a: __m512, b: __m512) -> __m256 {
-        let folded = _mm512_add_ps(
-            _mm512_shuffle_f32x4::<0b01_00_01_00>(a, b),
-            _mm512_shuffle_f32x4::<0b11_10_11_10>(a, b),
-        );
-        let lo = _mm512_castps512_ps256(folded);
-        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(folded)));
-        _mm256_hadd_ps(lo, hi)
-    }
-
-    /// As the AVX2 `sum_quads`.
-    #[target_feature(enable = "avx2,fma,f16c,avx512f")]
-    #[inline]
-    fn sum_quads(h: [__m256; 4]) -> __m256 {
-        let a = _mm256_hadd_ps(h[0], h[1]);
-        let b = _mm256_hadd_ps(h[2], h[3]);
-        _mm256_add_ps(
-            _mm256_permute2f128_ps::<0x20>(a, b),
-            _mm256_permute2f128_ps::<0x31>(a, b),
-        )
-    }
 
     /// `w[0] x[0..16] + w[1] x[16..32]`, lane by lane.
     ///
@@ -658,7 +633,10 @@ pub(crate) mod avx512 {
         }
     }
 
-    /// As `avx2::q4_1_f32` (same inputs, [`super::Q4_ORDER`]ed and [`super::Q4_SCALE`]d).
+    /// As `avx2::q4_1_f32` (same inputs, [`super::Q4_ORDER`]ed and [`super::Q4_SCALE`]d),
+    /// but with no reduction per block: each row keeps 16 lanes of partial sums, scaled by
+    /// the block's `d` as they are added, and is reduced once at the end (32 registers hold
+    /// the eight rows' sums).
     ///
     /// # Safety
     /// As there; the CPU must have AVX-512F.
@@ -677,47 +655,47 @@ pub(crate) mod avx512 {
             0xF, 0xF, 0xF, 0xF, 0xF00, 0xF00, 0xF00, 0xF00, 0xF_0000, 0xF_0000, 0xF_0000, 0xF_0000,
             0xF00_0000, 0xF00_0000, 0xF00_0000, 0xF00_0000,
         );
-        let mut acc = [_mm256_setzero_ps(); JN];
+        let mut acc = [[_mm512_setzero_ps(); 8]; JN];
         let mut acc_min = [_mm256_setzero_ps(); JN];
         for b in 0..nb {
             // SAFETY: block column `b` lies within `nb * 160` bytes; activation block `b`
             // within `32 * nb` values.
             unsafe {
                 let col = w.add(b * 160);
-                let d = _mm256_cvtph_ps(_mm_loadu_si128(col as *const __m128i));
+                let mut d = [0f32; 8];
+                _mm256_storeu_ps(d.as_mut_ptr(), _mm256_cvtph_ps(_mm_loadu_si128(col as _)));
                 let m = _mm256_cvtph_ps(_mm_loadu_si128(col.add(16) as *const __m128i));
-                let decode = |row: usize| -> [__m512; 2] {
+                for (s, &row) in LANE_ROWS.iter().enumerate() {
                     let p = col.add(32 + 16 * row) as *const __m128i;
                     let lo = _mm512_broadcast_i32x4(_mm_loadu_si128(p));
                     let hi = _mm512_srli_epi32::<4>(lo);
-                    [
+                    let wv = [
                         _mm512_cvtepi32_ps(_mm512_and_si512(lo, mask)),
                         _mm512_cvtepi32_ps(_mm512_and_si512(hi, mask)),
-                    ]
-                };
-                let mut h = [[_mm256_setzero_ps(); 4]; JN];
-                for pair in 0..4 {
-                    let w0 = decode(LANE_ROWS[2 * pair]);
-                    let w1 = decode(LANE_ROWS[2 * pair + 1]);
+                    ];
+                    let scale = _mm512_set1_ps(d[s]);
                     for j in 0..JN {
                         let x = xs[j].as_ptr().add(32 * b);
-                        h[j][pair] = fold_pair(dot2(w0, x), dot2(w1, x));
+                        acc[j][s] = _mm512_fmadd_ps(dot2(wv, x), scale, acc[j][s]);
                     }
                 }
                 for j in 0..JN {
-                    acc[j] = _mm256_fmadd_ps(d, sum_quads(h[j]), acc[j]);
                     let sum = _mm256_set1_ps(*sums[j].get_unchecked(b));
                     acc_min[j] = _mm256_fmadd_ps(m, sum, acc_min[j]);
                 }
             }
         }
         for j in 0..JN {
-            // SAFETY: `out[j]` holds eight floats.
-            unsafe { _mm256_storeu_ps(out[j].as_mut_ptr(), _mm256_add_ps(acc[j], acc_min[j])) };
+            let mut mins = [0f32; 8];
+            // SAFETY: `mins` holds eight floats.
+            unsafe { _mm256_storeu_ps(mins.as_mut_ptr(), acc_min[j]) };
+            for s in 0..8 {
+                out[j][s] = _mm512_reduce_add_ps(acc[j][s]) + mins[s];
+            }
         }
     }
 
-    /// As `avx2::q8_0_f32`.
+    /// As `avx2::q8_0_f32`, reducing once at the end like [`q4_1_f32`].
     ///
     /// # Safety
     /// As there; the CPU must have AVX-512F.
@@ -728,37 +706,32 @@ pub(crate) mod avx512 {
         xs: [&[f32]; JN],
         out: &mut [[f32; 8]; JN],
     ) {
-        let mut acc = [_mm256_setzero_ps(); JN];
+        let mut acc = [[_mm512_setzero_ps(); 8]; JN];
         for b in 0..nb {
             // SAFETY: block column `b` lies within `nb * 272` bytes; activation block `b`
             // within `32 * nb` values.
             unsafe {
                 let col = w.add(b * 272);
-                let d = _mm256_cvtph_ps(_mm_loadu_si128(col as *const __m128i));
-                let decode = |row: usize| -> [__m512; 2] {
+                let mut d = [0f32; 8];
+                _mm256_storeu_ps(d.as_mut_ptr(), _mm256_cvtph_ps(_mm_loadu_si128(col as _)));
+                for (s, &row) in LANE_ROWS.iter().enumerate() {
                     let p = col.add(16 + 32 * row);
-                    std::array::from_fn(|k| {
+                    let wv: [__m512; 2] = std::array::from_fn(|k| {
                         let bytes = _mm_loadu_si128(p.add(16 * k) as *const __m128i);
                         _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes))
-                    })
-                };
-                let mut h = [[_mm256_setzero_ps(); 4]; JN];
-                for pair in 0..4 {
-                    let w0 = decode(LANE_ROWS[2 * pair]);
-                    let w1 = decode(LANE_ROWS[2 * pair + 1]);
+                    });
+                    let scale = _mm512_set1_ps(d[s]);
                     for j in 0..JN {
                         let x = xs[j].as_ptr().add(32 * b);
-                        h[j][pair] = fold_pair(dot2(w0, x), dot2(w1, x));
+                        acc[j][s] = _mm512_fmadd_ps(dot2(wv, x), scale, acc[j][s]);
                     }
-                }
-                for j in 0..JN {
-                    acc[j] = _mm256_fmadd_ps(d, sum_quads(h[j]), acc[j]);
                 }
             }
         }
         for j in 0..JN {
-            // SAFETY: `out[j]` holds eight floats.
-            unsafe { _mm256_storeu_ps(out[j].as_mut_ptr(), acc[j]) };
+            for s in 0..8 {
+                out[j][s] = _mm512_reduce_add_ps(acc[j][s]);
+            }
         }
     }
 }
