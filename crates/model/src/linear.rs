@@ -14,7 +14,7 @@ use burn::module::Param;
 use burn::prelude::*;
 use burn::tensor::TensorData;
 
-use crate::kernels::QuantMatrix;
+use crate::kernels::{ActivationFormat, QuantMatrix, activation_format};
 
 /// A bias-free linear layer `y = x W^T`.
 ///
@@ -107,7 +107,15 @@ impl QLinear {
                 let x = host_f32(input);
                 debug_assert_eq!(x.len(), b * t * d_in);
                 let mut out = vec![0f32; b * t * q.rows()];
-                q.matmul(&x, b * t, &mut out);
+                // Prefill keeps f32 activations, as the dense path does, whatever the format:
+                // 8-bit ones there moved teacher-forced logprobs past the llama.cpp reference
+                // tolerance.
+                let format = if b * t >= DENSE_PREFILL_ROWS {
+                    ActivationFormat::F32
+                } else {
+                    activation_format()
+                };
+                q.matmul_with(&x, b * t, &mut out, format);
                 Tensor::from_data(TensorData::new(out, [b, t, q.rows()]), &device)
             }
         }

@@ -1,22 +1,31 @@
-//! CPU matrix kernels that read GGUF quantized weights in place.
+//! CPU matrix kernels over GGUF quantized weights.
 //!
 //! A [`QuantMatrix`] is a weight of `rows` output features, each row `cols` input values stored
 //! as whole GGUF blocks (`Q4_0`, `Q4_1`, `Q8_0`, `Q4_K`, `Q5_K`, `Q6_K`, or plain `F32`/`F16`).
 //! [`QuantMatrix::matmul`] computes `y[m, rows] = x[m, cols] W^T` without ever materialising
 //! `W` in `f32`: decode (`m = 1`) is a matrix-vector product bound by how fast the weight
-//! bytes stream from memory, so reading 4.5-bit blocks instead of 32-bit floats is the win.
+//! bytes stream from memory (or, for the `f32` kernels, by the vector pipes), so reading
+//! 4.5-bit blocks instead of 32-bit floats is the win.
+//!
+//! `Q4_1` and `Q8_0` matrices (SmolLM2's types) are repacked once at load into groups of eight
+//! rows interleaved block column by block column (see `packed.rs`): the same bytes, moved, so
+//! that one load gives eight rows' `f16` scales and eight rows' dot products land in the lanes
+//! of one vector. The file's pages are then released, so resident memory stays near the file
+//! size. Other types are read in place from the memory-mapped file, a row at a time.
 //!
 //! Two activation formats, chosen by [`ActivationFormat`]:
-//! - [`ActivationFormat::Int8`] (the default, as llama.cpp does): each activation row is
-//!   quantized to 8 bits per 32-value block with an `f32` scale, and a weight block times an
-//!   activation block is an integer dot product (AVX2 `maddubs`), scaled once per block.
-//!   Used for `Q4_0`, `Q4_1` and `Q8_0`; other types fall back to the `f32` path.
-//! - [`ActivationFormat::F32`]: each weight block is dequantised in registers and multiplied
-//!   with the `f32` activations (FMA).
+//! - [`ActivationFormat::F32`] (the default): each weight block is dequantised in registers
+//!   and multiplied with the `f32` activations (FMA).
+//! - [`ActivationFormat::Int8`] (llama.cpp's scheme): each activation row is quantized to 8
+//!   bits per 32-value block with an `f32` scale, and a weight block times an activation
+//!   block is an integer dot product (AVX-VNNI `vpdpbusd`, or AVX2 `maddubs`), scaled once per
+//!   block. Used for `Q4_0`, `Q4_1` and `Q8_0`; other types fall back to the `f32` path.
 //!
-//! The work is split over output rows between the threads of a small persistent pool (see
-//! [`set_num_threads`]); `m > 1` walks a tile of weight rows against every activation row so
-//! each weight byte comes from memory once.
+//! Kernels are chosen at run time: AVX-512 (`f32` group kernels), AVX-VNNI, AVX2 + FMA +
+//! F16C, or portable Rust. The work is split over output rows between the threads of a small
+//! persistent pool (see [`set_num_threads`]). For `m > 1` a group kernel decodes each weight
+//! block once for up to eight activation rows, with the same arithmetic per output as for
+//! `m = 1`: a row's result does not depend on the batch it was computed in.
 //!
 //! ```
 //! use kindle_model::kernels::{QuantMatrix, WeightBytes};
@@ -175,6 +184,10 @@ pub struct QuantMatrix {
 
 impl QuantMatrix {
     /// A matrix of `rows` rows of `cols` values of type `ty`, stored row after row in `data`.
+    ///
+    /// `Q4_1` and `Q8_0` data is copied into the interleaved layout the group kernels read
+    /// (and a mapped range's pages are released: it is not read again); other types keep
+    /// `data` as it is.
     pub fn new(
         ty: GgmlType,
         rows: usize,
@@ -223,7 +236,8 @@ impl QuantMatrix {
         })
     }
 
-    /// The 2-D tensor `info` of `file` (GGUF dims `[cols, rows]`), reading its bytes in place.
+    /// The 2-D tensor `info` of `file` (GGUF dims `[cols, rows]`): its bytes read in place,
+    /// or for `Q4_1`/`Q8_0` repacked (see [`QuantMatrix::new`]).
     pub fn from_gguf(file: &GgufFile, info: &TensorInfo) -> Result<Self, KernelError> {
         let (rows, cols) = info.shape_rows_cols();
         let (rows, cols) = (
@@ -258,20 +272,15 @@ impl QuantMatrix {
         self.row_bytes * self.rows
     }
 
-    /// Whether [`Self::matmul`] with many activation rows (prefill), in the current
-    /// [`activation_format`] and thread count, runs a batched kernel measured faster than
-    /// dequantising the weight for Burn's dense `f32` matmul (see ARCHITECTURE.md): the
-    /// group kernels of packed `Q4_1`/`Q8_0`, which decode each weight block once for eight
-    /// activation rows. With 8-bit activations on any SIMD level; with `f32` ones on
-    /// AVX-512 and more than one thread (on one thread Burn's matmul, which uses every core
-    /// whatever the thread setting, finishes first).
+    /// Whether a product with many activation rows (prefill) with `f32` activations is
+    /// faster here than dequantising the weight for Burn's dense `f32` matmul, as measured
+    /// (see ARCHITECTURE.md): for packed `Q4_1`/`Q8_0` on AVX-512 with more than one thread.
+    /// (On one thread Burn's matmul, which uses every core whatever the thread setting,
+    /// finishes first; the AVX2 kernels only tie with it.)
     pub fn prefers_batched_kernel(&self) -> bool {
-        let simd = dot::Simd::detect();
         self.packing.is_some()
-            && match activation_format() {
-                ActivationFormat::Int8 => simd != dot::Simd::Scalar,
-                ActivationFormat::F32 => simd == dot::Simd::Avx512 && pool::num_threads() > 1,
-            }
+            && dot::Simd::detect() == dot::Simd::Avx512
+            && pool::num_threads() > 1
     }
 
     /// Dequantise row `r` into `out` (`cols` values).
