@@ -11,7 +11,7 @@ pub(crate) struct Activations<'a> {
     /// `[m, cols / 32]` blocks (empty for an `f32` kernel).
     pub q8: &'a [BlockQ8],
     /// For the SIMD `f32` kernel of packed `Q4_1`: `f32` with each block's values in
-    /// [`Q4_ORDER`], scaled by [`Q4_SCALE`] (empty otherwise).
+    /// [`Q4_ORDER`], scaled by [`Kernel::q4_scale`] (empty otherwise).
     pub permuted: &'a [f32],
     /// For the same kernel: `[m, cols / 32]` block sums of `f32` (empty otherwise).
     pub block_sums: &'a [f32],
@@ -23,7 +23,7 @@ pub(crate) struct Activations<'a> {
 
 /// The order of a `Q4_1` block's 32 activation values that the SIMD `f32` group kernel reads.
 #[cfg(target_arch = "x86_64")]
-pub(crate) use super::x86::{Q4_ORDER, Q4_SCALE};
+pub(crate) use super::x86::Q4_ORDER;
 /// The order of a `Q4_1` block's 32 activation values that the SIMD `f32` group kernel reads.
 #[cfg(not(target_arch = "x86_64"))]
 pub(crate) const Q4_ORDER: [usize; 32] = {
@@ -35,9 +35,6 @@ pub(crate) const Q4_ORDER: [usize; 32] = {
     }
     order
 };
-/// The factors the SIMD `f32` group kernel needs the activations scaled by.
-#[cfg(not(target_arch = "x86_64"))]
-pub(crate) const Q4_SCALE: [f32; 32] = [1.0; 32];
 
 /// A weight matrix as the kernels see it.
 pub(crate) struct Weights<'a> {
@@ -141,6 +138,20 @@ impl Kernel {
     /// Whether the kernel reads [`Activations::permuted`] and [`Activations::block_sums`].
     pub fn wants_permuted(self, packed: bool) -> bool {
         matches!(self, Kernel::F32 { ty: GgmlType::Q4_1, simd } if packed && simd.any())
+    }
+
+    /// The factors by which the SIMD `f32` group kernel of `Q4_1` needs each position of a
+    /// [`Q4_ORDER`]ed block scaled (see `x86::Q4_SCALE`).
+    pub fn q4_scale(self) -> [f32; 32] {
+        #[cfg(target_arch = "x86_64")]
+        if let Kernel::F32 { simd, .. } = self {
+            return if simd == Simd::Avx512 {
+                super::x86::Q4_SCALE_AVX512
+            } else {
+                super::x86::Q4_SCALE
+            };
+        }
+        [1.0; 32]
     }
 
     /// `out[(r - start) * m + j] = row r . activation row j` for `r` in `start..end`

@@ -337,11 +337,10 @@ impl QuantMatrix {
             Vec::new()
         };
         let (permuted, block_sums) = if kernel.wants_permuted(self.packing.is_some()) {
+            let scale = kernel.q4_scale();
             let permuted: Vec<f32> = x
                 .chunks_exact(32)
-                .flat_map(|b| {
-                    std::array::from_fn::<f32, 32, _>(|k| b[dot::Q4_ORDER[k]] * dot::Q4_SCALE[k])
-                })
+                .flat_map(|b| std::array::from_fn::<f32, 32, _>(|k| b[dot::Q4_ORDER[k]] * scale[k]))
                 .collect();
             let sums = x.chunks_exact(32).map(|b| b.iter().sum()).collect();
             (permuted, sums)

@@ -610,6 +610,19 @@ pub(crate) const Q4_SCALE: [f32; 32] = {
     scale
 };
 
+/// As [`Q4_SCALE`] for the AVX-512 kernel, which masks the high nibbles in place too (bit
+/// `s + 4`, converted as unsigned) instead of shifting them down first.
+pub(crate) const Q4_SCALE_AVX512: [f32; 32] = {
+    let mut scale = [0f32; 32];
+    let mut i = 0;
+    while i < 32 {
+        let shift = [0, 8, 16, 24][(i / 4) % 4] + if i < 16 { 0 } else { 4 };
+        scale[i] = 1.0 / (1u32 << shift) as f32;
+        i += 1;
+    }
+    scale
+};
+
 /// The `f32` group kernels again with 16-lane AVX-512 vectors and 32 registers: half the
 /// instructions, and room to keep each row's partial sums in lanes until the end instead of
 /// reducing them per block (the `f32` kernels are bound by the vector pipes, not by memory).
@@ -633,7 +646,8 @@ pub(crate) mod avx512 {
         }
     }
 
-    /// As `avx2::q4_1_f32` (same inputs, [`super::Q4_ORDER`]ed and [`super::Q4_SCALE`]d),
+    /// As `avx2::q4_1_f32` (same inputs, [`super::Q4_ORDER`]ed, but scaled by
+    /// [`super::Q4_SCALE_AVX512`]),
     /// but with no reduction per block: each row keeps 16 lanes of partial sums, scaled by
     /// the block's `d` as they are added, and is reduced once at the end (32 registers hold
     /// the eight rows' sums).
@@ -649,12 +663,13 @@ pub(crate) mod avx512 {
         out: &mut [[f32; 8]; JN],
     ) {
         // Lane l reads word l % 4 of the broadcast quants and keeps the nibble at bit
-        // 8 * (l / 4): the values Q4_ORDER[0..16]; the same of the words shifted right by 4
-        // gives Q4_ORDER[16..32].
+        // 8 * (l / 4) in place: the values Q4_ORDER[0..16]; the nibble at bit 8 * (l / 4) + 4
+        // gives Q4_ORDER[16..32] (up to 15 << 28: converted as unsigned).
         let mask = _mm512_setr_epi32(
             0xF, 0xF, 0xF, 0xF, 0xF00, 0xF00, 0xF00, 0xF00, 0xF_0000, 0xF_0000, 0xF_0000, 0xF_0000,
             0xF00_0000, 0xF00_0000, 0xF00_0000, 0xF00_0000,
         );
+        let mask_hi = _mm512_slli_epi32::<4>(mask);
         let mut acc = [[_mm512_setzero_ps(); 8]; JN];
         let mut acc_min = [_mm256_setzero_ps(); JN];
         for b in 0..nb {
@@ -667,11 +682,10 @@ pub(crate) mod avx512 {
                 let m = _mm256_cvtph_ps(_mm_loadu_si128(col.add(16) as *const __m128i));
                 for (s, &row) in LANE_ROWS.iter().enumerate() {
                     let p = col.add(32 + 16 * row) as *const __m128i;
-                    let lo = _mm512_broadcast_i32x4(_mm_loadu_si128(p));
-                    let hi = _mm512_srli_epi32::<4>(lo);
+                    let v = _mm512_broadcast_i32x4(_mm_loadu_si128(p));
                     let wv = [
-                        _mm512_cvtepi32_ps(_mm512_and_si512(lo, mask)),
-                        _mm512_cvtepi32_ps(_mm512_and_si512(hi, mask)),
+                        _mm512_cvtepu32_ps(_mm512_and_si512(v, mask)),
+                        _mm512_cvtepu32_ps(_mm512_and_si512(v, mask_hi)),
                     ];
                     let scale = _mm512_set1_ps(d[s]);
                     for j in 0..JN {
