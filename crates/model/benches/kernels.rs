@@ -63,9 +63,12 @@ fn bench_product(
 fn kernels(c: &mut Criterion) {
     use ActivationFormat::{F32, Int8};
     let both = [Int8, F32];
-    // Decode shapes of SmolLM2-135M: attention/FFN projections and the tied Q8_0 head.
-    bench_product(c, "q4_1_576x1536_m1", GgmlType::Q4_1, 1536, 576, 1, &both);
-    bench_product(c, "q4_1_1536x576_m1", GgmlType::Q4_1, 576, 1536, 1, &both);
+    // Decode shapes of SmolLM2-135M: attention (q/o, k/v), FFN (gate/up, down) and the tied
+    // Q8_0 head. Named rows x cols.
+    bench_product(c, "q4_1_576x576_m1", GgmlType::Q4_1, 576, 576, 1, &both);
+    bench_product(c, "q4_1_192x576_m1", GgmlType::Q4_1, 192, 576, 1, &both);
+    bench_product(c, "q4_1_1536x576_m1", GgmlType::Q4_1, 1536, 576, 1, &both);
+    bench_product(c, "q4_1_576x1536_m1", GgmlType::Q4_1, 576, 1536, 1, &both);
     bench_product(c, "q8_0_49152x576_m1", GgmlType::Q8_0, 49152, 576, 1, &both);
     for ty in [
         GgmlType::Q4_0,

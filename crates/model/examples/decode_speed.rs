@@ -1,4 +1,5 @@
-//! Prefill and decode speed of the real model with quantized and dense weights.
+//! Prefill and decode speed of the real model with quantized weights (both activation
+//! formats) and dense weights.
 //!
 //! `cargo run --release -p kindle-model --example decode_speed [-- MODEL.gguf [TOKENS]]`
 //! (threads: `KINDLE_THREADS`).
@@ -7,6 +8,7 @@ use std::time::Instant;
 
 use burn::prelude::*;
 use kindle_model::gguf::GgufFile;
+use kindle_model::kernels::{ActivationFormat, set_activation_format};
 use kindle_model::{Llama, LoadOptions, LogitsFor, WeightFormat};
 
 fn main() {
@@ -21,7 +23,13 @@ fn main() {
     let file = GgufFile::open(&path).expect("opening the model");
     let device = Device::flex();
     println!("kernel threads: {}", kindle_model::kernels::num_threads());
-    for weights in [WeightFormat::Quantized, WeightFormat::DenseF32] {
+    let runs = [
+        (WeightFormat::Quantized, ActivationFormat::F32),
+        (WeightFormat::Quantized, ActivationFormat::Int8),
+        (WeightFormat::DenseF32, ActivationFormat::F32),
+    ];
+    for (weights, activations) in runs {
+        set_activation_format(activations);
         let model = Llama::from_gguf_with(&file, &device, LoadOptions { weights }).unwrap();
         for prompt_len in [5usize, 64] {
             let prompt: Vec<u32> = (0..prompt_len as u32).map(|i| 100 + i * 7).collect();
@@ -39,7 +47,7 @@ fn main() {
             }
             let decode = start.elapsed().as_secs_f64();
             print!(
-                "{weights:?}: prefill {prompt_len} tokens {:.1} tok/s",
+                "{weights:?} ({activations:?} activations): prefill {prompt_len} tokens {:.1} tok/s",
                 prompt_len as f64 / prefill
             );
             if prompt_len == 5 {

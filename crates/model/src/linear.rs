@@ -14,7 +14,7 @@ use burn::module::Param;
 use burn::prelude::*;
 use burn::tensor::{DType, TensorData};
 
-use crate::kernels::QuantMatrix;
+use crate::kernels::{ActivationFormat, QuantMatrix, activation_format};
 
 /// A bias-free linear layer `y = x W^T`.
 ///
@@ -95,11 +95,13 @@ impl QLinear {
                 }
             }
             LinearWeight::Quantized(q)
-                if input.dims()[0] * input.dims()[1] >= DENSE_PREFILL_ROWS =>
+                if input.dims()[0] * input.dims()[1] >= DENSE_PREFILL_ROWS
+                    && !q.prefers_batched_kernel() =>
             {
-                // Many activation rows (prefill): the quantized kernels are compute-bound at
-                // about decode speed per row, while dequantising once and using Burn's
-                // register-blocked f32 matmul is several times faster.
+                // Many activation rows (prefill) and no faster batched kernel for this weight:
+                // the row-at-a-time kernels are compute-bound at about decode speed per row,
+                // while dequantising once and using Burn's register-blocked f32 matmul is
+                // several times faster.
                 let device = input.device();
                 let w = Tensor::from_data(
                     TensorData::new(q.dequantize_all(), [q.rows(), q.cols()]),
@@ -113,7 +115,15 @@ impl QLinear {
                 let x = host_f32(input);
                 debug_assert_eq!(x.len(), b * t * d_in);
                 let mut out = vec![0f32; b * t * q.rows()];
-                q.matmul(&x, b * t, &mut out);
+                // Prefill keeps f32 activations, as the dense path does, whatever the format:
+                // 8-bit ones there moved teacher-forced logprobs past the llama.cpp reference
+                // tolerance.
+                let format = if b * t >= DENSE_PREFILL_ROWS {
+                    ActivationFormat::F32
+                } else {
+                    activation_format()
+                };
+                q.matmul_with(&x, b * t, &mut out, format);
                 Tensor::from_data(TensorData::new(out, [b, t, q.rows()]), &device)
             }
         }
@@ -142,8 +152,9 @@ impl QLinear {
     }
 }
 
-/// From this many activation rows on, a quantized layer dequantises its weight for the call
-/// and multiplies with Burn's `f32` matmul instead of the quantized kernels.
+/// From this many activation rows on, a quantized layer without a faster batched kernel
+/// ([`QuantMatrix::prefers_batched_kernel`]) dequantises its weight for the call and
+/// multiplies with Burn's `f32` matmul instead of the quantized kernels.
 pub const DENSE_PREFILL_ROWS: usize = 16;
 
 /// The values of `tensor` on the host as `f32`, in row-major order.

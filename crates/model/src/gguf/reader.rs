@@ -117,6 +117,24 @@ impl std::ops::Deref for SharedBytes {
     }
 }
 
+impl SharedBytes {
+    /// Let the operating system drop this range's pages from the process's resident memory,
+    /// for a caller that has copied what it needs (memory-mapped files only; nothing happens
+    /// for bytes read into memory). The bytes stay readable: a later read faults them back in
+    /// from the file. Pages shared with neighbouring ranges are dropped too, and come back the
+    /// same way.
+    pub fn release_pages(&self) {
+        #[cfg(unix)]
+        if let Storage::Mmap(map) = &*self.storage {
+            // SAFETY: the map is a read-only mapping of the file, so dropping its pages loses
+            // nothing: the next read of any of them refills it from the file.
+            let _ = unsafe {
+                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, self.start, self.len)
+            };
+        }
+    }
+}
+
 impl fmt::Debug for SharedBytes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SharedBytes")

@@ -1,5 +1,6 @@
 //! Choosing a kernel for a weight type and applying it to a range of rows.
 
+use super::packed::{self, GROUP, Packing};
 use super::q8::BlockQ8;
 use crate::quant::{self, GgmlType};
 
@@ -9,47 +10,118 @@ pub(crate) struct Activations<'a> {
     pub f32: &'a [f32],
     /// `[m, cols / 32]` blocks (empty for an `f32` kernel).
     pub q8: &'a [BlockQ8],
+    /// For the SIMD `f32` kernel of packed `Q4_1`: `f32` with each block's values in
+    /// [`Q4_ORDER`], scaled by [`Kernel::q4_scale`] (empty otherwise).
+    pub permuted: &'a [f32],
+    /// For the same kernel: `[m, cols / 32]` block sums of `f32` (empty otherwise).
+    pub block_sums: &'a [f32],
     /// Values per activation row.
     pub cols: usize,
     /// Activation rows.
     pub m: usize,
 }
 
+/// The order of a `Q4_1` block's 32 activation values that the SIMD `f32` group kernel reads.
+#[cfg(target_arch = "x86_64")]
+pub(crate) use super::x86::Q4_ORDER;
+/// The order of a `Q4_1` block's 32 activation values that the SIMD `f32` group kernel reads.
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) const Q4_ORDER: [usize; 32] = {
+    let mut order = [0; 32];
+    let mut i = 0;
+    while i < 32 {
+        order[i] = i;
+        i += 1;
+    }
+    order
+};
+
+/// A weight matrix as the kernels see it.
+pub(crate) struct Weights<'a> {
+    pub ty: GgmlType,
+    pub data: &'a [u8],
+    /// Bytes of one plain row.
+    pub row_bytes: usize,
+    /// Where the groups lie, for a packed matrix.
+    pub packing: Option<Packing>,
+}
+
+/// Activation rows a group kernel takes at once (each weight block is decoded once for all).
+const MAX_JN: usize = 8;
+
+/// Which instruction set a kernel uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Simd {
+    /// Portable Rust.
+    Scalar,
+    /// AVX2 + FMA + F16C.
+    Avx2,
+    /// AVX2 + FMA + F16C + AVX-VNNI (`vpdpbusd`).
+    Vnni,
+    /// All of the above and AVX-512F: 16-lane `f32` kernels.
+    Avx512,
+}
+
+impl Simd {
+    /// The best level this CPU runs.
+    pub fn detect() -> Simd {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::sync::OnceLock;
+            static DETECTED: OnceLock<Simd> = OnceLock::new();
+            *DETECTED.get_or_init(|| {
+                let avx2 = is_x86_feature_detected!("avx2")
+                    && is_x86_feature_detected!("fma")
+                    && is_x86_feature_detected!("f16c");
+                let vnni = avx2 && is_x86_feature_detected!("avxvnni");
+                if vnni && is_x86_feature_detected!("avx512f") {
+                    Simd::Avx512
+                } else if vnni {
+                    Simd::Vnni
+                } else if avx2 {
+                    Simd::Avx2
+                } else {
+                    Simd::Scalar
+                }
+            })
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            Simd::Scalar
+        }
+    }
+
+    /// Every level this CPU runs, portable first (tests compare them).
+    #[cfg(test)]
+    pub fn available() -> Vec<Simd> {
+        [Simd::Scalar, Simd::Avx2, Simd::Vnni, Simd::Avx512]
+            .into_iter()
+            .filter(|&s| s as u8 <= Simd::detect() as u8)
+            .collect()
+    }
+
+    fn any(self) -> bool {
+        self != Simd::Scalar
+    }
+}
+
 /// How one weight row meets one activation row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kernel {
     /// Integer dot products against 8-bit activations (`Q4_0`, `Q4_1`, `Q8_0`).
-    Int8 { ty: GgmlType, simd: bool },
+    Int8 { ty: GgmlType, simd: Simd },
     /// `f32` dot products, weights dequantised on the fly.
-    F32 { ty: GgmlType, simd: bool },
-}
-
-/// Whether the AVX2 kernels can run on this CPU.
-pub(crate) fn has_simd() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::sync::OnceLock;
-        static DETECTED: OnceLock<bool> = OnceLock::new();
-        *DETECTED.get_or_init(|| {
-            is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
-                && is_x86_feature_detected!("f16c")
-        })
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    F32 { ty: GgmlType, simd: Simd },
 }
 
 impl Kernel {
     /// The kernel for `ty` with activations in `format`, SIMD where the CPU has it.
     pub fn select(ty: GgmlType, format: super::ActivationFormat) -> Self {
-        Self::select_simd(ty, format, has_simd())
+        Self::select_simd(ty, format, Simd::detect())
     }
 
-    /// As [`Kernel::select`], with SIMD on or off (tests compare both).
-    pub fn select_simd(ty: GgmlType, format: super::ActivationFormat, simd: bool) -> Self {
+    /// As [`Kernel::select`], with a given instruction set (tests compare them).
+    pub fn select_simd(ty: GgmlType, format: super::ActivationFormat, simd: Simd) -> Self {
         let int8_type = matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0);
         if format == super::ActivationFormat::Int8 && int8_type {
             Kernel::Int8 { ty, simd }
@@ -63,36 +135,192 @@ impl Kernel {
         matches!(self, Kernel::Int8 { .. })
     }
 
-    /// `out[r * m + j] = row r of data . activation row j` for every row of `data`.
-    pub fn rows(self, data: &[u8], row_bytes: usize, acts: &Activations, out: &mut [f32]) {
-        let (m, cols) = (acts.m, acts.cols);
-        let nb = cols / 32;
-        match self {
-            Kernel::Int8 { ty, simd } => {
-                // Tiles of rows small enough to stay in L1 while every activation row passes.
-                for (tile_index, tile) in data.chunks(row_bytes * 8).enumerate() {
-                    for j in 0..m {
-                        let y = &acts.q8[j * nb..(j + 1) * nb];
-                        for (r, row) in tile.chunks_exact(row_bytes).enumerate() {
-                            out[(tile_index * 8 + r) * m + j] = dot_q8(ty, simd, row, y);
-                        }
+    /// Whether the kernel reads [`Activations::permuted`] and [`Activations::block_sums`].
+    pub fn wants_permuted(self, packed: bool) -> bool {
+        matches!(self, Kernel::F32 { ty: GgmlType::Q4_1, simd } if packed && simd.any())
+    }
+
+    /// The factors by which the SIMD `f32` group kernel of `Q4_1` needs each position of a
+    /// [`Q4_ORDER`]ed block scaled (see `x86::Q4_SCALE`).
+    pub fn q4_scale(self) -> [f32; 32] {
+        #[cfg(target_arch = "x86_64")]
+        if let Kernel::F32 { simd, .. } = self {
+            return if simd == Simd::Avx512 {
+                super::x86::Q4_SCALE_AVX512
+            } else {
+                super::x86::Q4_SCALE
+            };
+        }
+        [1.0; 32]
+    }
+
+    /// `out[(r - start) * m + j] = row r . activation row j` for `r` in `start..end`
+    /// (`start` a multiple of the group size for a packed matrix).
+    pub fn rows(self, w: &Weights, acts: &Activations, start: usize, end: usize, out: &mut [f32]) {
+        let m = acts.m;
+        let mut r = start;
+        if let Some(p) = w.packing {
+            let group_bytes = p.group_bytes();
+            let mut unpacked = Vec::new();
+            while r + GROUP <= end.min(p.grouped_rows) {
+                let g = r / GROUP;
+                let data = &w.data[g * group_bytes..(g + 1) * group_bytes];
+                let out = &mut out[(r - start) * m..(r - start + GROUP) * m];
+                if !self.group(data, &p, acts, out) {
+                    // No SIMD: each row back in GGUF layout, then the portable kernels.
+                    unpacked.resize(p.row_bytes(), 0);
+                    for i in 0..GROUP {
+                        packed::unpack_row(w.ty, &p, w.data, r + i, &mut unpacked);
+                        self.row(&unpacked, acts, &mut out[i * m..(i + 1) * m]);
                     }
                 }
+                r += GROUP;
             }
-            Kernel::F32 { ty, simd } => {
-                let mut buf = Vec::new();
-                for (r, row) in data.chunks_exact(row_bytes).enumerate() {
-                    if m == 1 && fused_f32(ty) {
-                        out[r] = dot_fused_f32(ty, simd, row, acts.f32);
-                        continue;
-                    }
-                    // Dequantise the row once and reuse it for every activation row.
-                    buf.resize(cols, 0.0);
-                    quant::dequantize(ty, row, &mut buf).expect("shape checked at construction");
-                    for j in 0..m {
-                        out[r * m + j] = dot_f32(simd, &buf, &acts.f32[j * cols..(j + 1) * cols]);
+        }
+        let mut buf = Vec::new();
+        for r in r..end {
+            let row = &w.data[r * w.row_bytes..(r + 1) * w.row_bytes];
+            let out = &mut out[(r - start) * m..(r - start + 1) * m];
+            if let Kernel::F32 { ty, simd } = self
+                && !fused_f32(ty)
+            {
+                // Dequantise the row once and reuse it for every activation row.
+                buf.resize(acts.cols, 0.0);
+                quant::dequantize(ty, row, &mut buf).expect("shape checked at construction");
+                for (j, o) in out.iter_mut().enumerate() {
+                    *o = dot_f32(simd, &buf, &acts.f32[j * acts.cols..(j + 1) * acts.cols]);
+                }
+            } else {
+                self.row(row, acts, out);
+            }
+        }
+    }
+
+    /// One GGUF row of a `Q4_0`, `Q4_1` or `Q8_0` type times every activation row.
+    fn row(self, row: &[u8], acts: &Activations, out: &mut [f32]) {
+        let (cols, nb) = (acts.cols, acts.cols / 32);
+        for (j, o) in out.iter_mut().enumerate() {
+            *o = match self {
+                Kernel::Int8 { ty, simd } => dot_q8(ty, simd, row, &acts.q8[j * nb..(j + 1) * nb]),
+                Kernel::F32 { ty, simd } => {
+                    dot_fused_f32(ty, simd, row, &acts.f32[j * cols..(j + 1) * cols])
+                }
+            };
+        }
+    }
+
+    /// One packed group times every activation row, `out[i * m + j]` for row `i` of the
+    /// group; false (nothing written) without SIMD.
+    fn group(self, data: &[u8], p: &Packing, acts: &Activations, out: &mut [f32]) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let (simd, ty) = match self {
+                Kernel::Int8 { ty, simd } | Kernel::F32 { ty, simd } => (simd, ty),
+            };
+            if !simd.any() {
+                return false;
+            }
+            let (m, nb) = (acts.m, p.nb);
+            let w = data.as_ptr();
+            let mut j = 0;
+            while j < m {
+                let jn = (m - j).min(self.max_batch(simd));
+                let mut res = [[0f32; 8]; MAX_JN];
+                // SAFETY: `simd` was detected (or is below what was), `data` is one whole group
+                // of `nb` block columns, and every activation row holds `nb` blocks.
+                unsafe {
+                    match jn {
+                        1 => self.group_jn::<1>(simd, ty, w, nb, acts, j, &mut res),
+                        2 => self.group_jn::<2>(simd, ty, w, nb, acts, j, &mut res),
+                        3 => self.group_jn::<3>(simd, ty, w, nb, acts, j, &mut res),
+                        4 => self.group_jn::<4>(simd, ty, w, nb, acts, j, &mut res),
+                        5 => self.group_jn::<5>(simd, ty, w, nb, acts, j, &mut res),
+                        6 => self.group_jn::<6>(simd, ty, w, nb, acts, j, &mut res),
+                        7 => self.group_jn::<7>(simd, ty, w, nb, acts, j, &mut res),
+                        _ => self.group_jn::<8>(simd, ty, w, nb, acts, j, &mut res),
                     }
                 }
+                for (jj, lanes) in res.iter().take(jn).enumerate() {
+                    for (s, &v) in lanes.iter().enumerate() {
+                        out[packed::LANE_ROWS[s] * m + j + jj] = v;
+                    }
+                }
+                j += jn;
+            }
+            true
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (data, p, acts, out);
+            false
+        }
+    }
+
+    /// How many activation rows the group kernel takes at once: eight, or four for the
+    /// AVX-512 `f32` kernels, whose eight rows x four activation rows of partial sums fill the
+    /// register file (eight measured 15% slower, spilling).
+    #[cfg(target_arch = "x86_64")]
+    fn max_batch(self, simd: Simd) -> usize {
+        match (self, simd) {
+            (Kernel::F32 { .. }, Simd::Avx512) => 4,
+            _ => MAX_JN,
+        }
+    }
+
+    /// Activation rows `j0..j0 + JN` of [`Kernel::group`].
+    ///
+    /// # Safety
+    /// As there: `simd` runs on this CPU, `w` is a whole group of `nb` block columns.
+    #[cfg(target_arch = "x86_64")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn group_jn<const JN: usize>(
+        self,
+        simd: Simd,
+        ty: GgmlType,
+        w: *const u8,
+        nb: usize,
+        acts: &Activations,
+        j0: usize,
+        res: &mut [[f32; 8]; MAX_JN],
+    ) {
+        use super::x86::{avx2, avx512, vnni};
+        let out: &mut [[f32; 8]; JN] = (&mut res[..JN]).try_into().expect("JN <= MAX_JN");
+        let cols = acts.cols;
+        let f32_rows: [&[f32]; JN] =
+            std::array::from_fn(|jj| &acts.f32[(j0 + jj) * cols..(j0 + jj + 1) * cols]);
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            match (self, simd) {
+                (Kernel::Int8 { .. }, _) => {
+                    let ys: [&[BlockQ8]; JN] =
+                        std::array::from_fn(|jj| &acts.q8[(j0 + jj) * nb..(j0 + jj + 1) * nb]);
+                    match (ty, simd) {
+                        (GgmlType::Q4_1, Simd::Vnni | Simd::Avx512) => {
+                            vnni::q4_1_q8(w, nb, ys, out)
+                        }
+                        (GgmlType::Q4_1, _) => avx2::q4_1_q8(w, nb, ys, out),
+                        (_, Simd::Vnni | Simd::Avx512) => vnni::q8_0_q8(w, nb, ys, out),
+                        _ => avx2::q8_0_q8(w, nb, ys, out),
+                    }
+                }
+                (Kernel::F32 { .. }, _) if ty == GgmlType::Q4_1 => {
+                    let xs: [&[f32]; JN] = std::array::from_fn(|jj| {
+                        &acts.permuted[(j0 + jj) * cols..(j0 + jj + 1) * cols]
+                    });
+                    let sums: [&[f32]; JN] = std::array::from_fn(|jj| {
+                        &acts.block_sums[(j0 + jj) * nb..(j0 + jj + 1) * nb]
+                    });
+                    match simd {
+                        Simd::Avx512 => avx512::q4_1_f32(w, nb, xs, sums, out),
+                        Simd::Vnni => vnni::q4_1_f32(w, nb, xs, sums, out),
+                        _ => avx2::q4_1_f32(w, nb, xs, sums, out),
+                    }
+                }
+                _ => match simd {
+                    Simd::Avx512 => avx512::q8_0_f32(w, nb, f32_rows, out),
+                    Simd::Vnni => vnni::q8_0_f32(w, nb, f32_rows, out),
+                    _ => avx2::q8_0_f32(w, nb, f32_rows, out),
+                },
             }
         }
     }
@@ -105,10 +333,10 @@ fn fused_f32(ty: GgmlType) -> bool {
 
 /// One weight row (whole blocks of `ty`) times one quantized activation row.
 #[inline]
-fn dot_q8(ty: GgmlType, simd: bool, row: &[u8], y: &[BlockQ8]) -> f32 {
+fn dot_q8(ty: GgmlType, simd: Simd, row: &[u8], y: &[BlockQ8]) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if simd {
-        // SAFETY: `simd` is only true when AVX2, FMA and F16C were detected.
+    if simd.any() {
+        // SAFETY: a SIMD level is only chosen when AVX2, FMA and F16C were detected.
         unsafe {
             return match ty {
                 GgmlType::Q4_0 => super::x86::dot_q4_0_q8(row, y),
@@ -127,10 +355,10 @@ fn dot_q8(ty: GgmlType, simd: bool, row: &[u8], y: &[BlockQ8]) -> f32 {
 
 /// One weight row of a [`fused_f32`] type times an `f32` activation row.
 #[inline]
-fn dot_fused_f32(ty: GgmlType, simd: bool, row: &[u8], x: &[f32]) -> f32 {
+fn dot_fused_f32(ty: GgmlType, simd: Simd, row: &[u8], x: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if simd {
-        // SAFETY: `simd` is only true when AVX2, FMA and F16C were detected.
+    if simd.any() {
+        // SAFETY: a SIMD level is only chosen when AVX2, FMA and F16C were detected.
         unsafe {
             return match ty {
                 GgmlType::Q4_0 => super::x86::dot_q4_0_f32(row, x),
@@ -145,10 +373,10 @@ fn dot_fused_f32(ty: GgmlType, simd: bool, row: &[u8], x: &[f32]) -> f32 {
 
 /// `a . b` in `f32`.
 #[inline]
-fn dot_f32(simd: bool, a: &[f32], b: &[f32]) -> f32 {
+fn dot_f32(simd: Simd, a: &[f32], b: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if simd {
-        // SAFETY: `simd` is only true when AVX2, FMA and F16C were detected.
+    if simd.any() {
+        // SAFETY: a SIMD level is only chosen when AVX2, FMA and F16C were detected.
         unsafe {
             return super::x86::dot_f32(a, b);
         }

@@ -1,22 +1,31 @@
-//! CPU matrix kernels that read GGUF quantized weights in place.
+//! CPU matrix kernels over GGUF quantized weights.
 //!
 //! A [`QuantMatrix`] is a weight of `rows` output features, each row `cols` input values stored
 //! as whole GGUF blocks (`Q4_0`, `Q4_1`, `Q8_0`, `Q4_K`, `Q5_K`, `Q6_K`, or plain `F32`/`F16`).
 //! [`QuantMatrix::matmul`] computes `y[m, rows] = x[m, cols] W^T` without ever materialising
 //! `W` in `f32`: decode (`m = 1`) is a matrix-vector product bound by how fast the weight
-//! bytes stream from memory, so reading 4.5-bit blocks instead of 32-bit floats is the win.
+//! bytes stream from memory (or, for the `f32` kernels, by the vector pipes), so reading
+//! 4.5-bit blocks instead of 32-bit floats is the win.
+//!
+//! `Q4_1` and `Q8_0` matrices (SmolLM2's types) are repacked once at load into groups of eight
+//! rows interleaved block column by block column (see `packed.rs`): the same bytes, moved, so
+//! that one load gives eight rows' `f16` scales and eight rows' dot products land in the lanes
+//! of one vector. The file's pages are then released, so resident memory stays near the file
+//! size. Other types are read in place from the memory-mapped file, a row at a time.
 //!
 //! Two activation formats, chosen by [`ActivationFormat`]:
-//! - [`ActivationFormat::Int8`] (the default, as llama.cpp does): each activation row is
-//!   quantized to 8 bits per 32-value block with an `f32` scale, and a weight block times an
-//!   activation block is an integer dot product (AVX2 `maddubs`), scaled once per block.
-//!   Used for `Q4_0`, `Q4_1` and `Q8_0`; other types fall back to the `f32` path.
-//! - [`ActivationFormat::F32`]: each weight block is dequantised in registers and multiplied
-//!   with the `f32` activations (FMA).
+//! - [`ActivationFormat::F32`] (the default): each weight block is dequantised in registers
+//!   and multiplied with the `f32` activations (FMA).
+//! - [`ActivationFormat::Int8`] (llama.cpp's scheme): each activation row is quantized to 8
+//!   bits per 32-value block with an `f32` scale, and a weight block times an activation
+//!   block is an integer dot product (AVX-VNNI `vpdpbusd`, or AVX2 `maddubs`), scaled once per
+//!   block. Used for `Q4_0`, `Q4_1` and `Q8_0`; other types fall back to the `f32` path.
 //!
-//! The work is split over output rows between the threads of a small persistent pool (see
-//! [`set_num_threads`]); `m > 1` walks a tile of weight rows against every activation row so
-//! each weight byte comes from memory once.
+//! Kernels are chosen at run time: AVX-512 (`f32` group kernels), AVX-VNNI, AVX2 + FMA +
+//! F16C, or portable Rust. The work is split over output rows between the threads of a small
+//! persistent pool (see [`set_num_threads`]). For `m > 1` a group kernel decodes each weight
+//! block once for up to eight activation rows, with the same arithmetic per output as for
+//! `m = 1`: a row's result does not depend on the batch it was computed in.
 //!
 //! ```
 //! use kindle_model::kernels::{QuantMatrix, WeightBytes};
@@ -36,6 +45,7 @@
 //! ```
 
 mod dot;
+mod packed;
 mod pool;
 mod q8;
 #[cfg(test)]
@@ -168,10 +178,16 @@ pub struct QuantMatrix {
     cols: usize,
     row_bytes: usize,
     data: WeightBytes,
+    /// For `Q4_1` and `Q8_0`: `data` is in the interleaved layout of [`packed`].
+    packing: Option<packed::Packing>,
 }
 
 impl QuantMatrix {
     /// A matrix of `rows` rows of `cols` values of type `ty`, stored row after row in `data`.
+    ///
+    /// `Q4_1` and `Q8_0` data is copied into the interleaved layout the group kernels read
+    /// (and a mapped range's pages are released: it is not read again); other types keep
+    /// `data` as it is.
     pub fn new(
         ty: GgmlType,
         rows: usize,
@@ -197,16 +213,31 @@ impl QuantMatrix {
                 got,
             });
         }
+        let (data, packing) = if packed::packs(ty) {
+            let bytes = packed::pack(ty, rows, cols, data.as_slice());
+            // The file's copy is not read again: keep resident memory near the file size.
+            if let WeightBytes::Mapped(mapped) = &data {
+                mapped.release_pages();
+            }
+            (
+                WeightBytes::owned(bytes),
+                Some(packed::Packing::new(ty, rows, cols)),
+            )
+        } else {
+            (data, None)
+        };
         Ok(QuantMatrix {
             ty,
             rows,
             cols,
             row_bytes,
             data,
+            packing,
         })
     }
 
-    /// The 2-D tensor `info` of `file` (GGUF dims `[cols, rows]`), reading its bytes in place.
+    /// The 2-D tensor `info` of `file` (GGUF dims `[cols, rows]`): its bytes read in place,
+    /// or for `Q4_1`/`Q8_0` repacked (see [`QuantMatrix::new`]).
     pub fn from_gguf(file: &GgufFile, info: &TensorInfo) -> Result<Self, KernelError> {
         let (rows, cols) = info.shape_rows_cols();
         let (rows, cols) = (
@@ -241,12 +272,15 @@ impl QuantMatrix {
         self.row_bytes * self.rows
     }
 
-    /// The encoded bytes of row `r`.
-    ///
-    /// # Panics
-    /// If `r >= rows`.
-    pub fn row_bytes(&self, r: usize) -> &[u8] {
-        &self.data.as_slice()[r * self.row_bytes..(r + 1) * self.row_bytes]
+    /// Whether a product with many activation rows (prefill) with `f32` activations is
+    /// faster here than dequantising the weight for Burn's dense `f32` matmul, as measured
+    /// (see ARCHITECTURE.md): for packed `Q4_1`/`Q8_0` on AVX-512 with more than one thread.
+    /// (On one thread Burn's matmul, which uses every core whatever the thread setting,
+    /// finishes first; the AVX2 kernels only tie with it.)
+    pub fn prefers_batched_kernel(&self) -> bool {
+        self.packing.is_some()
+            && dot::Simd::detect() == dot::Simd::Avx512
+            && pool::num_threads() > 1
     }
 
     /// Dequantise row `r` into `out` (`cols` values).
@@ -254,9 +288,23 @@ impl QuantMatrix {
     /// # Panics
     /// If `r >= rows` or `out.len() != cols`.
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        self.dequantize_row_with(r, out, &mut Vec::new());
+    }
+
+    /// [`Self::dequantize_row`] reusing `scratch` for a packed row's bytes.
+    fn dequantize_row_with(&self, r: usize, out: &mut [f32], scratch: &mut Vec<u8>) {
         assert_eq!(out.len(), self.cols, "output row length");
-        crate::quant::dequantize(self.ty, self.row_bytes(r), out)
-            .expect("shape checked at construction");
+        assert!(r < self.rows, "row {r} of {}", self.rows);
+        let data = self.data.as_slice();
+        let row = match &self.packing {
+            Some(p) => {
+                scratch.resize(self.row_bytes, 0);
+                packed::unpack_row(self.ty, p, data, r, scratch);
+                &scratch[..]
+            }
+            None => &data[r * self.row_bytes..(r + 1) * self.row_bytes],
+        };
+        crate::quant::dequantize(self.ty, row, out).expect("shape checked at construction");
     }
 
     /// `out[m, rows] = x[m, cols] W^T` with the process-wide [`activation_format`].
@@ -288,56 +336,76 @@ impl QuantMatrix {
         } else {
             Vec::new()
         };
+        let (permuted, block_sums) = if kernel.wants_permuted(self.packing.is_some()) {
+            let scale = kernel.q4_scale();
+            let permuted: Vec<f32> = x
+                .chunks_exact(32)
+                .flat_map(|b| std::array::from_fn::<f32, 32, _>(|k| b[dot::Q4_ORDER[k]] * scale[k]))
+                .collect();
+            let sums = x.chunks_exact(32).map(|b| b.iter().sum()).collect();
+            (permuted, sums)
+        } else {
+            (Vec::new(), Vec::new())
+        };
         let acts = dot::Activations {
             f32: x,
             q8: &q8,
+            permuted: &permuted,
+            block_sums: &block_sums,
             cols: self.cols,
             m,
         };
-        let data = self.data.as_slice();
-        let row_bytes = self.row_bytes;
-        // Results are computed transposed (`[rows, m]`) so each thread owns a contiguous range.
-        let mut transposed = if m == 1 {
-            Vec::new()
-        } else {
-            vec![0f32; self.rows * m]
+        let weights = dot::Weights {
+            ty: self.ty,
+            data: self.data.as_slice(),
+            row_bytes: self.row_bytes,
+            packing: self.packing,
         };
-        let target: &mut [f32] = if m == 1 { out } else { &mut transposed };
         let threads = pool::num_threads().max(1);
-        // Keep at least a few thousand multiply-adds per task, rows a multiple of 4.
-        let min_rows = (16_384 / (self.cols * m).max(1)).max(4);
+        // One contiguous range of rows per thread (each keeping at least a few thousand
+        // multiply-adds, and whole row groups). The pool hands tasks to whichever thread gets
+        // there first, so a worker the OS has descheduled costs at most the task it holds:
+        // smaller tasks were measured slower (the cross-core claims, and each thread's stream
+        // of weights broken into pieces).
+        let min_rows = (16_384 / (self.cols * m).max(1)).max(packed::GROUP);
         let per_task = self
             .rows
             .div_ceil(threads)
             .max(min_rows)
-            .next_multiple_of(4);
+            .next_multiple_of(packed::GROUP);
         let n_tasks = self.rows.div_ceil(per_task);
-        let target_ptr = SyncPtr(target.as_mut_ptr());
+        let rows = self.rows;
+        let out_ptr = SyncPtr(out.as_mut_ptr());
         let work = |task: usize| {
             let start = task * per_task;
-            if start >= self.rows {
+            if start >= rows {
                 return;
             }
-            let end = (start + per_task).min(self.rows);
-            // SAFETY: tasks cover disjoint row ranges of `target`, which outlives the call.
-            let chunk = unsafe {
-                std::slice::from_raw_parts_mut(target_ptr.get().add(start * m), (end - start) * m)
-            };
-            kernel.rows(
-                &data[start * row_bytes..end * row_bytes],
-                row_bytes,
-                &acts,
-                chunk,
-            );
-        };
-        pool::run(n_tasks, &work);
-        if m > 1 {
-            for (r, row) in transposed.chunks_exact(m).enumerate() {
-                for (j, &v) in row.iter().enumerate() {
-                    out[j * self.rows + r] = v;
+            let end = (start + per_task).min(rows);
+            if m == 1 {
+                // SAFETY: tasks cover disjoint ranges of `out`, which outlives the call.
+                let chunk = unsafe {
+                    std::slice::from_raw_parts_mut(out_ptr.get().add(start), end - start)
+                };
+                kernel.rows(&weights, &acts, start, end, chunk);
+                return;
+            }
+            // The kernels write `[rows, m]`; each task turns its own rows into columns of the
+            // `[m, rows]` output.
+            let mut transposed = vec![0f32; (end - start) * m];
+            kernel.rows(&weights, &acts, start, end, &mut transposed);
+            for j in 0..m {
+                // SAFETY: tasks cover disjoint row ranges, so disjoint parts of each output
+                // row `j`, and `out` outlives the call.
+                let dst = unsafe {
+                    std::slice::from_raw_parts_mut(out_ptr.get().add(j * rows + start), end - start)
+                };
+                for (r, d) in dst.iter_mut().enumerate() {
+                    *d = transposed[r * m + j];
                 }
             }
-        }
+        };
+        pool::run(n_tasks, &work);
     }
 
     /// The whole matrix dequantised to `f32`, `[rows, cols]` row-major (rows split over the
@@ -350,12 +418,13 @@ impl QuantMatrix {
         let work = |task: usize| {
             let start = task * per_task;
             let end = ((task + 1) * per_task).min(self.rows);
+            let mut scratch = Vec::new();
             for r in start..end {
                 // SAFETY: tasks cover disjoint rows of `out`, which outlives the call.
                 let row = unsafe {
                     std::slice::from_raw_parts_mut(ptr.get().add(r * self.cols), self.cols)
                 };
-                self.dequantize_row(r, row);
+                self.dequantize_row_with(r, row, &mut scratch);
             }
         };
         pool::run(self.rows.div_ceil(per_task), &work);

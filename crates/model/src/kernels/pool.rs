@@ -1,8 +1,11 @@
 //! A small persistent thread pool for the kernels.
 //!
-//! A decode step runs a couple of hundred products of 20-100 µs each, so waking threads must
-//! cost far less than that: workers spin on an epoch counter for a while after each job (as
-//! llama.cpp's do) and only then park on a condition variable.
+//! A decode step runs a couple of hundred products of 5-100 µs each, so waking threads must
+//! cost far less than that: workers spin on the job counter for a while after each job (as
+//! llama.cpp's do) and only then park on a condition variable. Tasks are claimed one at a
+//! time by whichever thread gets there first, and the caller waits only for tasks that were
+//! claimed: on a machine shared with other processes a descheduled worker then costs at
+//! most the task it holds, not a scheduler time slice per product.
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -16,25 +19,30 @@ const SPIN: Duration = Duration::from_millis(2);
 /// A job: called once with each task index in `0..n_tasks`.
 type Job<'a> = dyn Fn(usize) + Sync + 'a;
 
+/// The job number in the high 32 bits of [`Shared::state`], the next task index in the low.
+const INDEX_BITS: u32 = 32;
+const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
+
 struct Shared {
-    /// Bumped once per job (and at shutdown).
-    epoch: AtomicU64,
-    /// The current job, valid while `pending > 0` (lifetime erased; the caller waits).
+    /// `(job number << 32) | next task index`: a task is claimed by incrementing the index
+    /// of the job number the claimer saw, so a worker that wakes late can never claim a task
+    /// of a later job, and the caller never waits for a worker that has not started a task.
+    state: AtomicU64,
+    /// The current job, valid while some of its tasks are unfinished (lifetime erased; the
+    /// caller waits).
     job: UnsafeCell<Option<*const Job<'static>>>,
     /// Number of tasks in the current job.
     n_tasks: AtomicUsize,
-    /// Next task index to hand out.
-    next: AtomicUsize,
-    /// Workers that have not yet finished the current job.
-    pending: AtomicUsize,
+    /// Tasks of the current job finished.
+    done: AtomicUsize,
     shutdown: AtomicBool,
     lock: Mutex<()>,
     wake: Condvar,
 }
 
-// SAFETY: `job` is written only by the thread holding `Pool::run_lock` while no worker reads
-// it (all have finished the previous job), and read by workers only between the epoch bump
-// that publishes it and their decrement of `pending`.
+// SAFETY: `job` is written only by the thread holding `Pool::run_lock`, before it publishes a
+// new job number and after every task of the previous job has finished; it is read only by a
+// thread that has claimed an unfinished task of that job, which the writer waits for.
 unsafe impl Sync for Shared {}
 // SAFETY: as above; the raw job pointer is only dereferenced under that protocol.
 unsafe impl Send for Shared {}
@@ -49,11 +57,10 @@ struct Pool {
 impl Pool {
     fn new(threads: usize) -> Pool {
         let shared = Arc::new(Shared {
-            epoch: AtomicU64::new(0),
+            state: AtomicU64::new(0),
             job: UnsafeCell::new(None),
             n_tasks: AtomicUsize::new(0),
-            next: AtomicUsize::new(0),
-            pending: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
             lock: Mutex::new(()),
             wake: Condvar::new(),
@@ -79,31 +86,32 @@ impl Pool {
     }
 
     fn run(&self, n_tasks: usize, job: &Job<'_>) {
-        if n_tasks <= 1 || self.workers.is_empty() {
+        if n_tasks <= 1 || self.workers.is_empty() || n_tasks as u64 > INDEX_MASK {
             (0..n_tasks).for_each(job);
             return;
         }
         let _guard = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
         let s = &*self.shared;
-        // SAFETY: see `Shared`: no worker reads `job` now, and this call waits below until
-        // every worker is done with it, so the erased lifetime is never exceeded.
+        // SAFETY: see `Shared`: every task of the previous job has finished, so no thread
+        // reads `job` now, and this call waits below until every task of this one has
+        // finished, so the erased lifetime is never exceeded.
         unsafe {
             let erased: *const Job<'static> = std::mem::transmute::<&Job<'_>, &Job<'static>>(job);
             *s.job.get() = Some(erased);
         }
         s.n_tasks.store(n_tasks, Ordering::Relaxed);
-        s.next.store(0, Ordering::Relaxed);
-        s.pending.store(self.workers.len(), Ordering::Relaxed);
-        s.epoch.fetch_add(1, Ordering::Release);
+        s.done.store(0, Ordering::Relaxed);
+        let number = (s.state.load(Ordering::Relaxed) >> INDEX_BITS).wrapping_add(1);
+        s.state.store(number << INDEX_BITS, Ordering::Release);
         {
             let _l = s.lock.lock().unwrap_or_else(|e| e.into_inner());
             s.wake.notify_all();
         }
-        take_tasks(s, job);
+        take_tasks(s, number);
         // Spin briefly, then yield: on an oversubscribed machine the worker we wait for may
-        // need this very core.
+        // need this very core. Only tasks already claimed are waited for.
         let mut spins = 0u32;
-        while s.pending.load(Ordering::Acquire) != 0 {
+        while s.done.load(Ordering::Acquire) != n_tasks {
             spins = spins.saturating_add(1);
             if spins < 2048 {
                 std::hint::spin_loop();
@@ -114,28 +122,45 @@ impl Pool {
     }
 }
 
-/// Claim and run task indices until none are left.
-fn take_tasks(s: &Shared, job: &Job<'_>) {
-    let n = s.n_tasks.load(Ordering::Relaxed);
+/// Claim and run tasks of job `number` until none are left (or a later job has started).
+fn take_tasks(s: &Shared, number: u64) {
+    let mut state = s.state.load(Ordering::Acquire);
     loop {
-        let i = s.next.fetch_add(1, Ordering::Relaxed);
-        if i >= n {
-            break;
+        if state >> INDEX_BITS != number & (u64::MAX >> INDEX_BITS) {
+            return;
         }
-        job(i);
+        let index = (state & INDEX_MASK) as usize;
+        if index >= s.n_tasks.load(Ordering::Relaxed) {
+            return;
+        }
+        match s
+            .state
+            .compare_exchange_weak(state, state + 1, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => {
+                // SAFETY: task `index` of this job is claimed and unfinished, so the job is
+                // published (by the Release store this Acquire saw) and alive.
+                if let Some(job) = unsafe { (*s.job.get()).map(|p| &*p) } {
+                    job(index);
+                }
+                s.done.fetch_add(1, Ordering::Release);
+                state = s.state.load(Ordering::Acquire);
+            }
+            Err(now) => state = now,
+        }
     }
 }
 
 fn worker(s: &Shared) {
     let mut seen = 0u64;
     loop {
-        // Spin, then park, until the epoch moves.
+        // Spin, then park, until a new job number appears.
         let start = Instant::now();
         let mut spins = 0u32;
-        let epoch = loop {
-            let e = s.epoch.load(Ordering::Acquire);
-            if e != seen {
-                break e;
+        let number = loop {
+            let n = s.state.load(Ordering::Acquire) >> INDEX_BITS;
+            if n != seen {
+                break n;
             }
             spins = spins.wrapping_add(1);
             if spins.is_multiple_of(256) {
@@ -144,33 +169,29 @@ fn worker(s: &Shared) {
             }
             if spins.is_multiple_of(1024) && start.elapsed() > SPIN {
                 let mut l = s.lock.lock().unwrap_or_else(|e| e.into_inner());
-                loop {
-                    let e = s.epoch.load(Ordering::Acquire);
-                    if e != seen {
-                        break;
-                    }
+                while s.state.load(Ordering::Acquire) >> INDEX_BITS == seen {
                     l = s.wake.wait(l).unwrap_or_else(|e| e.into_inner());
                 }
             }
             std::hint::spin_loop();
         };
-        seen = epoch;
+        seen = number;
         if s.shutdown.load(Ordering::Acquire) {
             return;
         }
-        // SAFETY: published by the epoch bump; valid until `pending` reaches zero.
-        let job = unsafe { (*s.job.get()).map(|p| &*p) };
-        if let Some(job) = job {
-            take_tasks(s, job);
-        }
-        s.pending.fetch_sub(1, Ordering::Release);
+        take_tasks(s, number);
     }
 }
 
 impl Drop for Pool {
     fn drop(&mut self) {
         self.shared.shutdown.store(true, Ordering::Release);
-        self.shared.epoch.fetch_add(1, Ordering::Release);
+        // A new job number with no tasks wakes every worker, which then sees the flag.
+        self.shared.n_tasks.store(0, Ordering::Relaxed);
+        let number = (self.shared.state.load(Ordering::Relaxed) >> INDEX_BITS).wrapping_add(1);
+        self.shared
+            .state
+            .store(number << INDEX_BITS, Ordering::Release);
         {
             let _l = self.shared.lock.lock().unwrap_or_else(|e| e.into_inner());
             self.shared.wake.notify_all();

@@ -1,4 +1,4 @@
-use super::dot::Kernel;
+use super::dot::{Kernel, Simd};
 use super::*;
 
 struct Rng(u64);
@@ -80,9 +80,9 @@ fn magnitudes(w: &QuantMatrix, x: &[f32], m: usize) -> Vec<f32> {
 
 fn check(ty: GgmlType, kernel: Kernel, rel_tol: f32) {
     let mut rng = Rng(0x1234_5678 ^ ty.id() as u64);
-    for (rows, cols) in [(1, 256), (5, 512), (13, 256), (67, 768)] {
+    for (rows, cols) in [(1, 256), (5, 512), (13, 256), (16, 256), (67, 768)] {
         let w = random_matrix(ty, rows, cols, &mut rng);
-        for m in [1, 2, 7] {
+        for m in [1, 2, 4, 5, 7] {
             let x: Vec<f32> = (0..m * cols).map(|_| rng.float()).collect();
             let mut want = vec![0f32; m * rows];
             w.matmul_reference(&x, m, &mut want);
@@ -106,7 +106,7 @@ fn check(ty: GgmlType, kernel: Kernel, rel_tol: f32) {
 #[test]
 fn f32_kernels_match_the_reference() {
     for ty in TYPES {
-        for simd in [false, dot::has_simd()] {
+        for simd in Simd::available() {
             check(
                 ty,
                 Kernel::select_simd(ty, ActivationFormat::F32, simd),
@@ -120,7 +120,7 @@ fn f32_kernels_match_the_reference() {
 fn int8_kernels_match_the_reference_within_activation_rounding() {
     // 8-bit activations round each value by up to half a step, 1/254 of the block maximum.
     for ty in TYPES {
-        for simd in [false, dot::has_simd()] {
+        for simd in Simd::available() {
             check(
                 ty,
                 Kernel::select_simd(ty, ActivationFormat::Int8, simd),
@@ -131,36 +131,106 @@ fn int8_kernels_match_the_reference_within_activation_rounding() {
 }
 
 #[test]
-fn simd_int8_kernels_match_scalar_int8_kernels() {
-    if !dot::has_simd() {
-        return;
-    }
+fn simd_kernels_match_scalar_kernels() {
+    // Every instruction set against the portable kernels, on shapes that leave rows outside
+    // the packed groups and activation batches that are not a multiple of the kernels' four.
     let mut rng = Rng(99);
     for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
-        let w = random_matrix(ty, 37, 1536, &mut rng);
-        let x: Vec<f32> = (0..3 * 1536).map(|_| rng.float()).collect();
-        let scale = magnitudes(&w, &x, 3);
-        let mut a = vec![0f32; 3 * 37];
-        let mut b = vec![0f32; 3 * 37];
-        w.matmul_kernel(
-            &x,
-            3,
-            &mut a,
-            Kernel::select_simd(ty, ActivationFormat::Int8, false),
-        );
-        w.matmul_kernel(
-            &x,
-            3,
-            &mut b,
-            Kernel::select_simd(ty, ActivationFormat::Int8, true),
-        );
-        for i in 0..a.len() {
-            assert!(
-                (a[i] - b[i]).abs() <= 1e-5 * scale[i],
-                "{ty:?} [{i}]: {} vs {}",
-                a[i],
-                b[i]
-            );
+        for (rows, cols) in [(37, 1536), (8, 32), (24, 96), (3, 64)] {
+            let w = random_matrix(ty, rows, cols, &mut rng);
+            for m in 1..=17 {
+                let x: Vec<f32> = (0..m * cols).map(|_| rng.float()).collect();
+                let scale = magnitudes(&w, &x, m);
+                for format in [ActivationFormat::Int8, ActivationFormat::F32] {
+                    let mut want = vec![f32::NAN; m * rows];
+                    let scalar = Kernel::select_simd(ty, format, Simd::Scalar);
+                    w.matmul_kernel(&x, m, &mut want, scalar);
+                    for simd in Simd::available() {
+                        let mut got = vec![f32::NAN; m * rows];
+                        let kernel = Kernel::select_simd(ty, format, simd);
+                        w.matmul_kernel(&x, m, &mut got, kernel);
+                        for i in 0..got.len() {
+                            assert!(
+                                (got[i] - want[i]).abs() <= 1e-5 * scale[i] + 1e-7,
+                                "{ty:?} {kernel:?} {rows}x{cols} m={m} [{i}]: {} vs {}",
+                                got[i],
+                                want[i]
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn vnni_and_avx2_agree_exactly() {
+    // The integer dot products are exact either way, so the two give the same bits.
+    if !Simd::available().contains(&Simd::Vnni) {
+        return;
+    }
+    let mut rng = Rng(5);
+    for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
+        let w = random_matrix(ty, 40, 576, &mut rng);
+        for m in [1, 3, 6] {
+            let x: Vec<f32> = (0..m * 576).map(|_| rng.float() * 4.0).collect();
+            for format in [ActivationFormat::Int8, ActivationFormat::F32] {
+                let mut a = vec![0f32; m * 40];
+                let mut b = vec![0f32; m * 40];
+                w.matmul_kernel(&x, m, &mut a, Kernel::select_simd(ty, format, Simd::Avx2));
+                w.matmul_kernel(&x, m, &mut b, Kernel::select_simd(ty, format, Simd::Vnni));
+                assert_eq!(a, b, "{ty:?} {format:?} m={m}");
+            }
+        }
+    }
+}
+
+#[test]
+fn packed_rows_dequantize_to_the_file_rows() {
+    let mut rng = Rng(11);
+    for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
+        for rows in [1, 8, 13, 24, 31] {
+            let cols = 96;
+            let (block, size) = (ty.block_size(), ty.type_size());
+            let bytes: Vec<u8> = (0..rows * cols / block * size)
+                .map(|i| if i % size < 4 { 0x30 } else { rng.byte() })
+                .collect();
+            let w = QuantMatrix::new(ty, rows, cols, WeightBytes::owned(bytes.clone())).unwrap();
+            let row_bytes = cols / block * size;
+            let mut got = vec![0f32; cols];
+            let mut want = vec![0f32; cols];
+            for r in 0..rows {
+                w.dequantize_row(r, &mut got);
+                crate::quant::dequantize(ty, &bytes[r * row_bytes..(r + 1) * row_bytes], &mut want)
+                    .unwrap();
+                assert_eq!(got, want, "{ty:?} {rows} rows, row {r}");
+            }
+        }
+    }
+}
+
+#[test]
+fn batched_products_give_the_bits_of_single_rows() {
+    // Decode (m = 1) and prefill (m > 1) run the same arithmetic per output, in either
+    // activation format, so a cached prefix sees exactly what a fresh prefill computed.
+    let mut rng = Rng(21);
+    for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
+        let w = random_matrix(ty, 29, 192, &mut rng);
+        let m = 9;
+        let x: Vec<f32> = (0..m * 192).map(|_| rng.float()).collect();
+        for format in [ActivationFormat::Int8, ActivationFormat::F32] {
+            let mut all = vec![f32::NAN; m * 29];
+            w.matmul_with(&x, m, &mut all, format);
+            for j in 0..m {
+                let mut one = vec![f32::NAN; 29];
+                w.matmul_with(&x[j * 192..(j + 1) * 192], 1, &mut one, format);
+                assert_eq!(
+                    &all[j * 29..(j + 1) * 29],
+                    &one[..],
+                    "{ty:?} {format:?} row {j}"
+                );
+            }
         }
     }
 }
@@ -211,4 +281,52 @@ fn construction_checks_the_shape() {
         Err(KernelError::UnsupportedType(GgmlType::Q5_0))
     ));
     assert!(QuantMatrix::new(GgmlType::Q4_1, 1, 32, WeightBytes::owned(vec![0; 20])).is_ok());
+}
+
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn simd_activation_quantizer_matches_the_scalar_one() {
+    if Simd::detect() == Simd::Scalar {
+        return;
+    }
+    let mut rng = Rng(3);
+    for case in 0..200 {
+        let mut x: Vec<f32> = (0..32).map(|_| rng.float() * 3.0).collect();
+        match case % 4 {
+            // Exact halves after scaling: amax 127 makes the scale 1.
+            0 => {
+                x[0] = 127.0;
+                for (i, v) in x.iter_mut().enumerate().skip(1) {
+                    *v = (i as f32 - 16.0) + 0.5;
+                }
+            }
+            1 => x.iter_mut().for_each(|v| *v = 0.0),
+            2 => x[5] = -x.iter().fold(0f32, |a, v| a.max(v.abs())) * 2.0,
+            _ => {}
+        }
+        // SAFETY: SIMD was detected; 32 values.
+        let got = unsafe { super::x86::quantize_block_q8(&x) };
+        let want = super::q8::quantize_block_scalar(&x);
+        assert_eq!(got.qs, want.qs, "case {case}");
+        assert_eq!(got.d.to_bits(), want.d.to_bits(), "case {case}");
+        assert_eq!(got.s.to_bits(), want.s.to_bits(), "case {case}");
+    }
+}
+
+#[test]
+fn the_pool_runs_every_task_once_across_many_jobs() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    pool::set_num_threads(3);
+    for n in [0, 1, 2, 5, 64] {
+        for _ in 0..200 {
+            let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+            pool::run(n, &|i| {
+                hits[i].fetch_add(1, Ordering::Relaxed);
+            });
+            assert!(
+                hits.iter().all(|h| h.load(Ordering::Relaxed) == 1),
+                "{n} tasks"
+            );
+        }
+    }
 }

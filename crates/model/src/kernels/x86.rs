@@ -215,3 +215,537 @@ pub(crate) unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     }
     sum
 }
+
+/// The kernels over [`super::packed`] groups of eight rows, once per instruction set: `avx2`
+/// (`maddubs` + `madd`) and `vnni` (AVX-VNNI `vpdpbusd`, one instruction for both). Each
+/// computes the eight rows of one group against `JN` activation rows at once (the weights are
+/// decoded once per block for all of them) and writes the eight results of activation row `j`
+/// to `out[j]` in the lane order [`super::packed::LANE_ROWS`]. The arithmetic of one output
+/// does not depend on `JN`, so a row gives the same bits alone (decode) and in a batch.
+macro_rules! group_kernels {
+    ($module:ident, $features:tt, $vnni:expr) => {
+        pub(crate) mod $module {
+            use std::arch::x86_64::*;
+
+            use super::super::packed::LANE_ROWS;
+            use super::super::q8::BlockQ8;
+
+            /// `lo . ylo + hi . yhi` per 32-bit lane: unsigned 4-bit weights times signed
+            /// 8-bit activations.
+            #[target_feature(enable = $features)]
+            #[inline]
+            #[allow(unused_unsafe)]
+            fn dot_u4_pair(lo: __m256i, ylo: __m256i, hi: __m256i, yhi: __m256i) -> __m256i {
+                if $vnni {
+                    let zero = _mm256_setzero_si256();
+                    // SAFETY: this branch runs only in the instance whose features have AVX-VNNI.
+                    unsafe {
+                        _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(zero, lo, ylo), hi, yhi)
+                    }
+                } else {
+                    // Each 16-bit pair sum is at most 2 * 15 * 127, so two of them still fit.
+                    let p16 = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(lo, ylo),
+                        _mm256_maddubs_epi16(hi, yhi),
+                    );
+                    _mm256_madd_epi16(p16, _mm256_set1_epi16(1))
+                }
+            }
+
+            /// `w . y` per 32-bit lane, both signed 8-bit: `|w|` (unsigned) times `y` carrying
+            /// `w`'s sign.
+            #[target_feature(enable = $features)]
+            #[inline]
+            #[allow(unused_unsafe)]
+            fn dot_i8(abs_w: __m256i, w: __m256i, y: __m256i) -> __m256i {
+                let signed_y = _mm256_sign_epi8(y, w);
+                if $vnni {
+                    // SAFETY: this branch runs only in the instance whose features have AVX-VNNI.
+                    unsafe { _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), abs_w, signed_y) }
+                } else {
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(abs_w, signed_y), _mm256_set1_epi16(1))
+                }
+            }
+
+            /// The last steps of reducing eight vectors `v[s]` to one whose lane `s` is the sum
+            /// of `v[s]`'s lanes, from `h[i] = hadd(v[2i], v[2i + 1])`.
+            #[target_feature(enable = $features)]
+            #[inline]
+            fn sum_quads(h: [__m256; 4]) -> __m256 {
+                let a = _mm256_hadd_ps(h[0], h[1]);
+                let b = _mm256_hadd_ps(h[2], h[3]);
+                _mm256_add_ps(
+                    _mm256_permute2f128_ps::<0x20>(a, b),
+                    _mm256_permute2f128_ps::<0x31>(a, b),
+                )
+            }
+
+            /// As [`sum_quads`] for 32-bit integers.
+            #[target_feature(enable = $features)]
+            #[inline]
+            fn sum_quads_i32(h: [__m256i; 4]) -> __m256i {
+                let a = _mm256_hadd_epi32(h[0], h[1]);
+                let b = _mm256_hadd_epi32(h[2], h[3]);
+                _mm256_add_epi32(
+                    _mm256_permute2x128_si256::<0x20>(a, b),
+                    _mm256_permute2x128_si256::<0x31>(a, b),
+                )
+            }
+
+            /// `w[0] x[0..8] + ... + w[3] x[24..32]`, lane by lane.
+            ///
+            /// # Safety
+            /// `x` points to 32 readable floats.
+            #[target_feature(enable = $features)]
+            #[inline]
+            unsafe fn dot4(w: [__m256; 4], x: *const f32) -> __m256 {
+                // SAFETY: the caller passes 32 readable floats.
+                unsafe {
+                    let mut t = _mm256_mul_ps(w[0], _mm256_loadu_ps(x));
+                    t = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(x.add(8)), t);
+                    t = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(x.add(16)), t);
+                    _mm256_fmadd_ps(w[3], _mm256_loadu_ps(x.add(24)), t)
+                }
+            }
+
+            /// A `Q4_1` group (`nb` block columns of 160 bytes at `w`) times `JN` rows of 8-bit
+            /// activation blocks.
+            ///
+            /// # Safety
+            /// `w` holds `nb * 160` bytes and every `ys[j]` at least `nb` blocks.
+            #[target_feature(enable = $features)]
+            pub(crate) unsafe fn q4_1_q8<const JN: usize>(
+                w: *const u8,
+                nb: usize,
+                ys: [&[BlockQ8]; JN],
+                out: &mut [[f32; 8]; JN],
+            ) {
+                let mask = _mm256_set1_epi8(0x0F);
+                let mut acc = [_mm256_setzero_ps(); JN];
+                let mut acc_min = [_mm256_setzero_ps(); JN];
+                for b in 0..nb {
+                    // SAFETY: block column `b` lies within the caller's `nb * 160` bytes, and
+                    // each activation row has block `b`.
+                    unsafe {
+                        let col = w.add(b * 160);
+                        let d = _mm256_cvtph_ps(_mm_loadu_si128(col as *const __m128i));
+                        let m = _mm256_cvtph_ps(_mm_loadu_si128(col.add(16) as *const __m128i));
+                        // Rows (2k, 2k+1) in the two 128-bit lanes.
+                        let mut lo = [_mm256_setzero_si256(); 4];
+                        let mut hi = [_mm256_setzero_si256(); 4];
+                        for k in 0..4 {
+                            let v = _mm256_loadu_si256(col.add(32 + 32 * k) as *const __m256i);
+                            lo[k] = _mm256_and_si256(v, mask);
+                            hi[k] = _mm256_and_si256(_mm256_srli_epi16::<4>(v), mask);
+                        }
+                        for j in 0..JN {
+                            let y = ys[j].get_unchecked(b);
+                            let q = y.qs.as_ptr();
+                            let ylo =
+                                _mm256_broadcastsi128_si256(_mm_loadu_si128(q as *const __m128i));
+                            let yhi = _mm256_broadcastsi128_si256(_mm_loadu_si128(
+                                q.add(16) as *const __m128i
+                            ));
+                            let p0 = dot_u4_pair(lo[0], ylo, hi[0], yhi);
+                            let p1 = dot_u4_pair(lo[1], ylo, hi[1], yhi);
+                            let p2 = dot_u4_pair(lo[2], ylo, hi[2], yhi);
+                            let p3 = dot_u4_pair(lo[3], ylo, hi[3], yhi);
+                            // Lanes [r0 r2 r4 r6 | r1 r3 r5 r7] = LANE_ROWS.
+                            let sums = _mm256_cvtepi32_ps(_mm256_hadd_epi32(
+                                _mm256_hadd_epi32(p0, p1),
+                                _mm256_hadd_epi32(p2, p3),
+                            ));
+                            let scale = _mm256_mul_ps(d, _mm256_set1_ps(y.d));
+                            acc[j] = _mm256_fmadd_ps(scale, sums, acc[j]);
+                            acc_min[j] = _mm256_fmadd_ps(m, _mm256_set1_ps(y.s), acc_min[j]);
+                        }
+                    }
+                }
+                for j in 0..JN {
+                    // SAFETY: `out[j]` holds eight floats.
+                    unsafe {
+                        _mm256_storeu_ps(out[j].as_mut_ptr(), _mm256_add_ps(acc[j], acc_min[j]))
+                    };
+                }
+            }
+
+            /// A `Q8_0` group (`nb` block columns of 272 bytes at `w`) times `JN` rows of 8-bit
+            /// activation blocks.
+            ///
+            /// # Safety
+            /// `w` holds `nb * 272` bytes and every `ys[j]` at least `nb` blocks.
+            #[target_feature(enable = $features)]
+            pub(crate) unsafe fn q8_0_q8<const JN: usize>(
+                w: *const u8,
+                nb: usize,
+                ys: [&[BlockQ8]; JN],
+                out: &mut [[f32; 8]; JN],
+            ) {
+                let mut acc = [_mm256_setzero_ps(); JN];
+                for b in 0..nb {
+                    // SAFETY: as in `q4_1_q8`, with 272-byte block columns.
+                    unsafe {
+                        let col = w.add(b * 272);
+                        let d = _mm256_cvtph_ps(_mm_loadu_si128(col as *const __m128i));
+                        let yv: [__m256i; JN] = std::array::from_fn(|j| {
+                            let q = ys[j].get_unchecked(b).qs.as_ptr();
+                            _mm256_loadu_si256(q as *const __m256i)
+                        });
+                        // Rows two at a time, reduced pairwise at once: few registers live.
+                        let mut h = [[_mm256_setzero_si256(); 4]; JN];
+                        for pair in 0..4 {
+                            let p0 = col.add(16 + 32 * LANE_ROWS[2 * pair]);
+                            let p1 = col.add(16 + 32 * LANE_ROWS[2 * pair + 1]);
+                            let w0 = _mm256_loadu_si256(p0 as *const __m256i);
+                            let w1 = _mm256_loadu_si256(p1 as *const __m256i);
+                            let (a0, a1) = (_mm256_sign_epi8(w0, w0), _mm256_sign_epi8(w1, w1));
+                            for j in 0..JN {
+                                h[j][pair] =
+                                    _mm256_hadd_epi32(dot_i8(a0, w0, yv[j]), dot_i8(a1, w1, yv[j]));
+                            }
+                        }
+                        for j in 0..JN {
+                            let y = ys[j].get_unchecked(b);
+                            let sums = _mm256_cvtepi32_ps(sum_quads_i32(h[j]));
+                            let scale = _mm256_mul_ps(d, _mm256_set1_ps(y.d));
+                            acc[j] = _mm256_fmadd_ps(scale, sums, acc[j]);
+                        }
+                    }
+                }
+                for j in 0..JN {
+                    // SAFETY: `out[j]` holds eight floats.
+                    unsafe { _mm256_storeu_ps(out[j].as_mut_ptr(), acc[j]) };
+                }
+            }
+
+            /// A `Q4_1` group times `JN` rows of `f32` activations. `xs[j]` is activation row
+            /// `j` with each block's values in the order [`super::Q4_ORDER`] and `sums[j]` its
+            /// per-block sums.
+            ///
+            /// # Safety
+            /// `w` holds `nb * 160` bytes, every `xs[j]` at least `32 * nb` values and every
+            /// `sums[j]` at least `nb`.
+            #[target_feature(enable = $features)]
+            pub(crate) unsafe fn q4_1_f32<const JN: usize>(
+                w: *const u8,
+                nb: usize,
+                xs: [&[f32]; JN],
+                sums: [&[f32]; JN],
+                out: &mut [[f32; 8]; JN],
+            ) {
+                // The 16 quant bytes broadcast to both halves; lane l reads word l % 4 and keeps
+                // one nibble in place (the activations were scaled to match, see Q4_SCALE):
+                // vector k holds the values Q4_ORDER[8k..8k + 8].
+                let masks = [
+                    _mm256_setr_epi32(0xF, 0xF, 0xF, 0xF, 0xF00, 0xF00, 0xF00, 0xF00),
+                    _mm256_setr_epi32(
+                        0xF_0000, 0xF_0000, 0xF_0000, 0xF_0000, 0xF00_0000, 0xF00_0000, 0xF00_0000,
+                        0xF00_0000,
+                    ),
+                ];
+                let mut acc = [_mm256_setzero_ps(); JN];
+                let mut acc_min = [_mm256_setzero_ps(); JN];
+                for b in 0..nb {
+                    // SAFETY: block column `b` lies within `nb * 160` bytes; activation block
+                    // `b` within `32 * nb` values.
+                    unsafe {
+                        let col = w.add(b * 160);
+                        let d = _mm256_cvtph_ps(_mm_loadu_si128(col as *const __m128i));
+                        let m = _mm256_cvtph_ps(_mm_loadu_si128(col.add(16) as *const __m128i));
+                        let decode = |row: usize| -> [__m256; 4] {
+                            let p = col.add(32 + 16 * row) as *const __m128i;
+                            let lo = _mm256_broadcastsi128_si256(_mm_loadu_si128(p));
+                            let hi = _mm256_srli_epi32::<4>(lo);
+                            [
+                                _mm256_cvtepi32_ps(_mm256_and_si256(lo, masks[0])),
+                                _mm256_cvtepi32_ps(_mm256_and_si256(lo, masks[1])),
+                                _mm256_cvtepi32_ps(_mm256_and_si256(hi, masks[0])),
+                                _mm256_cvtepi32_ps(_mm256_and_si256(hi, masks[1])),
+                            ]
+                        };
+                        let mut h = [[_mm256_setzero_ps(); 4]; JN];
+                        for pair in 0..4 {
+                            let w0 = decode(LANE_ROWS[2 * pair]);
+                            let w1 = decode(LANE_ROWS[2 * pair + 1]);
+                            for j in 0..JN {
+                                let x = xs[j].as_ptr().add(32 * b);
+                                h[j][pair] = _mm256_hadd_ps(dot4(w0, x), dot4(w1, x));
+                            }
+                        }
+                        for j in 0..JN {
+                            acc[j] = _mm256_fmadd_ps(d, sum_quads(h[j]), acc[j]);
+                            let sum = _mm256_set1_ps(*sums[j].get_unchecked(b));
+                            acc_min[j] = _mm256_fmadd_ps(m, sum, acc_min[j]);
+                        }
+                    }
+                }
+                for j in 0..JN {
+                    // SAFETY: `out[j]` holds eight floats.
+                    unsafe {
+                        _mm256_storeu_ps(out[j].as_mut_ptr(), _mm256_add_ps(acc[j], acc_min[j]))
+                    };
+                }
+            }
+
+            /// A `Q8_0` group times `JN` rows of `f32` activations (natural order).
+            ///
+            /// # Safety
+            /// `w` holds `nb * 272` bytes and every `xs[j]` at least `32 * nb` values.
+            #[target_feature(enable = $features)]
+            pub(crate) unsafe fn q8_0_f32<const JN: usize>(
+                w: *const u8,
+                nb: usize,
+                xs: [&[f32]; JN],
+                out: &mut [[f32; 8]; JN],
+            ) {
+                let mut acc = [_mm256_setzero_ps(); JN];
+                for b in 0..nb {
+                    // SAFETY: as in `q4_1_f32`, with 272-byte block columns.
+                    unsafe {
+                        let col = w.add(b * 272);
+                        let d = _mm256_cvtph_ps(_mm_loadu_si128(col as *const __m128i));
+                        let decode = |row: usize| -> [__m256; 4] {
+                            let p = col.add(16 + 32 * row);
+                            std::array::from_fn(|k| {
+                                let bytes = _mm_loadl_epi64(p.add(8 * k) as *const __m128i);
+                                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes))
+                            })
+                        };
+                        let mut h = [[_mm256_setzero_ps(); 4]; JN];
+                        for pair in 0..4 {
+                            let w0 = decode(LANE_ROWS[2 * pair]);
+                            let w1 = decode(LANE_ROWS[2 * pair + 1]);
+                            for j in 0..JN {
+                                let x = xs[j].as_ptr().add(32 * b);
+                                h[j][pair] = _mm256_hadd_ps(dot4(w0, x), dot4(w1, x));
+                            }
+                        }
+                        for j in 0..JN {
+                            acc[j] = _mm256_fmadd_ps(d, sum_quads(h[j]), acc[j]);
+                        }
+                    }
+                }
+                for j in 0..JN {
+                    // SAFETY: `out[j]` holds eight floats.
+                    unsafe { _mm256_storeu_ps(out[j].as_mut_ptr(), acc[j]) };
+                }
+            }
+        }
+    };
+}
+
+group_kernels!(avx2, "avx2,fma,f16c", false);
+group_kernels!(vnni, "avx2,fma,f16c,avxvnni", true);
+
+/// The order of a `Q4_1` block's 32 activation values that the `f32` group kernels read:
+/// 8-lane vector `k` of a block meets one nibble position of the broadcast quant words.
+pub(crate) const Q4_ORDER: [usize; 32] = [
+    0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 16, 20, 24, 28, 17, 21, 25, 29, 18, 22,
+    26, 30, 19, 23, 27, 31,
+];
+
+/// One block of 32 activations quantized as [`super::q8::quantize_block_scalar`] does, to the
+/// same bits: the same scale arithmetic, and rounding half away from zero.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available and `x` must hold 32 values.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn quantize_block_q8(x: &[f32]) -> BlockQ8 {
+    // SAFETY: `x` holds 32 values (caller).
+    unsafe {
+        let sign = _mm256_set1_ps(-0.0);
+        let v: [__m256; 4] = std::array::from_fn(|k| _mm256_loadu_ps(x.as_ptr().add(8 * k)));
+        let abs = |a: __m256| _mm256_andnot_ps(sign, a);
+        let max = _mm256_max_ps(
+            _mm256_max_ps(abs(v[0]), abs(v[1])),
+            _mm256_max_ps(abs(v[2]), abs(v[3])),
+        );
+        let max4 = _mm_max_ps(_mm256_castps256_ps128(max), _mm256_extractf128_ps::<1>(max));
+        let max2 = _mm_max_ps(max4, _mm_movehl_ps(max4, max4));
+        let amax = _mm_cvtss_f32(_mm_max_ss(max2, _mm_movehdup_ps(max2)));
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let ids = _mm256_set1_ps(id);
+        let q: [__m256i; 4] = std::array::from_fn(|k| {
+            let p = _mm256_mul_ps(v[k], ids);
+            let t = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(p);
+            // Away from zero when the dropped fraction is at least one half.
+            let half = _mm256_cmp_ps::<_CMP_GE_OQ>(abs(_mm256_sub_ps(p, t)), _mm256_set1_ps(0.5));
+            let step = _mm256_or_ps(_mm256_and_ps(p, sign), _mm256_set1_ps(1.0));
+            _mm256_cvtps_epi32(_mm256_add_ps(t, _mm256_and_ps(half, step)))
+        });
+        let total = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        let t4 = _mm_add_epi32(
+            _mm256_castsi256_si128(total),
+            _mm256_extracti128_si256::<1>(total),
+        );
+        let t2 = _mm_add_epi32(t4, _mm_shuffle_epi32::<0b01_00_11_10>(t4));
+        let sum = _mm_cvtsi128_si32(_mm_add_epi32(t2, _mm_shuffle_epi32::<0b10_11_00_01>(t2)));
+        let bytes = _mm256_packs_epi16(
+            _mm256_packs_epi32(q[0], q[1]),
+            _mm256_packs_epi32(q[2], q[3]),
+        );
+        let bytes = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        let mut block = BlockQ8 {
+            d,
+            s: d * sum as f32,
+            qs: [0; 32],
+        };
+        _mm256_storeu_si256(block.qs.as_mut_ptr() as *mut __m256i, bytes);
+        block
+    }
+}
+
+/// The factor each position of a [`Q4_ORDER`]ed block is scaled by: the kernel leaves nibble
+/// `q` at bit `s` of its word, so it multiplies `q * 2^s` and needs `x * 2^-s`. Both products
+/// are exact (powers of two), so the sums are those of `q * x`.
+pub(crate) const Q4_SCALE: [f32; 32] = {
+    let mut scale = [0f32; 32];
+    let mut i = 0;
+    while i < 32 {
+        let shift = [0, 8, 16, 24][(i / 4) % 4];
+        scale[i] = 1.0 / (1u32 << shift) as f32;
+        i += 1;
+    }
+    scale
+};
+
+/// As [`Q4_SCALE`] for the AVX-512 kernel, which masks the high nibbles in place too (bit
+/// `s + 4`, converted as unsigned) instead of shifting them down first.
+pub(crate) const Q4_SCALE_AVX512: [f32; 32] = {
+    let mut scale = [0f32; 32];
+    let mut i = 0;
+    while i < 32 {
+        let shift = [0, 8, 16, 24][(i / 4) % 4] + if i < 16 { 0 } else { 4 };
+        scale[i] = 1.0 / (1u32 << shift) as f32;
+        i += 1;
+    }
+    scale
+};
+
+/// The `f32` group kernels again with 16-lane AVX-512 vectors and 32 registers: half the
+/// instructions, and room to keep each row's partial sums in lanes until the end instead of
+/// reducing them per block (the `f32` kernels are bound by the vector pipes, not by memory).
+/// The 8-bit kernels gain nothing from it and are not repeated.
+pub(crate) mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::super::packed::LANE_ROWS;
+
+    /// `w[0] x[0..16] + w[1] x[16..32]`, lane by lane.
+    ///
+    /// # Safety
+    /// `x` points to 32 readable floats.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f")]
+    #[inline]
+    unsafe fn dot2(w: [__m512; 2], x: *const f32) -> __m512 {
+        // SAFETY: the caller passes 32 readable floats.
+        unsafe {
+            let t = _mm512_mul_ps(w[0], _mm512_loadu_ps(x));
+            _mm512_fmadd_ps(w[1], _mm512_loadu_ps(x.add(16)), t)
+        }
+    }
+
+    /// As `avx2::q4_1_f32` (same inputs, [`super::Q4_ORDER`]ed, but scaled by
+    /// [`super::Q4_SCALE_AVX512`]),
+    /// but with no reduction per block: each row keeps 16 lanes of partial sums, scaled by
+    /// the block's `d` as they are added, and is reduced once at the end (32 registers hold
+    /// the eight rows' sums).
+    ///
+    /// # Safety
+    /// As there; the CPU must have AVX-512F.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f")]
+    pub(crate) unsafe fn q4_1_f32<const JN: usize>(
+        w: *const u8,
+        nb: usize,
+        xs: [&[f32]; JN],
+        sums: [&[f32]; JN],
+        out: &mut [[f32; 8]; JN],
+    ) {
+        // Lane l reads word l % 4 of the broadcast quants and keeps the nibble at bit
+        // 8 * (l / 4) in place: the values Q4_ORDER[0..16]; the nibble at bit 8 * (l / 4) + 4
+        // gives Q4_ORDER[16..32] (up to 15 << 28: converted as unsigned).
+        let mask = _mm512_setr_epi32(
+            0xF, 0xF, 0xF, 0xF, 0xF00, 0xF00, 0xF00, 0xF00, 0xF_0000, 0xF_0000, 0xF_0000, 0xF_0000,
+            0xF00_0000, 0xF00_0000, 0xF00_0000, 0xF00_0000,
+        );
+        let mask_hi = _mm512_slli_epi32::<4>(mask);
+        let mut acc = [[_mm512_setzero_ps(); 8]; JN];
+        let mut acc_min = [_mm256_setzero_ps(); JN];
+        for b in 0..nb {
+            // SAFETY: block column `b` lies within `nb * 160` bytes; activation block `b`
+            // within `32 * nb` values.
+            unsafe {
+                let col = w.add(b * 160);
+                let mut d = [0f32; 8];
+                _mm256_storeu_ps(d.as_mut_ptr(), _mm256_cvtph_ps(_mm_loadu_si128(col as _)));
+                let m = _mm256_cvtph_ps(_mm_loadu_si128(col.add(16) as *const __m128i));
+                for (s, &row) in LANE_ROWS.iter().enumerate() {
+                    let p = col.add(32 + 16 * row) as *const __m128i;
+                    let v = _mm512_broadcast_i32x4(_mm_loadu_si128(p));
+                    let wv = [
+                        _mm512_cvtepu32_ps(_mm512_and_si512(v, mask)),
+                        _mm512_cvtepu32_ps(_mm512_and_si512(v, mask_hi)),
+                    ];
+                    let scale = _mm512_set1_ps(d[s]);
+                    for j in 0..JN {
+                        let x = xs[j].as_ptr().add(32 * b);
+                        acc[j][s] = _mm512_fmadd_ps(dot2(wv, x), scale, acc[j][s]);
+                    }
+                }
+                for j in 0..JN {
+                    let sum = _mm256_set1_ps(*sums[j].get_unchecked(b));
+                    acc_min[j] = _mm256_fmadd_ps(m, sum, acc_min[j]);
+                }
+            }
+        }
+        for j in 0..JN {
+            let mut mins = [0f32; 8];
+            // SAFETY: `mins` holds eight floats.
+            unsafe { _mm256_storeu_ps(mins.as_mut_ptr(), acc_min[j]) };
+            for s in 0..8 {
+                out[j][s] = _mm512_reduce_add_ps(acc[j][s]) + mins[s];
+            }
+        }
+    }
+
+    /// As `avx2::q8_0_f32`, reducing once at the end like [`q4_1_f32`].
+    ///
+    /// # Safety
+    /// As there; the CPU must have AVX-512F.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f")]
+    pub(crate) unsafe fn q8_0_f32<const JN: usize>(
+        w: *const u8,
+        nb: usize,
+        xs: [&[f32]; JN],
+        out: &mut [[f32; 8]; JN],
+    ) {
+        let mut acc = [[_mm512_setzero_ps(); 8]; JN];
+        for b in 0..nb {
+            // SAFETY: block column `b` lies within `nb * 272` bytes; activation block `b`
+            // within `32 * nb` values.
+            unsafe {
+                let col = w.add(b * 272);
+                let mut d = [0f32; 8];
+                _mm256_storeu_ps(d.as_mut_ptr(), _mm256_cvtph_ps(_mm_loadu_si128(col as _)));
+                for (s, &row) in LANE_ROWS.iter().enumerate() {
+                    let p = col.add(16 + 32 * row);
+                    let wv: [__m512; 2] = std::array::from_fn(|k| {
+                        let bytes = _mm_loadu_si128(p.add(16 * k) as *const __m128i);
+                        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes))
+                    });
+                    let scale = _mm512_set1_ps(d[s]);
+                    for j in 0..JN {
+                        let x = xs[j].as_ptr().add(32 * b);
+                        acc[j][s] = _mm512_fmadd_ps(dot2(wv, x), scale, acc[j][s]);
+                    }
+                }
+            }
+        }
+        for j in 0..JN {
+            for s in 0..8 {
+                out[j][s] = _mm512_reduce_add_ps(acc[j][s]);
+            }
+        }
+    }
+}

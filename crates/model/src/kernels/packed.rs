@@ -1,0 +1,136 @@
+//! The load-time layout of `Q4_1` and `Q8_0` matrices: rows interleaved in groups of eight.
+//!
+//! A GGUF row stores its blocks one after another, each block with its own `f16` scale. A
+//! kernel that walks one row at a time must convert one scale per block with scalar code and
+//! reduce each row's partial sums horizontally. Here the rows are regrouped, eight at a time,
+//! block column by block column, so that one 16-byte load and one `vcvtph2ps` give the scales
+//! of eight rows and the eight rows' dot products land in the eight lanes of one vector:
+//!
+//! ```text
+//! group g (rows 8g..8g+8), block column b, for Q4_1 (160 bytes = 8 blocks of 20):
+//!   [d of rows P[0..8], f16 x 8] [m of rows P[0..8], f16 x 8] [qs of row 0] ... [qs of row 7]
+//! for Q8_0 (272 bytes = 8 blocks of 34):
+//!   [d of rows P[0..8], f16 x 8] [qs of row 0] ... [qs of row 7]
+//! ```
+//!
+//! The scales are stored in the lane order [`LANE_ROWS`] (`P`) in which the kernels' pairwise
+//! horizontal adds leave the rows. The groups follow each other (each `nb` block columns
+//! long) and the `rows % 8` rows left over follow in the plain GGUF layout. The bytes are the
+//! file's bytes, moved: same scales, same quants, same size.
+
+use crate::quant::GgmlType;
+
+/// Rows per interleaved group.
+pub(crate) const GROUP: usize = 8;
+
+/// The row (within its group) whose scale sits in each lane: the order pairwise horizontal
+/// adds of rows `(0,1), (2,3), ...` leave the sums in.
+pub(crate) const LANE_ROWS: [usize; GROUP] = [0, 2, 4, 6, 1, 3, 5, 7];
+
+/// Whether matrices of `ty` are stored interleaved.
+pub(crate) fn packs(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_1 | GgmlType::Q8_0)
+}
+
+/// Bytes of scales at the start of a group's block column (`d`, and `m` for `Q4_1`).
+pub(crate) fn scale_bytes(ty: GgmlType) -> usize {
+    if ty == GgmlType::Q4_1 { 32 } else { 16 }
+}
+
+/// Where the parts of a packed matrix lie.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Packing {
+    /// Bytes of one GGUF block.
+    pub block_bytes: usize,
+    /// Blocks per row.
+    pub nb: usize,
+    /// Rows in whole groups (`rows - rows % 8`); the rest are stored plainly after them.
+    pub grouped_rows: usize,
+}
+
+impl Packing {
+    pub fn new(ty: GgmlType, rows: usize, cols: usize) -> Self {
+        Packing {
+            block_bytes: ty.type_size(),
+            nb: cols / ty.block_size(),
+            grouped_rows: rows - rows % GROUP,
+        }
+    }
+
+    /// Bytes of one group (eight whole rows).
+    pub fn group_bytes(&self) -> usize {
+        GROUP * self.nb * self.block_bytes
+    }
+
+    /// Bytes of one plain row.
+    pub fn row_bytes(&self) -> usize {
+        self.nb * self.block_bytes
+    }
+
+    /// Byte offsets of block `b` of row `r`: the scales `d` (and `m`), and the quants.
+    fn block_parts(&self, ty: GgmlType, r: usize, b: usize) -> BlockParts {
+        debug_assert!(r < self.grouped_rows);
+        let (g, i) = (r / GROUP, r % GROUP);
+        let column = g * self.group_bytes() + b * GROUP * self.block_bytes;
+        let lane = LANE_ROWS.iter().position(|&row| row == i).unwrap_or(0);
+        let scales = scale_bytes(ty);
+        let qs_len = self.block_bytes - scales / GROUP;
+        BlockParts {
+            d: column + 2 * lane,
+            m: column + 16 + 2 * lane,
+            qs: column + scales + i * qs_len,
+            qs_len,
+        }
+    }
+}
+
+struct BlockParts {
+    d: usize,
+    m: usize,
+    qs: usize,
+    qs_len: usize,
+}
+
+/// `data` (GGUF row-major blocks of `ty`) in the packed layout.
+pub(crate) fn pack(ty: GgmlType, rows: usize, cols: usize, data: &[u8]) -> Vec<u8> {
+    let p = Packing::new(ty, rows, cols);
+    let row_bytes = p.row_bytes();
+    let mut out = vec![0u8; data.len()];
+    for r in 0..p.grouped_rows {
+        for b in 0..p.nb {
+            let src = &data[r * row_bytes + b * p.block_bytes..][..p.block_bytes];
+            let parts = p.block_parts(ty, r, b);
+            out[parts.d..parts.d + 2].copy_from_slice(&src[0..2]);
+            let qs_start = if ty == GgmlType::Q4_1 {
+                out[parts.m..parts.m + 2].copy_from_slice(&src[2..4]);
+                4
+            } else {
+                2
+            };
+            out[parts.qs..parts.qs + parts.qs_len].copy_from_slice(&src[qs_start..]);
+        }
+    }
+    let tail = p.grouped_rows * row_bytes;
+    out[tail..].copy_from_slice(&data[tail..]);
+    out
+}
+
+/// Row `r` of a packed matrix back in GGUF layout, written to `out` (`row_bytes` long).
+pub(crate) fn unpack_row(ty: GgmlType, p: &Packing, data: &[u8], r: usize, out: &mut [u8]) {
+    let row_bytes = p.row_bytes();
+    if r >= p.grouped_rows {
+        out.copy_from_slice(&data[r * row_bytes..(r + 1) * row_bytes]);
+        return;
+    }
+    for (b, dst) in out.chunks_exact_mut(p.block_bytes).enumerate() {
+        let parts = p.block_parts(ty, r, b);
+        dst[0..2].copy_from_slice(&data[parts.d..parts.d + 2]);
+        let qs_start = if ty == GgmlType::Q4_1 {
+            dst[2..4].copy_from_slice(&data[parts.m..parts.m + 2]);
+            4
+        } else {
+            2
+        };
+        dst[qs_start..].copy_from_slice(&data[parts.qs..parts.qs + parts.qs_len]);
+    }
+}
