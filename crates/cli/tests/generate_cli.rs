@@ -120,7 +120,19 @@ fn stop_token() {
 
 #[test]
 fn max_time() {
-    let out = json(&[PROMPT, "-n", "100000", "--max-time", "0.3", "-c", "2048"]);
+    // --min-tokens holds end-of-text back, so only the time budget can end the run however
+    // fast decoding is (2048 tokens of context would take more than 0.3 s at any speed here).
+    let out = json(&[
+        PROMPT,
+        "-n",
+        "100000",
+        "--min-tokens",
+        "100000",
+        "--max-time",
+        "0.3",
+        "-c",
+        "2048",
+    ]);
     assert_eq!(out["finish_reason"], "time");
     let n = ids(&out["tokens"]).len();
     assert!((1..2000).contains(&n), "{n} tokens");
