@@ -13,7 +13,7 @@
 
 use super::{BatchSequence, Block, Llama, LogitsFor, RmsNorm};
 use crate::error::ModelError;
-use crate::kernels::QuantMatrix;
+use crate::kernels::{ActivationFormat, QuantMatrix};
 use crate::linear::{LinearWeight, QLinear};
 
 /// The weights of the host path: every matrix quantized, norms copied to the host.
@@ -71,11 +71,17 @@ fn matrix(layer: &QLinear) -> &QuantMatrix {
     }
 }
 
-/// `out[r] = x[r] W^T` for the `m` rows of `x`, into a buffer resized to fit.
+/// `out[r] = x[r] W^T` for the `m` rows of `x`, into a buffer resized to fit. A prefill
+/// (`m >= DENSE_PREFILL_ROWS`) keeps `f32` activations whatever the format, as the Burn
+/// path does (8-bit ones there moved logprobs past the reference tolerance).
 fn product(layer: &QLinear, x: &[f32], m: usize, out: &mut Vec<f32>) {
     let q = matrix(layer);
     out.resize(m * q.rows(), 0.0);
-    q.matmul(x, m, out);
+    if m >= crate::linear::DENSE_PREFILL_ROWS {
+        q.matmul_with(x, m, out, ActivationFormat::F32);
+    } else {
+        q.matmul(x, m, out);
+    }
 }
 
 /// `x / sqrt(mean(x^2) + eps) * gamma` for each `gamma.len()`-wide row of `x`, into `out`.
@@ -140,11 +146,18 @@ struct Scratch {
 
 impl Llama {
     /// Whether a pass of `rows` new tokens over `batch` takes the host path: every weight
-    /// quantized, every cache in host memory, and fewer rows than a prefill that the Burn path
-    /// runs as one dense matmul per weight ([`crate::linear::DENSE_PREFILL_ROWS`]).
+    /// quantized, every cache in host memory, and either fewer rows than a prefill that the
+    /// Burn path runs as one dense matmul per weight ([`crate::linear::DENSE_PREFILL_ROWS`])
+    /// or a prefill the batched kernels run faster than that
+    /// ([`QuantMatrix::prefers_batched_kernel`]): then the host's causal attention also
+    /// replaces Burn's single-threaded naive one.
     pub(super) fn host_path_applies(&self, batch: &[BatchSequence<'_>], rows: usize) -> bool {
         self.host.is_some()
-            && rows < crate::linear::DENSE_PREFILL_ROWS
+            && (rows < crate::linear::DENSE_PREFILL_ROWS
+                || self
+                    .layers
+                    .iter()
+                    .all(|b| matrix(&b.w_up).prefers_batched_kernel()))
             && batch.iter().all(|seq| seq.cache.host_resident())
     }
 
