@@ -164,7 +164,7 @@ fn a_batch_of_eight_prompts_equals_the_single_runs() {
     }
 }
 
-/// `kindle bench --output json`: one row per thread count and test, in llama-bench's names.
+/// `kindle bench --json`: one row per thread count and test, in llama-bench's names.
 #[test]
 fn bench_json_rows() {
     let (ok, stdout, stderr) = kindle(&[
@@ -177,8 +177,7 @@ fn bench_json_rows() {
         "1",
         "--threads-list",
         "1,2",
-        "--output",
-        "json",
+        "--json",
     ]);
     assert!(ok, "{stderr}");
     let rows: Value = serde_json::from_str(stdout.trim()).unwrap();
@@ -209,5 +208,27 @@ fn bench_json_rows() {
             row["peak_rss_bytes"].as_u64().unwrap() > 90 << 20,
             "the weights are mapped"
         );
+    }
+}
+
+/// `kindle bench --output csv`: a header, then one line per test with the same columns.
+#[test]
+fn bench_csv_rows() {
+    let (ok, stdout, stderr) = kindle(&[
+        "bench", "-p", "4", "-n", "2", "-r", "1", "-t", "1", "--output", "csv",
+    ]);
+    assert!(ok, "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{stdout}");
+    let header: Vec<&str> = lines[0].split(',').collect();
+    assert_eq!(header[6], "test");
+    assert_eq!(header[7], "tokens_per_second");
+    for (line, test) in lines[1..].iter().zip(["pp4", "tg2"]) {
+        let cells: Vec<&str> = line.split(',').collect();
+        assert_eq!(cells.len(), header.len(), "{line}");
+        assert_eq!(cells[2], "flex");
+        assert_eq!(cells[5], "1");
+        assert_eq!(cells[6], test);
+        assert!(cells[7].parse::<f64>().unwrap() > 0.0, "{line}");
     }
 }

@@ -54,6 +54,9 @@ pub struct BenchArgs {
     /// Output format
     #[arg(short = 'o', long, value_enum, default_value = "md")]
     pub output: BenchOutput,
+    /// Print the rows as JSON (the same as `--output json`)
+    #[arg(long, conflicts_with = "output")]
+    pub json: bool,
 }
 
 /// Deterministic pseudo-random token ids (llama-bench also times random tokens).
@@ -209,8 +212,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
             }));
         }
     }
+    let output = if args.json {
+        BenchOutput::Json
+    } else {
+        args.output
+    };
     let mut stdout = std::io::stdout().lock();
-    match args.output {
+    match output {
         BenchOutput::Json => writeln!(stdout, "{}", Value::Array(rows))?,
         BenchOutput::Csv => {
             writeln!(
