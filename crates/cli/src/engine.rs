@@ -121,7 +121,7 @@ fn cuda_device() -> Result<Device> {
 #[cfg(not(feature = "cuda"))]
 fn cuda_device() -> Result<Device> {
     bail!(
-        "this kindle was built without the `cuda` feature (rebuild with `cargo build --release --features cuda` on a machine with the CUDA toolkit)"
+        "this kindle was built without the `cuda` feature (rebuild with `cargo build --release --features cuda`: that build downloads LLVM, and running it needs the CUDA driver)"
     )
 }
 
