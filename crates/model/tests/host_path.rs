@@ -55,6 +55,12 @@ fn encode(ty: GgmlType, w: &[f32]) -> Vec<u8> {
 /// A tiny GQA model (4 query heads over 2 KV heads) whose matrices are quantized in a mix of
 /// types; norm scales are not all ones.
 fn tiny_model(tied: bool) -> Llama {
+    tiny_model_with(tied, GgmlType::F16)
+}
+
+/// [`tiny_model`] with `w_up` of type `up` (`Q8_0`, packed, lets a long prefill take the host
+/// path where the batched kernels win).
+fn tiny_model_with(tied: bool, up: GgmlType) -> Llama {
     let config = LlamaConfig::new(96, 64, 2, 4, 2, 96).with_tied_embeddings(tied);
     let (d, hd, ff, vocab) = (64, config.head_dim(), 96, 96);
     let device = Device::flex();
@@ -79,7 +85,7 @@ fn tiny_model(tied: bool) -> Llama {
                 linear(d, 4 * hd, GgmlType::F32),
                 norm(200 + l),
                 linear(ff, d, GgmlType::Q8_0),
-                linear(ff, d, GgmlType::F16),
+                linear(ff, d, up),
                 linear(d, ff, GgmlType::Q8_0),
             )
         })
@@ -288,5 +294,28 @@ fn host_and_burn_paths_agree_on_the_real_model() {
             || model.new_cache_typed(32, kv_type),
             &format!("SmolLM2 {kv_type}"),
         );
+    }
+}
+
+/// A prompt longer than the host path's micro-batch (128 rows) runs in slices, each attending
+/// to what the slices before it wrote to the cache: its logits (every row) match the Burn
+/// path's single pass, for each cache type, and decoding goes on from that cache. (The host
+/// path takes a long prefill where the batched kernels win: AVX-512 and 2+ threads; elsewhere
+/// both sides run the Burn path.)
+#[test]
+fn host_path_slices_a_long_prompt_like_one_pass() {
+    kindle_model::kernels::set_num_threads(2);
+    let model = tiny_model_with(true, GgmlType::Q8_0);
+    for kv_type in [KvType::F32, KvType::Int8] {
+        let prompt = tokens(11, 300, 96);
+        let cache = check_paths(
+            &model,
+            &prompt,
+            4,
+            2e-3,
+            || model.new_cache_typed(320, kv_type),
+            &format!("long prompt, {kv_type}"),
+        );
+        assert_eq!(cache.len(), 304);
     }
 }

@@ -124,12 +124,27 @@ impl SharedBytes {
     /// from the file. Pages shared with neighbouring ranges are dropped too, and come back the
     /// same way.
     pub fn release_pages(&self) {
+        self.release_range(0, self.len);
+    }
+
+    /// [`SharedBytes::release_pages`] for bytes `offset..offset + len` of this range (clamped
+    /// to it).
+    pub fn release_range(&self, offset: usize, len: usize) {
+        let offset = offset.min(self.len);
+        let len = len.min(self.len - offset);
+        if len == 0 {
+            return;
+        }
         #[cfg(unix)]
         if let Storage::Mmap(map) = &*self.storage {
             // SAFETY: the map is a read-only mapping of the file, so dropping its pages loses
             // nothing: the next read of any of them refills it from the file.
             let _ = unsafe {
-                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, self.start, self.len)
+                map.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    self.start + offset,
+                    len,
+                )
             };
         }
     }
