@@ -278,7 +278,7 @@ impl QuantMatrix {
     /// Whether a product with many activation rows (prefill) with `f32` activations is
     /// faster here than dequantising the weight for Burn's dense `f32` matmul, as measured
     /// (see ARCHITECTURE.md): for packed `Q4_1`/`Q8_0` on AVX-512, at any thread count since
-    /// the host path runs a prefill in 128-row slices (one thread: 333-377 tok/s at pp512
+    /// the host path runs a prefill in 128-row slices (one thread: 333-388 tok/s at pp512
     /// against the Burn path's 327, which also uses every core whatever the thread setting).
     /// The AVX2 kernels only tie with Burn's matmul.
     pub fn prefers_batched_kernel(&self) -> bool {

@@ -94,9 +94,10 @@ struct BlockParts {
 /// Rows packed between two calls of `consumed` in [`pack_releasing`] (a multiple of [`GROUP`]).
 const CHUNK_ROWS: usize = 1024;
 
-/// `data` (GGUF row-major blocks of `ty`) in the packed layout, telling `consumed` each byte range of `data` it has finished reading, in order,
-/// so that a caller can drop a memory-mapped source's pages as it goes: resident memory then
-/// never holds a whole matrix twice (the tied 49152 x 576 `Q8_0` head is 30 MB).
+/// `data` (GGUF row-major blocks of `ty`) in the packed layout, telling `consumed` each byte
+/// range of `data` it has finished reading, in order, so that a caller can drop a
+/// memory-mapped source's pages as it goes: resident memory then never holds a whole matrix
+/// twice (the tied 49152 x 576 `Q8_0` head is 30 MB).
 pub(crate) fn pack_releasing(
     ty: GgmlType,
     rows: usize,
