@@ -23,10 +23,10 @@ use crate::config::GenerationConfig;
 use crate::decode::{StreamDecoder, TokenDecoder};
 use crate::error::GenerateError;
 use crate::generator::{PROMPT_CONTEXT_TOKENS, Timings};
-use crate::logprobs::{log_sum_exp, top_n_logprobs};
 use crate::model::LanguageModel;
 use crate::session::Session;
 use crate::stop::{FinishReason, StopMatch};
+use kindle_sampling::logprobs::{log_sum_exp, top_n_logprobs};
 
 /// When beam search may stop before the length limit (`transformers`' `early_stopping`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

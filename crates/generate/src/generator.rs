@@ -9,10 +9,10 @@ use kindle_sampling::Sampler;
 use crate::config::{GenerationConfig, StopConditions};
 use crate::decode::{StreamDecoder, TokenDecoder};
 use crate::error::GenerateError;
-use crate::logprobs::{log_sum_exp, logprob, top_n_logprobs};
 use crate::model::LanguageModel;
 use crate::session::Session;
 use crate::stop::{FinishReason, StopMatch, StopStringMatcher};
+use kindle_sampling::logprobs::{log_sum_exp, logprob, top_n_logprobs};
 
 /// How many prompt tokens the detokeniser sees as context before the first generated token
 /// (never emitted), so the first word gets the spacing it has in context.

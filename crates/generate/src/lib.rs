@@ -18,8 +18,8 @@
 //! - [`generate_samples`]: several samples of one prompt (one sampler each), the prompt run once.
 //! - [`chat`]: chat templates (Jinja, Hugging Face semantics) and their tokenization, message
 //!   contents never parsed for control tokens.
-//! - [`score()`]: teacher-forced log-probabilities and perplexity; [`logprobs`]: the log-softmax
-//!   and top-n helpers.
+//! - [`score()`]: teacher-forced log-probabilities and perplexity. The log-softmax, argmax and
+//!   top-n helpers it and the loop use live in [`kindle_sampling::logprobs`].
 //!
 //! ```
 //! use kindle_generate::{
@@ -118,7 +118,6 @@ mod config;
 mod decode;
 mod error;
 mod generator;
-pub mod logprobs;
 pub mod model;
 mod samples;
 mod score;

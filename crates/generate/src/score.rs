@@ -4,9 +4,9 @@ use std::time::{Duration, Instant};
 
 use crate::error::GenerateError;
 use crate::generator::check_vocab;
-use crate::logprobs::{argmax, log_sum_exp, top_n_logprobs};
 use crate::model::LanguageModel;
 use crate::session::Session;
+use kindle_sampling::logprobs::{argmax, log_sum_exp, top_n_logprobs};
 
 /// How the model scored the token after position `pos`.
 #[derive(Debug, Clone, PartialEq)]

@@ -6,8 +6,8 @@ use std::convert::Infallible;
 use kindle_generate::{
     BeamConfig, EarlyStopping, FinishReason, GenerateError, GenerationConfig, LanguageModel,
     ModelCache, Session, TokenDecoder, beam_search, generate_samples, generate_to_end,
-    logprobs::log_softmax,
 };
+use kindle_sampling::logprobs::log_softmax;
 use kindle_sampling::{Sampler, SamplerConfig};
 
 /// A cache that remembers its tokens, so the logits can depend on the whole history.

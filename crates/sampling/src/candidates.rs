@@ -83,7 +83,7 @@ impl<'a> WorkSet<'a> {
     /// The best token (highest logit, lowest id on ties), or `AllMasked`.
     pub fn best(&self) -> Result<Cand, SamplingError> {
         if self.full {
-            return crate::row_best(self.row)
+            return crate::logprobs::row_best(self.row)
                 .map(|(i, logit)| Cand {
                     id: i as u32,
                     logit,

@@ -29,6 +29,10 @@
 //! assert!(out.processed_logprob <= 0.0 && out.top_processed.len() <= 5);
 //! ```
 //!
+//! [`logprobs`] holds the helpers on a raw row that the generation loop, scoring and the
+//! sampler's logprob outputs share: [`logprobs::log_sum_exp`], [`logprobs::argmax`] (and the
+//! checked [`logprobs::try_argmax`]), [`logprobs::top_n`], [`logprobs::top_n_logprobs`].
+//!
 //! # Processing order
 //!
 //! 1. Fixed, always first: **logit bias**, then **min-tokens** (end-of-generation ids masked until
@@ -69,6 +73,7 @@
 mod candidates;
 mod config;
 mod error;
+pub mod logprobs;
 mod order;
 pub mod processors;
 mod sampler;
@@ -78,74 +83,3 @@ pub use config::{DryConfig, Mirostat, PenaltyScope, SamplerConfig};
 pub use error::SamplingError;
 pub use order::{HF_ORDER, LLAMA_CPP_ORDER, OrderPreset, Stage, format_order, parse_order};
 pub use sampler::{History, Sampled, Sampler};
-
-/// Index of the largest logit; ties go to the lowest index.
-///
-/// Errors on an empty row ([`SamplingError::EmptyLogits`]), a NaN or `+inf`
-/// ([`SamplingError::NonFiniteLogit`]), or a row where every logit is `-inf`
-/// ([`SamplingError::AllMasked`]).
-pub fn argmax(logits: &[f32]) -> Result<u32, SamplingError> {
-    check_row(logits)?;
-    row_best(logits)
-        .map(|(i, _)| i as u32)
-        .ok_or(SamplingError::AllMasked)
-}
-
-/// Checks a logits row: not empty, no NaN or `+inf`, not every entry `-inf`.
-pub(crate) fn check_row(logits: &[f32]) -> Result<(), SamplingError> {
-    if logits.is_empty() {
-        return Err(SamplingError::EmptyLogits);
-    }
-    let (bad, max) = scan_row(logits);
-    if bad {
-        let index = logits
-            .iter()
-            .position(|v| v.is_nan() || *v == f32::INFINITY)
-            .unwrap_or(0);
-        return Err(SamplingError::NonFiniteLogit {
-            index,
-            value: logits[index],
-        });
-    }
-    if max == f32::NEG_INFINITY {
-        Err(SamplingError::AllMasked)
-    } else {
-        Ok(())
-    }
-}
-
-/// One branch-free pass: (whether any entry is NaN or `+inf`, the largest entry). Eight
-/// independent lanes so that it vectorises without reassociating anything.
-#[inline]
-pub(crate) fn scan_row(row: &[f32]) -> (bool, f32) {
-    const LANES: usize = 8;
-    let mut bad = [false; LANES];
-    let mut max = [f32::NEG_INFINITY; LANES];
-    let chunks = row.chunks_exact(LANES);
-    let rest = chunks.remainder();
-    for chunk in chunks {
-        for j in 0..LANES {
-            let v = chunk[j];
-            bad[j] |= v.is_nan() | (v == f32::INFINITY);
-            max[j] = if v > max[j] { v } else { max[j] };
-        }
-    }
-    for (j, &v) in rest.iter().enumerate() {
-        bad[j] |= v.is_nan() | (v == f32::INFINITY);
-        max[j] = if v > max[j] { v } else { max[j] };
-    }
-    let m = max
-        .iter()
-        .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
-    (bad.iter().any(|&b| b), m)
-}
-
-/// `(index, value)` of the largest entry, lowest index on ties; `None` if all are `-inf`.
-/// Two simple passes (max, then first position), both cheap on a vocabulary-sized row.
-pub(crate) fn row_best(row: &[f32]) -> Option<(usize, f32)> {
-    let (_, max) = scan_row(row);
-    if max == f32::NEG_INFINITY {
-        return None;
-    }
-    row.iter().position(|&v| v == max).map(|i| (i, max))
-}

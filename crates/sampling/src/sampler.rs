@@ -3,8 +3,10 @@
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
+use crate::SamplingError;
 use crate::candidates::{Cand, WorkSet, by_logit_desc};
 use crate::config::{Mirostat, SamplerConfig};
+use crate::logprobs::{check_row, log_sum_exp, logprob, select_top, top_n_logprobs};
 use crate::order::Stage;
 use crate::processors::mirostat::{mirostat_v1, mirostat_v2};
 use crate::processors::truncation::{min_p, temperature, top_k, top_n_sigma, top_p, typical, xtc};
@@ -13,7 +15,6 @@ use crate::processors::{
     suppress_tokens, token_counts,
 };
 use crate::select::draw;
-use crate::{SamplingError, check_row};
 
 /// The token history with the prompt boundary, for [`Sampler::sample_history`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -302,39 +303,24 @@ impl Sampler {
             ws.for_each(|id, logit| kept.push(Cand { id, logit }));
             out.top_processed = top_n(kept, n, max + lnz);
 
-            let raw = &self.raw;
-            let raw_max = raw.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-            let raw_lnz = raw
-                .iter()
-                .map(|&l| (l as f64 - raw_max).exp())
-                .sum::<f64>()
-                .ln();
-            out.raw_logprob = (raw[token as usize] as f64 - raw_max - raw_lnz) as f32;
-            let all = raw
-                .iter()
-                .enumerate()
-                .filter(|(_, l)| **l > f32::NEG_INFINITY)
-                .map(|(i, &logit)| Cand {
-                    id: i as u32,
-                    logit,
-                })
-                .collect();
-            out.top_raw = top_n(all, n, raw_max + raw_lnz);
+            // The raw distribution is a whole row: the shared row helpers, as the generation
+            // loop uses them. Masked tokens (`-inf`, ranked after every finite one) are left out.
+            let lse = log_sum_exp(&self.raw);
+            out.raw_logprob = logprob(&self.raw, lse, token);
+            out.top_raw = top_n_logprobs(&self.raw, lse, n);
+            out.top_raw
+                .retain(|&(id, _)| self.raw[id as usize] > f32::NEG_INFINITY);
         }
         Ok(out)
     }
 }
 
 /// The `n` best of `cands`, as `(id, logit - log_norm)`, best first.
+///
+/// The processed distribution is a candidate list (the chain may have truncated the row), not
+/// a row, so it takes [`Cand`]s and the candidate order; the selection is the shared one.
 fn top_n(mut cands: Vec<Cand>, n: usize, log_norm: f64) -> Vec<(u32, f32)> {
-    if n == 0 {
-        return Vec::new();
-    }
-    if n < cands.len() {
-        cands.select_nth_unstable_by(n - 1, by_logit_desc);
-        cands.truncate(n);
-    }
-    cands.sort_unstable_by(by_logit_desc);
+    select_top(&mut cands, n, by_logit_desc);
     cands
         .into_iter()
         .map(|c| (c.id, (c.logit as f64 - log_norm) as f32))

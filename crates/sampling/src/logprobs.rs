@@ -1,10 +1,33 @@
-//! Log-softmax and top-n helpers on a raw logits row (no allocation of a softmax row).
+//! Log-probabilities, argmax and top-n on a raw logits row: the one home of these helpers for
+//! the generation loop, scoring, beam search and the sampler's logprob outputs.
 //!
-//! The log-sum-exp is accumulated in `f64` after subtracting the maximum, so large vocabularies
-//! and large logits lose no precision. Ordering everywhere: larger value first, ties to the lower
-//! id, NaN ranks below everything.
+//! Nothing here allocates a softmax row (except [`log_softmax`], which returns one). The
+//! log-sum-exp is accumulated in `f64` after subtracting the maximum, so large vocabularies and
+//! large logits lose no precision. Ordering everywhere: larger value first, ties to the lower id,
+//! NaN ranks below everything. Nothing sorts the whole row: [`top_n`] selects its `n` entries in
+//! linear time and sorts only those.
+//!
+//! ```
+//! use kindle_sampling::logprobs::{argmax, log_sum_exp, logprob, top_n, top_n_logprobs, try_argmax};
+//! use kindle_sampling::SamplingError;
+//!
+//! let logits = [1.0f32, 3.0, 3.0, f32::NEG_INFINITY];
+//! assert_eq!(argmax(&logits), Some(1)); // ties go to the lowest id
+//! assert_eq!(top_n(&logits, 2), [(1, 3.0), (2, 3.0)]);
+//!
+//! let lse = log_sum_exp(&logits);
+//! let top = top_n_logprobs(&logits, lse, 2);
+//! assert_eq!(top[0], (1, logprob(&logits, lse, 1)));
+//! assert!((top[0].1 - (3.0 - (1f32.exp() + 2.0 * 3f32.exp()).ln())).abs() < 1e-6);
+//!
+//! // `argmax` ranks NaN last; `try_argmax` rejects rows a sampler would reject.
+//! assert_eq!(argmax(&[f32::NAN, 0.5]), Some(1));
+//! assert!(matches!(try_argmax(&[f32::NAN, 0.5]), Err(SamplingError::NonFiniteLogit { index: 0, .. })));
+//! ```
 
 use std::cmp::Ordering;
+
+use crate::SamplingError;
 
 /// `ln(sum(exp(logits)))`: max-shifted (it never overflows), `exp` in `f32`, the sum
 /// accumulated in `f64`.
@@ -39,8 +62,10 @@ pub fn log_sum_exp(logits: &[f32]) -> f64 {
 
 const LANES: usize = 8;
 
-/// The largest value (NaN ignored) and whether there is a NaN; `-inf` for an empty row.
-fn max_and_nan(logits: &[f32]) -> (f32, bool) {
+/// One branch-free pass: the largest value (NaN ignored; `-inf` for an empty row) and whether
+/// there is a NaN. Eight independent lanes, so that it vectorises without reassociating anything.
+#[inline]
+pub(crate) fn max_and_nan(logits: &[f32]) -> (f32, bool) {
     let mut max = [f32::NEG_INFINITY; LANES];
     let mut nan = [false; LANES];
     let chunks = logits.chunks_exact(LANES);
@@ -83,7 +108,11 @@ fn exp_nonpositive(x: f32) -> f32 {
 }
 
 /// The log-probability of `logits[id]` under the softmax of `logits`, given `lse =
-/// log_sum_exp(logits)`. Panics if `id` is out of range.
+/// log_sum_exp(logits)`.
+///
+/// # Panics
+///
+/// If `id` is out of range.
 pub fn logprob(logits: &[f32], lse: f64, id: u32) -> f32 {
     (f64::from(logits[id as usize]) - lse) as f32
 }
@@ -97,15 +126,76 @@ pub fn log_softmax(logits: &[f32]) -> Vec<f32> {
         .collect()
 }
 
-/// Index of the largest logit (ties to the lowest index, NaN ignored unless all are NaN);
-/// `None` for an empty row.
+/// Index of the largest logit: ties go to the lowest index, NaN ranks below everything (so an
+/// all-NaN row gives 0), `+inf` and `-inf` are ordinary values. `None` only for an empty row.
+///
+/// Equals `top_n(logits, 1)`'s id. For a row that must be fit to sample from, use
+/// [`try_argmax`].
 pub fn argmax(logits: &[f32]) -> Option<u32> {
-    (0..logits.len() as u32).min_by(|&a, &b| rank(logits, a, b))
+    if logits.is_empty() {
+        return None;
+    }
+    let (max, _) = max_and_nan(logits);
+    Some(first_index_of(logits, max) as u32)
 }
 
-/// The `n` largest logits as `(id, logit)`, largest first (ties to the lower id).
+/// Index of the largest logit, ties to the lowest index, for a row a sampler accepts: what
+/// [`crate::Sampler::greedy`] picks.
 ///
-/// Uses `select_nth_unstable_by` (linear time), then sorts only the `n` selected entries.
+/// Errors on an empty row ([`SamplingError::EmptyLogits`]), a NaN or `+inf`
+/// ([`SamplingError::NonFiniteLogit`], the first one), or a row where every logit is `-inf`
+/// ([`SamplingError::AllMasked`]). Where it returns `Ok`, it agrees with [`argmax`].
+pub fn try_argmax(logits: &[f32]) -> Result<u32, SamplingError> {
+    let max = check_row(logits)?;
+    Ok(first_index_of(logits, max) as u32)
+}
+
+/// Checks a logits row (not empty, no NaN or `+inf`, not every entry `-inf`) and returns its
+/// largest entry.
+pub(crate) fn check_row(logits: &[f32]) -> Result<f32, SamplingError> {
+    if logits.is_empty() {
+        return Err(SamplingError::EmptyLogits);
+    }
+    let (max, nan) = max_and_nan(logits);
+    if nan || max == f32::INFINITY {
+        let index = logits
+            .iter()
+            .position(|v| v.is_nan() || *v == f32::INFINITY)
+            .unwrap_or(0);
+        return Err(SamplingError::NonFiniteLogit {
+            index,
+            value: logits[index],
+        });
+    }
+    if max == f32::NEG_INFINITY {
+        Err(SamplingError::AllMasked)
+    } else {
+        Ok(max)
+    }
+}
+
+/// `(index, value)` of the largest entry, lowest index on ties, NaN ignored; `None` if there is
+/// no entry above `-inf`.
+pub(crate) fn row_best(row: &[f32]) -> Option<(usize, f32)> {
+    let (max, _) = max_and_nan(row);
+    (max > f32::NEG_INFINITY).then(|| (first_index_of(row, max), max))
+}
+
+/// The first index holding `max` (the row's largest non-NaN value, from [`max_and_nan`]); 0 when
+/// `max` is `-inf`, where every entry ranks the same (`-inf` or NaN). The one argmax: every
+/// function above ends here.
+fn first_index_of(row: &[f32], max: f32) -> usize {
+    if max == f32::NEG_INFINITY {
+        return 0;
+    }
+    row.iter().position(|&v| v == max).unwrap_or(0)
+}
+
+/// The `n` largest logits as `(id, logit)`, largest first (ties to the lower id, NaN last);
+/// fewer if the row is shorter.
+///
+/// Linear-time selection (`select_nth_unstable_by`), then a sort of the `n` selected entries
+/// only.
 pub fn top_n(logits: &[f32], n: usize) -> Vec<(u32, f32)> {
     top_n_ids(logits, n)
         .into_iter()
@@ -113,8 +203,8 @@ pub fn top_n(logits: &[f32], n: usize) -> Vec<(u32, f32)> {
         .collect()
 }
 
-/// The `n` most likely tokens as `(id, logprob)`, most likely first, given `lse =
-/// log_sum_exp(logits)`.
+/// The `n` most likely tokens as `(id, logprob)`, most likely first (the order of [`top_n`]),
+/// given `lse = log_sum_exp(logits)`.
 pub fn top_n_logprobs(logits: &[f32], lse: f64, n: usize) -> Vec<(u32, f32)> {
     top_n_ids(logits, n)
         .into_iter()
@@ -123,18 +213,27 @@ pub fn top_n_logprobs(logits: &[f32], lse: f64, n: usize) -> Vec<(u32, f32)> {
 }
 
 fn top_n_ids(logits: &[f32], n: usize) -> Vec<u32> {
-    let n = n.min(logits.len());
-    if n == 0 {
+    if n == 0 || logits.is_empty() {
         return Vec::new();
     }
     let mut ids: Vec<u32> = (0..logits.len() as u32).collect();
-    let cmp = |a: &u32, b: &u32| rank(logits, *a, *b);
-    if n < ids.len() {
-        ids.select_nth_unstable_by(n - 1, cmp);
-        ids.truncate(n);
-    }
-    ids.sort_unstable_by(cmp);
+    select_top(&mut ids, n, |a, b| rank(logits, *a, *b));
     ids
+}
+
+/// Keeps the `n` first items of `items` in `cmp` order, sorted (all of them if there are fewer):
+/// a linear-time `select_nth_unstable_by`, then a sort of the `n` kept. The partial selection
+/// behind [`top_n`] and the sampler's top-n lists.
+pub(crate) fn select_top<T>(items: &mut Vec<T>, n: usize, mut cmp: impl FnMut(&T, &T) -> Ordering) {
+    if n == 0 {
+        items.clear();
+        return;
+    }
+    if n < items.len() {
+        items.select_nth_unstable_by(n - 1, &mut cmp);
+        items.truncate(n);
+    }
+    items.sort_unstable_by(cmp);
 }
 
 /// `Less` when `a` ranks before `b`: larger value first, NaN last, ties to the lower id.
@@ -234,5 +333,39 @@ mod tests {
             let got: Vec<u32> = top_n(&row, n).into_iter().map(|(i, _)| i).collect();
             assert_eq!(got, sorted[..n]);
         }
+    }
+
+    #[test]
+    fn one_argmax_behind_the_checked_and_unchecked_forms() {
+        let row = [f32::NAN, 2.0, f32::NEG_INFINITY, 2.0];
+        assert_eq!(argmax(&row), Some(1));
+        assert_eq!(row_best(&row), Some((1, 2.0)));
+        assert!(matches!(
+            try_argmax(&row),
+            Err(SamplingError::NonFiniteLogit { index: 0, .. })
+        ));
+        assert_eq!(try_argmax(&row[1..]), Ok(0));
+        assert_eq!(check_row(&row[1..]), Ok(2.0));
+        // Nothing above -inf: argmax still names an id (the lowest), the others refuse.
+        let masked = [f32::NEG_INFINITY, f32::NAN, f32::NEG_INFINITY];
+        assert_eq!(argmax(&masked), Some(0));
+        assert_eq!(row_best(&masked), None);
+        assert_eq!(
+            try_argmax(&[f32::NEG_INFINITY]),
+            Err(SamplingError::AllMasked)
+        );
+        assert_eq!(try_argmax(&[]), Err(SamplingError::EmptyLogits));
+        assert_eq!(argmax(&[f32::INFINITY, 1.0, f32::INFINITY]), Some(0));
+    }
+
+    #[test]
+    fn select_top_keeps_the_first_n_sorted() {
+        let mut v = vec![5, 1, 4, 2, 3];
+        select_top(&mut v, 3, |a: &i32, b: &i32| a.cmp(b));
+        assert_eq!(v, [1, 2, 3]);
+        select_top(&mut v, 10, |a: &i32, b: &i32| b.cmp(a));
+        assert_eq!(v, [3, 2, 1]);
+        select_top(&mut v, 0, |a: &i32, b: &i32| a.cmp(b));
+        assert!(v.is_empty());
     }
 }
