@@ -1,36 +1,17 @@
 //! Beam search and several samples against fake models whose logits depend on the history.
 
+mod common;
+
 use std::cell::Cell;
 use std::convert::Infallible;
 
+use common::HistoryCache;
 use kindle_generate::{
     BeamConfig, EarlyStopping, FinishReason, GenerateError, GenerationConfig, LanguageModel,
-    ModelCache, Session, TokenDecoder, beam_search, generate_samples, generate_to_end,
+    Session, TokenDecoder, beam_search, generate_samples, generate_to_end,
 };
 use kindle_sampling::logprobs::log_softmax;
 use kindle_sampling::{Sampler, SamplerConfig};
-
-/// A cache that remembers its tokens, so the logits can depend on the whole history.
-#[derive(Debug, Clone)]
-struct History {
-    tokens: Vec<u32>,
-    capacity: usize,
-}
-
-impl ModelCache for History {
-    fn len(&self) -> usize {
-        self.tokens.len()
-    }
-    fn capacity(&self) -> usize {
-        self.capacity
-    }
-    fn truncate(&mut self, len: usize) {
-        self.tokens.truncate(len);
-    }
-    fn fork(&self) -> Self {
-        self.clone()
-    }
-}
 
 /// Logits are a hash of (seed, history, token): deterministic, history-dependent, and spread
 /// enough that greedy decoding is usually not optimal. Counts the tokens fed.
@@ -76,7 +57,7 @@ impl HashModel {
 }
 
 impl LanguageModel for HashModel {
-    type Cache = History;
+    type Cache = HistoryCache;
     type Error = Infallible;
     fn vocab_size(&self) -> usize {
         self.vocab
@@ -84,18 +65,23 @@ impl LanguageModel for HashModel {
     fn context_length(&self) -> usize {
         64
     }
-    fn new_cache(&self, capacity: usize) -> Result<History, Infallible> {
-        Ok(History {
-            tokens: Vec::new(),
-            capacity,
-        })
+    fn new_cache(&self, capacity: usize) -> Result<HistoryCache, Infallible> {
+        Ok(HistoryCache::new(capacity))
     }
-    fn forward_last(&self, tokens: &[u32], cache: &mut History) -> Result<Vec<f32>, Infallible> {
+    fn forward_last(
+        &self,
+        tokens: &[u32],
+        cache: &mut HistoryCache,
+    ) -> Result<Vec<f32>, Infallible> {
         self.fed.set(self.fed.get() + tokens.len());
         cache.tokens.extend_from_slice(tokens);
         Ok(self.row(&cache.tokens))
     }
-    fn forward_all(&self, tokens: &[u32], cache: &mut History) -> Result<Vec<f32>, Infallible> {
+    fn forward_all(
+        &self,
+        tokens: &[u32],
+        cache: &mut HistoryCache,
+    ) -> Result<Vec<f32>, Infallible> {
         let mut out = Vec::new();
         for &t in tokens {
             out.extend(self.forward_last(&[t], cache)?);

@@ -52,6 +52,40 @@ impl fmt::Display for FakeError {
 
 impl std::error::Error for FakeError {}
 
+/// A cache that remembers its tokens, so a fake model's logits can depend on the whole history.
+#[derive(Debug, Clone)]
+pub struct HistoryCache {
+    /// The tokens fed so far.
+    pub tokens: Vec<u32>,
+    /// The most tokens it takes (not enforced).
+    pub capacity: usize,
+}
+
+impl HistoryCache {
+    /// An empty cache.
+    pub fn new(capacity: usize) -> Self {
+        HistoryCache {
+            tokens: Vec::new(),
+            capacity,
+        }
+    }
+}
+
+impl ModelCache for HistoryCache {
+    fn len(&self) -> usize {
+        self.tokens.len()
+    }
+    fn capacity(&self) -> usize {
+        self.capacity
+    }
+    fn truncate(&mut self, len: usize) {
+        self.tokens.truncate(len);
+    }
+    fn fork(&self) -> Self {
+        self.clone()
+    }
+}
+
 /// One recorded forward call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Call {

@@ -1,0 +1,173 @@
+//! `generate_batch`: several sequences in lockstep, one batched forward pass per step, against a
+//! fake model whose prediction depends on the whole history.
+
+mod common;
+
+use common::HistoryCache;
+use kindle_generate::{
+    GenerationConfig, LanguageModel, Session, TokenDecoder, generate_batch, generate_to_end,
+};
+use kindle_sampling::Sampler;
+use std::cell::RefCell;
+use std::convert::Infallible;
+
+/// Predicts (sum of the history * 3 + 1) mod vocab; records each batched call's lengths.
+struct Echo {
+    vocab: usize,
+    batches: RefCell<Vec<Vec<usize>>>,
+}
+
+impl Echo {
+    fn new(vocab: usize) -> Self {
+        Echo {
+            vocab,
+            batches: RefCell::new(Vec::new()),
+        }
+    }
+    fn batch_calls(&self) -> Vec<Vec<usize>> {
+        self.batches.borrow().clone()
+    }
+    fn row(&self, history: &[u32]) -> Vec<f32> {
+        let next = (history.iter().map(|&t| t as usize).sum::<usize>() * 3 + 1) % self.vocab;
+        (0..self.vocab)
+            .map(|i| if i == next { 5.0 } else { -(i as f32) * 0.01 })
+            .collect()
+    }
+}
+
+impl LanguageModel for Echo {
+    type Cache = HistoryCache;
+    type Error = Infallible;
+    fn vocab_size(&self) -> usize {
+        self.vocab
+    }
+    fn context_length(&self) -> usize {
+        64
+    }
+    fn new_cache(&self, capacity: usize) -> Result<HistoryCache, Infallible> {
+        Ok(HistoryCache::new(capacity))
+    }
+    fn forward_last(
+        &self,
+        tokens: &[u32],
+        cache: &mut HistoryCache,
+    ) -> Result<Vec<f32>, Infallible> {
+        cache.tokens.extend_from_slice(tokens);
+        Ok(self.row(&cache.tokens))
+    }
+    fn forward_all(
+        &self,
+        tokens: &[u32],
+        cache: &mut HistoryCache,
+    ) -> Result<Vec<f32>, Infallible> {
+        let mut out = Vec::new();
+        for &t in tokens {
+            cache.tokens.push(t);
+            out.extend(self.row(&cache.tokens));
+        }
+        Ok(out)
+    }
+    fn forward_batch(
+        &self,
+        batch: &mut [(&[u32], &mut HistoryCache)],
+    ) -> Result<Vec<Vec<f32>>, Infallible> {
+        self.batches
+            .borrow_mut()
+            .push(batch.iter().map(|(t, _)| t.len()).collect());
+        batch
+            .iter_mut()
+            .map(|(tokens, cache)| self.forward_last(tokens, cache))
+            .collect()
+    }
+}
+
+impl TokenDecoder for Echo {
+    type Error = Infallible;
+    fn decode(&self, ids: &[u32]) -> Result<String, Infallible> {
+        Ok(ids.iter().map(|&i| (b'a' + i as u8) as char).collect())
+    }
+}
+
+/// Greedy outputs of a batch equal those of each prompt run alone, the prompts of
+/// different lengths are prefilled together and finished sequences drop out.
+#[test]
+fn a_batch_gives_each_prompt_its_solo_output() {
+    let model = Echo::new(8);
+    let prompts: Vec<Vec<u32>> = vec![vec![1], vec![2, 3, 4], vec![5, 6], vec![7, 0, 1, 2]];
+    let config = GenerationConfig::default()
+        .with_max_new_tokens(5)
+        .with_eog_token_ids([0]);
+    let solo: Vec<_> = prompts
+        .iter()
+        .map(|p| {
+            let mut session = Session::new(&model, 32).unwrap();
+            generate_to_end(
+                &model,
+                &mut session,
+                p,
+                &mut Sampler::greedy(),
+                &model,
+                &config,
+            )
+            .unwrap()
+        })
+        .collect();
+    let mut sessions: Vec<_> = prompts
+        .iter()
+        .map(|_| Session::new(&model, 32).unwrap())
+        .collect();
+    let mut samplers: Vec<_> = prompts.iter().map(|_| Sampler::greedy()).collect();
+    let mut events = vec![0usize; prompts.len()];
+    let batch = generate_batch(
+        &model,
+        &mut sessions,
+        &prompts,
+        &mut samplers,
+        &model,
+        &config,
+        |i, _| events[i] += 1,
+    )
+    .unwrap();
+    for (i, (b, s)) in batch.iter().zip(&solo).enumerate() {
+        assert_eq!(b.tokens, s.tokens, "sequence {i}");
+        assert_eq!(b.text, s.text, "sequence {i}");
+        assert_eq!(b.finish_reason, s.finish_reason, "sequence {i}");
+        assert_eq!(
+            events[i],
+            s.tokens.len() + 1,
+            "one event per token plus Done"
+        );
+    }
+    let calls = model.batch_calls();
+    assert_eq!(
+        calls[0],
+        prompts.iter().map(|p| p.len()).collect::<Vec<_>>(),
+        "one batched prefill"
+    );
+    assert!(
+        calls.iter().skip(1).all(|c| c.iter().all(|&n| n == 1)),
+        "then one token per sequence"
+    );
+    assert!(calls.len() <= 6, "steps run in lockstep: {calls:?}");
+}
+
+#[test]
+fn mismatched_batch_inputs_are_an_error() {
+    let model = Echo::new(8);
+    let mut sessions = vec![Session::new(&model, 8).unwrap()];
+    let err = generate_batch(
+        &model,
+        &mut sessions,
+        &[vec![1], vec![2]],
+        &mut [Sampler::greedy()],
+        &model,
+        &GenerationConfig::default(),
+        |_, _| {},
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("2 prompts, 1 sessions, 1 samplers"),
+        "{err}"
+    );
+}
