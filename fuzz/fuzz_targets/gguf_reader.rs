@@ -2,7 +2,7 @@
 //! have every tensor dequantised (or refused with an error).
 #![no_main]
 
-use kindle_fuzz::gguf::GgufFile;
+use kindle_gguf::GgufFile;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -9,8 +9,8 @@
 
 use std::sync::LazyLock;
 
-use kindle_fuzz::gguf::GgufFile;
-use kindle_fuzz::tokenizer::Tokenizer;
+use kindle_gguf::GgufFile;
+use kindle_tokenizer::Tokenizer;
 use libfuzzer_sys::fuzz_target;
 
 static TOKENIZER: LazyLock<Tokenizer> = LazyLock::new(|| {

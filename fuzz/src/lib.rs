@@ -1,15 +1,10 @@
-//! kindle-model's GGUF reader, dequantisation and tokenizer compiled without Burn, with the same
-//! module layout (`crate::gguf`, `crate::quant`, `crate::tokenizer`) so the sources compile
-//! unchanged.
-
-#![allow(dead_code)]
-
-#[path = "../../crates/model/src/gguf/mod.rs"]
-pub mod gguf;
-#[path = "../../crates/model/src/quant.rs"]
-pub mod quant;
-#[path = "../../crates/model/src/tokenizer.rs"]
-pub mod tokenizer;
+//! Shared helpers of kindle's cargo-fuzz targets (the crates under test are ordinary
+//! dependencies: kindle-gguf and kindle-tokenizer have no Burn, so fuzz builds stay small).
+//!
+//! ```no_run
+//! let path = kindle_fuzz::model_path();
+//! println!("{}", path.display());
+//! ```
 
 /// Path of the real model: `$KINDLE_MODEL`, else the default cache location.
 pub fn model_path() -> std::path::PathBuf {

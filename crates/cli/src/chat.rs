@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result};
 use kindle_generate::chat::{ChatMessage, ChatTemplate, encode_parts};
-use kindle_model::tokenizer::Tokenizer;
+use kindle_tokenizer::Tokenizer;
 
 /// The template used when the model has none (ChatML, as llama.cpp falls back to).
 pub const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";

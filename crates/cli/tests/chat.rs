@@ -6,11 +6,11 @@ use std::cell::{Cell, RefCell};
 
 use common::{ids, model_path, reference};
 use kindle_cli::chat::{chat_template, encode_chat};
-use kindle_cli::engine::{self, BurnCache, BurnModel, Detokenizer};
+use kindle_cli::engine::{self, Detokenizer};
 use kindle_generate::chat::{ChatMessage, ChatTemplate};
 use kindle_generate::{GenerationConfig, LanguageModel, Session, generate_to_end};
-use kindle_model::ModelError;
-use kindle_model::tokenizer::Tokenizer;
+use kindle_model::{Engine, EngineCache, ModelError};
+use kindle_tokenizer::Tokenizer;
 use kindle_sampling::Sampler;
 
 fn template(tokenizer: &Tokenizer) -> ChatTemplate {
@@ -76,13 +76,13 @@ fn control_tokens_in_messages_are_plain_text() {
 
 /// Counts the tokens fed and keeps the last logits row.
 struct Counting<'a> {
-    inner: &'a BurnModel,
+    inner: &'a Engine,
     fed: Cell<usize>,
     last: RefCell<Vec<f32>>,
 }
 
 impl LanguageModel for Counting<'_> {
-    type Cache = BurnCache;
+    type Cache = EngineCache;
     type Error = ModelError;
     fn vocab_size(&self) -> usize {
         self.inner.vocab_size()
@@ -90,16 +90,16 @@ impl LanguageModel for Counting<'_> {
     fn context_length(&self) -> usize {
         self.inner.context_length()
     }
-    fn new_cache(&self, capacity: usize) -> Result<BurnCache, ModelError> {
+    fn new_cache(&self, capacity: usize) -> Result<EngineCache, ModelError> {
         self.inner.new_cache(capacity)
     }
-    fn forward_last(&self, tokens: &[u32], cache: &mut BurnCache) -> Result<Vec<f32>, ModelError> {
+    fn forward_last(&self, tokens: &[u32], cache: &mut EngineCache) -> Result<Vec<f32>, ModelError> {
         self.fed.set(self.fed.get() + tokens.len());
         let logits = self.inner.forward_last(tokens, cache)?;
         *self.last.borrow_mut() = logits.clone();
         Ok(logits)
     }
-    fn forward_all(&self, tokens: &[u32], cache: &mut BurnCache) -> Result<Vec<f32>, ModelError> {
+    fn forward_all(&self, tokens: &[u32], cache: &mut EngineCache) -> Result<Vec<f32>, ModelError> {
         self.fed.set(self.fed.get() + tokens.len());
         self.inner.forward_all(tokens, cache)
     }
@@ -109,9 +109,9 @@ impl LanguageModel for Counting<'_> {
 fn second_turn_prefills_only_new_tokens_with_the_same_logits() {
     let loaded = engine::open(&model_path()).unwrap();
     let tokenizer = &loaded.tokenizer;
-    let burn = engine::load_model(&loaded, &engine::DeviceArgs::cpu()).unwrap();
+    let engine = engine::load_model(&loaded, &engine::DeviceArgs::cpu()).unwrap();
     let model = Counting {
-        inner: &burn,
+        inner: &engine,
         fed: Cell::new(0),
         last: RefCell::new(Vec::new()),
     };

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
-use kindle_model::gguf::{GgufWriter, MetadataValue};
+use kindle_gguf::{GgufWriter, MetadataValue};
 
 /// Run `kindle` with `args`, feeding `stdin` (empty when `None`).
 fn kindle(args: &[&str], stdin: Option<&[u8]>) -> Output {

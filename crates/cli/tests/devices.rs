@@ -17,27 +17,22 @@ mod common;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use burn::prelude::*;
 use common::reference::{MARGIN, check_teacher_forced};
 use common::{argmax, ids, prompts};
-use kindle_cli::engine::{DeviceArgs, DeviceKind, Dtype};
-use kindle_model::gguf::{GgufFile, GgufWriter, MetadataValue};
-use kindle_model::quant::GgmlType;
+use kindle_model::{DeviceKind, Dtype, OpenDevice};
+use kindle_gguf::{GgufFile, GgufWriter, MetadataValue};
+use kindle_gguf::quant::GgmlType;
 use kindle_model::{Llama, LogitsFor};
 
 /// The device `kind`, or `None` (with a note) when it does not open and is not required here.
-fn open(kind: DeviceKind, dtype: Dtype) -> Option<(Device, DeviceArgs)> {
-    let args = DeviceArgs {
-        dtype,
-        ..DeviceArgs::on(kind)
-    };
+fn open(kind: DeviceKind, dtype: Dtype) -> Option<OpenDevice> {
     let required = match kind {
         DeviceKind::Flex | DeviceKind::Ndarray => true,
         DeviceKind::Wgpu => std::env::var("KINDLE_REQUIRE_WGPU").is_ok_and(|v| v == "1"),
         DeviceKind::Cuda => std::env::var("KINDLE_REQUIRE_CUDA").is_ok_and(|v| v == "1"),
     };
-    match args.open() {
-        Ok(device) => Some((device, args)),
+    match OpenDevice::open(kind, dtype) {
+        Ok(device) => Some(device),
         Err(error) if !required => {
             eprintln!(
                 "skipped on {}: {error:#} (set KINDLE_REQUIRE_{}=1 to make this an error)",
@@ -53,8 +48,8 @@ fn open(kind: DeviceKind, dtype: Dtype) -> Option<(Device, DeviceArgs)> {
     }
 }
 
-fn load(file: &GgufFile, device: &Device, args: &DeviceArgs) -> Llama {
-    Llama::from_gguf_with(file, device, args.load_options(device)).expect("loading the model")
+fn load(file: &GgufFile, device: &OpenDevice) -> Llama {
+    Llama::load(file, device).expect("loading the model")
 }
 
 // --- The tiny model ---------------------------------------------------------------------------
@@ -195,8 +190,8 @@ fn tiny_reference() -> &'static Vec<Vec<f32>> {
     static ROWS: OnceLock<Vec<Vec<f32>>> = OnceLock::new();
     ROWS.get_or_init(|| {
         let file = GgufFile::open(tiny_model()).unwrap();
-        let (device, args) = open(DeviceKind::Flex, Dtype::F32).unwrap();
-        tiny_run(&load(&file, &device, &args))
+        let device = open(DeviceKind::Flex, Dtype::F32).unwrap();
+        tiny_run(&load(&file, &device))
     })
 }
 
@@ -217,11 +212,11 @@ fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> (f32, f32) {
 }
 
 fn tiny_logits_agree_with_flex(kind: DeviceKind) {
-    let Some((device, args)) = open(kind, Dtype::F32) else {
+    let Some(device) = open(kind, Dtype::F32) else {
         return;
     };
     let file = GgufFile::open(tiny_model()).unwrap();
-    let rows = tiny_run(&load(&file, &device, &args));
+    let rows = tiny_run(&load(&file, &device));
     let (diff, scale) = max_diff(&rows, tiny_reference());
     eprintln!(
         "{}: tiny model, largest logit difference from flex {diff:.2e} (logits up to {scale:.2})",
@@ -237,14 +232,14 @@ fn tiny_logits_agree_with_flex(kind: DeviceKind) {
 }
 
 fn half_precision_agrees_with_f32(kind: DeviceKind) {
-    let Some((f32_device, f32_args)) = open(kind, Dtype::F32) else {
+    let Some(f32_device) = open(kind, Dtype::F32) else {
         return;
     };
     let file = GgufFile::open(tiny_model()).unwrap();
-    let reference = tiny_run(&load(&file, &f32_device, &f32_args));
+    let reference = tiny_run(&load(&file, &f32_device));
     let mut ran = 0;
     for (dtype, bound) in [(Dtype::F16, 0.05f32), (Dtype::Bf16, 0.4)] {
-        if !f32_device.supports_dtype(dtype.float_dtype()) {
+        if !kind.supports(&f32_device.device, dtype) {
             eprintln!(
                 "{}: no {} arithmetic on this device",
                 kind.name(),
@@ -252,8 +247,8 @@ fn half_precision_agrees_with_f32(kind: DeviceKind) {
             );
             continue;
         }
-        let (device, args) = open(kind, dtype).expect("the device opened in f32");
-        let rows = tiny_run(&load(&file, &device, &args));
+        let device = open(kind, dtype).expect("the device opened in f32");
+        let rows = tiny_run(&load(&file, &device));
         let (diff, scale) = max_diff(&rows, &reference);
         eprintln!(
             "{}: --dtype {}: largest logit difference from f32 {diff:.2e} (logits up to {scale:.2})",
@@ -273,18 +268,14 @@ fn half_precision_agrees_with_f32(kind: DeviceKind) {
             kind.name(),
             dtype.name()
         );
-        check_teacher_forced(&load(&real, &device, &args));
+        check_teacher_forced(&load(&real, &device));
         ran += 1;
     }
     assert!(ran > 0, "{} computes in neither f16 nor bf16", kind.name());
 }
 
 fn cpu_devices_refuse_half_precision(kind: DeviceKind) {
-    let args = DeviceArgs {
-        dtype: Dtype::F16,
-        ..DeviceArgs::on(kind)
-    };
-    let error = format!("{:#}", args.open().unwrap_err());
+    let error = format!("{:#}", OpenDevice::open(kind, Dtype::F16).unwrap_err());
     assert!(
         error.contains("--dtype f16") && error.contains("GPU"),
         "{error}"
@@ -294,9 +285,9 @@ fn cpu_devices_refuse_half_precision(kind: DeviceKind) {
 // --- The real model ---------------------------------------------------------------------------
 
 fn real_model(kind: DeviceKind) -> Option<Llama> {
-    let (device, args) = open(kind, Dtype::F32)?;
+    let device = open(kind, Dtype::F32)?;
     let file = GgufFile::open(common::model_path()).expect("opening the model");
-    Some(load(&file, &device, &args))
+    Some(load(&file, &device))
 }
 
 fn real_model_teacher_forced(kind: DeviceKind) {
@@ -440,7 +431,7 @@ device_suite!(cuda, DeviceKind::Cuda, gpu);
 fn a_device_this_build_lacks_is_a_clear_error() {
     #[cfg(not(feature = "cuda"))]
     {
-        let error = format!("{:#}", DeviceKind::Cuda.device().unwrap_err());
+        let error = format!("{:#}", DeviceKind::Cuda.open().unwrap_err());
         assert!(error.contains("`cuda` feature"), "{error}");
     }
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_kindle"))

@@ -4,7 +4,7 @@
 mod common;
 
 use common::reference::{check_free_running, check_teacher_forced, model};
-use kindle_model::kernels::{ActivationFormat, set_activation_format};
+use kindle_kernels::{ActivationFormat, set_activation_format};
 
 #[test]
 fn int8_activations_match_llama_cpp_teacher_forced_and_free_running() {

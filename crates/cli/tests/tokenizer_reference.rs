@@ -7,8 +7,8 @@ mod common;
 
 use std::path::Path;
 
-use kindle_model::gguf::GgufFile;
-use kindle_model::tokenizer::Tokenizer;
+use kindle_gguf::GgufFile;
+use kindle_tokenizer::Tokenizer;
 use serde_json::Value;
 
 /// Loads the real tokenizer (the default model is fetched if missing, as the CLI does).

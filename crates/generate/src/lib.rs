@@ -109,7 +109,6 @@
 //! # Ok::<(), kindle_generate::GenerateError>(())
 //! ```
 
-#![warn(missing_docs)]
 
 mod batch;
 mod beam;

@@ -3,7 +3,7 @@
 use burn::prelude::*;
 
 use crate::storage::{Buffer, KvType};
-use crate::{HostKvLayer, KvCacheConfig, KvCacheError, KvStore};
+use crate::{HostKvLayer, KvCacheConfig, KvCacheError, KvStore, is_host_device};
 
 /// Per-layer key and value buffers of shape `[1, n_kv_heads, capacity, head_dim]`.
 #[derive(Debug, Clone)]
@@ -50,7 +50,7 @@ impl KvCache {
             })
             .collect();
         #[allow(deprecated)] // Burn deprecates ndarray; it is still a CPU backend.
-        let host = *device == Device::flex() || *device == Device::ndarray();
+        let host = is_host_device(device);
         KvCache {
             config,
             kv_type,

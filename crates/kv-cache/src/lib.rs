@@ -56,6 +56,16 @@ pub use paged::{PagedPool, SeqId};
 pub use sliding::SlidingWindowCache;
 pub use storage::KvType;
 
+/// Whether `device`'s tensors live in host memory (Burn's CPU backends, flex and ndarray):
+/// the one answer to "is this a CPU device" for every kindle crate (`kindle_model::device`
+/// re-exports it). Reads the device's backend; opens and constructs nothing.
+pub fn is_host_device(device: &burn::prelude::Device) -> bool {
+    matches!(
+        device.as_dispatch(),
+        burn::DispatchDevice::Flex(_) | burn::DispatchDevice::NdArray(_)
+    )
+}
+
 /// What a cache operation refused to do.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum KvCacheError {

@@ -7,8 +7,8 @@
 use std::time::Instant;
 
 use burn::prelude::*;
-use kindle_model::gguf::GgufFile;
-use kindle_model::kernels::{ActivationFormat, set_activation_format};
+use kindle_gguf::GgufFile;
+use kindle_kernels::{ActivationFormat, set_activation_format};
 use kindle_model::{Llama, LoadOptions, LogitsFor, WeightFormat};
 
 fn main() {
@@ -22,7 +22,7 @@ fn main() {
     let n: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(64);
     let file = GgufFile::open(&path).expect("opening the model");
     let device = Device::flex();
-    println!("kernel threads: {}", kindle_model::kernels::num_threads());
+    println!("kernel threads: {}", kindle_kernels::num_threads());
     let runs = [
         (WeightFormat::Quantized, ActivationFormat::F32),
         (WeightFormat::Quantized, ActivationFormat::Int8),

@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use burn::prelude::*;
-use kindle_model::gguf::GgufFile;
+use kindle_gguf::GgufFile;
 use kindle_model::{KvType, Llama, LogitsFor};
 
 fn main() {
@@ -32,7 +32,7 @@ fn main() {
     let model = Llama::from_gguf(&file, &Device::flex()).expect("loading the model");
     println!(
         "kernel threads: {}, KV cache {kv_type}",
-        kindle_model::kernels::num_threads()
+        kindle_kernels::num_threads()
     );
 
     for position in [128usize, 1024, 4096] {

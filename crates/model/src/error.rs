@@ -1,7 +1,7 @@
 //! The model crate's error type.
 
-use crate::gguf::GgufError;
-use crate::tokenizer::TokenizerError;
+use kindle_gguf::GgufError;
+use kindle_tokenizer::TokenizerError;
 use kindle_kv_cache::KvCacheError;
 use thiserror::Error;
 
@@ -14,6 +14,12 @@ pub enum ModelError {
     /// The tokenizer could not be built or used.
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
+    /// The device could not be opened or cannot run the asked float type.
+    #[error(transparent)]
+    Device(#[from] crate::device::DeviceError),
+    /// An option of the run is out of range (for example zero threads).
+    #[error("{0}")]
+    Option(String),
     /// The KV cache refused an operation.
     #[error(transparent)]
     Cache(#[from] KvCacheError),

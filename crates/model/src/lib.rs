@@ -1,4 +1,5 @@
-//! GGUF reader, tokenizer and Llama-family transformer in Burn for kindle.
+//! The Llama-family transformer in Burn for kindle: loading it from GGUF, running it on a
+//! device.
 //!
 //! ```
 //! use burn::prelude::*;
@@ -13,16 +14,17 @@
 //! assert_eq!(cache.len(), 3);
 //! ```
 
+pub mod device;
+pub mod engine;
 pub mod error;
-pub mod gguf;
-pub mod kernels;
 pub mod linear;
 pub mod llama;
 pub mod loader;
-pub mod quant;
-pub mod tokenizer;
 
+pub use device::{DeviceError, DeviceKind, Dtype, OpenDevice};
+pub use engine::{Engine, EngineCache, EngineOptions};
 pub use error::ModelError;
+pub use kindle_kernels::ActivationFormat;
 pub use kindle_kv_cache::{KvCache, KvCacheConfig, KvStore, KvType, SlidingWindowCache};
 pub use llama::{BatchSequence, Llama, LlamaConfig, LogitsFor};
 pub use loader::{LoadOptions, WeightFormat};

@@ -5,7 +5,7 @@
 //! - **dense**: an `f32` Burn tensor multiplied with Burn's `matmul` (any device: the form
 //!   for GPUs, and the fallback);
 //! - **quantized**: a [`QuantMatrix`] of GGUF blocks, multiplied on the host by the fused
-//!   dequantise-and-multiply kernels of [`crate::kernels`] (CPU devices).
+//!   dequantise-and-multiply kernels of [`kindle_kernels`] (CPU devices).
 //!
 //! The same type also serves as the token embedding ([`QLinear::embed`]), so a tied output
 //! head and the embedding lookup share one (quantized) table.
@@ -14,7 +14,7 @@ use burn::module::Param;
 use burn::prelude::*;
 use burn::tensor::{DType, TensorData};
 
-use crate::kernels::{ActivationFormat, QuantMatrix, activation_format};
+use kindle_kernels::{ActivationFormat, QuantMatrix, activation_format};
 
 /// A bias-free linear layer `y = x W^T`.
 ///

@@ -5,8 +5,8 @@ use burn::prelude::*;
 use burn::tensor::{DType, TensorData};
 
 use crate::error::ModelError;
-use crate::gguf::GgufFile;
-use crate::kernels::{self, QuantMatrix};
+use kindle_gguf::GgufFile;
+use kindle_kernels::{self, QuantMatrix};
 use crate::linear::QLinear;
 use crate::llama::{Block, Llama, LlamaConfig, RmsNorm};
 
@@ -152,7 +152,7 @@ fn check_shape(file: &GgufFile, name: &str, expected: &[u64]) -> Result<(), Mode
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WeightFormat {
     /// In their GGUF encoding, read in place from the (memory-mapped) file and multiplied by
-    /// the CPU kernels of [`crate::kernels`]. Tensor types without a kernel are dequantised.
+    /// the CPU kernels of [`kindle_kernels`]. Tensor types without a kernel are dequantised.
     Quantized,
     /// Dequantised to `f32` Burn tensors on the device.
     DenseF32,
@@ -180,7 +180,7 @@ impl WeightFormat {
     // burn-ndarray is deprecated in Burn, but it is still a CPU backend kindle can run on.
     #[allow(deprecated)]
     pub fn for_device(device: &Device) -> Self {
-        if *device == Device::flex() || *device == Device::ndarray() {
+        if crate::device::is_host_device(device) {
             WeightFormat::Quantized
         } else {
             WeightFormat::DenseF32
@@ -248,6 +248,12 @@ impl Llama {
     /// from the file on CPU backends, `f32` tensors elsewhere.
     pub fn from_gguf(file: &GgufFile, device: &Device) -> Result<Self, ModelError> {
         Self::from_gguf_with(file, device, LoadOptions::for_device(device))
+    }
+
+    /// Load a llama-architecture model from a GGUF file onto an opened device, holding the
+    /// weights as that device does (quantized on the host, dense in its float type elsewhere).
+    pub fn load(file: &GgufFile, device: &crate::device::OpenDevice) -> Result<Self, ModelError> {
+        Self::from_gguf_with(file, &device.device, device.load_options())
     }
 
     /// Load a llama-architecture model from a GGUF file onto `device` as `options` say.

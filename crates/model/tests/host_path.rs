@@ -7,11 +7,11 @@ use std::path::PathBuf;
 
 use burn::prelude::*;
 use half::f16;
-use kindle_model::gguf::GgufFile;
-use kindle_model::kernels::{QuantMatrix, WeightBytes};
+use kindle_gguf::GgufFile;
+use kindle_kernels::{QuantMatrix, WeightBytes};
 use kindle_model::linear::QLinear;
 use kindle_model::llama::{Block, RmsNorm};
-use kindle_model::quant::GgmlType;
+use kindle_gguf::quant::GgmlType;
 use kindle_model::{
     BatchSequence, KvStore, KvType, Llama, LlamaConfig, LoadOptions, LogitsFor, WeightFormat,
 };

@@ -3,8 +3,8 @@
 //! and never allocate what the file merely claims.
 
 use burn::prelude::Device;
-use kindle_model::gguf::{GgufFile, GgufWriter, MetadataValue};
-use kindle_model::tokenizer::{Tokenizer, TokenizerError};
+use kindle_gguf::{GgufFile, GgufWriter, MetadataValue};
+use kindle_tokenizer::{Tokenizer, TokenizerError};
 use kindle_model::{Llama, LogitsFor, ModelError};
 
 const VOCAB: u64 = 64;

@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 
 use burn::prelude::*;
-use kindle_model::gguf::GgufFile;
+use kindle_gguf::GgufFile;
 use kindle_model::{KvStore, KvType, Llama, LlamaConfig, LogitsFor, SlidingWindowCache};
 
 fn real_model() -> Option<PathBuf> {

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use burn::prelude::*;
-use kindle_model::gguf::GgufFile;
+use kindle_gguf::GgufFile;
 use kindle_model::{Llama, LoadOptions, LogitsFor, WeightFormat};
 
 fn real_model() -> Option<PathBuf> {

@@ -68,7 +68,6 @@
 //! token masked is [`SamplingError::AllMasked`]. Use [`SamplingError::at_step`] to attach the
 //! generation step.
 
-#![warn(missing_docs)]
 
 mod candidates;
 mod config;

@@ -8,4 +8,3 @@
 //! ```
 //! // Nothing to call: depending on the crate is what it is for.
 //! ```
-#![warn(missing_docs)]

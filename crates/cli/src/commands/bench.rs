@@ -108,7 +108,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let config = llama.config();
     let vocab = config.vocab_size;
     let file_bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-    let threads = if !args.device.device.is_cpu() {
+    let threads = if !args.device.device.is_host() {
         // The GPU does the work; host threads only matter to the CPU kernels.
         if !args.thread_counts.is_empty() {
             eprintln!(
@@ -116,12 +116,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 args.device.device.name()
             );
         }
-        vec![kindle_model::kernels::num_threads()]
+        vec![kindle_kernels::num_threads()]
     } else if args.thread_counts.is_empty() {
         vec![
             args.device
                 .threads
-                .unwrap_or_else(kindle_model::kernels::num_threads),
+                .unwrap_or_else(kindle_kernels::num_threads),
         ]
     } else {
         args.thread_counts.clone()
@@ -141,7 +141,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     let mut rows: Vec<Value> = Vec::new();
     for &t in &threads {
-        kindle_model::kernels::set_num_threads(t);
+        kindle_kernels::set_num_threads(t);
         let mut tests: Vec<(String, usize, bool)> = Vec::new();
         tests.extend(
             args.prompt
@@ -193,7 +193,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 "params": config.parameter_count(),
                 "device": args.device.device.name(),
                 // On a GPU the products run in --dtype; on the CPU in --activations.
-                "activations": if args.device.device.is_cpu() {
+                "activations": if args.device.device.is_host() {
                     format!("{:?}", args.device.activations).to_lowercase()
                 } else {
                     args.device.dtype.name().to_string()

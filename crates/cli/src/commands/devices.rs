@@ -2,7 +2,9 @@
 
 use anyhow::Result;
 use clap::Args;
-use kindle_cli::engine::{DeviceKind, describe_device};
+use kindle_model::DeviceKind;
+use kindle_model::device::describe;
+use serde_json::json;
 
 #[derive(Args, Debug)]
 pub struct DevicesArgs {
@@ -13,9 +15,20 @@ pub struct DevicesArgs {
 
 /// Run the command.
 pub fn run(args: DevicesArgs) -> Result<()> {
-    let reports: Vec<_> = DeviceKind::ALL.into_iter().map(describe_device).collect();
+    let reports: Vec<_> = DeviceKind::ALL.into_iter().map(describe).collect();
     if args.json {
-        println!("{}", serde_json::to_string(&reports)?);
+        let rows: Vec<_> = reports
+            .iter()
+            .map(|r| {
+                json!({
+                    "device": r.kind.name(),
+                    "available": r.available,
+                    "detail": r.detail,
+                    "dtypes": r.dtypes.iter().map(|d| d.name()).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string(&rows)?);
         return Ok(());
     }
     for r in &reports {
@@ -27,9 +40,10 @@ pub fn run(args: DevicesArgs) -> Result<()> {
         let dtypes = if r.dtypes.is_empty() {
             String::new()
         } else {
-            format!(" [--dtype {}]", r.dtypes.join("|"))
+            let names: Vec<_> = r.dtypes.iter().map(|d| d.name()).collect();
+            format!(" [--dtype {}]", names.join("|"))
         };
-        println!("{:<8} {:<12} {}{}", r.device, status, r.detail, dtypes);
+        println!("{:<8} {:<12} {}{}", r.kind.name(), status, r.detail, dtypes);
     }
     Ok(())
 }

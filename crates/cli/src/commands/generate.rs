@@ -5,13 +5,14 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use kindle_cli::engine::{self, BurnModel, ContextMode, Detokenizer, parse_bytes, show_bytes};
+use kindle_cli::engine::{self, ContextMode, Detokenizer, parse_bytes, show_bytes};
 use kindle_cli::sampling_args::SamplingArgs;
 use kindle_generate::{
     BeamConfig, EarlyStopping, Event, GenerationConfig, Session, Summary, Timings, beam_search,
     generate, generate_samples,
 };
-use kindle_model::tokenizer::Tokenizer;
+use kindle_model::Engine;
+use kindle_tokenizer::Tokenizer;
 use kindle_sampling::Sampler;
 use serde_json::{Value, json};
 
@@ -405,7 +406,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
 /// sliding one holds `ctx` tokens, whatever the length of the run.
 pub(crate) fn plan_cache(
     args: &GenerateArgs,
-    model: &mut BurnModel,
+    model: &mut Engine,
     ctx: usize,
     prompt_lens: &[usize],
 ) -> Result<usize> {

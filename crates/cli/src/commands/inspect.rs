@@ -4,7 +4,7 @@ use anyhow::Result;
 use clap::Args;
 use kindle_cli::engine;
 use kindle_model::LlamaConfig;
-use kindle_model::gguf::MetadataValue;
+use kindle_gguf::MetadataValue;
 use serde_json::json;
 
 use crate::ModelArgs;

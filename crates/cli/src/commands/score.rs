@@ -2,7 +2,8 @@
 
 use anyhow::{Result, bail};
 use clap::Args;
-use kindle_cli::engine::{self, BurnModel};
+use kindle_cli::engine;
+use kindle_model::Engine;
 use kindle_generate::{Session, score};
 use serde_json::json;
 
@@ -43,7 +44,7 @@ pub fn run(args: ScoreArgs) -> Result<()> {
     if ids.len() < 2 {
         bail!("scoring needs at least 2 tokens, got {}", ids.len());
     }
-    let model: BurnModel = engine::load_model(&loaded, &args.device)?;
+    let model: Engine = engine::load_model(&loaded, &args.device)?;
     let mut session = Session::new(&model, ids.len())?;
     let scored = score(&model, &mut session, &ids, args.top)?;
     if args.json {

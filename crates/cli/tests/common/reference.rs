@@ -1,9 +1,8 @@
 //! Checks of a model against llama.cpp's reference outputs, shared by the test binaries.
 
 use super::*;
-use burn::prelude::*;
-use kindle_model::gguf::GgufFile;
-use kindle_model::{Llama, LogitsFor};
+use kindle_gguf::GgufFile;
+use kindle_model::{Llama, LogitsFor, OpenDevice};
 use std::sync::OnceLock;
 
 pub const MARGIN: f64 = 0.5;
@@ -13,7 +12,7 @@ pub fn model() -> &'static Llama {
     static MODEL: OnceLock<Llama> = OnceLock::new();
     MODEL.get_or_init(|| {
         let file = GgufFile::open(model_path()).expect("opening the model");
-        Llama::from_gguf(&file, &Device::flex()).expect("loading the model")
+        Llama::load(&file, &OpenDevice::flex()).expect("loading the model")
     })
 }
 

@@ -13,7 +13,7 @@
 
 use super::{BatchSequence, Block, Llama, LogitsFor, RmsNorm};
 use crate::error::ModelError;
-use crate::kernels::{ActivationFormat, QuantMatrix};
+use kindle_kernels::{ActivationFormat, QuantMatrix};
 use crate::linear::{LinearWeight, QLinear};
 
 /// Most rows of one sequence that [`Llama::forward_batch_host`] runs through at once.

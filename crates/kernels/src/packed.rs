@@ -18,7 +18,7 @@
 //! long) and the `rows % 8` rows left over follow in the plain GGUF layout. The bytes are the
 //! file's bytes, moved: same scales, same quants, same size.
 
-use crate::quant::GgmlType;
+use kindle_gguf::quant::GgmlType;
 
 /// Rows per interleaved group.
 pub(crate) const GROUP: usize = 8;

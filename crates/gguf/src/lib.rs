@@ -7,8 +7,8 @@
 //! slices, or dequantised to `f32` on request. [`GgufWriter`] writes valid files.
 //!
 //! ```
-//! use kindle_model::gguf::{GgufFile, GgufWriter, MetadataValue};
-//! use kindle_model::quant::GgmlType;
+//! use kindle_gguf::{GgufFile, GgufWriter, MetadataValue};
+//! use kindle_gguf::quant::GgmlType;
 //!
 //! let bytes = GgufWriter::new()
 //!     .metadata("general.architecture", "llama")
@@ -23,15 +23,17 @@
 //! assert_eq!(norm.ty, GgmlType::F32);
 //! assert_eq!(file.tensor_bytes(norm).len(), 16);
 //! assert_eq!(file.dequantize("output_norm.weight")?, [1.0, 2.0, 3.0, 4.0]);
-//! # Ok::<(), kindle_model::gguf::GgufError>(())
+//! # Ok::<(), kindle_gguf::GgufError>(())
 //! ```
 
 mod error;
+pub mod quant;
 mod reader;
 mod value;
 pub mod writer;
 
 pub use error::GgufError;
+pub use quant::{GgmlType, QuantError};
 pub use reader::{
     ALIGNMENT_KEY, DEFAULT_ALIGNMENT, GgufFile, MAX_ALIGNMENT, SharedBytes, TensorInfo,
 };

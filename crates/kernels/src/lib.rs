@@ -28,8 +28,8 @@
 //! `m = 1`: a row's result does not depend on the batch it was computed in.
 //!
 //! ```
-//! use kindle_model::kernels::{QuantMatrix, WeightBytes};
-//! use kindle_model::quant::GgmlType;
+//! use kindle_kernels::{QuantMatrix, WeightBytes};
+//! use kindle_gguf::quant::GgmlType;
 //!
 //! // A 2 x 32 Q8_0 matrix: each row is one block (f16 scale 1.0, then 32 signed quants).
 //! let mut bytes = Vec::new();
@@ -58,10 +58,21 @@ use std::sync::Arc;
 
 use thiserror::Error;
 
-use crate::gguf::{GgufFile, SharedBytes, TensorInfo};
-use crate::quant::GgmlType;
+use kindle_gguf::{GgufFile, SharedBytes, TensorInfo};
+use kindle_gguf::quant::GgmlType;
 
-pub use pool::{num_threads, set_num_threads};
+pub use pool::{default_threads, num_threads, set_num_threads};
+
+/// The SIMD level the kernels run with on this CPU, for people: `AVX-512`, `AVX-VNNI`,
+/// `AVX2/FMA` or `portable scalar`.
+pub fn simd_level() -> &'static str {
+    match dot::Simd::detect() {
+        dot::Simd::Avx512 => "AVX-512",
+        dot::Simd::Vnni => "AVX-VNNI",
+        dot::Simd::Avx2 => "AVX2/FMA",
+        dot::Simd::Scalar => "portable scalar",
+    }
+}
 pub use q8::{BlockQ8, quantize_row_q8};
 
 /// Why a [`QuantMatrix`] could not be built.
@@ -306,7 +317,7 @@ impl QuantMatrix {
             }
             None => &data[r * self.row_bytes..(r + 1) * self.row_bytes],
         };
-        crate::quant::dequantize(self.ty, row, out).expect("shape checked at construction");
+        kindle_gguf::quant::dequantize(self.ty, row, out).expect("shape checked at construction");
     }
 
     /// `out[m, rows] = x[m, cols] W^T` with the process-wide [`activation_format`].

@@ -2,7 +2,7 @@
 
 use super::packed::{self, GROUP, Packing};
 use super::q8::BlockQ8;
-use crate::quant::{self, GgmlType};
+use kindle_gguf::quant::{self, GgmlType};
 
 /// The activations of one product, in the forms the kernels read.
 pub(crate) struct Activations<'a> {
@@ -388,7 +388,7 @@ fn dot_f32(simd: Simd, a: &[f32], b: &[f32]) -> f32 {
 /// Portable kernels: the fallback on CPUs without AVX2 and the reference for the SIMD ones.
 pub(crate) mod scalar {
     use super::BlockQ8;
-    use crate::quant::{self, GgmlType};
+    use kindle_gguf::quant::{self, GgmlType};
 
     fn f16(lo: u8, hi: u8) -> f32 {
         half::f16::from_bits(u16::from_le_bytes([lo, hi])).to_f32()

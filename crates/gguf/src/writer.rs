@@ -29,8 +29,8 @@ struct PendingTensor {
 /// homogeneous.
 ///
 /// ```
-/// use kindle_model::gguf::{GgufFile, GgufWriter};
-/// use kindle_model::quant::GgmlType;
+/// use kindle_gguf::{GgufFile, GgufWriter};
+/// use kindle_gguf::quant::GgmlType;
 ///
 /// let bytes = GgufWriter::new()
 ///     .alignment(64)
@@ -41,7 +41,7 @@ struct PendingTensor {
 /// let file = GgufFile::from_bytes(bytes)?;
 /// assert_eq!(file.alignment(), 64);
 /// assert_eq!(file.tensor("norm").unwrap().offset, 64);
-/// # Ok::<(), kindle_model::gguf::GgufError>(())
+/// # Ok::<(), kindle_gguf::GgufError>(())
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct GgufWriter {

@@ -4,7 +4,7 @@
 //! # Example
 //!
 //! ```
-//! use kindle_model::tokenizer::{GgufVocab, Tokenizer};
+//! use kindle_tokenizer::{GgufVocab, Tokenizer};
 //!
 //! // A tiny byte-level BPE vocabulary: "Ġ" is the byte-level spelling of a space.
 //! let vocab = GgufVocab {
@@ -23,7 +23,7 @@
 //! assert_eq!(tokenizer.id_to_piece(5), Some("Ġhi"));
 //! assert_eq!(tokenizer.decode(&[4, 5, 0], true)?, "hi hi");
 //! assert_eq!(tokenizer.eog_ids(), [0]);
-//! # Ok::<(), kindle_model::tokenizer::TokenizerError>(())
+//! # Ok::<(), kindle_tokenizer::TokenizerError>(())
 //! ```
 //!
 //! # How llama.cpp's behaviour is reproduced
@@ -60,7 +60,7 @@ use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior};
 
-use crate::gguf::{GgufFile, MetadataValue};
+use kindle_gguf::{GgufFile, MetadataValue};
 
 /// Errors raised while building a tokenizer or encoding/decoding with it.
 #[derive(Debug, thiserror::Error)]
@@ -1339,7 +1339,7 @@ mod tests {
 
     #[test]
     fn from_gguf_reads_tokenizer_metadata() {
-        use crate::gguf::GgufWriter;
+        use kindle_gguf::GgufWriter;
 
         let vocab = tiny_vocab();
         let writer = GgufWriter::new()

@@ -214,7 +214,7 @@ fn current() -> Arc<Pool> {
 
 /// `KINDLE_THREADS` when set, else the physical cores (distinct `(package, core)` pairs in
 /// Linux's sysfs topology), else the available parallelism.
-fn default_threads() -> usize {
+pub fn default_threads() -> usize {
     if let Some(n) = std::env::var("KINDLE_THREADS")
         .ok()
         .and_then(|v| v.trim().parse::<usize>().ok())

@@ -1,0 +1,204 @@
+//! The model behind the generation loop's traits: [`Engine`] implements
+//! [`kindle_generate::LanguageModel`], [`EngineCache`] its [`ModelCache`]; [`EngineOptions`]
+//! says where and how a model runs (device, float type, threads, activations, KV type).
+//!
+//! This is the seam between the crates that know Burn and those that do not: the CLI (and
+//! the server) build an [`EngineOptions`] from their flags, call [`Engine::load`], and see
+//! only `LanguageModel` from then on.
+
+use kindle_generate::{LanguageModel, ModelCache};
+use kindle_gguf::GgufFile;
+use kindle_kernels::ActivationFormat;
+use kindle_kv_cache::{KvCache, KvStore, KvType, SlidingWindowCache};
+
+use crate::device::{DeviceKind, Dtype, OpenDevice};
+use crate::error::ModelError;
+use crate::llama::{BatchSequence, Llama, LogitsFor};
+
+/// Where and how a model runs: what every command that runs one shares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineOptions {
+    /// The device.
+    pub device: DeviceKind,
+    /// Float type of dense weights and matrix products (GPU devices; CPU devices take `f32`).
+    pub dtype: Dtype,
+    /// Threads for the CPU kernels; `None`: the physical cores.
+    pub threads: Option<usize>,
+    /// Activations of the quantized CPU kernels.
+    pub activations: ActivationFormat,
+    /// How KV caches store keys and values.
+    pub kv_type: KvType,
+}
+
+impl Default for EngineOptions {
+    /// Flex, `f32`, the physical cores, `f32` activations, an `f32` KV cache.
+    fn default() -> Self {
+        EngineOptions {
+            device: DeviceKind::Flex,
+            dtype: Dtype::F32,
+            threads: None,
+            activations: ActivationFormat::F32,
+            kv_type: KvType::F32,
+        }
+    }
+}
+
+impl EngineOptions {
+    /// The same options on another device.
+    pub fn on(device: DeviceKind) -> Self {
+        EngineOptions {
+            device,
+            ..EngineOptions::default()
+        }
+    }
+
+    /// Check the options that need no device (threads at least 1).
+    pub fn validate(&self) -> Result<(), ModelError> {
+        if self.threads == Some(0) {
+            return Err(ModelError::Option("--threads must be at least 1".into()));
+        }
+        Ok(())
+    }
+
+    /// Apply the thread count and activation format to the CPU kernels.
+    pub fn configure_kernels(&self) -> Result<(), ModelError> {
+        self.validate()?;
+        if let Some(threads) = self.threads {
+            kindle_kernels::set_num_threads(threads);
+        }
+        kindle_kernels::set_activation_format(self.activations);
+        Ok(())
+    }
+}
+
+/// A [`Llama`] behind the generation loop's [`LanguageModel`] trait.
+pub struct Engine {
+    /// The transformer.
+    pub llama: Llama,
+    /// How new caches store keys and values.
+    pub kv_type: KvType,
+    /// `Some(keep)`: new caches are sliding windows that never discard their first `keep`
+    /// tokens (llama.cpp's context shift); `None`: fixed caches that fill up.
+    pub sliding_keep: Option<usize>,
+    /// The device it runs on.
+    pub device: OpenDevice,
+}
+
+impl Engine {
+    /// Open the device `options` name and load `file`'s weights onto it.
+    pub fn load(file: &GgufFile, options: &EngineOptions) -> Result<Engine, ModelError> {
+        options.configure_kernels()?;
+        let device = OpenDevice::open(options.device, options.dtype)?;
+        let llama = Llama::from_gguf_with(file, &device.device, device.load_options())?;
+        Ok(Engine {
+            llama,
+            kv_type: options.kv_type,
+            sliding_keep: None,
+            device,
+        })
+    }
+}
+
+/// A KV cache behind the generation loop's [`ModelCache`] trait: fixed or sliding.
+#[derive(Debug)]
+pub enum EngineCache {
+    /// Fills up; a forward pass that does not fit is an error.
+    Fixed(KvCache),
+    /// Discards old tokens (after the kept prefix) to make room.
+    Sliding(SlidingWindowCache),
+}
+
+impl EngineCache {
+    /// The cache as the model sees it.
+    pub fn store(&mut self) -> &mut dyn KvStore {
+        match self {
+            EngineCache::Fixed(c) => c,
+            EngineCache::Sliding(c) => c,
+        }
+    }
+
+    fn store_ref(&self) -> &dyn KvStore {
+        match self {
+            EngineCache::Fixed(c) => c,
+            EngineCache::Sliding(c) => c,
+        }
+    }
+
+    /// Bytes of the cache's storage.
+    pub fn bytes(&self) -> usize {
+        self.store_ref().bytes()
+    }
+}
+
+impl ModelCache for EngineCache {
+    fn len(&self) -> usize {
+        self.store_ref().len()
+    }
+    fn capacity(&self) -> usize {
+        self.store_ref().capacity()
+    }
+    fn truncate(&mut self, len: usize) {
+        self.store().truncate(len)
+    }
+    fn fork(&self) -> Self {
+        match self {
+            EngineCache::Fixed(c) => EngineCache::Fixed(c.fork()),
+            EngineCache::Sliding(c) => EngineCache::Sliding(c.fork()),
+        }
+    }
+    fn sliding_keep(&self) -> Option<usize> {
+        match self {
+            EngineCache::Fixed(_) => None,
+            EngineCache::Sliding(c) => Some(c.keep()),
+        }
+    }
+    fn discarded(&self) -> usize {
+        match self {
+            EngineCache::Fixed(_) => 0,
+            EngineCache::Sliding(c) => c.discarded(),
+        }
+    }
+}
+
+impl LanguageModel for Engine {
+    type Cache = EngineCache;
+    type Error = ModelError;
+
+    fn vocab_size(&self) -> usize {
+        self.llama.config().vocab_size
+    }
+    fn context_length(&self) -> usize {
+        self.llama.config().context_length
+    }
+    fn new_cache(&self, capacity: usize) -> Result<EngineCache, ModelError> {
+        Ok(match self.sliding_keep {
+            None => EngineCache::Fixed(self.llama.new_cache_typed(capacity, self.kv_type)),
+            Some(keep) => {
+                EngineCache::Sliding(self.llama.new_sliding_cache(capacity, self.kv_type, keep)?)
+            }
+        })
+    }
+    fn forward_last(
+        &self,
+        tokens: &[u32],
+        cache: &mut EngineCache,
+    ) -> Result<Vec<f32>, ModelError> {
+        self.llama.forward(tokens, cache.store(), LogitsFor::Last)
+    }
+    fn forward_batch(
+        &self,
+        batch: &mut [(&[u32], &mut EngineCache)],
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
+        let mut sequences: Vec<BatchSequence<'_>> = batch
+            .iter_mut()
+            .map(|(tokens, cache)| BatchSequence {
+                tokens,
+                cache: cache.store(),
+            })
+            .collect();
+        self.llama.forward_batch(&mut sequences, LogitsFor::Last)
+    }
+    fn forward_all(&self, tokens: &[u32], cache: &mut EngineCache) -> Result<Vec<f32>, ModelError> {
+        self.llama.forward(tokens, cache.store(), LogitsFor::All)
+    }
+}
