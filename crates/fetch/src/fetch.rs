@@ -149,7 +149,8 @@ impl fmt::Display for Event {
 /// Where pip's own output goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PipOutput {
-    /// pip inherits standard output and error: its progress bar shows on a terminal.
+    /// pip writes to this process's standard error (both its output streams): its progress
+    /// bar shows on a terminal.
     Inherit,
     /// pip runs with `-q` and its output is captured (kept for the error if it fails).
     Quiet,
@@ -387,7 +388,9 @@ impl Fetcher {
             command.args(prefix).args(&args).stdin(Stdio::null());
             let started = Instant::now();
             let (status, output) = match self.pip_output {
-                PipOutput::Inherit => (command.status(), String::new()),
+                // pip's standard output goes to standard error too: the caller's standard
+                // output may be a pipe waiting for the model's path.
+                PipOutput::Inherit => (command.stdout(std::io::stderr()).status(), String::new()),
                 PipOutput::Quiet => match command.output() {
                     Ok(out) => {
                         let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
