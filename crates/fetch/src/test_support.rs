@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use crate::{CACHE_ENV, FetchError, Fetcher, MODEL_ENV, ModelEnv, SKIP_REAL_MODEL_ENV};
+use crate::{FetchError, Fetcher, MODEL_ENV, ModelEnv, SKIP_REAL_MODEL_ENV};
 
 /// The real model for a test that needs it: `$KINDLE_MODEL` if set, else the default model in
 /// the cache folder ([`ModelEnv::cache_dir`]), fetched if missing (what the fetcher does is
@@ -72,9 +72,8 @@ fn find_real_model(
     let (dir, rule) = env.cache_dir_and_rule();
     ensure(&dir).map_err(|error| {
         format!(
-            "this test needs the real model: it is not at {} (the cache folder, {rule}; \
-             {MODEL_ENV} and {CACHE_ENV} are unset or empty where not named) and fetching it \
-             failed: {error}; {hint}",
+            "this test needs the real model: it is not at {} ({MODEL_ENV} is not set; the \
+             cache folder comes from {rule}) and fetching it failed: {error}; {hint}",
             dir.join(crate::DEFAULT_FILE_NAME).display()
         )
     })
@@ -141,7 +140,7 @@ mod tests {
         assert!(
             message.contains(
                 "it is not at /h/.cache/kindle/models/SmolLM2-135M-Instruct.Q4_1.gguf \
-                 (the cache folder, ~/.cache/kindle/models;"
+                 (KINDLE_MODEL is not set; the cache folder comes from ~/.cache/kindle/models)"
             ),
             "{message}"
         );
