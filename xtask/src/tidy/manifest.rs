@@ -85,18 +85,18 @@ pub fn dependencies(manifest: &str) -> Vec<Dependency> {
                 if let Some(package) = key_value(line, "package") {
                     found[dep].package = package;
                 }
-            } else if let Some(kind) = table {
-                if let Some(key) = line.split('=').next().map(str::trim) {
-                    let name = unquote(key.split('.').next().unwrap_or(key).trim());
-                    let package = package_field(line).unwrap_or_else(|| name.clone());
-                    found.push(Dependency {
-                        name,
-                        package,
-                        kind,
-                        line: index + 1,
-                        allow_unused: allows_unused(raw),
-                    });
-                }
+            } else if let Some(kind) = table
+                && let Some((key, _)) = line.split_once('=')
+            {
+                let name = unquote(key.split('.').next().unwrap_or(key).trim());
+                let package = package_field(line).unwrap_or_else(|| name.clone());
+                found.push(Dependency {
+                    name,
+                    package,
+                    kind,
+                    line: index + 1,
+                    allow_unused: allows_unused(raw),
+                });
             }
         }
         depth += bracket_balance(line);
