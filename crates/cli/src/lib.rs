@@ -1,7 +1,6 @@
-//! Library side of the `kindle` binary: model fetching, the glue between the crates (the
+//! Library side of the `kindle` binary: the glue between the crates (the
 //! only place a device is chosen) and command-line argument groups.
 
 pub mod chat;
 pub mod engine;
-pub mod fetch;
 pub mod sampling_args;

@@ -8,7 +8,7 @@ use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 use commands::{bench, chat, devices, generate, inspect, score, tokenize};
 pub use kindle_cli::engine::DeviceArgs;
-use kindle_cli::fetch;
+use kindle_fetch::{Event, Fetcher};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -37,8 +37,16 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// List the compute devices (--device) and whether each opens on this machine.
     Devices(devices::DevicesArgs),
-    /// Download the default model (SmolLM2-135M-Instruct, Q4_1) into the cache folder.
-    FetchModel,
+    /// Download the default model (SmolLM2-135M-Instruct, Q4_1) into the cache folder, unless
+    /// it is there with the right sha256.
+    FetchModel(FetchModelArgs),
+}
+
+#[derive(Args, Debug)]
+struct FetchModelArgs {
+    /// Fetch even when the file in place has the right sha256.
+    #[arg(long)]
+    force: bool,
 }
 
 #[derive(Args, Debug)]
@@ -52,7 +60,12 @@ impl ModelArgs {
     pub fn path(&self) -> Result<PathBuf> {
         match &self.model {
             Some(path) => Ok(path.clone()),
-            None => fetch::ensure_default_model(&mut |msg| eprintln!("kindle: {msg}")),
+            // Quiet when the model is in place: this runs before every command.
+            None => Ok(kindle_fetch::ensure_default_model(&mut |event| {
+                if !matches!(event, Event::AlreadyPresent { .. }) {
+                    eprintln!("kindle: {event}");
+                }
+            })?),
         }
     }
 }
@@ -67,10 +80,11 @@ fn main() {
         Command::Inspect(args) => inspect::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Devices(args) => devices::run(args),
-        Command::FetchModel => fetch::fetch_default_model(&mut |msg| eprintln!("kindle: {msg}"))
-            .map(|path| {
-                println!("{}", path.display());
-            }),
+        Command::FetchModel(args) => Fetcher::new()
+            .force(args.force)
+            .fetch(&mut |event| eprintln!("kindle: {event}"))
+            .map(|path| println!("{}", path.display()))
+            .map_err(Into::into),
     };
     if let Err(error) = result {
         eprintln!("kindle: error: {error:#}");

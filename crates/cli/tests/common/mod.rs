@@ -17,7 +17,7 @@ pub fn model_path() -> PathBuf {
             return PathBuf::from(path);
         }
         // Test binaries may fetch at once: each writes its own partial file and renames it.
-        kindle_cli::fetch::ensure_default_model(&mut |msg| eprintln!("{msg}"))
+        kindle_fetch::ensure_default_model(&mut |event| eprintln!("{event}"))
             .expect("fetching the default model (see the message above)")
     })
     .clone()
