@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use kindle_gguf::GgufError;
+
 /// Errors raised while building a tokenizer or encoding/decoding with it.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -89,6 +91,9 @@ pub enum TokenizerError {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// The GGUF metadata could not be read (other than a missing or malformed key).
+    #[error("cannot read tokenizer metadata: {0}")]
+    Metadata(#[source] GgufError),
     /// The `tokenizers` crate failed to build or load the tokenizer.
     #[error("failed to build tokenizer: {0}")]
     Build(String),
@@ -102,3 +107,31 @@ pub enum TokenizerError {
 
 /// Result alias for this crate.
 pub type Result<T, E = TokenizerError> = std::result::Result<T, E>;
+
+/// A key missing from or malformed in the GGUF metadata keeps its name: a missing key becomes
+/// [`TokenizerError::MissingKey`] and a value of the wrong type
+/// [`TokenizerError::MalformedKey`]; any other GGUF error is [`TokenizerError::Metadata`].
+impl From<GgufError> for TokenizerError {
+    fn from(err: GgufError) -> Self {
+        match err {
+            GgufError::MissingKey { key } => Self::MissingKey(key),
+            GgufError::WrongType {
+                key,
+                expected,
+                actual,
+            } => Self::MalformedKey {
+                key,
+                reason: format!("should be {expected} but is {actual}"),
+            },
+            other => Self::Metadata(other),
+        }
+    }
+}
+
+/// A [`TokenizerError::MalformedKey`] for `key`.
+pub(crate) fn malformed(key: &str, reason: impl Into<String>) -> TokenizerError {
+    TokenizerError::MalformedKey {
+        key: key.to_owned(),
+        reason: reason.into(),
+    }
+}

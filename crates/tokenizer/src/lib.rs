@@ -71,8 +71,9 @@ use kindle_gguf::GgufFile;
 
 use bpe::{missing_byte_tokens, parse_merges};
 use eog::end_of_generation;
+use error::malformed;
 use pre_tokenizer::PreTokenizer;
-use vocab::{KEY_TOKEN_TYPE, malformed};
+use vocab::KEY_TOKEN_TYPE;
 
 pub use error::{Result, TokenizerError};
 pub use vocab::{GgufVocab, TokenType};

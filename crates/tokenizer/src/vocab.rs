@@ -1,9 +1,9 @@
 //! The vocabulary as a GGUF file stores it (`tokenizer.ggml.*` metadata) and its token types.
 
-use kindle_gguf::{GgufFile, MetadataValue};
+use kindle_gguf::GgufFile;
 
+use crate::Result;
 use crate::pre_tokenizer::PreTokenizer;
-use crate::{Result, TokenizerError};
 
 /// Type of a vocabulary entry (`tokenizer.ggml.token_type`, llama.cpp's `llama_token_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -102,22 +102,20 @@ impl GgufVocab {
     /// `tokenizer.ggml.model` and `tokenizer.ggml.tokens` are required; everything else is
     /// optional. When `add_bos_token` is absent the default is llama.cpp's: true for
     /// SentencePiece and Llama 3 (`llama-bpe`) vocabularies, false otherwise.
+    ///
+    /// A missing required key gives [`MissingKey`](crate::TokenizerError::MissingKey) and a
+    /// value of the wrong type [`MalformedKey`](crate::TokenizerError::MalformedKey), both
+    /// naming the key.
     pub fn from_gguf(file: &GgufFile) -> Result<Self> {
-        let model = required_str(file, KEY_MODEL)?.to_owned();
-        let pre = optional_str(file, KEY_PRE)?.map(str::to_owned);
-        let tokens = string_array(file, KEY_TOKENS)?.ok_or_else(|| missing(KEY_TOKENS))?;
-        let merges = string_array(file, KEY_MERGES)?.unwrap_or_default();
-        let token_types = match file.get(KEY_TOKEN_TYPE) {
-            None => Vec::new(),
-            Some(value) => array_of(value, KEY_TOKEN_TYPE)?
-                .iter()
-                .map(|v| {
-                    v.as_i64()
-                        .and_then(|t| i32::try_from(t).ok())
-                        .ok_or_else(|| malformed(KEY_TOKEN_TYPE, "expected an array of integers"))
-                })
-                .collect::<Result<_>>()?,
-        };
+        let owned = |strs: Vec<&str>| strs.into_iter().map(str::to_owned).collect::<Vec<_>>();
+        let model = file.get_str(KEY_MODEL)?.to_owned();
+        let pre = file.opt_str(KEY_PRE)?.map(str::to_owned);
+        let tokens = owned(file.get_str_array(KEY_TOKENS)?);
+        let merges = file
+            .opt_str_array(KEY_MERGES)?
+            .map(owned)
+            .unwrap_or_default();
+        let token_types = file.opt_i32_array(KEY_TOKEN_TYPE)?.unwrap_or_default();
         let default_add_bos = model == "llama"
             || pre
                 .as_deref()
@@ -129,78 +127,17 @@ impl GgufVocab {
             tokens,
             merges,
             token_types,
-            bos: optional_id(file, KEY_BOS)?,
-            eos: optional_id(file, KEY_EOS)?,
-            unk: optional_id(file, KEY_UNK)?,
-            pad: optional_id(file, KEY_PAD)?,
-            eot: optional_id(file, KEY_EOT)?,
-            eom: optional_id(file, KEY_EOM)?,
-            add_bos: optional_bool(file, KEY_ADD_BOS)?.unwrap_or(default_add_bos),
-            add_eos: optional_bool(file, KEY_ADD_EOS)?.unwrap_or(false),
-            chat_template: optional_str(file, KEY_CHAT_TEMPLATE)?.map(str::to_owned),
+            bos: file.opt_u32(KEY_BOS)?,
+            eos: file.opt_u32(KEY_EOS)?,
+            unk: file.opt_u32(KEY_UNK)?,
+            pad: file.opt_u32(KEY_PAD)?,
+            eot: file.opt_u32(KEY_EOT)?,
+            eom: file.opt_u32(KEY_EOM)?,
+            add_bos: file.opt_bool(KEY_ADD_BOS)?.unwrap_or(default_add_bos),
+            add_eos: file.opt_bool(KEY_ADD_EOS)?.unwrap_or(false),
+            chat_template: file.opt_str(KEY_CHAT_TEMPLATE)?.map(str::to_owned),
         })
     }
-}
-
-fn missing(key: &str) -> TokenizerError {
-    TokenizerError::MissingKey(key.to_owned())
-}
-
-pub(crate) fn malformed(key: &str, reason: impl Into<String>) -> TokenizerError {
-    TokenizerError::MalformedKey {
-        key: key.to_owned(),
-        reason: reason.into(),
-    }
-}
-
-fn required_str<'a>(file: &'a GgufFile, key: &str) -> Result<&'a str> {
-    optional_str(file, key)?.ok_or_else(|| missing(key))
-}
-
-fn optional_str<'a>(file: &'a GgufFile, key: &str) -> Result<Option<&'a str>> {
-    file.get(key)
-        .map(|v| {
-            v.as_str()
-                .ok_or_else(|| malformed(key, "expected a string"))
-        })
-        .transpose()
-}
-
-fn optional_bool(file: &GgufFile, key: &str) -> Result<Option<bool>> {
-    file.get(key)
-        .map(|v| v.as_bool().ok_or_else(|| malformed(key, "expected a bool")))
-        .transpose()
-}
-
-fn optional_id(file: &GgufFile, key: &str) -> Result<Option<u32>> {
-    file.get(key)
-        .map(|v| {
-            v.as_u64()
-                .and_then(|i| u32::try_from(i).ok())
-                .ok_or_else(|| malformed(key, "expected a token id (unsigned 32-bit integer)"))
-        })
-        .transpose()
-}
-
-fn array_of<'a>(value: &'a MetadataValue, key: &str) -> Result<&'a [MetadataValue]> {
-    value
-        .as_array()
-        .ok_or_else(|| malformed(key, "expected an array"))
-}
-
-fn string_array(file: &GgufFile, key: &str) -> Result<Option<Vec<String>>> {
-    file.get(key)
-        .map(|value| {
-            array_of(value, key)?
-                .iter()
-                .map(|v| {
-                    v.as_str()
-                        .map(str::to_owned)
-                        .ok_or_else(|| malformed(key, "expected an array of strings"))
-                })
-                .collect()
-        })
-        .transpose()
 }
 
 #[cfg(test)]
@@ -250,5 +187,50 @@ mod tests {
             GgufVocab::from_gguf(&file),
             Err(TokenizerError::MissingKey(key)) if key == KEY_MODEL
         ));
+    }
+
+    #[test]
+    fn every_malformed_key_is_named() {
+        use kindle_gguf::{GgufWriter, MetadataValue};
+
+        let base = || {
+            GgufWriter::new()
+                .metadata(KEY_MODEL, "gpt2")
+                .metadata(KEY_TOKENS, vec!["a", "b"])
+        };
+        let cases: [(&str, MetadataValue, &str); 6] = [
+            (
+                KEY_PRE,
+                MetadataValue::U32(1),
+                "should be a string but is u32 1",
+            ),
+            (KEY_MERGES, vec![true].into(), "element 0 is bool true"),
+            (KEY_TOKEN_TYPE, vec![1i64 << 40].into(), "element 0 is i64"),
+            (KEY_EOS, MetadataValue::I32(-1), "unsigned 32-bit integer"),
+            (
+                KEY_BOS,
+                MetadataValue::U64(1 << 32),
+                "unsigned 32-bit integer",
+            ),
+            (KEY_ADD_BOS, MetadataValue::U8(1), "should be a bool"),
+        ];
+        for (bad_key, value, reason_part) in cases {
+            let file = GgufFile::from_bytes(base().metadata(bad_key, value).to_bytes()).unwrap();
+            let err = GgufVocab::from_gguf(&file).unwrap_err();
+            assert!(
+                matches!(&err, TokenizerError::MalformedKey { key, reason }
+                    if key == bad_key && reason.contains(reason_part)),
+                "{bad_key}: {err:?}"
+            );
+            assert!(err.to_string().contains(bad_key), "{err}");
+        }
+        let file =
+            GgufFile::from_bytes(GgufWriter::new().metadata(KEY_MODEL, "gpt2").to_bytes()).unwrap();
+        let err = GgufVocab::from_gguf(&file).unwrap_err();
+        assert!(matches!(&err, TokenizerError::MissingKey(key) if key == KEY_TOKENS));
+        assert_eq!(
+            err.to_string(),
+            "missing tokenizer metadata key `tokenizer.ggml.tokens`"
+        );
     }
 }
