@@ -117,7 +117,25 @@ impl std::fmt::Debug for Tokenizer {
 }
 
 impl Tokenizer {
-    /// Builds the tokenizer described by a GGUF file's `tokenizer.*` metadata.
+    /// Builds the tokenizer described by a GGUF file's `tokenizer.*` metadata (read with
+    /// [`GgufVocab::from_gguf`]).
+    ///
+    /// ```
+    /// use kindle_gguf::{GgufFile, GgufWriter};
+    /// use kindle_tokenizer::Tokenizer;
+    ///
+    /// // A byte-level BPE vocabulary as a GGUF file stores it ("Ġ" spells a space).
+    /// let bytes = GgufWriter::new()
+    ///     .metadata("tokenizer.ggml.model", "gpt2")
+    ///     .metadata("tokenizer.ggml.pre", "gpt2")
+    ///     .metadata("tokenizer.ggml.tokens", vec!["h", "i", "Ġ", "hi", "Ġhi"])
+    ///     .metadata("tokenizer.ggml.merges", vec!["h i", "Ġ hi"])
+    ///     .to_bytes();
+    /// let tokenizer = Tokenizer::from_gguf(&GgufFile::from_bytes(bytes)?)?;
+    /// assert_eq!(tokenizer.encode("hi hi", false)?, [3, 4]);
+    /// assert_eq!(tokenizer.decode(&[3, 4], false)?, "hi hi");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn from_gguf(file: &GgufFile) -> Result<Self> {
         Self::from_vocab(GgufVocab::from_gguf(file)?)
     }
