@@ -27,6 +27,8 @@
 //! ```
 
 mod error;
+mod metadata;
+mod parse;
 pub mod quant;
 mod reader;
 mod value;
@@ -102,43 +104,6 @@ mod tests {
         for (k, v) in &values {
             assert_eq!(file.get(k), Some(v));
         }
-    }
-
-    #[test]
-    fn typed_getters() {
-        let w = GgufWriter::new()
-            .metadata("n", MetadataValue::U32(7))
-            .metadata("neg", MetadataValue::I32(-3))
-            .metadata("f", MetadataValue::F32(0.5))
-            .metadata("s", "text")
-            .metadata("b", true)
-            .metadata("a", vec![1u32, 2]);
-        let file = GgufFile::from_bytes(w.to_bytes()).unwrap();
-        assert_eq!(file.get_u64("n").unwrap(), 7);
-        assert_eq!(file.get_i64("neg").unwrap(), -3);
-        assert_eq!(file.get_f64("n").unwrap(), 7.0);
-        assert_eq!(file.get_f64("f").unwrap(), 0.5);
-        assert_eq!(file.get_str("s").unwrap(), "text");
-        assert!(file.get_bool("b").unwrap());
-        assert_eq!(file.get_array("a").unwrap().len(), 2);
-        assert_eq!(file.opt_u64("absent").unwrap(), None);
-        assert_eq!(file.opt_str("s").unwrap(), Some("text"));
-
-        let err = file.get_u64("neg").unwrap_err();
-        assert!(matches!(err, GgufError::WrongType { .. }), "{err:?}");
-        let msg = err.to_string();
-        assert!(msg.contains("`neg`") && msg.contains("i32 -3"), "{msg}");
-        let err = file.get_str("n").unwrap_err();
-        assert!(err.to_string().contains("string"), "{err}");
-        assert!(matches!(
-            file.opt_bool("s"),
-            Err(GgufError::WrongType { .. })
-        ));
-        let err = file.get_f64("absent").unwrap_err();
-        assert!(matches!(&err, GgufError::MissingKey { key } if key == "absent"));
-        assert!(err.to_string().contains("`absent`"));
-        let err = file.architecture().unwrap_err();
-        assert!(err.to_string().contains("general.architecture"), "{err}");
     }
 
     #[test]

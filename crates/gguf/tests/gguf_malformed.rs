@@ -1,8 +1,8 @@
 //! Crafted malformed GGUF files: each must give the specific `GgufError` variant with a
 //! message naming the problem, and no input may make the reader panic.
 
-use kindle_gguf::{ALIGNMENT_KEY, GgufError, GgufFile, GgufWriter, MetadataValue};
 use kindle_gguf::quant::GgmlType;
+use kindle_gguf::{ALIGNMENT_KEY, GgufError, GgufFile, GgufWriter, MetadataValue};
 
 /// A low-level little-endian byte builder for files the writer cannot produce.
 #[derive(Default)]

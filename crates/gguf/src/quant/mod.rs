@@ -1,0 +1,130 @@
+//! GGML tensor types and dequantisation of their blocks to `f32`.
+//!
+//! Each quantized type stores `block_size()` values in `type_size()` bytes; a row of a tensor is
+//! a whole number of blocks. [`dequantize`] turns the bytes of whole blocks into `f32` values.
+//!
+//! The types live in [`GgmlType`]; the block decoders by family in `legacy` (the 32-value
+//! `Q4_0`, `Q4_1` and `Q8_0` blocks) and `kquants` (the 256-value `Q4_K`, `Q5_K` and `Q6_K`
+//! super-blocks), all re-exported here.
+
+mod ggml_type;
+mod kquants;
+mod legacy;
+#[cfg(test)]
+mod tests;
+
+use thiserror::Error;
+
+pub use ggml_type::GgmlType;
+pub use kquants::{
+    BLOCK_Q4_K_BYTES, BLOCK_Q5_K_BYTES, BLOCK_Q6_K_BYTES, QK_K, dequantize_block_q4_k,
+    dequantize_block_q5_k, dequantize_block_q6_k, unpack_scale_min_k4,
+};
+pub use legacy::{
+    BLOCK_Q4_0_BYTES, BLOCK_Q4_1_BYTES, BLOCK_Q8_0_BYTES, QK32, dequantize_block_q4_0,
+    dequantize_block_q4_1, dequantize_block_q8_0,
+};
+
+/// Why a dequantisation could not be done.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum QuantError {
+    /// The type has no dequantiser in kindle.
+    #[error("dequantising {0} is not supported")]
+    Unsupported(GgmlType),
+    /// The byte or value counts do not describe whole blocks of the type.
+    #[error(
+        "{ty}: {bytes} bytes cannot hold {values} values (block of {block} values in {block_bytes} bytes)"
+    )]
+    SizeMismatch {
+        /// The type being dequantised.
+        ty: GgmlType,
+        /// Bytes of input given.
+        bytes: usize,
+        /// Values of output asked for.
+        values: usize,
+        /// Values in one block of `ty`.
+        block: usize,
+        /// Bytes in one block of `ty`.
+        block_bytes: usize,
+    },
+}
+
+/// Dequantise `data` (whole blocks of `ty`) into `out`; `out.len()` is the number of values.
+///
+/// `out.len()` must be a multiple of `ty.block_size()` and `data.len()` must be exactly
+/// `out.len() / ty.block_size() * ty.type_size()`, else [`QuantError::SizeMismatch`]. Types for
+/// which [`GgmlType::can_dequantize`] is false give [`QuantError::Unsupported`] (checked first).
+/// Multi-byte fields are little-endian, as in GGUF files. Never panics.
+///
+/// The arithmetic follows ggml's `dequantize_row_*` reference functions operation by operation
+/// (same products in the same order, no fused multiply-add), so the results are bit-identical to
+/// a build of ggml that does not contract those expressions into FMAs.
+pub fn dequantize(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
+    use GgmlType::*;
+    if !ty.can_dequantize() {
+        return Err(QuantError::Unsupported(ty));
+    }
+    let (block, block_bytes) = (ty.block_size(), ty.type_size());
+    let whole_blocks = out.len().is_multiple_of(block);
+    if !whole_blocks || (out.len() / block).checked_mul(block_bytes) != Some(data.len()) {
+        return Err(QuantError::SizeMismatch {
+            ty,
+            bytes: data.len(),
+            values: out.len(),
+            block,
+            block_bytes,
+        });
+    }
+    match ty {
+        F32 => for_each_block(data, out, |b: &[u8; 4], o: &mut [f32; 1]| {
+            o[0] = f32::from_le_bytes(*b);
+        }),
+        F16 => for_each_block(data, out, |b: &[u8; 2], o: &mut [f32; 1]| {
+            o[0] = f16_le(b[0], b[1]);
+        }),
+        BF16 => for_each_block(data, out, |b: &[u8; 2], o: &mut [f32; 1]| {
+            o[0] = bf16_le(b[0], b[1]);
+        }),
+        Q4_0 => for_each_block(data, out, dequantize_block_q4_0),
+        Q4_1 => for_each_block(data, out, dequantize_block_q4_1),
+        Q8_0 => for_each_block(data, out, dequantize_block_q8_0),
+        Q4_K => for_each_block(data, out, dequantize_block_q4_k),
+        Q5_K => for_each_block(data, out, dequantize_block_q5_k),
+        Q6_K => for_each_block(data, out, dequantize_block_q6_k),
+        _ => return Err(QuantError::Unsupported(ty)),
+    }
+    Ok(())
+}
+
+/// Same as [`dequantize`]; named after ggml's `dequantize_row_*` for callers that think in rows.
+pub fn dequantize_row(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
+    dequantize(ty, data, out)
+}
+
+/// Apply `f` to each `B`-byte block of `data` and the matching `N` values of `out`.
+///
+/// The caller has checked that the sizes agree; any tail that is not a whole block is ignored.
+#[inline(always)]
+fn for_each_block<const B: usize, const N: usize>(
+    data: &[u8],
+    out: &mut [f32],
+    f: impl Fn(&[u8; B], &mut [f32; N]),
+) {
+    let (blocks, _) = data.as_chunks::<B>();
+    let (outs, _) = out.as_chunks_mut::<N>();
+    for (b, o) in blocks.iter().zip(outs) {
+        f(b, o);
+    }
+}
+
+/// A little-endian IEEE half from its two bytes, widened to `f32` (exact).
+#[inline(always)]
+pub(crate) fn f16_le(lo: u8, hi: u8) -> f32 {
+    half::f16::from_bits(u16::from_le_bytes([lo, hi])).to_f32()
+}
+
+/// A little-endian bfloat16 from its two bytes, widened to `f32` (exact).
+#[inline(always)]
+fn bf16_le(lo: u8, hi: u8) -> f32 {
+    f32::from_bits(u32::from(u16::from_le_bytes([lo, hi])) << 16)
+}
