@@ -50,6 +50,7 @@ struct FetchModelArgs {
 }
 
 #[derive(Args, Debug)]
+/// `-m/--model`: which model file a command runs.
 pub struct ModelArgs {
     /// GGUF model file [default: SmolLM2-135M-Instruct Q4_1, fetched on first use]
     #[arg(short, long, value_name = "PATH")]
@@ -57,6 +58,7 @@ pub struct ModelArgs {
 }
 
 impl ModelArgs {
+    /// The model file: the path given, else the default model (fetched if missing).
     pub fn path(&self) -> Result<PathBuf> {
         match &self.model {
             Some(path) => Ok(path.clone()),

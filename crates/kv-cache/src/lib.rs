@@ -62,7 +62,7 @@ pub use storage::KvType;
 pub fn is_host_device(device: &burn::prelude::Device) -> bool {
     matches!(
         device.as_dispatch(),
-        burn::DispatchDevice::Flex(_) | burn::DispatchDevice::NdArray(_)
+        burn_dispatch::DispatchDevice::Flex(_) | burn_dispatch::DispatchDevice::NdArray(_)
     )
 }
 
@@ -74,35 +74,65 @@ pub enum KvCacheError {
         "KV cache full: {len} tokens held, {adding} more do not fit in a capacity of {capacity}"
     )]
     Full {
+        /// Tokens held.
         len: usize,
+        /// Tokens being written.
         adding: usize,
+        /// Tokens the cache holds at most.
         capacity: usize,
     },
     /// A layer index outside the cache.
     #[error("KV cache has {n_layers} layers; layer {layer} does not exist")]
-    NoSuchLayer { layer: usize, n_layers: usize },
+    NoSuchLayer {
+        /// The index asked for.
+        layer: usize,
+        /// Layers in the cache.
+        n_layers: usize,
+    },
     /// Keys or values whose shape does not fit the cache.
     #[error(
         "KV cache layer {layer}: expected keys/values of shape [1, {n_kv_heads}, T, {head_dim}], got {got:?}"
     )]
     BadShape {
+        /// The layer written.
         layer: usize,
+        /// KV heads the cache holds.
         n_kv_heads: usize,
+        /// Width of a head.
         head_dim: usize,
+        /// The shape given.
         got: Vec<usize>,
     },
     /// A sliding window whose kept prefix leaves no room for anything else.
     #[error("sliding window: keeping {keep} tokens leaves no room in a capacity of {capacity}")]
-    KeepTooLarge { keep: usize, capacity: usize },
+    KeepTooLarge {
+        /// Tokens never discarded.
+        keep: usize,
+        /// Tokens the window holds.
+        capacity: usize,
+    },
     /// A paged pool with blocks of zero tokens or no blocks.
     #[error("paged KV pool: {n_blocks} blocks of {block_size} tokens is not a usable pool")]
-    BadPool { n_blocks: usize, block_size: usize },
+    BadPool {
+        /// Blocks asked for.
+        n_blocks: usize,
+        /// Tokens per block.
+        block_size: usize,
+    },
     /// The paged pool has too few free blocks.
     #[error("paged KV pool out of blocks: {needed} needed, {free} free")]
-    OutOfBlocks { needed: usize, free: usize },
+    OutOfBlocks {
+        /// Blocks the operation needs.
+        needed: usize,
+        /// Blocks free.
+        free: usize,
+    },
     /// A sequence id the paged pool does not hold (never made, or freed).
     #[error("paged KV pool holds no sequence {seq}")]
-    NoSuchSequence { seq: usize },
+    NoSuchSequence {
+        /// The id asked for.
+        seq: usize,
+    },
 }
 
 /// Shape of a cache: how many layers, heads and positions it holds.

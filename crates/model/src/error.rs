@@ -28,15 +28,23 @@ pub enum ModelError {
     UnsupportedArchitecture(String),
     /// A hyperparameter is missing, out of range or inconsistent with another.
     #[error("bad hyperparameter {key}: {problem}")]
-    Hyperparameter { key: String, problem: String },
+    Hyperparameter {
+        /// The metadata key.
+        key: String,
+        /// What is wrong with it.
+        problem: String,
+    },
     /// A tensor the architecture needs is not in the file.
     #[error("required tensor '{0}' is missing from the model file")]
     MissingTensor(String),
     /// A tensor's shape does not match the hyperparameters.
     #[error("tensor '{name}' has shape {got:?}, expected {expected:?} from the hyperparameters")]
     TensorShape {
+        /// The tensor.
         name: String,
+        /// The shape the hyperparameters imply.
         expected: Vec<u64>,
+        /// The shape in the file.
         got: Vec<u64>,
     },
     /// A forward pass was asked to run on no tokens.
@@ -44,11 +52,19 @@ pub enum ModelError {
     EmptyInput,
     /// A token id is not in the vocabulary.
     #[error("token id {token} is outside the vocabulary (size {vocab_size})")]
-    TokenOutOfRange { token: u32, vocab_size: usize },
+    TokenOutOfRange {
+        /// The id.
+        token: u32,
+        /// Tokens in the vocabulary.
+        vocab_size: usize,
+    },
     /// A KV cache said its storage is host memory but gave no host view of a layer (a
     /// [`KvStore`](kindle_kv_cache::KvStore) implementation breaking its contract).
     #[error("the KV cache is host resident but gave no host view of layer {layer}")]
-    HostCache { layer: usize },
+    HostCache {
+        /// The layer asked for.
+        layer: usize,
+    },
     /// Reading results back from the device failed.
     #[error("reading tensor data back from the device failed: {0}")]
     Readback(String),

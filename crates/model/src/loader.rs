@@ -226,7 +226,7 @@ fn load_linear(
     let info = file
         .tensor(name)
         .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
-    if format == WeightFormat::Quantized && kernels::supports(info.ty) {
+    if format == WeightFormat::Quantized && kindle_kernels::supports(info.ty) {
         // The shape was checked against the hyperparameters, so this cannot fail; fall back
         // to a dense weight all the same rather than panic.
         if let Ok(matrix) = QuantMatrix::from_gguf(file, info)
