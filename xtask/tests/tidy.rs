@@ -396,7 +396,6 @@ fn h_burn_packages_in_a_tree() {
 
 /// Every rule (a–h) on this repository.
 #[test]
-#[ignore = "enabled once the crate split lands"]
 fn the_repository_is_tidy() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
