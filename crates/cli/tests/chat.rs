@@ -10,8 +10,8 @@ use kindle_cli::engine::{self, Detokenizer};
 use kindle_generate::chat::{ChatMessage, ChatTemplate};
 use kindle_generate::{GenerationConfig, LanguageModel, Session, generate_to_end};
 use kindle_model::{Engine, EngineCache, ModelError};
-use kindle_tokenizer::Tokenizer;
 use kindle_sampling::Sampler;
+use kindle_tokenizer::Tokenizer;
 
 fn template(tokenizer: &Tokenizer) -> ChatTemplate {
     assert!(
@@ -93,7 +93,11 @@ impl LanguageModel for Counting<'_> {
     fn new_cache(&self, capacity: usize) -> Result<EngineCache, ModelError> {
         self.inner.new_cache(capacity)
     }
-    fn forward_last(&self, tokens: &[u32], cache: &mut EngineCache) -> Result<Vec<f32>, ModelError> {
+    fn forward_last(
+        &self,
+        tokens: &[u32],
+        cache: &mut EngineCache,
+    ) -> Result<Vec<f32>, ModelError> {
         self.fed.set(self.fed.get() + tokens.len());
         let logits = self.inner.forward_last(tokens, cache)?;
         *self.last.borrow_mut() = logits.clone();

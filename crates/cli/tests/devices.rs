@@ -19,9 +19,9 @@ use std::sync::OnceLock;
 
 use common::reference::{MARGIN, check_teacher_forced};
 use common::{argmax, ids, prompts};
-use kindle_model::{DeviceKind, Dtype, OpenDevice};
-use kindle_gguf::{GgufFile, GgufWriter, MetadataValue};
 use kindle_gguf::quant::GgmlType;
+use kindle_gguf::{GgufFile, GgufWriter, MetadataValue};
+use kindle_model::{DeviceKind, Dtype, OpenDevice};
 use kindle_model::{Llama, LogitsFor};
 
 /// The device `kind`, or `None` (with a note) when it does not open and is not required here.

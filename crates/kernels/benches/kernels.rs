@@ -6,8 +6,8 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use kindle_kernels::{ActivationFormat, QuantMatrix, WeightBytes};
 use kindle_gguf::quant::GgmlType;
+use kindle_kernels::{ActivationFormat, QuantMatrix, WeightBytes};
 
 /// A matrix of pseudo-random blocks with finite scales.
 fn matrix(ty: GgmlType, rows: usize, cols: usize) -> QuantMatrix {

@@ -58,8 +58,8 @@ use std::sync::Arc;
 
 use thiserror::Error;
 
-use kindle_gguf::{GgufFile, SharedBytes, TensorInfo};
 use kindle_gguf::quant::GgmlType;
+use kindle_gguf::{GgufFile, SharedBytes, TensorInfo};
 
 pub use pool::{default_threads, num_threads, set_num_threads};
 

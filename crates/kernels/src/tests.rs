@@ -202,8 +202,12 @@ fn packed_rows_dequantize_to_the_file_rows() {
             let mut want = vec![0f32; cols];
             for r in 0..rows {
                 w.dequantize_row(r, &mut got);
-                kindle_gguf::quant::dequantize(ty, &bytes[r * row_bytes..(r + 1) * row_bytes], &mut want)
-                    .unwrap();
+                kindle_gguf::quant::dequantize(
+                    ty,
+                    &bytes[r * row_bytes..(r + 1) * row_bytes],
+                    &mut want,
+                )
+                .unwrap();
                 assert_eq!(got, want, "{ty:?} {rows} rows, row {r}");
             }
         }

@@ -5,10 +5,10 @@ use burn::prelude::*;
 use burn::tensor::{DType, TensorData};
 
 use crate::error::ModelError;
-use kindle_gguf::GgufFile;
-use kindle_kernels::{self, QuantMatrix};
 use crate::linear::QLinear;
 use crate::llama::{Block, Llama, LlamaConfig, RmsNorm};
+use kindle_gguf::GgufFile;
+use kindle_kernels::{self, QuantMatrix};
 
 /// Architectures (`general.architecture`) this loader runs.
 pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama"];
@@ -307,5 +307,19 @@ impl Llama {
             output_norm,
             output,
         ))
+    }
+}
+
+impl crate::device::OpenDevice {
+    /// How the weights are held on this device: quantized on the host, dense in `dtype`
+    /// elsewhere.
+    pub fn load_options(&self) -> LoadOptions {
+        let weights = match (self.kind.is_host(), self.dtype) {
+            (true, _) => WeightFormat::Quantized,
+            (false, crate::device::Dtype::F32) => WeightFormat::DenseF32,
+            (false, crate::device::Dtype::F16) => WeightFormat::DenseF16,
+            (false, crate::device::Dtype::Bf16) => WeightFormat::DenseBf16,
+        };
+        LoadOptions { weights }
     }
 }

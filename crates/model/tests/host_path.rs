@@ -8,10 +8,10 @@ use std::path::PathBuf;
 use burn::prelude::*;
 use half::f16;
 use kindle_gguf::GgufFile;
+use kindle_gguf::quant::GgmlType;
 use kindle_kernels::{QuantMatrix, WeightBytes};
 use kindle_model::linear::QLinear;
 use kindle_model::llama::{Block, RmsNorm};
-use kindle_gguf::quant::GgmlType;
 use kindle_model::{
     BatchSequence, KvStore, KvType, Llama, LlamaConfig, LoadOptions, LogitsFor, WeightFormat,
 };

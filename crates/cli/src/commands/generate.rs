@@ -12,8 +12,8 @@ use kindle_generate::{
     generate, generate_samples,
 };
 use kindle_model::Engine;
-use kindle_tokenizer::Tokenizer;
 use kindle_sampling::Sampler;
+use kindle_tokenizer::Tokenizer;
 use serde_json::{Value, json};
 
 use crate::{DeviceArgs, ModelArgs};

@@ -3,8 +3,8 @@
 use anyhow::Result;
 use clap::Args;
 use kindle_cli::engine;
-use kindle_model::LlamaConfig;
 use kindle_gguf::MetadataValue;
+use kindle_model::LlamaConfig;
 use serde_json::json;
 
 use crate::ModelArgs;

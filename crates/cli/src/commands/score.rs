@@ -3,8 +3,8 @@
 use anyhow::{Result, bail};
 use clap::Args;
 use kindle_cli::engine;
-use kindle_model::Engine;
 use kindle_generate::{Session, score};
+use kindle_model::Engine;
 use serde_json::json;
 
 use crate::{DeviceArgs, ModelArgs};

@@ -13,8 +13,8 @@
 
 use super::{BatchSequence, Block, Llama, LogitsFor, RmsNorm};
 use crate::error::ModelError;
-use kindle_kernels::{ActivationFormat, QuantMatrix};
 use crate::linear::{LinearWeight, QLinear};
+use kindle_kernels::{ActivationFormat, QuantMatrix};
 
 /// Most rows of one sequence that [`Llama::forward_batch_host`] runs through at once.
 pub(crate) const HOST_UBATCH: usize = 128;
