@@ -68,26 +68,25 @@ pub struct Report<'a> {
 }
 
 impl Report<'_> {
-    /// Lines for `-v` (standard error): timings of each sequence, or of the batch.
+    /// Lines for `-v` (standard error): timings of each sequence (and a single sequence's
+    /// seed), or of the whole batch.
     pub fn timing_lines(&self) -> Vec<String> {
+        let mut lines = Vec::new();
         match self.mode {
-            Mode::Single => self
-                .sequences
-                .iter()
-                .flat_map(|s| {
-                    let seed = s.seed.map(|seed| format!("seed {seed}"));
-                    [Some(timing_line(&s.summary.timings, Some(&s.summary))), seed]
-                })
-                .flatten()
-                .collect(),
-            Mode::Samples(_) => self
-                .sequences
-                .iter()
-                .map(|s| timing_line(&s.summary.timings, Some(&s.summary)))
-                .collect(),
-            Mode::Beams(_) => vec![timing_line(&self.timings.unwrap_or_default(), None)],
-            Mode::Batch => vec![self.batch_line()],
+            Mode::Batch => lines.push(self.batch_line()),
+            Mode::Beams(_) => lines.push(timing_line(&self.timings.unwrap_or_default(), None)),
+            Mode::Single | Mode::Samples(_) => {
+                for sequence in &self.sequences {
+                    lines.push(timing_line(&sequence.summary.timings, Some(&sequence.summary)));
+                }
+            }
         }
+        if let (Mode::Single, [Sequence { seed: Some(seed), .. }]) =
+            (self.mode, self.sequences.as_slice())
+        {
+            lines.push(format!("seed {seed}"));
+        }
+        lines
     }
 
     /// Prompt tokens, generated tokens and throughput of the whole run.

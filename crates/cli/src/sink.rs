@@ -80,30 +80,33 @@ impl<W: Write> Sink for TextSink<W> {
     }
 
     fn finish(&mut self, report: &Report<'_>) -> Result<()> {
-        let several = report.sequences.len() > 1;
         for (i, sequence) in report.sequences.iter().enumerate() {
-            let header = match (report.mode, sequence.seed, sequence.beam) {
-                (Mode::Single, ..) => None,
-                (Mode::Batch, ..) => Some(format!(
-                    "--- {} {}",
-                    i + 1,
-                    prompt_debug(report, sequence)
-                )),
-                (_, _, Some(beam)) => {
-                    several.then(|| format!("--- {} (score {:.4})", i + 1, beam.score))
-                }
-                (_, Some(seed), None) => Some(format!("--- {} (seed {seed})", i + 1)),
-                (_, None, None) => several.then(|| format!("--- {}", i + 1)),
-            };
-            match header {
+            match text_header(report, i, sequence) {
                 Some(header) => writeln!(self.out, "{header}\n{}", sequence.summary.text)?,
                 // The text was streamed.
-                None if report.mode == &Mode::Single => writeln!(self.out)?,
+                None if *report.mode == Mode::Single => writeln!(self.out)?,
                 None => writeln!(self.out, "{}", sequence.summary.text)?,
             }
         }
         self.out.flush()?;
         Ok(())
+    }
+}
+
+/// The `--- N ...` line above sequence `index` of several: the prompt in a batch, the seed of
+/// a sample, the score of a beam (none above a single sequence or a lone beam).
+fn text_header(report: &Report<'_>, index: usize, sequence: &Sequence) -> Option<String> {
+    let n = index + 1;
+    match report.mode {
+        Mode::Single => None,
+        Mode::Batch => Some(format!("--- {n} {}", prompt_debug(report, sequence))),
+        Mode::Samples(_) => Some(format!("--- {n} (seed {})", sequence.seed.unwrap_or_default())),
+        Mode::Beams(_) => match sequence.beam {
+            Some(beam) if report.sequences.len() > 1 => {
+                Some(format!("--- {n} (score {:.4})", beam.score))
+            }
+            _ => None,
+        },
     }
 }
 

@@ -145,7 +145,7 @@ impl Conversation<'_> {
             text: Some(line),
             ids,
         }];
-        let report = Report {
+        let mut report = Report {
             mode: &Mode::Single,
             prompts: &prompts,
             sequences: vec![Sequence {
@@ -158,9 +158,11 @@ impl Conversation<'_> {
             wall: started.elapsed(),
         };
         sink.finish(&report)?;
-        let Some(Sequence { summary, .. }) = report.sequences.into_iter().next() else {
-            bail!("the turn produced no reply");
-        };
+        let summary = report
+            .sequences
+            .pop()
+            .context("the turn produced no reply")?
+            .summary;
         if self.verbose {
             log_turn(prompts[0].ids.len(), reused, &summary);
         }
