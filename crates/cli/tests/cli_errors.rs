@@ -287,6 +287,53 @@ fn bad_mirostat_and_sampler_order() {
 }
 
 #[test]
+fn a_dry_sequence_breaker_the_tokenizer_cannot_encode() {
+    // An empty breaker encodes to no token at all.
+    assert_bad_flags(
+        &["-n", "4", "--dry-multiplier", "0.8", "--dry-sequence-breaker", ""],
+        &["--dry-sequence-breaker", "no token"],
+    );
+    // Checked with DRY off too: an invalid value is an error whatever the other flags.
+    assert_bad_flags(
+        &["-n", "4", "--dry-sequence-breaker", ":", "--dry-sequence-breaker", ""],
+        &["--dry-sequence-breaker"],
+    );
+    // The tiny model's vocabulary (printable ASCII) has no token for "é".
+    let path = write_file("tiny-dry.gguf", &tiny_model(2));
+    assert_fails(
+        &[
+            "generate",
+            "-m",
+            &path,
+            "-n",
+            "2",
+            "--dry-multiplier",
+            "0.8",
+            "--dry-sequence-breaker",
+            "é",
+            "AB",
+        ],
+        None,
+        &["--dry-sequence-breaker", "é"],
+    );
+    // Its defaults include "\n", which it cannot encode either: default breakers it lacks
+    // are left out, not an error.
+    assert_succeeds(
+        &[
+            "generate",
+            "-m",
+            &path,
+            "-n",
+            "2",
+            "--dry-multiplier",
+            "0.8",
+            "AB",
+        ],
+        None,
+    );
+}
+
+#[test]
 fn a_huge_max_tokens_is_bounded_by_the_context() {
     let model = model();
     assert_succeeds(

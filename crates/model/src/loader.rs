@@ -17,6 +17,28 @@ impl LlamaConfig {
     /// Read the hyperparameters of a llama-architecture GGUF file and check them against the
     /// shapes of its tensors.
     pub fn from_gguf(file: &GgufFile) -> Result<Self, ModelError> {
+        let config = Self::read_gguf(file)?;
+        match config.problems(file).into_iter().next() {
+            Some(problem) => Err(problem),
+            None => Ok(config),
+        }
+    }
+
+    /// Every reason a GGUF file's model would not load, found without reading its weights:
+    /// the architecture, a missing or unreadable hyperparameter, hyperparameters inconsistent
+    /// with each other, and then every tensor missing or of the wrong shape. Empty when
+    /// [`LlamaConfig::from_gguf`] accepts the file. (When the hyperparameters are inconsistent
+    /// with each other, the first such problem is reported and, of the tensors, only the
+    /// embedding's shape is checked.)
+    pub fn check_gguf(file: &GgufFile) -> Vec<ModelError> {
+        match Self::read_gguf(file) {
+            Ok(config) => config.problems(file),
+            Err(problem) => vec![problem],
+        }
+    }
+
+    /// The hyperparameters as the file states them, not yet checked.
+    fn read_gguf(file: &GgufFile) -> Result<Self, ModelError> {
         let arch = file.architecture()?.to_string();
         if !SUPPORTED_ARCHITECTURES.contains(&arch.as_str()) {
             return Err(ModelError::UnsupportedArchitecture(arch));
@@ -61,7 +83,28 @@ impl LlamaConfig {
             context_length: usize_of("context_length")?,
             tied_embeddings: file.tensor("output.weight").is_none(),
         };
-        config.validate()?;
+        Ok(config)
+    }
+
+    /// What is wrong with these hyperparameters read from `file`: the first inconsistency
+    /// between them (with the embedding's shape, which shows a wrong width), else every tensor
+    /// problem.
+    fn problems(&self, file: &GgufFile) -> Vec<ModelError> {
+        match self.validate().and_then(|()| self.check_features(file)) {
+            Ok(()) => self.tensor_problems(file),
+            Err(problem) => {
+                let embedding = [self.d_model as u64, self.vocab_size as u64];
+                let embedding = check_shape(file, "token_embd.weight", &embedding).err();
+                std::iter::once(problem).chain(embedding).collect()
+            }
+        }
+    }
+
+    /// Partial rotary embeddings and mixtures of experts are not supported.
+    fn check_features(&self, file: &GgufFile) -> Result<(), ModelError> {
+        let arch = file.architecture()?;
+        let key = |name: &str| format!("{arch}.{name}");
+        let config = self;
         if let Some(rope_dim) = file.opt_u64(&key("rope.dimension_count"))?
             && rope_dim as usize != config.head_dim()
         {
@@ -81,22 +124,28 @@ impl LlamaConfig {
                 problem: format!("mixture-of-experts models ({count} experts) are not supported"),
             });
         }
+        Ok(())
+    }
+
+    /// Every tensor missing from `file` or of the wrong shape.
+    fn tensor_problems(&self, file: &GgufFile) -> Vec<ModelError> {
         // Every block has nine tensors: a block count beyond the file's tensors is an error
         // before the list of expected tensors is built from it.
         let n_tensors = file.tensors().len();
-        if config.n_layers > n_tensors {
-            return Err(ModelError::Hyperparameter {
-                key: key("block_count"),
+        if self.n_layers > n_tensors {
+            let arch = file.architecture().unwrap_or("llama");
+            return vec![ModelError::Hyperparameter {
+                key: format!("{arch}.block_count"),
                 problem: format!(
                     "{} blocks, but the file holds only {n_tensors} tensors",
-                    config.n_layers
+                    self.n_layers
                 ),
-            });
+            }];
         }
-        for (name, dims) in config.expected_tensors() {
-            check_shape(file, &name, &dims)?;
-        }
-        Ok(config)
+        self.expected_tensors()
+            .into_iter()
+            .filter_map(|(name, dims)| check_shape(file, &name, &dims).err())
+            .collect()
     }
 
     /// Every tensor a llama-architecture file must hold, with its GGUF dimensions

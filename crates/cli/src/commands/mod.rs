@@ -1,6 +1,5 @@
 //! One module per subcommand: its arguments and its `run`.
 
-pub mod batch;
 pub mod bench;
 pub mod chat;
 pub mod devices;
