@@ -13,7 +13,22 @@ use kindle_model::Engine;
 use kindle_sampling::Sampler;
 
 use crate::plan::{Prompt, RunPlan};
-use crate::sink::Sink;
+
+/// Where a run's output goes.
+pub trait Sink {
+    /// The run starts, generating as `mode` says.
+    fn begin(&mut self, mode: &Mode) -> Result<()> {
+        let _ = mode;
+        Ok(())
+    }
+
+    /// An event of sequence `index` (the sample or prompt index; 0 for a single sequence), as
+    /// it happens. Beam search has none.
+    fn event(&mut self, index: usize, event: &Event) -> Result<()>;
+
+    /// The run ended with `report`.
+    fn finish(&mut self, report: &Report<'_>) -> Result<()>;
+}
 
 /// How a run generates.
 #[derive(Debug, Clone, PartialEq)]
@@ -77,12 +92,21 @@ impl Report<'_> {
             Mode::Beams(_) => lines.push(timing_line(&self.timings.unwrap_or_default(), None)),
             Mode::Single | Mode::Samples(_) => {
                 for sequence in &self.sequences {
-                    lines.push(timing_line(&sequence.summary.timings, Some(&sequence.summary)));
+                    lines.push(timing_line(
+                        &sequence.summary.timings,
+                        Some(&sequence.summary),
+                    ));
                 }
             }
         }
-        if let (Mode::Single, [Sequence { seed: Some(seed), .. }]) =
-            (self.mode, self.sequences.as_slice())
+        if let (
+            Mode::Single,
+            [
+                Sequence {
+                    seed: Some(seed), ..
+                },
+            ],
+        ) = (self.mode, self.sequences.as_slice())
         {
             lines.push(format!("seed {seed}"));
         }
@@ -133,7 +157,10 @@ fn timing_line(timings: &Timings, summary: Option<&Summary>) -> String {
 /// which is also returned.
 pub fn run<'a>(plan: &'a RunPlan, mode: &'a Mode, sink: &mut dyn Sink) -> Result<Report<'a>> {
     if mode != &Mode::Batch && plan.prompts.len() != 1 {
-        bail!("this mode runs one prompt, the plan has {}", plan.prompts.len());
+        bail!(
+            "this mode runs one prompt, the plan has {}",
+            plan.prompts.len()
+        );
     }
     sink.begin(mode)?;
     let started = Instant::now();

@@ -270,7 +270,12 @@ impl SamplingArgs {
         } else if self.dry_sequence_breakers.iter().any(|b| b == "none") {
             Some(Vec::new())
         } else {
-            Some(self.dry_sequence_breakers.iter().map(|b| unescape(b)).collect())
+            Some(
+                self.dry_sequence_breakers
+                    .iter()
+                    .map(|b| unescape(b))
+                    .collect(),
+            )
         };
         let scope = if self.no_penalize_prompt || self.penalty_scope == PenaltyScopeArg::OutputOnly
         {

@@ -11,21 +11,7 @@ use serde_json::{Value, json};
 
 use crate::run::{Mode, Report, Sequence};
 
-/// Where a run's output goes.
-pub trait Sink {
-    /// The run starts, generating as `mode` says.
-    fn begin(&mut self, mode: &Mode) -> Result<()> {
-        let _ = mode;
-        Ok(())
-    }
-
-    /// An event of sequence `index` (the sample or prompt index; 0 for a single sequence), as
-    /// it happens. Beam search has none.
-    fn event(&mut self, index: usize, event: &Event) -> Result<()>;
-
-    /// The run ended with `report`.
-    fn finish(&mut self, report: &Report<'_>) -> Result<()>;
-}
+pub use crate::run::Sink;
 
 /// The output formats of `kindle generate`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,7 +86,10 @@ fn text_header(report: &Report<'_>, index: usize, sequence: &Sequence) -> Option
     match report.mode {
         Mode::Single => None,
         Mode::Batch => Some(format!("--- {n} {}", prompt_debug(report, sequence))),
-        Mode::Samples(_) => Some(format!("--- {n} (seed {})", sequence.seed.unwrap_or_default())),
+        Mode::Samples(_) => Some(format!(
+            "--- {n} (seed {})",
+            sequence.seed.unwrap_or_default()
+        )),
         Mode::Beams(_) => match sequence.beam {
             Some(beam) if report.sequences.len() > 1 => {
                 Some(format!("--- {n} (score {:.4})", beam.score))

@@ -290,12 +290,26 @@ fn bad_mirostat_and_sampler_order() {
 fn a_dry_sequence_breaker_the_tokenizer_cannot_encode() {
     // An empty breaker encodes to no token at all.
     assert_bad_flags(
-        &["-n", "4", "--dry-multiplier", "0.8", "--dry-sequence-breaker", ""],
+        &[
+            "-n",
+            "4",
+            "--dry-multiplier",
+            "0.8",
+            "--dry-sequence-breaker",
+            "",
+        ],
         &["--dry-sequence-breaker", "no token"],
     );
     // Checked with DRY off too: an invalid value is an error whatever the other flags.
     assert_bad_flags(
-        &["-n", "4", "--dry-sequence-breaker", ":", "--dry-sequence-breaker", ""],
+        &[
+            "-n",
+            "4",
+            "--dry-sequence-breaker",
+            ":",
+            "--dry-sequence-breaker",
+            "",
+        ],
         &["--dry-sequence-breaker"],
     );
     // The tiny model's vocabulary (printable ASCII) has no token for "é".

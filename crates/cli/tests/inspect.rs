@@ -128,7 +128,10 @@ fn assert_would_not_load(
         );
     }
     assert!(stderr.contains("would not load"), "{name}: {stderr}");
-    assert!(stderr.contains(name), "{name}: stderr names the file: {stderr}");
+    assert!(
+        stderr.contains(name),
+        "{name}: stderr names the file: {stderr}"
+    );
     lines
 }
 
@@ -154,7 +157,10 @@ fn an_unsupported_tokenizer_is_named_after_the_metadata() {
     assert_eq!(problems.len(), 1, "{problems:?}");
     assert!(problems[0].as_str().unwrap().contains("tokenizer"));
     // The hyperparameters are fine: the KV cache is still reported.
-    assert_eq!(json["kv_cache"]["bytes_per_token"], 2 * 2 * 2 * HEAD_DIM * 4);
+    assert_eq!(
+        json["kv_cache"]["bytes_per_token"],
+        2 * 2 * 2 * HEAD_DIM * 4
+    );
 }
 
 #[test]
@@ -184,7 +190,10 @@ fn a_block_count_one_too_many_names_every_missing_tensor() {
     let lines = assert_would_not_load(
         "blocks.gguf",
         &[("llama.block_count", MetadataValue::U32(LAYERS as u32 + 1))],
-        &["'blk.2.attn_q.weight' is missing", "'blk.2.ffn_down.weight' is missing"],
+        &[
+            "'blk.2.attn_q.weight' is missing",
+            "'blk.2.ffn_down.weight' is missing",
+        ],
     );
     // All nine tensors of the block that is not there, nothing else.
     assert_eq!(lines.len(), 9, "{lines:?}");
@@ -201,7 +210,10 @@ fn a_good_tiny_model_would_load() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(!stdout.contains("would not load"), "{stdout}");
-    assert!(stdout.contains("model: 2 layers, d_model 16, 4 heads (2 KV heads"), "{stdout}");
+    assert!(
+        stdout.contains("model: 2 layers, d_model 16, 4 heads (2 KV heads"),
+        "{stdout}"
+    );
     let out = inspect("good.gguf", &[], true);
     assert!(out.status.success());
     let json: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
@@ -222,5 +234,8 @@ fn a_malformed_file_is_still_an_error() {
     assert!(!out.status.success());
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(stderr.contains("cut.gguf"), "{stderr}");
-    assert!(out.stdout.is_empty(), "nothing is shown of a malformed file");
+    assert!(
+        out.stdout.is_empty(),
+        "nothing is shown of a malformed file"
+    );
 }

@@ -25,7 +25,7 @@ use kindle_generate::{Session, Summary};
 use kindle_model::Engine;
 use kindle_sampling::Sampler;
 
-use crate::{DeviceArgs, ModelArgs};
+use super::{DeviceArgs, ModelArgs};
 
 #[derive(Args, Debug)]
 pub struct ChatArgs {
@@ -61,7 +61,12 @@ pub fn run(args: ChatArgs) -> Result<()> {
         template,
         session: Session::new(&plan.engine, plan.context)?,
         sampler: plan.sampler(0, 0)?,
-        messages: args.system.iter().cloned().map(ChatMessage::system).collect(),
+        messages: args
+            .system
+            .iter()
+            .cloned()
+            .map(ChatMessage::system)
+            .collect(),
         verbose: args.verbose,
     };
     let stdin = std::io::stdin();

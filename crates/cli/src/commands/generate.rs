@@ -20,7 +20,7 @@ use kindle_cli::sampling_args::SamplingArgs;
 use kindle_cli::sink::{Format, sink_for};
 use kindle_generate::{BeamConfig, EarlyStopping};
 
-use crate::{DeviceArgs, ModelArgs};
+use super::{DeviceArgs, ModelArgs};
 
 #[derive(Args, Debug)]
 pub struct GenerateArgs {

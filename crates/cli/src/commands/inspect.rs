@@ -14,7 +14,7 @@ use kindle_model::LlamaConfig;
 use kindle_tokenizer::Tokenizer;
 use serde_json::{Value, json};
 
-use crate::ModelArgs;
+use super::ModelArgs;
 
 #[derive(Args, Debug)]
 pub struct InspectArgs {
@@ -141,7 +141,10 @@ fn file_json(file: &GgufFile) -> Value {
 /// The metadata and tensor tables.
 fn print_file(file: &GgufFile) {
     let described = file_json(file);
-    let metadata = described["metadata"].as_object().cloned().unwrap_or_default();
+    let metadata = described["metadata"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
     println!("\nmetadata ({} keys):", metadata.len());
     for (key, value) in &metadata {
         println!("  {key:<45} {value}");

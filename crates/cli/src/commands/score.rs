@@ -9,7 +9,7 @@ use kindle_cli::plan::{
 use kindle_generate::score;
 use serde_json::json;
 
-use crate::{DeviceArgs, ModelArgs};
+use super::{DeviceArgs, ModelArgs};
 
 #[derive(Args, Debug)]
 pub struct ScoreArgs {

@@ -20,8 +20,9 @@
 mod settings;
 
 pub use settings::{
-    ContextSettings, DEFAULT_DRY_BREAKERS, check_not_empty, GenerationSettings, ModelSettings, Prompt,
-    PromptEncoding, PromptInput, PromptSettings, RunSettings, SamplingSettings, prompt_name,
+    ContextSettings, DEFAULT_DRY_BREAKERS, GenerationSettings, ModelSettings, Prompt,
+    PromptEncoding, PromptInput, PromptSettings, RunSettings, SamplingSettings, check_not_empty,
+    prompt_name,
 };
 
 use anyhow::Result;

@@ -350,7 +350,9 @@ impl SamplingSettings {
 fn encode_breaker(text: &str, encode: &dyn Fn(&str) -> Result<Vec<u32>>) -> Result<u32> {
     let ids = encode(text).map_err(|e| anyhow!("--dry-sequence-breaker {text:?}: {e:#}"))?;
     ids.last().copied().ok_or_else(|| {
-        anyhow!("--dry-sequence-breaker {text:?} encodes to no token (an empty breaker breaks nothing)")
+        anyhow!(
+            "--dry-sequence-breaker {text:?} encodes to no token (an empty breaker breaks nothing)"
+        )
     })
 }
 
@@ -446,10 +448,18 @@ mod tests {
         let err = with_dry(Some(vec![":", ""]))
             .resolve(&[], &bytes)
             .unwrap_err();
-        assert!(err.to_string().contains("--dry-sequence-breaker \"\""), "{err}");
+        assert!(
+            err.to_string().contains("--dry-sequence-breaker \"\""),
+            "{err}"
+        );
         let failing = |_: &str| -> Result<Vec<u32>> { bail!("no token for 'é'") };
-        let err = with_dry(Some(vec!["é"])).resolve(&[], &failing).unwrap_err();
-        assert!(err.to_string().contains("--dry-sequence-breaker \"é\""), "{err}");
+        let err = with_dry(Some(vec!["é"]))
+            .resolve(&[], &failing)
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("--dry-sequence-breaker \"é\""),
+            "{err}"
+        );
         assert!(err.to_string().contains("no token for"), "{err}");
         // Checked with DRY off too; the defaults are never an error.
         let mut off = with_dry(Some(vec![""]));
@@ -488,7 +498,9 @@ mod tests {
             ids: vec![1; n],
         };
         assert!(check_prompts_fit(4, &[prompt(3)], 1).is_ok());
-        let err = check_prompts_fit(4, &[prompt(4)], 1).unwrap_err().to_string();
+        let err = check_prompts_fit(4, &[prompt(4)], 1)
+            .unwrap_err()
+            .to_string();
         assert!(err.starts_with("the prompt has 4 tokens"), "{err}");
         let err = check_prompts_fit(4, &[prompt(1), prompt(4)], 1)
             .unwrap_err()
