@@ -2,7 +2,6 @@
 
 mod commands;
 
-use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 use commands::{bench, chat, devices, generate, inspect, score, tokenize};
 use kindle_fetch::Fetcher;

@@ -15,7 +15,7 @@ use burn::tensor::ops::AttentionModuleOptions;
 use kindle_kv_cache::{KvCache, KvCacheConfig, KvStore, KvType, SlidingWindowCache};
 
 use crate::error::ModelError;
-use crate::linear::QLinear;
+use crate::linear::{LinearWeight, QLinear};
 
 mod host;
 
@@ -307,6 +307,53 @@ pub enum LogitsFor {
     All,
 }
 
+/// The weights of the host path: every matrix quantized, norms copied to the host.
+#[derive(Debug, Clone)]
+struct HostWeights {
+    /// Per block: the attention and feed-forward norms' scales.
+    norms: Vec<[Vec<f32>; 2]>,
+    /// The output norm's scale.
+    output_norm: Vec<f32>,
+}
+
+impl HostWeights {
+    /// The host copies of the norms if every weight matrix (and the embedding) is quantized;
+    /// `None` otherwise (the model then always runs on the Burn path).
+    fn new(
+        embedding: &QLinear,
+        layers: &[Block],
+        norm: &RmsNorm,
+        output: Option<&QLinear>,
+    ) -> Option<Self> {
+        let quantized = |l: &QLinear| matches!(l.weight(), LinearWeight::Quantized(_));
+        let all = quantized(embedding)
+            && output.is_none_or(quantized)
+            && layers.iter().all(|b| {
+                [&b.wq, &b.wk, &b.wv, &b.wo, &b.w_gate, &b.w_up, &b.w_down]
+                    .into_iter()
+                    .all(quantized)
+            });
+        if !all {
+            return None;
+        }
+        let host = |n: &RmsNorm| -> Option<Vec<f32>> {
+            n.gamma
+                .val()
+                .into_data()
+                .convert::<f32>()
+                .try_into_vec::<f32>()
+                .ok()
+        };
+        Some(HostWeights {
+            norms: layers
+                .iter()
+                .map(|b| Some([host(&b.attn_norm)?, host(&b.ffn_norm)?]))
+                .collect::<Option<_>>()?,
+            output_norm: host(norm)?,
+        })
+    }
+}
+
 /// A Llama-family model.
 #[derive(Module, Debug)]
 pub struct Llama {
@@ -320,7 +367,7 @@ pub struct Llama {
     /// The host path's weights, when every matrix is quantized (see [`host`]): copies of the
     /// norms' scales taken by [`from_parts`](Self::from_parts).
     #[module(skip)]
-    host: Option<host::HostWeights>,
+    host: Option<HostWeights>,
 }
 
 impl Llama {
@@ -333,7 +380,7 @@ impl Llama {
         norm: RmsNorm,
         output: Option<QLinear>,
     ) -> Self {
-        let host = host::HostWeights::new(&embedding, &layers, &norm, output.as_ref());
+        let host = HostWeights::new(&embedding, &layers, &norm, output.as_ref());
         Llama {
             embedding,
             layers,

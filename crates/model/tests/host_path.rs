@@ -268,11 +268,8 @@ fn host_and_burn_paths_agree_on_a_ragged_batch() {
 
 #[test]
 fn host_and_burn_paths_agree_on_the_real_model() {
-    let Some(path) = std::env::var_os("HOME")
-        .map(|h| PathBuf::from(h).join(".cache/kindle/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
-        .filter(|p| p.exists())
-    else {
-        eprintln!("skipped: the model file is not present");
+    // Fails when the model cannot be found or fetched, unless KINDLE_SKIP_REAL_MODEL=1.
+    let Some(path) = kindle_fetch::real_model_for_tests() else {
         return;
     };
     let file = GgufFile::open(path).unwrap();

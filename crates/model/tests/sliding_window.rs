@@ -13,10 +13,10 @@ use burn::prelude::*;
 use kindle_gguf::GgufFile;
 use kindle_model::{KvStore, KvType, Llama, LlamaConfig, LogitsFor, SlidingWindowCache};
 
+/// The real model: `$KINDLE_MODEL` or the fetcher's cache (fetched if missing); a test that
+/// needs it fails when it cannot be found, unless `KINDLE_SKIP_REAL_MODEL=1` (`None`).
 fn real_model() -> Option<PathBuf> {
-    let path = PathBuf::from(std::env::var_os("HOME")?)
-        .join(".cache/kindle/models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    path.exists().then_some(path)
+    kindle_fetch::real_model_for_tests()
 }
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
@@ -110,7 +110,6 @@ fn first_layer_after_a_shift_equals_a_fresh_prefill() {
 #[test]
 fn shift_matches_a_fresh_prefill_on_the_real_model() {
     let Some(path) = real_model() else {
-        eprintln!("skipped: the model file is not present");
         return;
     };
     let file = GgufFile::open(path).unwrap();

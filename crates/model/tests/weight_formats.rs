@@ -1,6 +1,6 @@
 //! The quantized CPU kernels and dense `f32` weights give the same model, on the real model
-//! file when it is present (`~/.cache/kindle/models/SmolLM2-135M-Instruct.Q4_1.gguf`) and on a
-//! small synthetic file otherwise.
+//! file (found as `kindle_fetch::real_model_for_tests` says; the test fails without it) and on a
+//! small synthetic file.
 
 use std::path::PathBuf;
 
@@ -8,10 +8,10 @@ use burn::prelude::*;
 use kindle_gguf::GgufFile;
 use kindle_model::{Llama, LoadOptions, LogitsFor, WeightFormat};
 
+/// The real model: `$KINDLE_MODEL` or the fetcher's cache (fetched if missing); a test that
+/// needs it fails when it cannot be found, unless `KINDLE_SKIP_REAL_MODEL=1` (`None`).
 fn real_model() -> Option<PathBuf> {
-    let path = PathBuf::from(std::env::var_os("HOME")?)
-        .join(".cache/kindle/models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    path.exists().then_some(path)
+    kindle_fetch::real_model_for_tests()
 }
 
 fn logits(model: &Llama, tokens: &[u32]) -> Vec<f32> {
@@ -22,7 +22,6 @@ fn logits(model: &Llama, tokens: &[u32]) -> Vec<f32> {
 #[test]
 fn quantized_and_dense_weights_agree_on_the_real_model() {
     let Some(path) = real_model() else {
-        eprintln!("skipped: the model file is not present");
         return;
     };
     let file = GgufFile::open(path).unwrap();

@@ -11,60 +11,13 @@
 //! through [`KvStore::host_layer`](kindle_kv_cache::KvStore::host_layer). The arithmetic is the Burn path's, so both give the same
 //! logits up to float rounding (`tests/host_path.rs`).
 
-use super::{BatchSequence, Block, Llama, LogitsFor, RmsNorm};
+use super::{BatchSequence, Llama, LogitsFor};
 use crate::error::ModelError;
 use crate::linear::{LinearWeight, QLinear};
 use kindle_kernels::{ActivationFormat, QuantMatrix};
 
 /// Most rows of one sequence that [`Llama::forward_batch_host`] runs through at once.
 pub(crate) const HOST_UBATCH: usize = 128;
-
-/// The weights of the host path: every matrix quantized, norms copied to the host.
-#[derive(Debug, Clone)]
-pub(super) struct HostWeights {
-    /// Per block: the attention and feed-forward norms' scales.
-    norms: Vec<[Vec<f32>; 2]>,
-    /// The output norm's scale.
-    output_norm: Vec<f32>,
-}
-
-impl HostWeights {
-    /// The host copies of the norms if every weight matrix (and the embedding) is quantized;
-    /// `None` otherwise (the model then always runs on the Burn path).
-    pub(super) fn new(
-        embedding: &QLinear,
-        layers: &[Block],
-        norm: &RmsNorm,
-        output: Option<&QLinear>,
-    ) -> Option<Self> {
-        let quantized = |l: &QLinear| matches!(l.weight(), LinearWeight::Quantized(_));
-        let all = quantized(embedding)
-            && output.is_none_or(quantized)
-            && layers.iter().all(|b| {
-                [&b.wq, &b.wk, &b.wv, &b.wo, &b.w_gate, &b.w_up, &b.w_down]
-                    .into_iter()
-                    .all(quantized)
-            });
-        if !all {
-            return None;
-        }
-        let host = |n: &RmsNorm| -> Option<Vec<f32>> {
-            n.gamma
-                .val()
-                .into_data()
-                .convert::<f32>()
-                .try_into_vec::<f32>()
-                .ok()
-        };
-        Some(HostWeights {
-            norms: layers
-                .iter()
-                .map(|b| Some([host(&b.attn_norm)?, host(&b.ffn_norm)?]))
-                .collect::<Option<_>>()?,
-            output_norm: host(norm)?,
-        })
-    }
-}
 
 /// The quantized matrix of a layer [`HostWeights::new`] checked to be quantized.
 fn matrix(layer: &QLinear) -> &QuantMatrix {
