@@ -71,11 +71,10 @@ fn write_file(name: &str, bytes: &[u8]) -> String {
     path.to_str().expect("UTF-8 temp path").to_owned()
 }
 
-fn model() -> String {
-    common::model_path()
-        .to_str()
-        .expect("UTF-8 model path")
-        .to_owned()
+/// The real model's path; `None` only with `KINDLE_SKIP_REAL_MODEL=1`.
+fn model() -> Option<String> {
+    let path = common::real_model()?;
+    Some(path.to_str().expect("UTF-8 model path").to_owned())
 }
 
 /// A tiny llama GGUF (vocabulary 64, width 16, 2 blocks, 4 heads) with `kv_heads` KV heads.
@@ -162,6 +161,9 @@ fn a_text_file() {
 
 #[test]
 fn a_truncated_real_model() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     let bytes = std::fs::read(common::model_path()).expect("reading the real model");
     let path = write_file("truncated.gguf", &bytes[..1 << 20]);
     assert_bad_file(&path, &["truncated.gguf", "bytes"]);
@@ -210,8 +212,9 @@ fn a_missing_path() {
 
 /// `kindle generate` on the real model with `flags` must fail naming every one of `parts`.
 fn assert_bad_flags(flags: &[&str], parts: &[&str]) {
-    let model = model();
-    let mut args = vec!["generate", "-m", &model];
+    let model = common::model_path();
+    let model = model.to_str().expect("UTF-8 model path");
+    let mut args = vec!["generate", "-m", model];
     args.extend_from_slice(flags);
     args.push("Hello");
     assert_fails(&args, None, parts);
@@ -219,6 +222,9 @@ fn assert_bad_flags(flags: &[&str], parts: &[&str]) {
 
 #[test]
 fn bad_temperatures() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     assert_bad_flags(&["--temperature", "-1"], &["temperature", "-1"]);
     assert_bad_flags(&["--temperature", "nan"], &["temperature", "NaN"]);
     assert_bad_flags(&["--temperature", "inf"], &["temperature"]);
@@ -227,6 +233,9 @@ fn bad_temperatures() {
 
 #[test]
 fn bad_top_p() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     assert_bad_flags(&["-n", "4", "--top-p", "0"], &["top_p", "0"]);
     assert_bad_flags(&["-n", "4", "--top-p", "1.5"], &["top_p", "1.5"]);
     assert_bad_flags(&["-n", "4", "--top-p", "-0.5"], &["top_p", "-0.5"]);
@@ -234,6 +243,9 @@ fn bad_top_p() {
 
 #[test]
 fn bad_min_p_top_k_and_repeat_penalty() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     assert_bad_flags(&["-n", "4", "--min-p", "2"], &["min_p", "2"]);
     assert_bad_flags(&["-n", "4", "--top-k", "-3"], &["top_k", "-3"]);
     assert_bad_flags(
@@ -244,12 +256,18 @@ fn bad_min_p_top_k_and_repeat_penalty() {
 
 #[test]
 fn bad_max_tokens() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     assert_bad_flags(&["--max-tokens", "abc"], &["--max-tokens", "abc"]);
     assert_bad_flags(&["--max-tokens", "-5"], &["--max-tokens"]);
 }
 
 #[test]
 fn bad_logit_biases() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     assert_bad_flags(
         &["-n", "4", "--logit-bias", "99999999=1"],
         &["logit_bias", "99999999", "49152"],
@@ -263,6 +281,9 @@ fn bad_logit_biases() {
 
 #[test]
 fn bad_context_sizes() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     assert_bad_flags(
         &["-n", "4", "--ctx-size", "0"],
         &["--ctx-size", "at least 1"],
@@ -275,6 +296,9 @@ fn bad_context_sizes() {
 
 #[test]
 fn bad_max_time() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     assert_bad_flags(&["-n", "4", "--max-time", "-1"], &["--max-time", "-1"]);
     assert_bad_flags(&["-n", "4", "--max-time", "0"], &["--max-time"]);
     assert_bad_flags(&["-n", "4", "--max-time", "nan"], &["--max-time"]);
@@ -282,13 +306,18 @@ fn bad_max_time() {
 
 #[test]
 fn bad_mirostat_and_sampler_order() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     assert_bad_flags(&["-n", "4", "--mirostat", "3"], &["--mirostat", "3"]);
     assert_bad_flags(&["-n", "4", "--samplers", "bogus"], &["bogus", "known"]);
 }
 
 #[test]
 fn a_huge_max_tokens_is_bounded_by_the_context() {
-    let model = model();
+    let Some(model) = model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
     assert_succeeds(
         &[
             "generate",
@@ -308,7 +337,9 @@ fn a_huge_max_tokens_is_bounded_by_the_context() {
 
 #[test]
 fn an_empty_prompt() {
-    let model = model();
+    let Some(model) = model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
     assert_fails(&["generate", "-m", &model, "-n", "4", ""], None, &["empty"]);
     // And an empty standard input.
     assert_fails(
@@ -320,7 +351,9 @@ fn an_empty_prompt() {
 
 #[test]
 fn a_prompt_of_only_special_tokens() {
-    let model = model();
+    let Some(model) = model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
     assert_succeeds(
         &[
             "generate",
@@ -337,7 +370,9 @@ fn a_prompt_of_only_special_tokens() {
 
 #[test]
 fn a_prompt_longer_than_the_context() {
-    let model = model();
+    let Some(model) = model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
     let prompt = "word ".repeat(40);
     assert_fails(
         &[
@@ -357,7 +392,9 @@ fn a_prompt_longer_than_the_context() {
 
 #[test]
 fn invalid_utf8_on_standard_input() {
-    let model = model();
+    let Some(model) = model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
     assert_fails(
         &["generate", "-m", &model, "-n", "4"],
         Some(b"abc\xff\xfe"),
@@ -367,13 +404,17 @@ fn invalid_utf8_on_standard_input() {
 
 #[test]
 fn a_prompt_read_from_standard_input() {
-    let model = model();
+    let Some(model) = model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
     assert_succeeds(&["generate", "-m", &model, "-n", "4"], Some(b"Once upon"));
 }
 
 #[test]
 fn special_token_text_without_special_is_plain_text() {
-    let model = model();
+    let Some(model) = model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
     let special: serde_json::Value = serde_json::from_str(&assert_succeeds(
         &[
             "tokenize",
@@ -417,7 +458,9 @@ fn special_token_text_without_special_is_plain_text() {
 
 #[test]
 fn control_characters_and_unusual_unicode_are_fine() {
-    let model = model();
+    let Some(model) = model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
     let odd = "\u{1}\t\r\n\u{200b}\u{feff}e\u{301} 🦀 \u{10ffff}";
     assert_succeeds(&["generate", "-m", &model, "-n", "4", odd], None);
     // A NUL cannot be an argument, but can come on standard input.
