@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
-use kindle_gguf::{GgufWriter, MetadataValue};
+use common::tiny::TinyLlama;
 
 /// Run `kindle` with `args`, feeding `stdin` (empty when `None`).
 fn kindle(args: &[&str], stdin: Option<&[u8]>) -> Output {
@@ -79,45 +79,16 @@ fn model() -> Option<String> {
 
 /// A tiny llama GGUF (vocabulary 64, width 16, 2 blocks, 4 heads) with `kv_heads` KV heads.
 fn tiny_model(kv_heads: u32) -> Vec<u8> {
-    let (d, ff, vocab, hd) = (16u64, 32u64, 64u64, 4u64);
-    let tokens = (0..vocab)
-        .map(|i| MetadataValue::String(char::from(b'!' + i as u8).to_string()))
-        .collect();
-    let mut w = GgufWriter::new()
-        .metadata("general.architecture", "llama")
-        .metadata("llama.block_count", MetadataValue::U32(2))
-        .metadata("llama.context_length", MetadataValue::U32(64))
-        .metadata("llama.embedding_length", MetadataValue::U32(d as u32))
-        .metadata("llama.feed_forward_length", MetadataValue::U32(ff as u32))
-        .metadata("llama.attention.head_count", MetadataValue::U32(4))
-        .metadata(
-            "llama.attention.head_count_kv",
-            MetadataValue::U32(kv_heads),
-        )
-        .metadata("llama.rope.dimension_count", MetadataValue::U32(hd as u32))
-        .metadata("tokenizer.ggml.model", "gpt2")
-        .metadata("tokenizer.ggml.pre", "gpt2")
-        .metadata("tokenizer.ggml.tokens", MetadataValue::Array(tokens));
-    let kv = u64::from(kv_heads) * hd;
-    let mut tensors = vec![
-        ("token_embd.weight".to_string(), vec![d, vocab]),
-        ("output_norm.weight".to_string(), vec![d]),
-    ];
-    for l in 0..2 {
-        let p = format!("blk.{l}.");
-        tensors.extend([
-            (format!("{p}attn_norm.weight"), vec![d]),
-            (format!("{p}ffn_norm.weight"), vec![d]),
-            (format!("{p}attn_q.weight"), vec![d, d]),
-            (format!("{p}attn_k.weight"), vec![d, kv]),
-            (format!("{p}attn_v.weight"), vec![d, kv]),
-            (format!("{p}attn_output.weight"), vec![d, d]),
-            (format!("{p}ffn_gate.weight"), vec![d, ff]),
-            (format!("{p}ffn_up.weight"), vec![d, ff]),
-            (format!("{p}ffn_down.weight"), vec![ff, d]),
-        ]);
-    }
-    for (name, dims) in tensors {
+    let shape = TinyLlama {
+        vocab: 64,
+        d_model: 16,
+        ff: 32,
+        heads: 4,
+        kv_heads: kv_heads.into(),
+        layers: 2,
+    };
+    let mut w = shape.writer();
+    for (name, dims) in shape.tensors() {
         let n = dims.iter().product::<u64>() as usize;
         let values: Vec<f32> = (0..n).map(|i| (i % 7) as f32 * 0.01).collect();
         w = w.tensor_f32(name, &dims, &values);

@@ -19,9 +19,10 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use common::reference::{MARGIN, check_teacher_forced};
+use common::tiny::TinyLlama;
 use common::{ids, prompts};
+use kindle_gguf::GgufFile;
 use kindle_gguf::quant::GgmlType;
-use kindle_gguf::{GgufFile, GgufWriter, MetadataValue};
 use kindle_model::{DeviceKind, Dtype, OpenDevice};
 use kindle_model::{Llama, LogitsFor};
 use kindle_sampling::logprobs::top_n;
@@ -108,59 +109,34 @@ fn random_blocks(rng: &mut Rng, ty: GgmlType, rows: u64, cols: u64, scale: f32) 
 fn tiny_model() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
-        let (d, ff, vocab, heads, kv_heads) = (64u64, 128u64, 96u64, 4u64, 2u64);
-        let hd = d / heads;
-        let tokens = (0..vocab)
-            .map(|i| MetadataValue::String(char::from(b'!' + i as u8).to_string()))
-            .collect();
-        let mut w = GgufWriter::new()
-            .metadata("general.architecture", "llama")
-            .metadata("llama.block_count", MetadataValue::U32(2))
-            .metadata("llama.context_length", MetadataValue::U32(64))
-            .metadata("llama.embedding_length", MetadataValue::U32(d as u32))
-            .metadata("llama.feed_forward_length", MetadataValue::U32(ff as u32))
-            .metadata(
-                "llama.attention.head_count",
-                MetadataValue::U32(heads as u32),
-            )
-            .metadata(
-                "llama.attention.head_count_kv",
-                MetadataValue::U32(kv_heads as u32),
-            )
-            .metadata("llama.rope.dimension_count", MetadataValue::U32(hd as u32))
-            .metadata("tokenizer.ggml.model", "gpt2")
-            .metadata("tokenizer.ggml.pre", "gpt2")
-            .metadata("tokenizer.ggml.tokens", MetadataValue::Array(tokens));
+        let shape = TinyLlama {
+            vocab: 96,
+            d_model: 64,
+            ff: 128,
+            heads: 4,
+            kv_heads: 2,
+            layers: 2,
+        };
+        let mut w = shape.writer();
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-        let embd = random_blocks(&mut rng, GgmlType::Q8_0, vocab, d, 1.0);
-        w = w.tensor("token_embd.weight", &[d, vocab], GgmlType::Q8_0, embd);
-        let norm = |rng: &mut Rng| -> Vec<f32> { (0..d).map(|_| 1.0 + 0.2 * rng.unit()).collect() };
-        w = w.tensor_f32("output_norm.weight", &[d], &norm(&mut rng));
-        let kv = kv_heads * hd;
-        for l in 0..2 {
-            let p = format!("blk.{l}.");
-            w = w
-                .tensor_f32(format!("{p}attn_norm.weight"), &[d], &norm(&mut rng))
-                .tensor_f32(format!("{p}ffn_norm.weight"), &[d], &norm(&mut rng));
-            for (name, d_in, d_out) in [
-                ("attn_q", d, d),
-                ("attn_k", d, kv),
-                ("attn_v", d, kv),
-                ("attn_output", d, d),
-                ("ffn_gate", d, ff),
-                ("ffn_up", d, ff),
-                ("ffn_down", ff, d),
-            ] {
-                // Scaled so that activations stay of order one through the blocks.
-                let scale = 1.5 / (d_in as f32).sqrt();
-                let bytes = random_blocks(&mut rng, GgmlType::Q4_1, d_out, d_in, scale);
-                w = w.tensor(
-                    format!("{p}{name}.weight"),
-                    &[d_in, d_out],
-                    GgmlType::Q4_1,
-                    bytes,
-                );
-            }
+        for (name, dims) in shape.tensors() {
+            w = match dims[..] {
+                [d] => {
+                    let norm: Vec<f32> = (0..d).map(|_| 1.0 + 0.2 * rng.unit()).collect();
+                    w.tensor_f32(name, &dims, &norm)
+                }
+                [d, vocab] if name == "token_embd.weight" => {
+                    let embd = random_blocks(&mut rng, GgmlType::Q8_0, vocab, d, 1.0);
+                    w.tensor(name, &dims, GgmlType::Q8_0, embd)
+                }
+                [d_in, d_out] => {
+                    // Scaled so that activations stay of order one through the blocks.
+                    let scale = 1.5 / (d_in as f32).sqrt();
+                    let bytes = random_blocks(&mut rng, GgmlType::Q4_1, d_out, d_in, scale);
+                    w.tensor(name, &dims, GgmlType::Q4_1, bytes)
+                }
+                _ => unreachable!("{name}: {dims:?}"),
+            };
         }
         let path = std::env::temp_dir().join(format!("kindle-devices-{}.gguf", std::process::id()));
         w.write(&path).expect("writing the tiny model");

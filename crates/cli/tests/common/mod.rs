@@ -1,9 +1,11 @@
-//! Helpers shared by the real-model tests: the real model (found the way the fetcher finds it)
-//! and the llama.cpp reference outputs ([`reference`] checks a model against them).
+//! Helpers shared by the CLI's test binaries: the real model (found the way the fetcher finds
+//! it), the llama.cpp reference outputs ([`reference`] checks a model against them) and tiny
+//! model files ([`tiny`]).
 
 #![allow(dead_code)]
 
 pub mod reference;
+pub mod tiny;
 
 use serde_json::Value;
 use std::path::PathBuf;
