@@ -2,7 +2,7 @@
 //! through one batched forward pass ([`LanguageModel::forward_batch`]), while each sequence
 //! keeps its own session, sampler, stop conditions and detokeniser.
 
-use crate::generator::Plan;
+use crate::generator::Step;
 use crate::{
     Event, GenerateError, GenerationConfig, Generator, LanguageModel, Session, Summary,
     TokenDecoder,
@@ -48,15 +48,15 @@ pub fn generate_batch<M: LanguageModel, D: TokenDecoder + ?Sized>(
                 continue;
             }
             match generator.plan() {
-                Plan::End => active[i] = false,
-                Plan::Emit(event) => {
+                Step::End => active[i] = false,
+                Step::Emit(event) => {
                     on_event(i, &event);
                     if let Event::Done(summary) = event {
                         summaries[i] = Some(summary);
                         active[i] = false;
                     }
                 }
-                Plan::Feed(tokens) => feeds.push((i, tokens)),
+                Step::Feed(tokens) => feeds.push((i, tokens)),
             }
         }
         if feeds.is_empty() {

@@ -22,6 +22,14 @@ impl<T: TokenDecoder + ?Sized> TokenDecoder for &T {
     }
 }
 
+impl<T: TokenDecoder + ?Sized> TokenDecoder for std::sync::Arc<T> {
+    type Error = T::Error;
+
+    fn decode(&self, ids: &[u32]) -> Result<String, Self::Error> {
+        (**self).decode(ids)
+    }
+}
+
 const REPLACEMENT: char = '\u{FFFD}';
 
 /// Incremental detokeniser: feed ids one at a time, get the new text (a delta) for each.

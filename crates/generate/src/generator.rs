@@ -99,9 +99,10 @@ fn rate(tokens: usize, time: Duration) -> f64 {
     }
 }
 
-/// The next step of a [`Generator`], as [`Generator::plan`] sees it.
-pub(crate) enum Plan {
-    /// Feed these tokens and hand the logits to `complete`.
+/// The next step of a sequence ([`Sequence::plan`](crate::Sequence::plan)).
+#[derive(Debug)]
+pub enum Step {
+    /// Feed these tokens to the model and hand their last position's logits to `complete`.
     Feed(Vec<u32>),
     /// Yield this event; no model work.
     Emit(Event),
@@ -146,21 +147,7 @@ pub struct Generator<'a, M: LanguageModel, D: TokenDecoder + ?Sized> {
     model: &'a M,
     session: &'a mut Session<M>,
     sampler: &'a mut Sampler,
-    stream: StreamDecoder<&'a D>,
-    stops: StopStringMatcher,
-    conditions: StopConditions,
-    top_logprobs: usize,
-    prompt: Vec<u32>,
-    /// The usable context; `usize::MAX` with a sliding cache.
-    limit: usize,
-    state: State,
-    generated: Vec<u32>,
-    text: String,
-    raw: Vec<f32>,
-    started: Option<Instant>,
-    timings: Timings,
-    /// The step in flight: whether it is the prefill, and when it started.
-    pending: Option<(bool, Instant)>,
+    core: Core<&'a D>,
 }
 
 impl<'a, M: LanguageModel, D: TokenDecoder + ?Sized> Generator<'a, M, D> {
@@ -179,6 +166,86 @@ impl<'a, M: LanguageModel, D: TokenDecoder + ?Sized> Generator<'a, M, D> {
         decoder: &'a D,
         config: &GenerationConfig,
     ) -> Result<Self, GenerateError> {
+        let core = Core::new(model, session, prompt, decoder, config)?;
+        Ok(Generator {
+            model,
+            session,
+            sampler,
+            core,
+        })
+    }
+
+    /// Run to the end, calling `on_token` with each [`Event::Token`], and return the summary.
+    pub fn run(self, mut on_token: impl FnMut(&Event)) -> Result<Summary, GenerateError> {
+        for event in self {
+            match event? {
+                Event::Done(summary) => return Ok(summary),
+                token => on_token(&token),
+            }
+        }
+        unreachable!("a generator ends with Done or an error")
+    }
+
+    /// The text output so far (what the events have streamed).
+    pub fn text(&self) -> &str {
+        &self.core.text
+    }
+
+    /// The tokens generated so far.
+    pub fn tokens(&self) -> &[u32] {
+        &self.core.generated
+    }
+
+    /// What the next step needs: tokens to feed to the model (their last position's logits then
+    /// go to [`complete`](Self::complete)), or an event that needs no model work.
+    pub(crate) fn plan(&mut self) -> Step {
+        self.core.plan(self.session)
+    }
+
+    /// Finish the step [`plan`](Self::plan) asked for, with the logits of the fed tokens' last
+    /// position (or the error of the forward pass).
+    pub(crate) fn complete(
+        &mut self,
+        logits: Result<Vec<f32>, GenerateError>,
+    ) -> Result<Event, GenerateError> {
+        self.core.complete(logits, self.sampler, self.session)
+    }
+
+    pub(crate) fn session_mut(&mut self) -> &mut Session<M> {
+        self.session
+    }
+}
+
+/// The state of one generation apart from the model, session and sampler it runs with:
+/// detokeniser, stop conditions, generated tokens, text, timings. [`Generator`] borrows those
+/// three; [`Sequence`](crate::Sequence) owns them.
+pub(crate) struct Core<D: TokenDecoder> {
+    stream: StreamDecoder<D>,
+    stops: StopStringMatcher,
+    conditions: StopConditions,
+    top_logprobs: usize,
+    prompt: Vec<u32>,
+    /// The usable context; `usize::MAX` with a sliding cache.
+    limit: usize,
+    state: State,
+    generated: Vec<u32>,
+    text: String,
+    raw: Vec<f32>,
+    started: Option<Instant>,
+    timings: Timings,
+    /// The step in flight: whether it is the prefill, and when it started.
+    pending: Option<(bool, Instant)>,
+}
+
+impl<D: TokenDecoder> Core<D> {
+    /// See [`Generator::new`].
+    pub(crate) fn new<M: LanguageModel>(
+        model: &M,
+        session: &Session<M>,
+        prompt: &[u32],
+        decoder: D,
+        config: &GenerationConfig,
+    ) -> Result<Self, GenerateError> {
         if prompt.is_empty() {
             return Err(GenerateError::EmptyPrompt);
         }
@@ -195,10 +262,7 @@ impl<'a, M: LanguageModel, D: TokenDecoder + ?Sized> Generator<'a, M, D> {
         let stream =
             StreamDecoder::with_context(decoder, context).map_err(GenerateError::decode)?;
         let stop = &config.stop;
-        Ok(Generator {
-            model,
-            session,
-            sampler,
+        Ok(Core {
             stream,
             stops: StopStringMatcher::new(
                 stop.stop_strings.iter().cloned(),
@@ -218,63 +282,52 @@ impl<'a, M: LanguageModel, D: TokenDecoder + ?Sized> Generator<'a, M, D> {
         })
     }
 
-    /// Run to the end, calling `on_token` with each [`Event::Token`], and return the summary.
-    pub fn run(self, mut on_token: impl FnMut(&Event)) -> Result<Summary, GenerateError> {
-        for event in self {
-            match event? {
-                Event::Done(summary) => return Ok(summary),
-                token => on_token(&token),
-            }
-        }
-        unreachable!("a generator ends with Done or an error")
-    }
-
-    /// The text output so far (what the events have streamed).
-    pub fn text(&self) -> &str {
+    /// The text output so far.
+    pub(crate) fn text(&self) -> &str {
         &self.text
     }
 
     /// The tokens generated so far.
-    pub fn tokens(&self) -> &[u32] {
+    pub(crate) fn tokens(&self) -> &[u32] {
         &self.generated
     }
 
-    /// What the next step needs: tokens to feed to the model (their last position's logits then
-    /// go to [`complete`](Self::complete)), or an event that needs no model work.
-    pub(crate) fn plan(&mut self) -> Plan {
+    /// See [`Generator::plan`]; the prefill reuses what `session` holds of the prompt.
+    pub(crate) fn plan<M: LanguageModel>(&mut self, session: &mut Session<M>) -> Step {
         match std::mem::replace(&mut self.state, State::Done) {
-            State::Done => Plan::End,
-            State::Finished { reason, stop } => Plan::Emit(Event::Done(self.summary(reason, stop))),
+            State::Done => Step::End,
+            State::Finished { reason, stop } => Step::Emit(Event::Done(self.summary(reason, stop))),
             State::Start => {
                 let t0 = Instant::now();
                 self.started = Some(t0);
                 if self.conditions.max_new_tokens == Some(0) || self.prompt.len() >= self.limit {
-                    return Plan::Emit(Event::Done(self.summary(FinishReason::Length, None)));
+                    return Step::Emit(Event::Done(self.summary(FinishReason::Length, None)));
                 }
-                let reuse = self
-                    .session
+                let reuse = session
                     .common_prefix_len(&self.prompt)
                     .min(self.prompt.len() - 1);
-                self.session.truncate(reuse);
+                session.truncate(reuse);
                 self.timings.prefill_tokens = self.prompt.len() - reuse;
                 self.pending = Some((true, t0));
-                Plan::Feed(self.prompt[reuse..].to_vec())
+                Step::Feed(self.prompt[reuse..].to_vec())
             }
             State::Decode(last) => {
                 self.pending = Some((false, Instant::now()));
-                Plan::Feed(vec![last])
+                Step::Feed(vec![last])
             }
         }
     }
 
-    /// Finish the step [`plan`](Self::plan) asked for, with the logits of the fed tokens' last
-    /// position (or the error of the forward pass).
-    pub(crate) fn complete(
+    /// See [`Generator::complete`]; `session` holds the tokens fed so far (the sampler's
+    /// history).
+    pub(crate) fn complete<M: LanguageModel>(
         &mut self,
         logits: Result<Vec<f32>, GenerateError>,
+        sampler: &mut Sampler,
+        session: &Session<M>,
     ) -> Result<Event, GenerateError> {
         let (prefill, t0) = self.pending.take().unwrap_or((false, Instant::now()));
-        let event = self.on_logits(logits?);
+        let event = self.on_logits(logits?, sampler, session.tokens());
         if prefill {
             self.timings.prefill = t0.elapsed();
         } else {
@@ -283,18 +336,18 @@ impl<'a, M: LanguageModel, D: TokenDecoder + ?Sized> Generator<'a, M, D> {
         event
     }
 
-    pub(crate) fn session_mut(&mut self) -> &mut Session<M> {
-        self.session
-    }
-
     /// Sample from `logits`, detokenise, check the stop conditions, set the next state.
-    fn on_logits(&mut self, mut logits: Vec<f32>) -> Result<Event, GenerateError> {
+    fn on_logits(
+        &mut self,
+        mut logits: Vec<f32>,
+        sampler: &mut Sampler,
+        history: &[u32],
+    ) -> Result<Event, GenerateError> {
         self.raw.clear();
         self.raw.extend_from_slice(&logits);
         let step = self.generated.len();
-        let id = self
-            .sampler
-            .sample(&mut logits, self.session.tokens())
+        let id = sampler
+            .sample(&mut logits, history)
             .map_err(|source| GenerateError::Sampling { step, source })?;
         check_vocab(&[id], self.raw.len())?;
         let lse = log_sum_exp(&self.raw);
@@ -375,9 +428,9 @@ impl<M: LanguageModel, D: TokenDecoder + ?Sized> Iterator for Generator<'_, M, D
     fn next(&mut self) -> Option<Self::Item> {
         // Any error leaves the state at Done, so the iterator ends after it.
         match self.plan() {
-            Plan::End => None,
-            Plan::Emit(event) => Some(Ok(event)),
-            Plan::Feed(tokens) => {
+            Step::End => None,
+            Step::Emit(event) => Some(Ok(event)),
+            Step::Feed(tokens) => {
                 let logits = self.session.forward_last(self.model, &tokens);
                 Some(self.complete(logits))
             }

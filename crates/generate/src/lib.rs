@@ -15,6 +15,9 @@
 //!   strings over a text stream.
 //! - [`beam_search`]: beam search with Hugging Face semantics ([`BeamConfig`],
 //!   [`EarlyStopping`]), the beams sharing the prompt's cache through [`Session::fork`].
+//! - [`Sequence`]: a generation that owns its session and sampler, stepped from outside
+//!   ([`Step`]) and batched with others in one forward pass as sequences come and go
+//!   (continuous batching, `kindle serve`).
 //! - [`generate_samples`]: several samples of one prompt (one sampler each), the prompt run once.
 //! - [`chat`]: chat templates (Jinja, Hugging Face semantics) and their tokenization, message
 //!   contents never parsed for control tokens.
@@ -119,6 +122,7 @@ mod generator;
 pub mod model;
 mod samples;
 mod score;
+mod sequence;
 mod session;
 mod stop;
 
@@ -128,10 +132,11 @@ pub use config::{GenerationConfig, StopConditions};
 pub use decode::{StreamDecoder, TokenDecoder};
 pub use error::{BoxError, GenerateError};
 pub use generator::{
-    Event, Generator, PROMPT_CONTEXT_TOKENS, Summary, Timings, generate, generate_to_end,
+    Event, Generator, PROMPT_CONTEXT_TOKENS, Step, Summary, Timings, generate, generate_to_end,
 };
 pub use model::{LanguageModel, ModelCache};
 pub use samples::generate_samples;
 pub use score::{Score, TokenScore, score};
+pub use sequence::Sequence;
 pub use session::Session;
 pub use stop::{FinishReason, StopMatch, StopScan, StopStringMatcher};

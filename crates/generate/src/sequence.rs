@@ -1,0 +1,148 @@
+//! A generation that owns its session and sampler, stepped from outside: what a server's
+//! scheduler keeps per request, so that sequences can join and leave a running batch between
+//! steps (continuous batching).
+
+use kindle_sampling::Sampler;
+
+use crate::generator::{Core, Step};
+use crate::{Event, GenerateError, GenerationConfig, LanguageModel, Session, TokenDecoder};
+
+/// One generation in progress, owning its [`Session`], [`Sampler`] and detokeniser (`D`, for
+/// instance an `Arc` of the tokenizer), driven step by step: [`plan`](Self::plan) says what the
+/// next step needs, [`forward_batch`](Self::forward_batch) runs the model for several
+/// sequences in one pass, [`complete`](Self::complete) samples from the logits.
+///
+/// It behaves exactly as a [`Generator`](crate::Generator) over the same session, prompt,
+/// sampler and configuration: the same events in the same order (the generator is this state
+/// machine with borrowed parts). So a sequence's output does not depend on which other
+/// sequences share its forward passes, as long as the model gives each row the same logits in
+/// any batch.
+///
+/// ```
+/// use kindle_generate::{GenerationConfig, Sequence, Session, Step};
+/// # use kindle_generate::{LanguageModel, ModelCache, TokenDecoder};
+/// # use std::convert::Infallible;
+/// # struct C(usize);
+/// # impl ModelCache for C {
+/// #     fn len(&self) -> usize { self.0 }
+/// #     fn capacity(&self) -> usize { 64 }
+/// #     fn truncate(&mut self, len: usize) { self.0 = self.0.min(len) }
+/// #     fn fork(&self) -> Self { C(self.0) }
+/// # }
+/// # /// Always predicts the token after the last one.
+/// # struct Next;
+/// # impl LanguageModel for Next {
+/// #     type Cache = C;
+/// #     type Error = Infallible;
+/// #     fn vocab_size(&self) -> usize { 8 }
+/// #     fn context_length(&self) -> usize { 64 }
+/// #     fn new_cache(&self, _: usize) -> Result<C, Infallible> { Ok(C(0)) }
+/// #     fn forward_last(&self, t: &[u32], c: &mut C) -> Result<Vec<f32>, Infallible> {
+/// #         c.0 += t.len();
+/// #         let mut row = vec![0.0; 8];
+/// #         row[(*t.last().unwrap() as usize + 1) % 8] = 9.0;
+/// #         Ok(row)
+/// #     }
+/// #     fn forward_all(&self, t: &[u32], c: &mut C) -> Result<Vec<f32>, Infallible> {
+/// #         unimplemented!()
+/// #     }
+/// # }
+/// # impl TokenDecoder for Next {
+/// #     type Error = Infallible;
+/// #     fn decode(&self, ids: &[u32]) -> Result<String, Infallible> {
+/// #         Ok(ids.iter().map(|i| char::from(b'a' + *i as u8)).collect())
+/// #     }
+/// # }
+/// let model = Next;
+/// let config = GenerationConfig::default().with_max_new_tokens(3);
+/// let mut a = Sequence::new(&model, Session::new(&model, 64)?, &[0], kindle_sampling::Sampler::greedy(), Next, &config)?;
+/// let mut b = Sequence::new(&model, Session::new(&model, 64)?, &[4], kindle_sampling::Sampler::greedy(), Next, &config)?;
+/// let mut texts = [String::new(), String::new()];
+/// loop {
+///     let (Step::Feed(ta), Step::Feed(tb)) = (a.plan(), b.plan()) else { break };
+///     let rows = Sequence::forward_batch(&model, &mut [(&ta[..], &mut a), (&tb[..], &mut b)])?;
+///     for ((seq, row), text) in [&mut a, &mut b].into_iter().zip(rows).zip(&mut texts) {
+///         if let kindle_generate::Event::Token { text: delta, .. } = seq.complete(row)? {
+///             text.push_str(&delta);
+///         }
+///     }
+/// }
+/// assert_eq!(texts, ["bcd", "fgh"]);
+/// # Ok::<(), kindle_generate::GenerateError>(())
+/// ```
+pub struct Sequence<M: LanguageModel, D: TokenDecoder> {
+    session: Session<M>,
+    sampler: Sampler,
+    core: Core<D>,
+}
+
+impl<M: LanguageModel, D: TokenDecoder> Sequence<M, D> {
+    /// Set up a generation of a continuation of `prompt` in `session` (whatever it holds of the
+    /// prompt's start is reused). No model work happens here.
+    ///
+    /// Errors: as [`Generator::new`](crate::Generator::new).
+    pub fn new(
+        model: &M,
+        session: Session<M>,
+        prompt: &[u32],
+        sampler: Sampler,
+        decoder: D,
+        config: &GenerationConfig,
+    ) -> Result<Self, GenerateError> {
+        let core = Core::new(model, &session, prompt, decoder, config)?;
+        Ok(Sequence {
+            session,
+            sampler,
+            core,
+        })
+    }
+
+    /// What the next step needs: [`Step::Feed`] tokens to run (then call
+    /// [`complete`](Self::complete) with their logits), [`Step::Emit`] an event that needs no
+    /// model work (the final [`Event::Done`]), or [`Step::End`].
+    pub fn plan(&mut self) -> Step {
+        self.core.plan(&mut self.session)
+    }
+
+    /// Finish the step that [`plan`](Self::plan) asked for with the logits of the fed tokens'
+    /// last position: sample, detokenise, check the stops. Returns the [`Event::Token`].
+    pub fn complete(&mut self, logits: Vec<f32>) -> Result<Event, GenerateError> {
+        self.core
+            .complete(Ok(logits), &mut self.sampler, &self.session)
+    }
+
+    /// Run each sequence's fed tokens (from its [`Step::Feed`]) in one batched forward pass
+    /// ([`LanguageModel::forward_batch`]); each gets back its last position's logits, in
+    /// order. On an error every session is rolled back to where it was.
+    pub fn forward_batch(
+        model: &M,
+        feeds: &mut [(&[u32], &mut Sequence<M, D>)],
+    ) -> Result<Vec<Vec<f32>>, GenerateError> {
+        let mut items: Vec<(&[u32], &mut Session<M>)> = feeds
+            .iter_mut()
+            .map(|(tokens, seq)| (*tokens, &mut seq.session))
+            .collect();
+        Session::forward_batch(model, &mut items)
+    }
+
+    /// The text output so far.
+    pub fn text(&self) -> &str {
+        self.core.text()
+    }
+
+    /// The tokens generated so far.
+    pub fn tokens(&self) -> &[u32] {
+        self.core.tokens()
+    }
+
+    /// The session (prompt and fed tokens).
+    pub fn session(&self) -> &Session<M> {
+        &self.session
+    }
+
+    /// Give up the generation, keeping the session (for reuse of its cache by a later prompt
+    /// with the same start).
+    pub fn into_session(self) -> Session<M> {
+        self.session
+    }
+}
