@@ -11,13 +11,14 @@ use super::{Rule, Violation};
 
 /// The crates whose normal dependencies must not reach Burn (those that do not exist yet are
 /// skipped).
-pub const NO_BURN_CRATES: [&str; 6] = [
+pub const NO_BURN_CRATES: [&str; 7] = [
     "kindle-gguf",
     "kindle-tokenizer",
     "kindle-kernels",
     "kindle-sampling",
     "kindle-generate",
     "kindle-fetch",
+    "kindle-server",
 ];
 
 /// Where [`feature_differences`] reports: the crate that fixes them.

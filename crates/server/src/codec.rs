@@ -1,0 +1,24 @@
+//! [`TextCodec`]: the server's view of the tokenizer and chat template.
+
+use kindle_generate::chat::ChatMessage;
+use kindle_generate::{BoxError, TokenDecoder};
+
+/// Text to token ids and back, as the server needs it. Its [`TokenDecoder`] (special tokens
+/// not rendered) decodes generated text; the engine thread and the HTTP handlers share one.
+///
+/// `kindle serve` implements it with the model's tokenizer and chat template; tests implement
+/// it with a toy vocabulary.
+pub trait TextCodec: TokenDecoder + Send + Sync + 'static {
+    /// The ids of a plain-text prompt (special-token text not parsed; BOS as the vocabulary
+    /// asks).
+    fn encode(&self, text: &str) -> Result<Vec<u32>, BoxError>;
+    /// The ids of a conversation rendered with the model's chat template, the assistant's
+    /// generation prompt added; message contents are never parsed for special tokens.
+    fn encode_chat(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, BoxError>;
+    /// One token's text for log-probability reports (special tokens rendered).
+    fn token_text(&self, id: u32) -> String;
+    /// The end-of-generation ids.
+    fn eog_ids(&self) -> Vec<u32>;
+    /// Number of token ids (valid ids are below it).
+    fn vocab_size(&self) -> usize;
+}

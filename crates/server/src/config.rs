@@ -1,0 +1,76 @@
+//! [`ServerConfig`]: what `kindle serve`'s flags set.
+
+use std::time::Duration;
+
+use crate::error::ServerError;
+
+/// How the server runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerConfig {
+    /// The model's name in `/v1/models` and responses; requests may name it or `kindle`.
+    pub model_name: String,
+    /// Context length per sequence (prompt plus output).
+    pub context: usize,
+    /// Most sequences running at once (each request's `n` choices count one each).
+    pub parallel: usize,
+    /// Most sequences waiting for a running slot; a request beyond that gets 429.
+    pub queue: usize,
+    /// Most prompt tokens the prefills that join one engine step may hold together; a prompt
+    /// longer than this runs in a step with no other prefill.
+    pub step_tokens: usize,
+    /// Finished sequences' sessions kept for prefix reuse (0: none). A prompt sharing a
+    /// prefix with one of them (a system prompt, a chat history) prefills only the rest. With
+    /// it on, every session's KV cache holds the whole context (`parallel + prefix_cache`
+    /// caches of `context` tokens at most).
+    pub prefix_cache: usize,
+    /// When set, every endpoint but `/health` needs `Authorization: Bearer <key>`.
+    pub api_key: Option<String>,
+    /// Origins allowed by CORS (`*` for any); none: CORS off.
+    pub cors_origins: Vec<String>,
+    /// Largest request body in bytes (413 beyond).
+    pub max_body_bytes: usize,
+    /// How long a client may take to send its request body.
+    pub body_timeout: Duration,
+    /// On shutdown, how long running requests may take to finish.
+    pub drain_timeout: Duration,
+}
+
+impl ServerConfig {
+    /// Defaults for a model called `model_name` with a context of `context` tokens: 4
+    /// parallel sequences, a queue of 64, 512 prefill tokens per step, no prefix cache, no key, no CORS, 4 MiB
+    /// bodies read within 30 s, 30 s to drain.
+    pub fn new(model_name: impl Into<String>, context: usize) -> Self {
+        ServerConfig {
+            model_name: model_name.into(),
+            context,
+            parallel: 4,
+            queue: 64,
+            step_tokens: 512,
+            prefix_cache: 0,
+            api_key: None,
+            cors_origins: Vec::new(),
+            max_body_bytes: 4 << 20,
+            body_timeout: Duration::from_secs(30),
+            drain_timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// Check the settings that must be positive.
+    pub fn validate(&self) -> Result<(), ServerError> {
+        let positive = [
+            ("--ctx-size", self.context),
+            ("--parallel", self.parallel),
+            ("--batch-tokens", self.step_tokens),
+        ];
+        for (name, value) in positive {
+            if value == 0 {
+                return Err(ServerError::InvalidSetting {
+                    name,
+                    value: value.to_string(),
+                    expected: "at least 1",
+                });
+            }
+        }
+        Ok(())
+    }
+}

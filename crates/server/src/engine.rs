@@ -1,0 +1,501 @@
+//! The engine: one thread that owns the model and every running sequence, and runs steps.
+//!
+//! **Continuous batching.** Handlers submit [`Job`]s (one per choice) through a channel. Each
+//! loop of the engine thread:
+//! 1. takes the new jobs into its waiting queue (blocking only when nothing runs or waits);
+//! 2. drops the jobs and sequences whose client went away (their event channel is closed), so a
+//!    disconnected client's sequence leaves within one step and its cache is freed;
+//! 3. admits waiting jobs while fewer than `parallel` sequences run (a fresh session each);
+//! 4. asks every running sequence for its next step: decoding sequences feed their last token,
+//!    new ones their prompt; prefills join the step while their tokens fit the step budget (at
+//!    least one per step, so a long prompt is never starved);
+//! 5. runs **one** [`Sequence::forward_batch`] over all of them, then samples each sequence's
+//!    token with its own sampler and sends the event to its client.
+//!
+//! A sequence's output is what the same request gives alone: each has its own session, sampler
+//! (and seed), stops and logprobs, and the model gives each row the same logits in any batch.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::time::{Duration, Instant};
+
+use kindle_generate::{
+    Event, FinishReason, GenerationConfig, LanguageModel, Sequence, Session, Step,
+};
+use kindle_sampling::Sampler;
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::codec::TextCodec;
+use crate::error::ServerError;
+use crate::metrics::Metrics;
+
+/// What a handler asks the engine to run: one sequence (one choice of one prompt).
+pub struct Job {
+    /// The prompt's ids (checked against the context and vocabulary by the handler).
+    pub prompt: Vec<u32>,
+    /// Its sampler, seeded.
+    pub sampler: Sampler,
+    /// Its stops and logprobs.
+    pub config: GenerationConfig,
+    /// KV capacity of its session: prompt plus the most tokens it may generate.
+    pub capacity: usize,
+    /// The choice index in the response.
+    pub index: usize,
+    /// Where its events go; closed when the client goes away.
+    pub events: UnboundedSender<Update>,
+    /// When the request arrived (for time to first token).
+    pub arrived: Instant,
+}
+
+/// What the engine tells a handler about one choice.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Update {
+    /// A generated token.
+    Token {
+        /// The choice index.
+        index: usize,
+        /// The token id.
+        id: u32,
+        /// The text it adds (may be empty while text is held back).
+        text: String,
+        /// Its log-probability under the model's raw distribution.
+        logprob: f32,
+        /// The most likely alternatives `(id, logprob)`, as many as asked for.
+        top_logprobs: Vec<(u32, f32)>,
+    },
+    /// The choice finished.
+    Done {
+        /// The choice index.
+        index: usize,
+        /// Why it ended.
+        finish_reason: FinishReason,
+        /// Prompt tokens.
+        prompt_tokens: usize,
+        /// Generated tokens (an end-of-generation token included).
+        completion_tokens: usize,
+    },
+    /// The choice failed (a model error: never the request's fault, which is checked before).
+    Error {
+        /// The choice index.
+        index: usize,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// Messages to the engine thread.
+pub enum Command {
+    /// Run these jobs (the choices of one request, whose queue places the handler reserved).
+    Submit(Vec<Job>),
+    /// Drop every job and sequence, and end the thread.
+    Shutdown,
+}
+
+/// How the engine schedules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineOptions {
+    /// Most sequences running at once.
+    pub parallel: usize,
+    /// Most prompt tokens of the prefills joining one step (at least one prefill per step).
+    pub step_tokens: usize,
+    /// Finished sequences' sessions kept for reuse (0: none): a new prompt takes the idle
+    /// session sharing its longest prefix, and only the rest of the prompt is prefilled.
+    /// With it on, every session holds the whole `context` (so that any can be reused);
+    /// without it, a session holds its prompt plus the most tokens it may generate.
+    pub prefix_cache: usize,
+    /// Context length per sequence.
+    pub context: usize,
+}
+
+/// The handlers' side of the engine: a channel to its thread.
+#[derive(Clone)]
+pub struct EngineHandle {
+    commands: Sender<Command>,
+}
+
+impl EngineHandle {
+    /// Send a command; `false` when the engine thread has ended.
+    pub fn send(&self, command: Command) -> bool {
+        self.commands.send(command).is_ok()
+    }
+}
+
+/// Start the engine thread with `model`; it ends on [`Command::Shutdown`] or when every
+/// handle is dropped and nothing runs.
+pub fn spawn<M, C>(
+    model: M,
+    codec: Arc<C>,
+    options: EngineOptions,
+    metrics: Arc<Metrics>,
+) -> Result<(EngineHandle, std::thread::JoinHandle<()>), ServerError>
+where
+    M: LanguageModel + Send + 'static,
+    C: TextCodec,
+{
+    let (commands, receiver) = std::sync::mpsc::channel();
+    let thread = std::thread::Builder::new()
+        .name("kindle-engine".into())
+        .spawn(move || {
+            // Built on its thread: the sequences' caches never cross threads.
+            let engine = Engine {
+                model,
+                codec,
+                options,
+                metrics,
+                waiting: VecDeque::new(),
+                running: Vec::new(),
+                idle: Vec::new(),
+                clock: 0,
+            };
+            engine.run(receiver)
+        })
+        .map_err(ServerError::EngineThread)?;
+    Ok((EngineHandle { commands }, thread))
+}
+
+/// A running sequence and what the engine tracks about it.
+struct Running<M: LanguageModel, C: TextCodec> {
+    seq: Sequence<M, Arc<C>>,
+    index: usize,
+    events: UnboundedSender<Update>,
+    arrived: Instant,
+    prompt_tokens: usize,
+    /// Tokens planned for the next forward pass (kept while a prefill waits for budget).
+    feed: Option<Vec<u32>>,
+    /// Whether the sequence has produced its first token.
+    started: bool,
+    last_token: Option<Instant>,
+    /// Set when the sequence leaves at the end of this step.
+    finished: bool,
+}
+
+struct Engine<M: LanguageModel, C: TextCodec> {
+    model: M,
+    codec: Arc<C>,
+    options: EngineOptions,
+    metrics: Arc<Metrics>,
+    waiting: VecDeque<Job>,
+    running: Vec<Running<M, C>>,
+    /// Sessions of finished sequences, with when each was last used (for LRU eviction).
+    idle: Vec<(Session<M>, u64)>,
+    clock: u64,
+}
+
+impl<M: LanguageModel, C: TextCodec> Engine<M, C> {
+    fn run(mut self, commands: Receiver<Command>) {
+        loop {
+            let idle = self.running.is_empty() && self.waiting.is_empty();
+            let first = if idle {
+                // Wake now and then to notice a closed channel even with no command.
+                match commands.recv_timeout(Duration::from_millis(200)) {
+                    Ok(command) => Some(command),
+                    Err(RecvTimeoutError::Timeout) => continue,
+                    Err(RecvTimeoutError::Disconnected) => return,
+                }
+            } else {
+                None
+            };
+            let mut shutdown = false;
+            let mut pending: Vec<Command> = first.into_iter().collect();
+            loop {
+                match commands.try_recv() {
+                    Ok(command) => pending.push(command),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        if pending.is_empty() && idle {
+                            return;
+                        }
+                        break;
+                    }
+                }
+            }
+            for command in pending {
+                match command {
+                    Command::Submit(jobs) => self.waiting.extend(jobs),
+                    Command::Shutdown => shutdown = true,
+                }
+            }
+            if shutdown {
+                self.metrics
+                    .queued
+                    .fetch_sub(self.waiting.len(), Ordering::SeqCst);
+                self.waiting.clear();
+                self.running.clear();
+                self.metrics.running.store(0, Ordering::SeqCst);
+                return;
+            }
+            self.drop_cancelled();
+            self.admit();
+            self.step();
+            self.retire_finished();
+            self.metrics
+                .running
+                .store(self.running.len(), Ordering::SeqCst);
+        }
+    }
+
+    /// Drop waiting jobs and running sequences whose client is gone.
+    fn drop_cancelled(&mut self) {
+        let before = self.waiting.len();
+        self.waiting.retain(|job| !job.events.is_closed());
+        let gone = before - self.waiting.len();
+        if gone > 0 {
+            self.metrics.queued.fetch_sub(gone, Ordering::SeqCst);
+            self.metrics
+                .cancelled
+                .fetch_add(gone as u64, Ordering::SeqCst);
+        }
+        let before = self.running.len();
+        self.running.retain(|r| !r.events.is_closed());
+        let gone = before - self.running.len();
+        if gone > 0 {
+            self.metrics
+                .cancelled
+                .fetch_add(gone as u64, Ordering::SeqCst);
+        }
+    }
+
+    /// Start waiting jobs while there are free slots.
+    fn admit(&mut self) {
+        while self.running.len() < self.options.parallel {
+            let Some(job) = self.waiting.pop_front() else {
+                break;
+            };
+            self.metrics.queued.fetch_sub(1, Ordering::SeqCst);
+            let started = self.session_for(&job).and_then(|session| {
+                Sequence::new(
+                    &self.model,
+                    session,
+                    &job.prompt,
+                    job.sampler,
+                    Arc::clone(&self.codec),
+                    &job.config,
+                )
+            });
+            match started {
+                Ok(seq) => {
+                    self.metrics
+                        .prompt_tokens
+                        .fetch_add(job.prompt.len() as u64, Ordering::SeqCst);
+                    self.running.push(Running {
+                        seq,
+                        index: job.index,
+                        events: job.events,
+                        arrived: job.arrived,
+                        prompt_tokens: job.prompt.len(),
+                        feed: None,
+                        started: false,
+                        last_token: None,
+                        finished: false,
+                    });
+                }
+                Err(error) => {
+                    let _ = job.events.send(Update::Error {
+                        index: job.index,
+                        message: error.to_string(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// The idle session sharing the longest prefix with the job's prompt (and large enough for
+    /// it), or a new one.
+    fn session_for(&mut self, job: &Job) -> Result<Session<M>, kindle_generate::GenerateError> {
+        let best = self
+            .idle
+            .iter()
+            .enumerate()
+            .filter(|(_, (session, _))| session.capacity() >= job.capacity)
+            .map(|(i, (session, _))| (i, session.common_prefix_len(&job.prompt)))
+            .filter(|&(_, shared)| shared > 0)
+            .max_by_key(|&(_, shared)| shared);
+        match best {
+            Some((i, shared)) => {
+                let (session, _) = self.idle.swap_remove(i);
+                // The last prompt token is always fed again (its logits start the generation).
+                let reused = shared.min(job.prompt.len().saturating_sub(1));
+                self.metrics.prefix_hits.fetch_add(1, Ordering::SeqCst);
+                self.metrics
+                    .prefix_hit_tokens
+                    .fetch_add(reused as u64, Ordering::SeqCst);
+                self.metrics
+                    .idle_sessions
+                    .store(self.idle.len(), Ordering::SeqCst);
+                Ok(session)
+            }
+            None => {
+                let capacity = if self.options.prefix_cache > 0 {
+                    job.capacity.max(self.options.context)
+                } else {
+                    job.capacity
+                };
+                Session::new(&self.model, capacity)
+            }
+        }
+    }
+
+    /// Remove finished sequences; keep their sessions for prefix reuse (least recently used
+    /// evicted beyond the limit), or free them.
+    fn retire_finished(&mut self) {
+        if !self.running.iter().any(|r| r.finished) {
+            return;
+        }
+        let (finished, running): (Vec<_>, Vec<_>) = std::mem::take(&mut self.running)
+            .into_iter()
+            .partition(|r| r.finished);
+        self.running = running;
+        if self.options.prefix_cache == 0 {
+            return;
+        }
+        for r in finished {
+            self.clock += 1;
+            self.idle.push((r.seq.into_session(), self.clock));
+        }
+        while self.idle.len() > self.options.prefix_cache {
+            if let Some(oldest) = (0..self.idle.len()).min_by_key(|&i| self.idle[i].1) {
+                self.idle.swap_remove(oldest);
+            }
+        }
+        self.metrics
+            .idle_sessions
+            .store(self.idle.len(), Ordering::SeqCst);
+    }
+
+    /// One step: plan every running sequence, run one batched forward pass, sample.
+    fn step(&mut self) {
+        let mut budget = self.options.step_tokens;
+        let mut prefills = 0usize;
+        let mut chosen = vec![false; self.running.len()];
+        for (i, r) in self.running.iter_mut().enumerate() {
+            if r.feed.is_none() {
+                match r.seq.plan() {
+                    Step::Feed(tokens) => r.feed = Some(tokens),
+                    Step::Emit(event) => {
+                        send_event(r, event, &self.metrics);
+                        continue;
+                    }
+                    Step::End => {
+                        r.finished = true;
+                        continue;
+                    }
+                }
+            }
+            let Some(feed) = &r.feed else { continue };
+            if r.started {
+                chosen[i] = true;
+            } else if prefills == 0 || feed.len() <= budget {
+                budget = budget.saturating_sub(feed.len());
+                prefills += 1;
+                chosen[i] = true;
+            }
+        }
+        if !chosen.contains(&true) {
+            return;
+        }
+        let result = {
+            let mut items: Vec<(&[u32], &mut Sequence<M, Arc<C>>)> = Vec::new();
+            for (r, &take) in self.running.iter_mut().zip(&chosen) {
+                if take
+                    && let Running {
+                        feed: Some(feed),
+                        seq,
+                        ..
+                    } = r
+                {
+                    items.push((feed.as_slice(), seq));
+                }
+            }
+            let rows: usize = items.iter().map(|(t, _)| t.len()).sum();
+            self.metrics.steps.fetch_add(1, Ordering::SeqCst);
+            self.metrics
+                .step_rows
+                .fetch_add(rows as u64, Ordering::SeqCst);
+            Sequence::forward_batch(&self.model, &mut items)
+        };
+        let chosen_running = self
+            .running
+            .iter_mut()
+            .zip(&chosen)
+            .filter(|(_, take)| **take)
+            .map(|(r, _)| r);
+        match result {
+            Err(error) => {
+                tracing::error!("forward pass failed: {error}");
+                for r in chosen_running {
+                    let _ = r.events.send(Update::Error {
+                        index: r.index,
+                        message: format!("the model failed: {error}"),
+                    });
+                    r.finished = true;
+                }
+            }
+            Ok(rows) => {
+                for (r, row) in chosen_running.zip(rows) {
+                    r.feed = None;
+                    match r.seq.complete(row) {
+                        Ok(event) => send_event(r, event, &self.metrics),
+                        Err(error) => {
+                            let _ = r.events.send(Update::Error {
+                                index: r.index,
+                                message: error.to_string(),
+                            });
+                            r.finished = true;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Send a sequence's event to its client, recording metrics; a closed channel (the client went
+/// away) or the final event marks it finished.
+fn send_event<M: LanguageModel, C: TextCodec>(
+    r: &mut Running<M, C>,
+    event: Event,
+    metrics: &Metrics,
+) {
+    let update = match event {
+        Event::Token {
+            id,
+            text,
+            logprob,
+            top_logprobs,
+        } => {
+            let now = Instant::now();
+            if r.started {
+                if let Some(last) = r.last_token {
+                    metrics.observe_token(now - last);
+                }
+            } else {
+                r.started = true;
+                metrics.observe_ttft(now - r.arrived);
+            }
+            r.last_token = Some(now);
+            metrics.generated_tokens.fetch_add(1, Ordering::SeqCst);
+            Update::Token {
+                index: r.index,
+                id,
+                text,
+                logprob,
+                top_logprobs,
+            }
+        }
+        Event::Done(summary) => {
+            r.finished = true;
+            Update::Done {
+                index: r.index,
+                finish_reason: summary.finish_reason,
+                prompt_tokens: r.prompt_tokens,
+                completion_tokens: summary.generated_tokens,
+            }
+        }
+    };
+    if r.events.send(update).is_err() {
+        metrics.cancelled.fetch_add(1, Ordering::SeqCst);
+        r.finished = true;
+    }
+}

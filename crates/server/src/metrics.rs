@@ -1,0 +1,237 @@
+//! [`Metrics`]: counters, gauges and histograms shared by the handlers and the engine thread,
+//! rendered in Prometheus' text format for `GET /metrics`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// Upper bounds (seconds) of the time-to-first-token buckets.
+const TTFT_BUCKETS: [f64; 12] = [
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+/// Upper bounds (seconds) of the per-output-token latency buckets.
+const TOKEN_BUCKETS: [f64; 11] = [
+    0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 5.0,
+];
+
+/// A cumulative histogram with fixed buckets.
+#[derive(Debug)]
+struct Histogram {
+    bounds: &'static [f64],
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Self {
+        Histogram {
+            bounds,
+            counts: vec![0; bounds.len()],
+            sum: 0.0,
+            count: 0,
+        }
+    }
+
+    fn observe(&mut self, seconds: f64) {
+        for (bound, count) in self.bounds.iter().zip(&mut self.counts) {
+            if seconds <= *bound {
+                *count += 1;
+            }
+        }
+        self.sum += seconds;
+        self.count += 1;
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} histogram");
+        for (bound, count) in self.bounds.iter().zip(&self.counts) {
+            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {count}");
+        }
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", self.count);
+        let _ = writeln!(out, "{name}_sum {}", self.sum);
+        let _ = writeln!(out, "{name}_count {}", self.count);
+    }
+}
+
+/// Everything `/metrics` shows. Gauges are set by the engine thread after each step; counters
+/// only grow.
+#[derive(Debug)]
+pub struct Metrics {
+    /// Sequences running (in the engine's batch).
+    pub running: AtomicUsize,
+    /// Sequences waiting for a running slot (reserved by a handler, then admitted or dropped by
+    /// the engine).
+    pub queued: AtomicUsize,
+    /// Prompt tokens of admitted sequences.
+    pub prompt_tokens: AtomicU64,
+    /// Tokens generated.
+    pub generated_tokens: AtomicU64,
+    /// Sequences removed because their client went away.
+    pub cancelled: AtomicU64,
+    /// Engine steps (batched forward passes) run.
+    pub steps: AtomicU64,
+    /// Rows (tokens) in those forward passes.
+    pub step_rows: AtomicU64,
+    /// Sequences that started from an idle session sharing a prefix of their prompt.
+    pub prefix_hits: AtomicU64,
+    /// Prompt tokens those sequences did not prefill again.
+    pub prefix_hit_tokens: AtomicU64,
+    /// Idle sessions kept for prefix reuse.
+    pub idle_sessions: AtomicUsize,
+    requests: Mutex<BTreeMap<u16, u64>>,
+    ttft: Mutex<Histogram>,
+    per_token: Mutex<Histogram>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            running: AtomicUsize::new(0),
+            queued: AtomicUsize::new(0),
+            prompt_tokens: AtomicU64::new(0),
+            generated_tokens: AtomicU64::new(0),
+            cancelled: AtomicU64::new(0),
+            steps: AtomicU64::new(0),
+            step_rows: AtomicU64::new(0),
+            prefix_hits: AtomicU64::new(0),
+            prefix_hit_tokens: AtomicU64::new(0),
+            idle_sessions: AtomicUsize::new(0),
+            requests: Mutex::new(BTreeMap::new()),
+            ttft: Mutex::new(Histogram::new(&TTFT_BUCKETS)),
+            per_token: Mutex::new(Histogram::new(&TOKEN_BUCKETS)),
+        }
+    }
+}
+
+impl Metrics {
+    /// Count a finished HTTP request by its status.
+    pub fn count_request(&self, status: u16) {
+        if let Ok(mut map) = self.requests.lock() {
+            *map.entry(status).or_default() += 1;
+        }
+    }
+
+    /// Record a time to first token (from the request's arrival to its first token).
+    pub fn observe_ttft(&self, time: Duration) {
+        if let Ok(mut h) = self.ttft.lock() {
+            h.observe(time.as_secs_f64());
+        }
+    }
+
+    /// Record the time between two tokens of one sequence.
+    pub fn observe_token(&self, time: Duration) {
+        if let Ok(mut h) = self.per_token.lock() {
+            h.observe(time.as_secs_f64());
+        }
+    }
+
+    /// Try to reserve `n` queue places under a limit of `limit`; a request larger than the whole
+    /// queue is let in when the queue is empty.
+    pub fn reserve_queue(&self, n: usize, limit: usize) -> bool {
+        self.queued
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |queued| {
+                (queued == 0 || queued + n <= limit).then_some(queued + n)
+            })
+            .is_ok()
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# HELP kindle_requests_total HTTP requests answered, by status.\n# TYPE kindle_requests_total counter"
+        );
+        if let Ok(map) = self.requests.lock() {
+            for (status, count) in map.iter() {
+                let _ = writeln!(out, "kindle_requests_total{{status=\"{status}\"}} {count}");
+            }
+        }
+        let gauges = [
+            (
+                "kindle_sequences_running",
+                "Sequences in the running batch.",
+                self.running.load(Ordering::SeqCst) as u64,
+            ),
+            (
+                "kindle_sequences_queued",
+                "Sequences waiting for a running slot.",
+                self.queued.load(Ordering::SeqCst) as u64,
+            ),
+            (
+                "kindle_prefix_cache_sessions",
+                "Idle sessions kept for prefix reuse.",
+                self.idle_sessions.load(Ordering::SeqCst) as u64,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+            );
+        }
+        let counters = [
+            (
+                "kindle_prompt_tokens_total",
+                "Prompt tokens of admitted sequences.",
+                &self.prompt_tokens,
+            ),
+            (
+                "kindle_generated_tokens_total",
+                "Tokens generated.",
+                &self.generated_tokens,
+            ),
+            (
+                "kindle_sequences_cancelled_total",
+                "Sequences removed because the client disconnected.",
+                &self.cancelled,
+            ),
+            (
+                "kindle_engine_steps_total",
+                "Batched forward passes run by the engine.",
+                &self.steps,
+            ),
+            (
+                "kindle_engine_step_rows_total",
+                "Tokens fed in those forward passes.",
+                &self.step_rows,
+            ),
+            (
+                "kindle_prefix_cache_hits_total",
+                "Sequences that reused an idle session's prefix.",
+                &self.prefix_hits,
+            ),
+            (
+                "kindle_prefix_cache_hit_tokens_total",
+                "Prompt tokens not prefilled again thanks to prefix reuse.",
+                &self.prefix_hit_tokens,
+            ),
+        ];
+        for (name, help, value) in counters {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                value.load(Ordering::SeqCst)
+            );
+        }
+        if let Ok(h) = self.ttft.lock() {
+            h.render(
+                &mut out,
+                "kindle_time_to_first_token_seconds",
+                "Time from a request's arrival to its first generated token.",
+            );
+        }
+        if let Ok(h) = self.per_token.lock() {
+            h.render(
+                &mut out,
+                "kindle_time_per_output_token_seconds",
+                "Time between two generated tokens of a sequence.",
+            );
+        }
+        out
+    }
+}

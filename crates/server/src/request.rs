@@ -1,0 +1,672 @@
+//! Request bodies: JSON in, validated values out. Every invalid value is an [`ApiError`] (400)
+//! naming its field; nothing here panics on any input.
+
+use kindle_generate::chat::ChatMessage;
+use kindle_sampling::{PenaltyScope, SamplerConfig};
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+
+/// A JSON object, as a request body must be.
+pub type Object = Map<String, Value>;
+
+/// Parse a body into a JSON object (400 for anything else).
+pub fn parse_object(body: &[u8]) -> Result<Object, ApiError> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!(
+            "We could not parse the JSON body of your request: {e}. The body must be a JSON \
+             object."
+        ))
+    })?;
+    match value {
+        Value::Object(object) => Ok(object),
+        other => Err(ApiError::bad_request(format!(
+            "The request body must be a JSON object, not {}.",
+            type_name(&other)
+        ))),
+    }
+}
+
+fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// `object[key]`, `null` counting as absent.
+fn field<'a>(object: &'a Object, key: &str) -> Option<&'a Value> {
+    object.get(key).filter(|v| !v.is_null())
+}
+
+fn expected(key: &str, what: &str, got: &Value) -> ApiError {
+    ApiError::invalid(
+        key,
+        format!(
+            "Invalid value for '{key}': expected {what}, got {}.",
+            short(got)
+        ),
+    )
+}
+
+/// A value for an error message, cut short.
+fn short(value: &Value) -> String {
+    let text = value.to_string();
+    if text.chars().count() > 60 {
+        format!("{}...", text.chars().take(60).collect::<String>())
+    } else {
+        text
+    }
+}
+
+/// An optional number in `[min, max]`.
+pub fn number(object: &Object, key: &str, min: f64, max: f64) -> Result<Option<f64>, ApiError> {
+    let Some(value) = field(object, key) else {
+        return Ok(None);
+    };
+    match value.as_f64() {
+        Some(x) if x >= min && x <= max => Ok(Some(x)),
+        _ => Err(expected(
+            key,
+            &format!("a number between {min} and {max}"),
+            value,
+        )),
+    }
+}
+
+/// An optional integer in `[min, max]`.
+pub fn integer(object: &Object, key: &str, min: i64, max: i64) -> Result<Option<i64>, ApiError> {
+    let Some(value) = field(object, key) else {
+        return Ok(None);
+    };
+    let as_int = value.as_i64().or_else(|| {
+        // 3.0 is an integer too (JavaScript clients send them).
+        value
+            .as_f64()
+            .filter(|x| x.fract() == 0.0 && x.abs() < 9.0e15)
+            .map(|x| x as i64)
+    });
+    match as_int {
+        Some(x) if x >= min && x <= max => Ok(Some(x)),
+        _ => Err(expected(
+            key,
+            &format!("an integer between {min} and {max}"),
+            value,
+        )),
+    }
+}
+
+/// An optional boolean.
+pub fn boolean(object: &Object, key: &str) -> Result<Option<bool>, ApiError> {
+    match field(object, key) {
+        None => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(other) => Err(expected(key, "a boolean", other)),
+    }
+}
+
+/// An optional string.
+pub fn string<'a>(object: &'a Object, key: &str) -> Result<Option<&'a str>, ApiError> {
+    match field(object, key) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(expected(key, "a string", other)),
+    }
+}
+
+/// What every generation request shares: sampling, stops, counts, streaming, logprobs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerationParams {
+    /// The model asked for (`None`: the served one).
+    pub model: Option<String>,
+    /// `max_tokens` / `max_completion_tokens`.
+    pub max_tokens: Option<usize>,
+    /// Choices per prompt.
+    pub n: usize,
+    /// Stream server-sent events.
+    pub stream: bool,
+    /// Send a last chunk with the usage (`stream_options.include_usage`).
+    pub include_usage: bool,
+    /// Stop strings.
+    pub stop: Vec<String>,
+    /// Report logprobs, with this many alternatives per token.
+    pub logprobs: Option<usize>,
+    /// Keep generating past end-of-generation tokens.
+    pub ignore_eos: bool,
+    /// The sampler (its `eog_ids` are filled in later; seed as given).
+    pub sampler: SamplerConfig,
+}
+
+/// Most choices per prompt.
+pub const MAX_N: i64 = 128;
+
+/// Fields that change the meaning of a request and are not supported: an error rather than a
+/// silently different answer.
+fn refuse_unsupported(object: &Object) -> Result<(), ApiError> {
+    if boolean(object, "echo")? == Some(true) {
+        return Err(ApiError::invalid("echo", "'echo' is not supported."));
+    }
+    if field(object, "suffix").is_some() {
+        return Err(ApiError::invalid("suffix", "'suffix' is not supported."));
+    }
+    if let Some(best_of) = integer(object, "best_of", 1, MAX_N)?
+        && best_of > integer(object, "n", 1, MAX_N)?.unwrap_or(1)
+    {
+        return Err(ApiError::invalid(
+            "best_of",
+            "'best_of' larger than 'n' is not supported.",
+        ));
+    }
+    for key in ["tools", "functions"] {
+        if let Some(Value::Array(items)) = field(object, key)
+            && !items.is_empty()
+        {
+            return Err(ApiError::invalid(
+                key,
+                format!("'{key}' (tool calling) is not supported."),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Parse the fields every generation endpoint takes. `chat` selects the chat form of
+/// `logprobs` (a boolean with `top_logprobs` 0-20) over the completions form (an integer 0-5).
+pub fn generation_params(object: &Object, chat: bool) -> Result<GenerationParams, ApiError> {
+    refuse_unsupported(object)?;
+    let model = string(object, "model")?.map(str::to_string);
+    let max_tokens = match integer(object, "max_completion_tokens", 1, i64::MAX)? {
+        Some(n) => Some(n),
+        None => integer(object, "max_tokens", 1, i64::MAX)?,
+    }
+    .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+    let n = integer(object, "n", 1, MAX_N)?.unwrap_or(1) as usize;
+    let stream = boolean(object, "stream")?.unwrap_or(false);
+    let include_usage = match field(object, "stream_options") {
+        None => false,
+        Some(Value::Object(options)) => {
+            if !stream {
+                return Err(ApiError::invalid(
+                    "stream_options",
+                    "'stream_options' is only allowed when 'stream' is true.",
+                ));
+            }
+            boolean(options, "include_usage")
+                .map_err(|_| {
+                    ApiError::invalid(
+                        "stream_options.include_usage",
+                        "Invalid value for 'stream_options.include_usage': expected a boolean.",
+                    )
+                })?
+                .unwrap_or(false)
+        }
+        Some(other) => return Err(expected("stream_options", "an object", other)),
+    };
+    let stop = stop_strings(object)?;
+    let logprobs = if chat {
+        let top = integer(object, "top_logprobs", 0, 20)?;
+        match (boolean(object, "logprobs")?.unwrap_or(false), top) {
+            (true, top) => Some(top.unwrap_or(0) as usize),
+            (false, Some(_)) => {
+                return Err(ApiError::invalid(
+                    "top_logprobs",
+                    "'top_logprobs' needs 'logprobs' set to true.",
+                ));
+            }
+            (false, None) => None,
+        }
+    } else {
+        integer(object, "logprobs", 0, 5)?.map(|n| n as usize)
+    };
+    let ignore_eos = boolean(object, "ignore_eos")?.unwrap_or(false);
+    let sampler = sampler_config(object)?;
+    Ok(GenerationParams {
+        model,
+        max_tokens,
+        n,
+        stream,
+        include_usage,
+        stop,
+        logprobs,
+        ignore_eos,
+        sampler,
+    })
+}
+
+/// `stop`: a string or an array of up to 4 non-empty strings.
+fn stop_strings(object: &Object) -> Result<Vec<String>, ApiError> {
+    let stops = match field(object, "stop") {
+        None => return Ok(Vec::new()),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(items)) => {
+            if items.len() > 4 {
+                return Err(ApiError::invalid(
+                    "stop",
+                    format!(
+                        "Invalid value for 'stop': at most 4 stop sequences, got {}.",
+                        items.len()
+                    ),
+                ));
+            }
+            items
+                .iter()
+                .map(|item| match item {
+                    Value::String(s) => Ok(s.clone()),
+                    other => Err(expected("stop", "a string or an array of strings", other)),
+                })
+                .collect::<Result<_, _>>()?
+        }
+        Some(other) => {
+            return Err(expected("stop", "a string or an array of strings", other));
+        }
+    };
+    if stops.iter().any(String::is_empty) {
+        return Err(ApiError::invalid(
+            "stop",
+            "Invalid value for 'stop': stop sequences must not be empty.",
+        ));
+    }
+    Ok(stops)
+}
+
+/// The sampler fields: OpenAI's and the llama.cpp / vLLM extensions.
+fn sampler_config(object: &Object) -> Result<SamplerConfig, ApiError> {
+    let mut config = SamplerConfig::neutral();
+    let f = |x: f64| x as f32;
+    if let Some(t) = number(object, "temperature", 0.0, 2.0)? {
+        config.temperature = f(t);
+    }
+    if let Some(p) = number(object, "top_p", 0.0, 1.0)? {
+        if p == 0.0 {
+            // As OpenAI: only the most likely token.
+            config.temperature = 0.0;
+        } else {
+            config.top_p = f(p);
+        }
+    }
+    if let Some(k) = integer(object, "top_k", -1, i64::from(u32::MAX))? {
+        config.top_k = k.max(0);
+    }
+    if let Some(p) = number(object, "min_p", 0.0, 1.0)? {
+        config.min_p = f(p);
+    }
+    if let Some(p) = number(object, "typical_p", 0.0, 1.0)? {
+        if p == 0.0 {
+            return Err(ApiError::invalid(
+                "typical_p",
+                "Invalid value for 'typical_p': expected a number in (0, 1].",
+            ));
+        }
+        config.typical_p = f(p);
+    }
+    let presence = number(object, "presence_penalty", -2.0, 2.0)?;
+    let frequency = number(object, "frequency_penalty", -2.0, 2.0)?;
+    let repeat = number(object, "repeat_penalty", 0.0, 10.0)?;
+    if repeat == Some(0.0) {
+        return Err(ApiError::invalid(
+            "repeat_penalty",
+            "Invalid value for 'repeat_penalty': expected a number in (0, 10].",
+        ));
+    }
+    config.presence_penalty = f(presence.unwrap_or(0.0));
+    config.frequency_penalty = f(frequency.unwrap_or(0.0));
+    match repeat {
+        // llama.cpp's semantics: the last 64 tokens, prompt included.
+        Some(r) => config.repetition_penalty = f(r),
+        // OpenAI's: every generated token.
+        None => {
+            config.penalty_scope = PenaltyScope::OutputOnly;
+            config.penalty_last_n = -1;
+        }
+    }
+    if let Some(n) = integer(object, "min_tokens", 0, i64::from(u32::MAX))? {
+        config.min_tokens = n as usize;
+    }
+    if let Some(seed) = field(object, "seed") {
+        let seed = seed
+            .as_u64()
+            .or_else(|| seed.as_i64().map(|s| s as u64))
+            .ok_or_else(|| expected("seed", "an integer", seed))?;
+        config.seed = Some(seed);
+    }
+    config.logit_bias = logit_bias(object)?;
+    Ok(config)
+}
+
+/// `logit_bias`: `{"token id": bias}`, bias in `[-100, 100]`; -100 bans the token.
+fn logit_bias(object: &Object) -> Result<Vec<(u32, f32)>, ApiError> {
+    let Some(value) = field(object, "logit_bias") else {
+        return Ok(Vec::new());
+    };
+    let Value::Object(map) = value else {
+        return Err(expected(
+            "logit_bias",
+            "an object of token ids to numbers",
+            value,
+        ));
+    };
+    let mut bias = Vec::with_capacity(map.len());
+    for (key, value) in map {
+        let id: u32 = key.trim().parse().map_err(|_| {
+            ApiError::invalid(
+                "logit_bias",
+                format!("Invalid key in 'logit_bias': {key:?} is not a token id."),
+            )
+        })?;
+        let b = value
+            .as_f64()
+            .filter(|b| (-100.0..=100.0).contains(b))
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    "logit_bias",
+                    format!(
+                        "Invalid value in 'logit_bias' for token {id}: expected a number between \
+                         -100 and 100, got {}.",
+                        short(value)
+                    ),
+                )
+            })?;
+        bias.push((
+            id,
+            if b <= -100.0 {
+                f32::NEG_INFINITY
+            } else {
+                b as f32
+            },
+        ));
+    }
+    Ok(bias)
+}
+
+/// The prompts of a completions request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PromptInput {
+    /// Text to encode.
+    Text(String),
+    /// Token ids.
+    Ids(Vec<u32>),
+}
+
+/// `prompt`: a string, an array of strings, an array of token ids, or an array of such arrays.
+pub fn prompts(object: &Object) -> Result<Vec<PromptInput>, ApiError> {
+    let bad = |what: &str| {
+        ApiError::invalid(
+            "prompt",
+            format!(
+                "Invalid value for 'prompt': {what}. Expected a string, an array of strings, an \
+                 array of token ids or an array of arrays of token ids."
+            ),
+        )
+    };
+    let Some(value) = field(object, "prompt") else {
+        return Err(ApiError::invalid(
+            "prompt",
+            "Missing required parameter: 'prompt'.",
+        ));
+    };
+    let ids = |items: &[Value]| -> Result<Vec<u32>, ApiError> {
+        items
+            .iter()
+            .map(|v| {
+                v.as_u64()
+                    .and_then(|id| u32::try_from(id).ok())
+                    .ok_or_else(|| bad(&format!("{} is not a token id", short(v))))
+            })
+            .collect()
+    };
+    let inputs = match value {
+        Value::String(s) => vec![PromptInput::Text(s.clone())],
+        Value::Array(items) if items.is_empty() => return Err(bad("the array is empty")),
+        Value::Array(items) => match &items[0] {
+            Value::Number(_) => vec![PromptInput::Ids(ids(items)?)],
+            Value::String(_) => items
+                .iter()
+                .map(|item| match item {
+                    Value::String(s) => Ok(PromptInput::Text(s.clone())),
+                    other => Err(bad(&format!("{} is not a string", short(other)))),
+                })
+                .collect::<Result<_, _>>()?,
+            Value::Array(_) => items
+                .iter()
+                .map(|item| match item {
+                    Value::Array(inner) => Ok(PromptInput::Ids(ids(inner)?)),
+                    other => Err(bad(&format!("{} is not an array", short(other)))),
+                })
+                .collect::<Result<_, _>>()?,
+            other => return Err(bad(&format!("{} is not a prompt", short(other)))),
+        },
+        other => return Err(bad(&format!("got {}", type_name(other)))),
+    };
+    Ok(inputs)
+}
+
+/// `messages`: a non-empty array of `{role, content}`, content a string or an array of text
+/// parts.
+pub fn messages(object: &Object) -> Result<Vec<ChatMessage>, ApiError> {
+    let items = match field(object, "messages") {
+        None => {
+            return Err(ApiError::invalid(
+                "messages",
+                "Missing required parameter: 'messages'.",
+            ));
+        }
+        Some(Value::Array(items)) if !items.is_empty() => items,
+        Some(Value::Array(_)) => {
+            return Err(ApiError::invalid(
+                "messages",
+                "Invalid value for 'messages': the array is empty.",
+            ));
+        }
+        Some(other) => return Err(expected("messages", "an array of messages", other)),
+    };
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| message(i, item))
+        .collect()
+}
+
+fn message(i: usize, item: &Value) -> Result<ChatMessage, ApiError> {
+    let param = format!("messages[{i}]");
+    let Value::Object(object) = item else {
+        return Err(expected(
+            &param,
+            "an object with 'role' and 'content'",
+            item,
+        ));
+    };
+    let role = match field(object, "role") {
+        Some(Value::String(role)) => match role.as_str() {
+            "system" | "user" | "assistant" | "tool" => role.clone(),
+            "developer" => "system".to_string(),
+            other => {
+                return Err(ApiError::invalid(
+                    format!("{param}.role"),
+                    format!(
+                        "Invalid value for '{param}.role': {other:?} (expected system, developer, \
+                         user, assistant or tool)."
+                    ),
+                ));
+            }
+        },
+        Some(other) => return Err(expected(&format!("{param}.role"), "a string", other)),
+        None => {
+            return Err(ApiError::invalid(
+                format!("{param}.role"),
+                format!("Missing required parameter: '{param}.role'."),
+            ));
+        }
+    };
+    let content_param = format!("{param}.content");
+    let content = match field(object, "content") {
+        None if role == "assistant" => String::new(),
+        None => {
+            return Err(ApiError::invalid(
+                &content_param,
+                format!("Missing required parameter: '{content_param}'."),
+            ));
+        }
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(parts)) => {
+            let mut text = String::new();
+            for part in parts {
+                let kind = part.get("type").and_then(Value::as_str);
+                match (kind, part.get("text").and_then(Value::as_str)) {
+                    (Some("text"), Some(t)) => text.push_str(t),
+                    _ => {
+                        return Err(ApiError::invalid(
+                            &content_param,
+                            format!(
+                                "Invalid content part in '{content_param}': only {{\"type\": \
+                                 \"text\", \"text\": ...}} parts are supported, got {}.",
+                                short(part)
+                            ),
+                        ));
+                    }
+                }
+            }
+            text
+        }
+        Some(other) => {
+            return Err(expected(
+                &content_param,
+                "a string or an array of text parts",
+                other,
+            ));
+        }
+    };
+    Ok(ChatMessage::new(role, content))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(json: &str) -> Object {
+        parse_object(json.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn prompts_in_every_form() {
+        let p = prompts(&obj(r#"{"prompt":"hi"}"#)).unwrap();
+        assert_eq!(p, [PromptInput::Text("hi".into())]);
+        let p = prompts(&obj(r#"{"prompt":[1,2]}"#)).unwrap();
+        assert_eq!(p, [PromptInput::Ids(vec![1, 2])]);
+        let p = prompts(&obj(r#"{"prompt":[[1],[2,3]]}"#)).unwrap();
+        assert_eq!(p.len(), 2);
+        let p = prompts(&obj(r#"{"prompt":["a","b"]}"#)).unwrap();
+        assert_eq!(p.len(), 2);
+        for bad in [
+            r#"{"prompt":[]}"#,
+            r#"{"prompt":[1,"a"]}"#,
+            r#"{"prompt":[-1]}"#,
+            r#"{"prompt":{}}"#,
+            r#"{}"#,
+        ] {
+            let e = prompts(&obj(bad)).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some("prompt"), "{bad}");
+        }
+    }
+
+    #[test]
+    fn each_invalid_value_names_its_field() {
+        for (body, param) in [
+            (r#"{"temperature":3}"#, "temperature"),
+            (r#"{"temperature":"hot"}"#, "temperature"),
+            (r#"{"top_p":1.5}"#, "top_p"),
+            (r#"{"n":0}"#, "n"),
+            (r#"{"max_tokens":0}"#, "max_tokens"),
+            (r#"{"max_tokens":1.5}"#, "max_tokens"),
+            (r#"{"stop":["a","b","c","d","e"]}"#, "stop"),
+            (r#"{"stop":[1]}"#, "stop"),
+            (r#"{"stop":""}"#, "stop"),
+            (r#"{"presence_penalty":-3}"#, "presence_penalty"),
+            (r#"{"frequency_penalty":2.5}"#, "frequency_penalty"),
+            (r#"{"logit_bias":{"x":1}}"#, "logit_bias"),
+            (r#"{"logit_bias":{"1":101}}"#, "logit_bias"),
+            (r#"{"logprobs":6}"#, "logprobs"),
+            (r#"{"seed":"x"}"#, "seed"),
+            (r#"{"stream":"yes"}"#, "stream"),
+            (
+                r#"{"stream_options":{"include_usage":true}}"#,
+                "stream_options",
+            ),
+            (r#"{"top_k":-2}"#, "top_k"),
+            (r#"{"min_p":2}"#, "min_p"),
+            (r#"{"typical_p":0}"#, "typical_p"),
+            (r#"{"repeat_penalty":0}"#, "repeat_penalty"),
+            (r#"{"min_tokens":-1}"#, "min_tokens"),
+            (r#"{"ignore_eos":1}"#, "ignore_eos"),
+            (r#"{"model":5}"#, "model"),
+            (r#"{"echo":true}"#, "echo"),
+        ] {
+            let e = generation_params(&obj(body), false).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some(param), "{body}: {e:?}");
+            assert_eq!(e.status.as_u16(), 400);
+        }
+        let e = generation_params(&obj(r#"{"top_logprobs":3}"#), true).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("top_logprobs"));
+        let e =
+            generation_params(&obj(r#"{"logprobs":true,"top_logprobs":21}"#), true).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("top_logprobs"));
+    }
+
+    #[test]
+    fn valid_values_map_to_the_sampler() {
+        let p = generation_params(
+            &obj(
+                r#"{"temperature":0,"seed":7,"stop":"x","logit_bias":{"3":-100,"4":2},
+                   "max_completion_tokens":9,"logprobs":true,"top_logprobs":2,"n":2}"#,
+            ),
+            true,
+        )
+        .unwrap();
+        assert_eq!(p.sampler.temperature, 0.0);
+        assert_eq!(p.sampler.seed, Some(7));
+        assert_eq!(p.stop, ["x"]);
+        assert_eq!(p.sampler.logit_bias[0], (3, f32::NEG_INFINITY));
+        assert_eq!(p.sampler.logit_bias[1], (4, 2.0));
+        assert_eq!(p.max_tokens, Some(9));
+        assert_eq!(p.logprobs, Some(2));
+        assert_eq!(p.n, 2);
+    }
+
+    #[test]
+    fn messages_are_checked() {
+        let m = messages(&obj(
+            r#"{"messages":[{"role":"developer","content":"s"},{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]}"#,
+        ))
+        .unwrap();
+        assert_eq!(m[0].role, "system");
+        assert_eq!(m[1].content, "ab");
+        for (body, param) in [
+            (r#"{"messages":[]}"#, "messages"),
+            (
+                r#"{"messages":[{"role":"king","content":"x"}]}"#,
+                "messages[0].role",
+            ),
+            (r#"{"messages":[{"content":"x"}]}"#, "messages[0].role"),
+            (r#"{"messages":[{"role":"user"}]}"#, "messages[0].content"),
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}"#,
+                "messages[0].content",
+            ),
+            (r#"{"messages":"hi"}"#, "messages"),
+        ] {
+            let e = messages(&obj(body)).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some(param), "{body}");
+        }
+    }
+
+    #[test]
+    fn bodies_that_are_not_objects() {
+        assert!(parse_object(b"{").is_err());
+        assert!(parse_object(b"[1]").is_err());
+        assert!(parse_object(b"").is_err());
+        assert!(parse_object(&[0xff, 0xfe]).is_err());
+    }
+}

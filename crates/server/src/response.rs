@@ -1,0 +1,375 @@
+//! Response bodies and server-sent-event chunks in OpenAI's shapes, built from the engine's
+//! [`Update`]s.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{Map, Value, json};
+
+use crate::codec::TextCodec;
+use crate::engine::Update;
+
+/// Seconds since the Unix epoch.
+pub fn now_seconds() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Which endpoint a response belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `/v1/completions`.
+    Completions,
+    /// `/v1/chat/completions`.
+    Chat,
+}
+
+/// The fields every body and chunk of one response repeats, and how it reports.
+#[derive(Debug, Clone)]
+pub struct ResponseMeta {
+    /// `cmpl-...` or `chatcmpl-...`.
+    pub id: String,
+    /// Unix time of the request.
+    pub created: u64,
+    /// The served model's name.
+    pub model: String,
+    /// Which shapes to use.
+    pub endpoint: Endpoint,
+    /// Whether logprobs were asked for.
+    pub logprobs: bool,
+    /// Whether chunks carry `"usage": null` and a last usage chunk follows.
+    pub include_usage: bool,
+}
+
+impl ResponseMeta {
+    /// A new response's fields, with a fresh id.
+    pub fn new(endpoint: Endpoint, model: &str, logprobs: bool, include_usage: bool) -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let created = now_seconds();
+        let serial = NEXT.fetch_add(1, Ordering::Relaxed);
+        let prefix = match endpoint {
+            Endpoint::Completions => "cmpl",
+            Endpoint::Chat => "chatcmpl",
+        };
+        ResponseMeta {
+            id: format!("{prefix}-{created:x}{serial:08x}"),
+            created,
+            model: model.to_string(),
+            endpoint,
+            logprobs,
+            include_usage,
+        }
+    }
+
+    fn object(&self, chunk: bool) -> &'static str {
+        match (self.endpoint, chunk) {
+            (Endpoint::Completions, _) => "text_completion",
+            (Endpoint::Chat, false) => "chat.completion",
+            (Endpoint::Chat, true) => "chat.completion.chunk",
+        }
+    }
+
+    fn envelope(&self, chunk: bool, choices: Vec<Value>) -> Map<String, Value> {
+        let mut body = Map::new();
+        body.insert("id".into(), json!(self.id));
+        body.insert("object".into(), json!(self.object(chunk)));
+        body.insert("created".into(), json!(self.created));
+        body.insert("model".into(), json!(self.model));
+        body.insert("system_fingerprint".into(), Value::Null);
+        body.insert("choices".into(), Value::Array(choices));
+        body
+    }
+}
+
+/// One generated token as reported.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenReport {
+    /// Its id.
+    pub id: u32,
+    /// Its log-probability.
+    pub logprob: f32,
+    /// The alternatives.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// Token logprobs in the endpoint's shape: completions' parallel arrays (`tokens`,
+/// `token_logprobs`, `top_logprobs`, `text_offset`, offsets counted from `offset`) or chat's
+/// `content` list.
+pub fn logprobs_json<C: TextCodec>(
+    codec: &C,
+    endpoint: Endpoint,
+    tokens: &[TokenReport],
+    mut offset: usize,
+) -> Value {
+    match endpoint {
+        Endpoint::Completions => {
+            let mut texts = Vec::new();
+            let mut logprobs = Vec::new();
+            let mut tops = Vec::new();
+            let mut offsets = Vec::new();
+            for token in tokens {
+                let text = codec.token_text(token.id);
+                offsets.push(offset);
+                offset += text.len();
+                texts.push(text);
+                logprobs.push(json!(token.logprob));
+                let top: Map<String, Value> = token
+                    .top
+                    .iter()
+                    .map(|&(id, lp)| (codec.token_text(id), json!(lp)))
+                    .collect();
+                tops.push(Value::Object(top));
+            }
+            json!({
+                "tokens": texts,
+                "token_logprobs": logprobs,
+                "top_logprobs": tops,
+                "text_offset": offsets,
+            })
+        }
+        Endpoint::Chat => {
+            let entry = |id: u32, logprob: f32| {
+                let text = codec.token_text(id);
+                let bytes: Vec<u8> = text.as_bytes().to_vec();
+                json!({"token": text, "logprob": logprob, "bytes": bytes})
+            };
+            let content: Vec<Value> = tokens
+                .iter()
+                .map(|token| {
+                    let mut value = entry(token.id, token.logprob);
+                    let top: Vec<Value> = token.top.iter().map(|&(id, lp)| entry(id, lp)).collect();
+                    value["top_logprobs"] = Value::Array(top);
+                    value
+                })
+                .collect();
+            json!({"content": content, "refusal": null})
+        }
+    }
+}
+
+/// Token counts of a response.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Prompt tokens (each prompt once, whatever `n`).
+    pub prompt_tokens: usize,
+    /// Generated tokens over all choices.
+    pub completion_tokens: usize,
+}
+
+impl Usage {
+    /// `{"prompt_tokens", "completion_tokens", "total_tokens"}`.
+    pub fn json(&self) -> Value {
+        json!({
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+        })
+    }
+}
+
+/// One choice collected to its end (non-streamed responses).
+#[derive(Debug, Clone, Default)]
+pub struct Choice {
+    /// The text.
+    pub text: String,
+    /// Its tokens, for logprobs.
+    pub tokens: Vec<TokenReport>,
+    /// `"stop"` or `"length"`, once done.
+    pub finish_reason: Option<&'static str>,
+    /// Its prompt's tokens.
+    pub prompt_tokens: usize,
+    /// Tokens generated.
+    pub completion_tokens: usize,
+}
+
+/// OpenAI's finish reasons: `stop` or `length` (a time limit counts as `length`).
+pub fn finish_reason(reason: kindle_generate::FinishReason) -> &'static str {
+    match reason {
+        kindle_generate::FinishReason::Stop => "stop",
+        _ => "length",
+    }
+}
+
+/// The whole non-streamed body. `n` is the choices per prompt (usage counts each prompt once).
+pub fn body<C: TextCodec>(codec: &C, meta: &ResponseMeta, choices: &[Choice], n: usize) -> Value {
+    let mut usage = Usage::default();
+    let values = choices
+        .iter()
+        .enumerate()
+        .map(|(index, choice)| {
+            if index % n.max(1) == 0 {
+                usage.prompt_tokens += choice.prompt_tokens;
+            }
+            usage.completion_tokens += choice.completion_tokens;
+            let logprobs = if meta.logprobs {
+                logprobs_json(codec, meta.endpoint, &choice.tokens, 0)
+            } else {
+                Value::Null
+            };
+            match meta.endpoint {
+                Endpoint::Completions => json!({
+                    "index": index,
+                    "text": choice.text,
+                    "logprobs": logprobs,
+                    "finish_reason": choice.finish_reason,
+                }),
+                Endpoint::Chat => json!({
+                    "index": index,
+                    "message": {"role": "assistant", "content": choice.text, "refusal": null},
+                    "logprobs": logprobs,
+                    "finish_reason": choice.finish_reason,
+                }),
+            }
+        })
+        .collect();
+    let mut body = meta.envelope(false, values);
+    body.insert("usage".into(), usage.json());
+    Value::Object(body)
+}
+
+/// `data: {json}\n\n`.
+pub fn sse(value: &Value) -> String {
+    format!("data: {value}\n\n")
+}
+
+/// The stream's end.
+pub const SSE_DONE: &str = "data: [DONE]\n\n";
+
+/// Turns the engine's updates into SSE chunks for one streamed response.
+pub struct ChunkWriter<C: TextCodec> {
+    codec: Arc<C>,
+    meta: ResponseMeta,
+    /// Text offset of each choice so far (completions logprobs).
+    offsets: Vec<usize>,
+    n: usize,
+    usage: Usage,
+}
+
+impl<C: TextCodec> ChunkWriter<C> {
+    /// A writer for `choices` choices, `n` per prompt.
+    pub fn new(codec: Arc<C>, meta: ResponseMeta, choices: usize, n: usize) -> Self {
+        ChunkWriter {
+            codec,
+            meta,
+            offsets: vec![0; choices],
+            n: n.max(1),
+            usage: Usage::default(),
+        }
+    }
+
+    fn chunk(&self, index: usize, text: &str, logprobs: Value, finish: Option<&str>) -> String {
+        let choice = match self.meta.endpoint {
+            Endpoint::Completions => json!({
+                "index": index,
+                "text": text,
+                "logprobs": logprobs,
+                "finish_reason": finish,
+            }),
+            Endpoint::Chat => {
+                let delta = if finish.is_some() && text.is_empty() {
+                    json!({})
+                } else {
+                    json!({"content": text})
+                };
+                json!({
+                    "index": index,
+                    "delta": delta,
+                    "logprobs": logprobs,
+                    "finish_reason": finish,
+                })
+            }
+        };
+        let mut body = self.meta.envelope(true, vec![choice]);
+        if self.meta.include_usage {
+            body.insert("usage".into(), Value::Null);
+        }
+        sse(&Value::Object(body))
+    }
+
+    /// The chunks that open the stream: for chat, each choice's `{"role": "assistant"}`.
+    pub fn opening(&self) -> Vec<String> {
+        if self.meta.endpoint != Endpoint::Chat {
+            return Vec::new();
+        }
+        (0..self.offsets.len())
+            .map(|index| {
+                let choice = json!({
+                    "index": index,
+                    "delta": {"role": "assistant", "content": ""},
+                    "logprobs": null,
+                    "finish_reason": null,
+                });
+                let mut body = self.meta.envelope(true, vec![choice]);
+                if self.meta.include_usage {
+                    body.insert("usage".into(), Value::Null);
+                }
+                sse(&Value::Object(body))
+            })
+            .collect()
+    }
+
+    /// The chunk of one update, if it has anything to say (a token whose text is held back and
+    /// with no logprobs asked for has not).
+    pub fn update(&mut self, update: Update) -> Option<String> {
+        match update {
+            Update::Token {
+                index,
+                id,
+                text,
+                logprob,
+                top_logprobs,
+            } => {
+                if index >= self.offsets.len() || (text.is_empty() && !self.meta.logprobs) {
+                    return None;
+                }
+                let logprobs = if self.meta.logprobs {
+                    let token = TokenReport {
+                        id,
+                        logprob,
+                        top: top_logprobs,
+                    };
+                    let value = logprobs_json(
+                        self.codec.as_ref(),
+                        self.meta.endpoint,
+                        &[token],
+                        self.offsets[index],
+                    );
+                    self.offsets[index] += self.codec.token_text(id).len();
+                    value
+                } else {
+                    Value::Null
+                };
+                Some(self.chunk(index, &text, logprobs, None))
+            }
+            Update::Done {
+                index,
+                finish_reason: reason,
+                prompt_tokens,
+                completion_tokens,
+            } => {
+                if index % self.n == 0 {
+                    self.usage.prompt_tokens += prompt_tokens;
+                }
+                self.usage.completion_tokens += completion_tokens;
+                Some(self.chunk(index, "", Value::Null, Some(finish_reason(reason))))
+            }
+            Update::Error { message, .. } => Some(sse(&json!({
+                "error": {"message": message, "type": "server_error", "param": null, "code": null}
+            }))),
+        }
+    }
+
+    /// The last chunks: the usage chunk (when asked for) and `[DONE]`.
+    pub fn closing(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.meta.include_usage {
+            let mut body = self.meta.envelope(true, Vec::new());
+            body.insert("usage".into(), self.usage.json());
+            out.push(sse(&Value::Object(body)));
+        }
+        out.push(SSE_DONE.to_string());
+        out
+    }
+}

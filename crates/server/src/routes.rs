@@ -1,0 +1,651 @@
+//! The HTTP side: the router, its middleware (CORS, body limit and timeout, API key, OpenAI
+//! error shapes, request counting) and the handlers, which validate a request, turn it into
+//! engine [`Job`]s and turn the engine's updates into a response.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use kindle_generate::GenerationConfig;
+use serde_json::{Value, json};
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+use tower_http::cors::{AllowOrigin, Any, CorsLayer};
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::timeout::RequestBodyTimeoutLayer;
+
+use crate::codec::TextCodec;
+use crate::config::ServerConfig;
+use crate::engine::{Command, EngineHandle, Job, Update};
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::request::{
+    GenerationParams, Object, PromptInput, generation_params, integer, messages, parse_object,
+    prompts, string,
+};
+use crate::response::{
+    Choice, ChunkWriter, Endpoint, ResponseMeta, TokenReport, body as response_body, finish_reason,
+};
+
+/// What every handler shares.
+pub struct AppState<C: TextCodec> {
+    /// The tokenizer and chat template.
+    pub codec: Arc<C>,
+    /// The engine thread.
+    pub engine: EngineHandle,
+    /// Counters for `/metrics`.
+    pub metrics: Arc<Metrics>,
+    /// The settings.
+    pub config: ServerConfig,
+    /// Set on shutdown: new requests get 503.
+    pub draining: Arc<AtomicBool>,
+    /// When the server started (the model's `created`).
+    pub started: u64,
+}
+
+type Shared<C> = Arc<AppState<C>>;
+
+/// The application: every endpoint and the middleware.
+pub fn router<C: TextCodec>(state: Shared<C>) -> Router {
+    let limit = state.config.max_body_bytes;
+    let mut app = Router::new()
+        .route("/v1/completions", post(completions::<C>))
+        .route("/v1/chat/completions", post(chat_completions::<C>))
+        .route("/v1/models", get(models::<C>))
+        .route("/v1/models/{model}", get(model::<C>))
+        .route("/health", get(health::<C>))
+        .route("/metrics", get(metrics::<C>))
+        .route("/tokenize", post(tokenize::<C>))
+        .route("/detokenize", post(detokenize::<C>))
+        .fallback(unknown_endpoint)
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            check_api_key::<C>,
+        ))
+        .layer(RequestBodyTimeoutLayer::new(state.config.body_timeout))
+        .layer(RequestBodyLimitLayer::new(limit))
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            openai_errors::<C>,
+        ));
+    if !state.config.cors_origins.is_empty() {
+        let origins = &state.config.cors_origins;
+        let allow = if origins.iter().any(|o| o == "*") {
+            AllowOrigin::from(Any)
+        } else {
+            AllowOrigin::list(
+                origins
+                    .iter()
+                    .filter_map(|o| HeaderValue::from_str(o).ok())
+                    .collect::<Vec<_>>(),
+            )
+        };
+        app = app.layer(
+            CorsLayer::new()
+                .allow_origin(allow)
+                .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
+                .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE]),
+        );
+    }
+    app.with_state(state)
+}
+
+/// Every error the framework answers by itself (405, 413, a body read that timed out) gets
+/// OpenAI's JSON shape; every answer is counted by status.
+async fn openai_errors<C: TextCodec>(
+    State(state): State<Shared<C>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let mut response = next.run(request).await;
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if (status.is_client_error() || status.is_server_error()) && !is_json {
+        let error = match status {
+            StatusCode::METHOD_NOT_ALLOWED => ApiError::method_not_allowed(method.as_str(), &path),
+            StatusCode::PAYLOAD_TOO_LARGE => ApiError::too_large(state.config.max_body_bytes),
+            StatusCode::NOT_FOUND => ApiError::unknown_endpoint(method.as_str(), &path),
+            _ => ApiError {
+                status,
+                message: status
+                    .canonical_reason()
+                    .unwrap_or("request failed")
+                    .to_string(),
+                kind: "invalid_request_error",
+                param: None,
+                code: None,
+                retry_after: None,
+            },
+        };
+        response = error.into_response();
+    }
+    state.metrics.count_request(response.status().as_u16());
+    response
+}
+
+/// With `--api-key`, every endpoint but `/health` needs `Authorization: Bearer <key>`.
+async fn check_api_key<C: TextCodec>(
+    State(state): State<Shared<C>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if let Some(key) = &state.config.api_key
+        && request.uri().path() != "/health"
+        && request.method() != Method::OPTIONS
+    {
+        let given = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        if !given.is_some_and(|given| constant_time_eq(given.as_bytes(), key.as_bytes())) {
+            return ApiError::unauthorized().into_response();
+        }
+    }
+    next.run(request).await
+}
+
+/// Compare without stopping at the first difference.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn unknown_endpoint(method: Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::unknown_endpoint(method.as_str(), uri.path())
+}
+
+async fn health<C: TextCodec>(State(state): State<Shared<C>>) -> Response {
+    let draining = state.draining.load(Ordering::SeqCst);
+    let (status, text) = if draining {
+        (StatusCode::SERVICE_UNAVAILABLE, "draining")
+    } else {
+        (StatusCode::OK, "ok")
+    };
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        json!({ "status": text }).to_string(),
+    )
+        .into_response()
+}
+
+async fn metrics<C: TextCodec>(State(state): State<Shared<C>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+fn model_object<C: TextCodec>(state: &AppState<C>) -> Value {
+    json!({
+        "id": state.config.model_name,
+        "object": "model",
+        "created": state.started,
+        "owned_by": "kindle",
+        "max_model_len": state.config.context,
+    })
+}
+
+async fn models<C: TextCodec>(State(state): State<Shared<C>>) -> Response {
+    json_response(json!({"object": "list", "data": [model_object(&state)]}))
+}
+
+async fn model<C: TextCodec>(
+    State(state): State<Shared<C>>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    check_model(&state, Some(&name))?;
+    Ok(json_response(model_object(&state)))
+}
+
+fn json_response(value: Value) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        value.to_string(),
+    )
+        .into_response()
+}
+
+/// The served model, or `kindle`; anything else is 404.
+fn check_model<C: TextCodec>(state: &AppState<C>, model: Option<&str>) -> Result<(), ApiError> {
+    match model {
+        None => Ok(()),
+        Some(name) if name == state.config.model_name || name == "kindle" => Ok(()),
+        Some(name) => Err(ApiError::unknown_model(name, &state.config.model_name)),
+    }
+}
+
+/// The JSON object of a request: content type checked, body read within its limit.
+async fn read_json(headers: &HeaderMap, body: Body, limit: usize) -> Result<Object, ApiError> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    let is_json = content_type.is_some_and(|t| {
+        let essence = t.split(';').next().unwrap_or("").trim();
+        essence.eq_ignore_ascii_case("application/json")
+    });
+    if !is_json {
+        return Err(ApiError::unsupported_media_type(content_type));
+    }
+    let bytes: Bytes = axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|error| body_error(&error, limit))?;
+    parse_object(&bytes)
+}
+
+/// A failed body read: over the limit (413), too slow (408), or broken (400).
+fn body_error(error: &axum::Error, limit: usize) -> ApiError {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(inner) = source {
+        text.push_str(&format!(": {inner}"));
+        source = inner.source();
+    }
+    let lower = text.to_ascii_lowercase();
+    if lower.contains("length limit") {
+        ApiError::too_large(limit)
+    } else if lower.contains("timed out") || lower.contains("timeout") {
+        ApiError {
+            status: StatusCode::REQUEST_TIMEOUT,
+            message: "The request body was not received in time.".into(),
+            kind: "invalid_request_error",
+            param: None,
+            code: Some("timeout"),
+            retry_after: None,
+        }
+    } else {
+        ApiError::bad_request(format!("Could not read the request body: {text}"))
+    }
+}
+
+async fn tokenize<C: TextCodec>(
+    State(state): State<Shared<C>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let object = read_json(&headers, body, state.config.max_body_bytes).await?;
+    let key = if object.contains_key("content") {
+        "content"
+    } else {
+        "prompt"
+    };
+    let text = string(&object, key)?
+        .ok_or_else(|| ApiError::invalid("content", "Missing required parameter: 'content'."))?;
+    let tokens = state
+        .codec
+        .encode(text)
+        .map_err(|e| ApiError::invalid(key, format!("Could not tokenize the text: {e}")))?;
+    let with_pieces = object
+        .get("with_pieces")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let tokens_json: Vec<Value> = if with_pieces {
+        tokens
+            .iter()
+            .map(|&id| json!({"id": id, "piece": state.codec.token_text(id)}))
+            .collect()
+    } else {
+        tokens.iter().map(|&id| json!(id)).collect()
+    };
+    Ok(json_response(json!({
+        "tokens": tokens_json,
+        "count": tokens.len(),
+        "max_model_len": state.config.context,
+    })))
+}
+
+async fn detokenize<C: TextCodec>(
+    State(state): State<Shared<C>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let object = read_json(&headers, body, state.config.max_body_bytes).await?;
+    let ids = match object.get("tokens") {
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| {
+                v.as_u64()
+                    .and_then(|id| u32::try_from(id).ok())
+                    .filter(|&id| (id as usize) < state.codec.vocab_size())
+                    .ok_or_else(|| {
+                        ApiError::invalid(
+                            "tokens",
+                            format!("Invalid value for 'tokens': {v} is not a token id."),
+                        )
+                    })
+            })
+            .collect::<Result<Vec<u32>, _>>()?,
+        _ => {
+            return Err(ApiError::invalid(
+                "tokens",
+                "Missing required parameter: 'tokens' (an array of token ids).",
+            ));
+        }
+    };
+    let text = state
+        .codec
+        .decode(&ids)
+        .map_err(|e| ApiError::invalid("tokens", format!("Could not decode the tokens: {e}")))?;
+    Ok(json_response(json!({ "content": text })))
+}
+
+async fn completions<C: TextCodec>(
+    State(state): State<Shared<C>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    generation(state, headers, body, Endpoint::Completions).await
+}
+
+async fn chat_completions<C: TextCodec>(
+    State(state): State<Shared<C>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    generation(state, headers, body, Endpoint::Chat).await
+}
+
+/// Encode the request's prompts, each checked against the vocabulary and the context.
+fn encode_prompts<C: TextCodec>(
+    state: &AppState<C>,
+    object: &Object,
+    endpoint: Endpoint,
+) -> Result<Vec<Vec<u32>>, ApiError> {
+    let (param, encoded) = match endpoint {
+        Endpoint::Chat => {
+            let messages = messages(object)?;
+            let ids = state.codec.encode_chat(&messages).map_err(|e| {
+                ApiError::invalid(
+                    "messages",
+                    format!("Could not apply the chat template: {e}"),
+                )
+            })?;
+            ("messages", vec![ids])
+        }
+        Endpoint::Completions => {
+            let mut all = Vec::new();
+            for input in prompts(object)? {
+                all.push(match input {
+                    PromptInput::Ids(ids) => ids,
+                    PromptInput::Text(text) => state.codec.encode(&text).map_err(|e| {
+                        ApiError::invalid("prompt", format!("Could not tokenize the prompt: {e}"))
+                    })?,
+                });
+            }
+            ("prompt", all)
+        }
+    };
+    let vocab = state.codec.vocab_size();
+    for ids in &encoded {
+        if ids.is_empty() {
+            return Err(ApiError::invalid(
+                param,
+                format!("Invalid value for '{param}': the prompt has no tokens."),
+            ));
+        }
+        if let Some(&id) = ids.iter().find(|&&id| id as usize >= vocab) {
+            return Err(ApiError::invalid(
+                param,
+                format!(
+                    "Invalid value for '{param}': token id {id} is out of range for a vocabulary \
+                     of {vocab}."
+                ),
+            ));
+        }
+        if ids.len() >= state.config.context {
+            return Err(ApiError::context_length(
+                ids.len(),
+                state.config.context,
+                param,
+            ));
+        }
+    }
+    Ok(encoded)
+}
+
+/// One engine job per choice of each prompt; `index` = prompt × n + choice.
+fn jobs<C: TextCodec>(
+    state: &AppState<C>,
+    params: &GenerationParams,
+    prompts: Vec<Vec<u32>>,
+    endpoint: Endpoint,
+    events: &tokio::sync::mpsc::UnboundedSender<Update>,
+    arrived: Instant,
+) -> Result<Vec<Job>, ApiError> {
+    let vocab = state.codec.vocab_size();
+    if let Some(&(id, _)) = params
+        .sampler
+        .logit_bias
+        .iter()
+        .find(|(id, _)| *id as usize >= vocab)
+    {
+        return Err(ApiError::invalid(
+            "logit_bias",
+            format!(
+                "Invalid key in 'logit_bias': token id {id} is out of range for a vocabulary of {vocab}."
+            ),
+        ));
+    }
+    let eog = state.codec.eog_ids();
+    let mut base = params.sampler.clone();
+    base.eog_ids = eog.clone();
+    base.validate().map_err(sampling_error)?;
+    let default_max = match endpoint {
+        Endpoint::Completions => 16,
+        Endpoint::Chat => usize::MAX,
+    };
+    let max_tokens = params.max_tokens.unwrap_or(default_max);
+    let mut out = Vec::with_capacity(prompts.len() * params.n);
+    for (p, prompt) in prompts.into_iter().enumerate() {
+        let room = state.config.context - prompt.len();
+        let max_new = max_tokens.min(room);
+        let mut config = GenerationConfig::default()
+            .with_max_new_tokens(max_new)
+            .with_stop_strings(params.stop.iter().cloned())
+            .with_top_logprobs(params.logprobs.unwrap_or(0));
+        if !params.ignore_eos {
+            config = config.with_eog_token_ids(eog.iter().copied());
+        }
+        for c in 0..params.n {
+            let index = p * params.n + c;
+            let mut sampler_config = base.clone();
+            sampler_config.seed = base.seed.map(|s| s.wrapping_add(index as u64));
+            let mut sampler = sampler_config.build().map_err(sampling_error)?;
+            sampler.set_prompt_len(prompt.len());
+            out.push(Job {
+                capacity: prompt.len() + max_new,
+                prompt: prompt.clone(),
+                sampler,
+                config: config.clone(),
+                index,
+                events: events.clone(),
+                arrived,
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn sampling_error(error: kindle_sampling::SamplingError) -> ApiError {
+    let param = match &error {
+        kindle_sampling::SamplingError::InvalidParameter { name, .. } => *name,
+        _ => "sampling",
+    };
+    ApiError::invalid(param, format!("Invalid sampling parameter: {error}"))
+}
+
+async fn generation<C: TextCodec>(
+    state: Shared<C>,
+    headers: HeaderMap,
+    body: Body,
+    endpoint: Endpoint,
+) -> Result<Response, ApiError> {
+    let arrived = Instant::now();
+    if state.draining.load(Ordering::SeqCst) {
+        return Err(ApiError::draining());
+    }
+    let object = read_json(&headers, body, state.config.max_body_bytes).await?;
+    let params = generation_params(&object, endpoint == Endpoint::Chat)?;
+    check_model(&state, params.model.as_deref())?;
+    let prompts = encode_prompts(&state, &object, endpoint)?;
+    let prompt_count = prompts.len();
+    // `n` beyond what may ever wait is refused rather than queued forever.
+    if integer(&object, "n", 1, crate::request::MAX_N)?.is_some()
+        && prompt_count * params.n > state.config.parallel + state.config.queue
+    {
+        return Err(ApiError::invalid(
+            "n",
+            format!(
+                "'n' of {} for {prompt_count} prompt(s) is more than this server runs and queues \
+                 ({} + {}).",
+                params.n, state.config.parallel, state.config.queue
+            ),
+        ));
+    }
+    let (sender, receiver) = unbounded_channel();
+    let jobs = jobs(&state, &params, prompts, endpoint, &sender, arrived)?;
+    drop(sender);
+    let total = jobs.len();
+    if !state.metrics.reserve_queue(total, state.config.queue) {
+        return Err(ApiError::queue_full(state.config.queue));
+    }
+    if !state.engine.send(Command::Submit(jobs)) {
+        state.metrics.queued.fetch_sub(total, Ordering::SeqCst);
+        return Err(ApiError::draining());
+    }
+    let meta = ResponseMeta::new(
+        endpoint,
+        &state.config.model_name,
+        params.logprobs.is_some(),
+        params.include_usage,
+    );
+    if params.stream {
+        let writer = ChunkWriter::new(Arc::clone(&state.codec), meta, total, params.n);
+        Ok(stream_response(writer, receiver, total))
+    } else {
+        let choices = collect(receiver, total).await?;
+        Ok(json_response(response_body(
+            state.codec.as_ref(),
+            &meta,
+            &choices,
+            params.n,
+        )))
+    }
+}
+
+/// Wait for every choice to finish. Dropping this future (the client went away) drops the
+/// receiver, which the engine notices at its next step.
+async fn collect(
+    mut receiver: UnboundedReceiver<Update>,
+    total: usize,
+) -> Result<Vec<Choice>, ApiError> {
+    let mut choices = vec![Choice::default(); total];
+    let mut done = 0;
+    while done < total {
+        match receiver.recv().await {
+            Some(Update::Token {
+                index,
+                id,
+                text,
+                logprob,
+                top_logprobs,
+            }) => {
+                if let Some(choice) = choices.get_mut(index) {
+                    choice.text.push_str(&text);
+                    choice.tokens.push(TokenReport {
+                        id,
+                        logprob,
+                        top: top_logprobs,
+                    });
+                }
+            }
+            Some(Update::Done {
+                index,
+                finish_reason: reason,
+                prompt_tokens,
+                completion_tokens,
+            }) => {
+                if let Some(choice) = choices.get_mut(index) {
+                    choice.finish_reason = Some(finish_reason(reason));
+                    choice.prompt_tokens = prompt_tokens;
+                    choice.completion_tokens = completion_tokens;
+                }
+                done += 1;
+            }
+            Some(Update::Error { message, .. }) => return Err(ApiError::internal(message)),
+            None => return Err(ApiError::draining()),
+        }
+    }
+    Ok(choices)
+}
+
+/// A server-sent-event stream: chunks as the engine's updates come, then usage and `[DONE]`.
+/// When the client goes away, the body (and with it the receiver) is dropped.
+fn stream_response<C: TextCodec>(
+    writer: ChunkWriter<C>,
+    receiver: UnboundedReceiver<Update>,
+    total: usize,
+) -> Response {
+    struct StreamState<C: TextCodec> {
+        writer: ChunkWriter<C>,
+        receiver: UnboundedReceiver<Update>,
+        pending: VecDeque<String>,
+        remaining: usize,
+        ended: bool,
+    }
+    let pending: VecDeque<String> = writer.opening().into();
+    let state = StreamState {
+        writer,
+        receiver,
+        pending,
+        remaining: total,
+        ended: false,
+    };
+    let stream = futures_util::stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(chunk) = st.pending.pop_front() {
+                return Some((Ok::<_, Infallible>(chunk), st));
+            }
+            if st.ended {
+                return None;
+            }
+            match st.receiver.recv().await {
+                Some(update) => {
+                    let finished = matches!(update, Update::Done { .. } | Update::Error { .. });
+                    if let Some(chunk) = st.writer.update(update) {
+                        st.pending.push_back(chunk);
+                    }
+                    if finished {
+                        st.remaining = st.remaining.saturating_sub(1);
+                        if st.remaining == 0 {
+                            st.pending.extend(st.writer.closing());
+                            st.ended = true;
+                        }
+                    }
+                }
+                // The engine stopped (shutdown past the drain timeout): end without [DONE].
+                None => st.ended = true,
+            }
+        }
+    });
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| ApiError::internal("building the stream").into_response())
+}

@@ -1,0 +1,124 @@
+//! Starting and stopping: [`serve`] on a listener until a shutdown signal, then draining;
+//! [`run`] with its own runtime and the process's signals, for `kindle serve`.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use kindle_generate::LanguageModel;
+use tokio::net::TcpListener;
+
+use crate::codec::TextCodec;
+use crate::config::ServerConfig;
+use crate::engine::{self, Command, EngineOptions};
+use crate::error::ServerError;
+use crate::metrics::Metrics;
+use crate::response::now_seconds;
+use crate::routes::{AppState, router};
+
+/// Serve `model` on `listener` until `shutdown` resolves, then drain: new requests get 503
+/// (and `/health` too), running and queued requests finish for up to
+/// [`ServerConfig::drain_timeout`], what is left is cancelled, and the function returns.
+///
+/// The model moves to the engine thread, which owns it and every sequence's cache.
+pub async fn serve<M, C>(
+    listener: TcpListener,
+    model: M,
+    codec: C,
+    config: ServerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError>
+where
+    M: LanguageModel + Send + 'static,
+    C: TextCodec,
+{
+    config.validate()?;
+    let metrics = Arc::new(Metrics::default());
+    let codec = Arc::new(codec);
+    let options = EngineOptions {
+        parallel: config.parallel,
+        step_tokens: config.step_tokens,
+        prefix_cache: config.prefix_cache,
+        context: config.context,
+    };
+    let (engine, thread) = engine::spawn(model, Arc::clone(&codec), options, Arc::clone(&metrics))?;
+    let draining = Arc::new(AtomicBool::new(false));
+    let drain_timeout = config.drain_timeout;
+    let state = Arc::new(AppState {
+        codec,
+        engine: engine.clone(),
+        metrics: Arc::clone(&metrics),
+        config,
+        draining: Arc::clone(&draining),
+        started: now_seconds(),
+    });
+    let drain = async move {
+        shutdown.await;
+        draining.store(true, Ordering::SeqCst);
+        tracing::info!("draining: no new requests; waiting for running ones");
+        let deadline = Instant::now() + drain_timeout;
+        while Instant::now() < deadline
+            && (metrics.running.load(Ordering::SeqCst) > 0
+                || metrics.queued.load(Ordering::SeqCst) > 0)
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Whatever still runs is cancelled: its stream ends, its connection closes.
+        engine.send(Command::Shutdown);
+    };
+    let served = axum::serve(listener, router(state))
+        .with_graceful_shutdown(drain)
+        .await;
+    let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+    served.map_err(ServerError::Io)
+}
+
+/// Run the server on `addr` with a runtime of its own until ctrl-c or SIGTERM; `on_listening`
+/// hears the bound address (port 0 picks a free one). Returns when drained.
+pub fn run<M, C>(
+    addr: SocketAddr,
+    model: M,
+    codec: C,
+    config: ServerConfig,
+    on_listening: impl FnOnce(SocketAddr),
+) -> Result<(), ServerError>
+where
+    M: LanguageModel + Send + 'static,
+    C: TextCodec,
+{
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let listener = TcpListener::bind(addr).await?;
+        on_listening(listener.local_addr()?);
+        serve(listener, model, codec, config, shutdown_signal()).await
+    })
+}
+
+/// Resolves on ctrl-c or (on Unix) SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+}
