@@ -3,7 +3,7 @@
 mod commands;
 
 use clap::{Args, Parser, Subcommand};
-use commands::{bench, chat, devices, generate, inspect, score, tokenize};
+use commands::{bench, chat, devices, generate, inspect, score, serve, tokenize};
 use kindle_fetch::Fetcher;
 
 #[derive(Parser, Debug)]
@@ -25,6 +25,9 @@ enum Command {
     Chat(chat::ChatArgs),
     /// Teacher-forced scoring: each next token's logprob, the argmax, the top N, perplexity.
     Score(score::ScoreArgs),
+    /// Serve the model over an OpenAI-compatible HTTP API (completions, chat completions),
+    /// with continuous batching.
+    Serve(serve::ServeArgs),
     /// Show the token ids and pieces of a text.
     Tokenize(tokenize::TokenizeArgs),
     /// Prefill and decode speed in llama-bench's form (pp512, tg128 tokens per second).
@@ -51,6 +54,7 @@ fn main() {
         Command::Generate(args) => generate::run(args),
         Command::Chat(args) => chat::run(args),
         Command::Score(args) => score::run(args),
+        Command::Serve(args) => serve::run(args),
         Command::Tokenize(args) => tokenize::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Bench(args) => bench::run(args),

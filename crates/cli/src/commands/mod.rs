@@ -6,6 +6,7 @@ pub mod devices;
 pub mod generate;
 pub mod inspect;
 pub mod score;
+pub mod serve;
 pub mod tokenize;
 
 use std::path::PathBuf;

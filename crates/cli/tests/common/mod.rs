@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod reference;
+pub mod server;
 pub mod tiny;
 
 use serde_json::Value;

@@ -1,0 +1,187 @@
+//! `kindle serve`: the model behind an OpenAI-compatible HTTP API (`kindle-server`), with
+//! continuous batching.
+//!
+//! This module maps the flags: the model is loaded through the same run plan as every other
+//! command ([`RunPlan::build`], no prompts, the chat template loaded), and the tokenizer and
+//! template are handed to the server as its [`TextCodec`].
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use kindle_cli::chat::encode_chat;
+use kindle_cli::engine::{ContextMode, parse_bytes};
+use kindle_cli::plan::{
+    ContextSettings, GenerationSettings, ModelSettings, PromptEncoding, PromptSettings, RunPlan,
+    RunSettings, SamplingSettings,
+};
+use kindle_generate::chat::{ChatMessage, ChatTemplate};
+use kindle_generate::{BoxError, TokenDecoder};
+use kindle_server::{ServerConfig, TextCodec};
+use kindle_tokenizer::{Tokenizer, TokenizerError};
+
+use super::{DeviceArgs, ModelArgs};
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub device: DeviceArgs,
+    /// Address to listen on (127.0.0.1: this machine only; 0.0.0.0: every interface)
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: IpAddr,
+    /// Port to listen on (0: any free port, printed at start)
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Most sequences generating at once (each choice of a request is one)
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub parallel: usize,
+    /// Context length of each sequence (prompt plus output) [default: the model's, at most
+    /// 4096]
+    #[arg(short = 'c', long = "ctx-size", value_name = "N")]
+    pub ctx_size: Option<usize>,
+    /// Most sequences waiting for a free slot; beyond that requests get 429
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub queue: usize,
+    /// Most prompt tokens that new sequences bring into one engine step (a longer prompt runs
+    /// in a step with no other new prompt)
+    #[arg(long, value_name = "N", default_value_t = 512)]
+    pub batch_tokens: usize,
+    /// Keep the KV caches of this many finished requests; a new prompt sharing a prefix with
+    /// one (a system prompt, a chat history) prefills only the rest (0: off)
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub prefix_cache: usize,
+    /// Require `Authorization: Bearer KEY` on every endpoint but /health
+    #[arg(long, value_name = "KEY")]
+    pub api_key: Option<String>,
+    /// Allow browsers on this origin to call the API (repeatable; `*` for any); CORS is off
+    /// without it
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    pub cors_origins: Vec<String>,
+    /// Largest request body (suffixes K, M, G as for --max-kv-memory)
+    #[arg(long, value_name = "BYTES", default_value = "4M", value_parser = parse_bytes)]
+    pub max_body: usize,
+    /// On ctrl-c or SIGTERM, seconds that running requests get to finish
+    #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
+    pub drain_timeout: f64,
+}
+
+/// Run the command.
+pub fn run(args: ServeArgs) -> Result<()> {
+    if !(args.drain_timeout.is_finite() && args.drain_timeout >= 0.0) {
+        bail!(
+            "--drain-timeout must be a number of seconds, got {}",
+            args.drain_timeout
+        );
+    }
+    let settings = args.settings()?;
+    let name = model_name(&settings);
+    let plan = RunPlan::build_checked(&settings, |_| Ok(()))?;
+    let template = plan
+        .template
+        .context("serving chat completions needs the model's chat template")?;
+    let codec = ServeCodec {
+        tokenizer: plan.loaded.tokenizer,
+        template,
+    };
+    let mut config = ServerConfig::new(name, plan.context);
+    config.parallel = args.parallel;
+    config.queue = args.queue;
+    config.step_tokens = args.batch_tokens;
+    config.prefix_cache = args.prefix_cache;
+    config.api_key = args.api_key.clone();
+    config.cors_origins = args.cors_origins.clone();
+    config.max_body_bytes = args.max_body;
+    config.drain_timeout = Duration::from_secs_f64(args.drain_timeout);
+    config.validate()?;
+    let addr = SocketAddr::new(args.host, args.port);
+    let (parallel, context) = (config.parallel, config.context);
+    kindle_server::run(addr, plan.engine, codec, config, |addr| {
+        eprintln!(
+            "kindle: serving {} on http://{addr} ({parallel} parallel sequences, context {context})",
+            addr.ip()
+        );
+    })
+    .with_context(|| format!("serving on {addr}"))?;
+    eprintln!("kindle: drained, exiting");
+    Ok(())
+}
+
+/// The model's name in the API: its file name without `.gguf`.
+fn model_name(settings: &RunSettings) -> String {
+    let path = &settings.model.path;
+    path.file_name()
+        .map(|n| n.to_string_lossy().trim_end_matches(".gguf").to_string())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "kindle".to_string())
+}
+
+impl ServeArgs {
+    fn settings(&self) -> Result<RunSettings> {
+        Ok(RunSettings {
+            model: ModelSettings {
+                path: self.model.path()?,
+                engine: self.device.options(),
+            },
+            prompts: PromptSettings {
+                inputs: Vec::new(),
+                encoding: PromptEncoding::Chat { system: None },
+            },
+            context: ContextSettings {
+                size: self.ctx_size,
+                default_limit: Some(4096),
+                mode: ContextMode::Fixed,
+                keep: 0,
+                max_kv_memory: None,
+            },
+            // Each request brings its own sampling settings.
+            sampling: SamplingSettings::default(),
+            generation: GenerationSettings {
+                max_tokens: 1,
+                ..GenerationSettings::default()
+            },
+        })
+    }
+}
+
+/// The model's tokenizer and chat template, as the server sees them.
+struct ServeCodec {
+    tokenizer: Tokenizer,
+    template: ChatTemplate,
+}
+
+impl TokenDecoder for ServeCodec {
+    type Error = TokenizerError;
+    fn decode(&self, ids: &[u32]) -> Result<String, TokenizerError> {
+        self.tokenizer.decode(ids, true)
+    }
+}
+
+impl TextCodec for ServeCodec {
+    fn encode(&self, text: &str) -> Result<Vec<u32>, BoxError> {
+        Ok(self.tokenizer.encode(text, false)?)
+    }
+
+    fn encode_chat(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, BoxError> {
+        Ok(encode_chat(
+            &self.tokenizer,
+            &self.template,
+            messages,
+            true,
+        )?)
+    }
+
+    fn token_text(&self, id: u32) -> String {
+        self.tokenizer.decode(&[id], false).unwrap_or_default()
+    }
+
+    fn eog_ids(&self) -> Vec<u32> {
+        self.tokenizer.eog_ids().to_vec()
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.tokenizer.vocab_size()
+    }
+}

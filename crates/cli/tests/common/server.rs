@@ -1,0 +1,161 @@
+//! `kindle serve` as a child process on a free loopback port, and a minimal HTTP/1.1 client
+//! for the tests that talk to it (the server itself is axum; this is only the tests' side).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// A running `kindle serve`.
+pub struct Served {
+    child: Child,
+    /// `127.0.0.1:PORT`.
+    pub addr: String,
+    /// What it printed to standard error.
+    stderr: mpsc::Receiver<String>,
+}
+
+impl Served {
+    /// Start `kindle serve -m model --port 0 extra...` and wait (up to 2 minutes) for the line
+    /// that names its address.
+    pub fn start(model: &Path, extra: &[&str]) -> Served {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kindle"))
+            .arg("serve")
+            .arg("-m")
+            .arg(model)
+            .args(["--port", "0"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting kindle serve");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(rest) = line.split("http://").nth(1) {
+                        let addr = rest.split_whitespace().next().unwrap_or_default();
+                        return Served {
+                            child,
+                            addr: addr.to_string(),
+                            stderr: rx,
+                        };
+                    }
+                }
+                Err(_) => {
+                    let _ = child.kill();
+                    panic!("kindle serve did not print its address in time");
+                }
+            }
+        }
+    }
+
+    /// The base URL, `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// POST JSON; the status and the parsed answer.
+    pub fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let (status, text) = http(&self.addr, "POST", path, Some(&body.to_string()));
+        let value = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{path}: {status} with non-JSON {text:?}: {e}"));
+        (status, value)
+    }
+
+    /// GET; the status and the body.
+    pub fn get(&self, path: &str) -> (u16, String) {
+        http(&self.addr, "GET", path, None)
+    }
+
+    /// Send SIGTERM and wait for the process to exit.
+    pub fn terminate(mut self) -> (ExitStatus, Vec<String>) {
+        let pid = self.child.id().to_string();
+        let killed = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("running kill");
+        assert!(killed.success());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("waiting for kindle serve") {
+                let lines: Vec<String> = self.stderr.try_iter().collect();
+                return (status, lines);
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("kindle serve did not exit within 60 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One HTTP/1.1 exchange with `Connection: close`; the status and the body (chunked
+/// transfer decoded).
+pub fn http(addr: &str, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).expect("connecting to kindle serve");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(300)))
+        .expect("a read timeout");
+    let body = body.unwrap_or("");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).expect("sending");
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).expect("reading the answer");
+    let text = String::from_utf8(raw).expect("a UTF-8 answer");
+    let (head, rest) = text.split_once("\r\n\r\n").expect("a header block");
+    let status: u16 = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status line");
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    let body = if chunked {
+        dechunk(rest)
+    } else {
+        rest.to_string()
+    };
+    (status, body)
+}
+
+fn dechunk(mut rest: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let size = usize::from_str_radix(size.trim(), 16).expect("a chunk size");
+        if size == 0 {
+            break;
+        }
+        out.push_str(&after[..size]);
+        rest = &after[size + 2..];
+    }
+    out
+}

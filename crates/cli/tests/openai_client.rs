@@ -1,0 +1,187 @@
+//! The official `openai` Python client (from PyPI, in a virtual environment this test makes
+//! under the target directory, reused when present) against `kindle serve` on the real model:
+//! completions and chat completions, streamed and not, `n=2`, `stop`, `seed`, logprobs and
+//! `top_logprobs`, `stream_options.include_usage`, and the client's error classes.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::server::Served;
+
+/// A virtual environment with `openai` installed: made once under the target directory.
+fn venv_python() -> PathBuf {
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("openai-venv");
+    let python = venv.join("bin").join("python");
+    let has_openai = |python: &Path| {
+        Command::new(python)
+            .args(["-c", "import openai"])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if python.exists() && has_openai(&python) {
+        return python;
+    }
+    let made = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .output()
+        .expect("running python3 -m venv");
+    assert!(
+        made.status.success(),
+        "python3 -m venv failed (on Debian: apt-get install python3-venv): {}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let pip = Command::new(&python)
+        .args(["-m", "pip", "install", "--quiet", "openai"])
+        .output()
+        .expect("running pip");
+    assert!(
+        pip.status.success(),
+        "pip install openai failed: {}",
+        String::from_utf8_lossy(&pip.stderr)
+    );
+    assert!(
+        has_openai(&python),
+        "openai does not import after pip install"
+    );
+    python
+}
+
+const SCRIPT: &str = r#"
+import json, sys
+import openai
+from openai import OpenAI
+
+client = OpenAI(base_url=sys.argv[1] + "/v1", api_key="sesame")
+bad = OpenAI(base_url=sys.argv[1] + "/v1", api_key="wrong")
+out = {}
+
+models = client.models.list()
+model = models.data[0].id
+out["model"] = model
+
+# Completions, plain and streamed with usage.
+plain = client.completions.create(model=model, prompt="The capital of France is",
+                                  max_tokens=12, temperature=0)
+text = plain.choices[0].text
+assert plain.choices[0].finish_reason in ("stop", "length"), plain
+assert plain.usage.completion_tokens > 0 and plain.usage.prompt_tokens == 5, plain.usage
+streamed, usage = "", None
+for chunk in client.completions.create(model=model, prompt="The capital of France is",
+                                       max_tokens=12, temperature=0, stream=True,
+                                       stream_options={"include_usage": True}):
+    if chunk.choices:
+        streamed += chunk.choices[0].text
+    if chunk.usage is not None:
+        usage = chunk.usage
+assert streamed == text, (streamed, text)
+assert usage is not None and usage.completion_tokens == plain.usage.completion_tokens, usage
+out["completion"] = text
+
+# Chat, plain and streamed.
+messages = [{"role": "user", "content": "What is the capital of France?"}]
+chat = client.chat.completions.create(model=model, messages=messages, max_tokens=16,
+                                      temperature=0)
+reply = chat.choices[0].message.content
+assert chat.choices[0].message.role == "assistant"
+streamed, usage = "", None
+for chunk in client.chat.completions.create(model=model, messages=messages, max_tokens=16,
+                                            temperature=0, stream=True,
+                                            stream_options={"include_usage": True}):
+    if chunk.choices and chunk.choices[0].delta.content:
+        streamed += chunk.choices[0].delta.content
+    if chunk.usage is not None:
+        usage = chunk.usage
+assert streamed == reply, (streamed, reply)
+assert usage is not None and usage.total_tokens == chat.usage.total_tokens, (usage, chat.usage)
+out["chat"] = reply
+
+# n=2 with a seed: two choices, the same again with the same seed.
+first = client.chat.completions.create(model=model, messages=messages, max_tokens=10,
+                                       temperature=1.0, seed=7, n=2)
+again = client.chat.completions.create(model=model, messages=messages, max_tokens=10,
+                                       temperature=1.0, seed=7, n=2)
+assert [c.index for c in first.choices] == [0, 1]
+assert [c.message.content for c in first.choices] == [c.message.content for c in again.choices]
+out["n2"] = [c.message.content for c in first.choices]
+
+# stop: cut before the stop string.
+word = text.split()[1] if len(text.split()) > 1 else text.strip()[:2]
+stopped = client.completions.create(model=model, prompt="The capital of France is",
+                                    max_tokens=12, temperature=0, stop=[word])
+assert word not in stopped.choices[0].text, (word, stopped.choices[0].text)
+assert stopped.choices[0].finish_reason == "stop"
+assert text.startswith(stopped.choices[0].text)
+
+# logprobs: completions (top 3) and chat (top_logprobs 2), streamed too.
+lp = client.completions.create(model=model, prompt="The capital of France is", max_tokens=4,
+                               temperature=0, logprobs=3).choices[0].logprobs
+assert len(lp.tokens) == 4 and len(lp.token_logprobs) == 4 and len(lp.top_logprobs[0]) == 3, lp
+lp = client.chat.completions.create(model=model, messages=messages, max_tokens=4,
+                                    temperature=0, logprobs=True,
+                                    top_logprobs=2).choices[0].logprobs
+assert len(lp.content) == 4 and len(lp.content[0].top_logprobs) == 2, lp
+assert lp.content[0].logprob <= 0
+count = 0
+for chunk in client.chat.completions.create(model=model, messages=messages, max_tokens=4,
+                                            temperature=0, logprobs=True, top_logprobs=2,
+                                            stream=True):
+    if chunk.choices and chunk.choices[0].logprobs is not None:
+        count += len(chunk.choices[0].logprobs.content)
+assert count == 4, count
+
+# Errors come back as the client's exception classes.
+try:
+    client.completions.create(model=model, prompt="x", temperature=5)
+    raise SystemExit("temperature=5 was accepted")
+except openai.BadRequestError as e:
+    assert e.body["param"] == "temperature", e.body
+try:
+    client.completions.create(model="gpt-4", prompt="x")
+    raise SystemExit("an unknown model was accepted")
+except openai.NotFoundError:
+    pass
+try:
+    bad.models.list()
+    raise SystemExit("a wrong key was accepted")
+except openai.AuthenticationError:
+    pass
+
+print(json.dumps(out))
+"#;
+
+#[test]
+fn the_official_openai_python_client_works_unchanged() {
+    let Some(model) = common::real_model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
+    let python = venv_python();
+    let server = Served::start(
+        &model,
+        &["--parallel", "4", "-c", "1024", "--api-key", "sesame"],
+    );
+    let script = Path::new(env!("CARGO_TARGET_TMPDIR")).join("openai_client_check.py");
+    std::fs::write(&script, SCRIPT).expect("writing the script");
+    let out = Command::new(&python)
+        .arg(&script)
+        .arg(server.url())
+        .output()
+        .expect("running the Python client");
+    assert!(
+        out.status.success(),
+        "the openai client script failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("the script's JSON line");
+    assert!(
+        result["completion"].as_str().unwrap().contains("Paris"),
+        "{result}"
+    );
+    assert_eq!(result["n2"].as_array().unwrap().len(), 2);
+    let (status, lines) = server.terminate();
+    assert!(status.success(), "exit status {status:?}: {lines:?}");
+}
