@@ -6,8 +6,8 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use kindle_kernels::{ActivationFormat, QuantMatrix, WeightBytes};
 use kindle_gguf::quant::GgmlType;
+use kindle_kernels::{ActivationFormat, Kernels, QuantMatrix, WeightBytes};
 
 /// A matrix of pseudo-random blocks with finite scales.
 fn matrix(ty: GgmlType, rows: usize, cols: usize) -> QuantMatrix {
@@ -50,11 +50,13 @@ fn bench_product(
         .map(|i| ((i % 97) as f32 - 48.0) / 50.0)
         .collect();
     let mut y = vec![0f32; m * rows];
+    // `KINDLE_THREADS`, else the physical cores.
+    let kernels = Kernels::default();
     let mut group = c.benchmark_group(name);
     group.throughput(Throughput::Bytes(w.n_bytes() as u64));
     for &format in formats {
         group.bench_function(format!("{format:?}"), |b| {
-            b.iter(|| w.matmul_with(black_box(&x), m, &mut y, format))
+            b.iter(|| w.matmul_with(black_box(&x), m, &mut y, format, &kernels))
         });
     }
     group.finish();

@@ -23,12 +23,14 @@
 //!
 //! Kernels are chosen at run time: AVX-512 (`f32` group kernels), AVX-VNNI, AVX2 + FMA +
 //! F16C, or portable Rust. The work is split over output rows between the threads of a small
-//! persistent pool (see [`set_num_threads`]). For `m > 1` a group kernel decodes each weight
+//! persistent pool. The activation format and the thread count are not process-wide: a
+//! [`Kernels`] handle (made from [`KernelOptions`]) carries them, and every product is given
+//! one, so two models can run with different settings. For `m > 1` a group kernel decodes each weight
 //! block once for up to eight activation rows, with the same arithmetic per output as for
 //! `m = 1`: a row's result does not depend on the batch it was computed in.
 //!
 //! ```
-//! use kindle_kernels::{QuantMatrix, WeightBytes};
+//! use kindle_kernels::{KernelOptions, Kernels, QuantMatrix, WeightBytes};
 //! use kindle_gguf::quant::GgmlType;
 //!
 //! // A 2 x 32 Q8_0 matrix: each row is one block (f16 scale 1.0, then 32 signed quants).
@@ -40,10 +42,12 @@
 //! let w = QuantMatrix::new(GgmlType::Q8_0, 2, 32, WeightBytes::owned(bytes)).unwrap();
 //! let x = vec![0.5f32; 32];
 //! let mut y = vec![0.0; 2];
-//! w.matmul(&x, 1, &mut y);
+//! let kernels = Kernels::new(KernelOptions::threads(1));
+//! w.matmul(&x, 1, &mut y, &kernels);
 //! assert!((y[0] - 16.0).abs() < 0.1 && (y[1] - 32.0).abs() < 0.2);
 //! ```
 
+mod config;
 mod dot;
 mod packed;
 mod pool;
@@ -58,10 +62,11 @@ use std::sync::Arc;
 
 use thiserror::Error;
 
-use kindle_gguf::{GgufFile, SharedBytes, TensorInfo};
 use kindle_gguf::quant::GgmlType;
+use kindle_gguf::{GgufFile, SharedBytes, TensorInfo};
 
-pub use pool::{default_threads, num_threads, set_num_threads};
+pub use config::{KernelOptions, Kernels};
+pub use pool::default_threads;
 
 /// The SIMD level the kernels run with on this CPU, for people: `AVX-512`, `AVX-VNNI`,
 /// `AVX2/FMA` or `portable scalar`.
@@ -121,25 +126,6 @@ pub enum ActivationFormat {
     /// `f32` activations, weights dequantised in registers.
     #[default]
     F32,
-}
-
-static ACTIVATION_FORMAT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
-
-/// Choose the activation format [`QuantMatrix::matmul`] uses from now on (process-wide).
-pub fn set_activation_format(format: ActivationFormat) {
-    let code = match format {
-        ActivationFormat::F32 => 0,
-        ActivationFormat::Int8 => 1,
-    };
-    ACTIVATION_FORMAT.store(code, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// The activation format [`QuantMatrix::matmul`] uses (default [`ActivationFormat::F32`]).
-pub fn activation_format() -> ActivationFormat {
-    match ACTIVATION_FORMAT.load(std::sync::atomic::Ordering::Relaxed) {
-        1 => ActivationFormat::Int8,
-        _ => ActivationFormat::F32,
-    }
 }
 
 /// The bytes of a weight: a range of a (memory-mapped) GGUF file or an owned buffer.
@@ -320,23 +306,39 @@ impl QuantMatrix {
         kindle_gguf::quant::dequantize(self.ty, row, out).expect("shape checked at construction");
     }
 
-    /// `out[m, rows] = x[m, cols] W^T` with the process-wide [`activation_format`].
+    /// `out[m, rows] = x[m, cols] W^T` with `kernels`' activation format, on its threads.
     ///
     /// # Panics
     /// If `x.len() != m * cols` or `out.len() != m * rows`.
-    pub fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) {
-        self.matmul_with(x, m, out, activation_format());
+    pub fn matmul(&self, x: &[f32], m: usize, out: &mut [f32], kernels: &Kernels) {
+        self.matmul_with(x, m, out, kernels.activations(), kernels);
     }
 
-    /// `out[m, rows] = x[m, cols] W^T` with activations in `format`.
+    /// `out[m, rows] = x[m, cols] W^T` with activations in `format` (whatever `kernels`'
+    /// format), on `kernels`' threads.
     ///
     /// # Panics
     /// If `x.len() != m * cols` or `out.len() != m * rows`.
-    pub fn matmul_with(&self, x: &[f32], m: usize, out: &mut [f32], format: ActivationFormat) {
-        self.matmul_kernel(x, m, out, dot::Kernel::select(self.ty, format));
+    pub fn matmul_with(
+        &self,
+        x: &[f32],
+        m: usize,
+        out: &mut [f32],
+        format: ActivationFormat,
+        kernels: &Kernels,
+    ) {
+        let kernel = dot::Kernel::select(self.ty, format);
+        self.matmul_kernel(x, m, out, kernel, kernels.pool());
     }
 
-    fn matmul_kernel(&self, x: &[f32], m: usize, out: &mut [f32], kernel: dot::Kernel) {
+    fn matmul_kernel(
+        &self,
+        x: &[f32],
+        m: usize,
+        out: &mut [f32],
+        kernel: dot::Kernel,
+        pool: &pool::Pool,
+    ) {
         assert_eq!(x.len(), m * self.cols, "activation length");
         assert_eq!(out.len(), m * self.rows, "output length");
         if m == 0 || self.rows == 0 {
@@ -374,7 +376,7 @@ impl QuantMatrix {
             row_bytes: self.row_bytes,
             packing: self.packing,
         };
-        let threads = pool::num_threads().max(1);
+        let threads = pool.threads();
         // One contiguous range of rows per thread (each keeping at least a few thousand
         // multiply-adds, and whole row groups). The pool hands tasks to whichever thread gets
         // there first, so a worker the OS has descheduled costs at most the task it holds:
@@ -418,14 +420,15 @@ impl QuantMatrix {
                 }
             }
         };
-        pool::run(n_tasks, &work);
+        pool.run(n_tasks, &work);
     }
 
-    /// The whole matrix dequantised to `f32`, `[rows, cols]` row-major (rows split over the
-    /// pool's threads).
-    pub fn dequantize_all(&self) -> Vec<f32> {
+    /// The whole matrix dequantised to `f32`, `[rows, cols]` row-major (rows split over
+    /// `kernels`' threads).
+    pub fn dequantize_all(&self, kernels: &Kernels) -> Vec<f32> {
         let mut out = vec![0f32; self.rows * self.cols];
-        let threads = pool::num_threads().max(1);
+        let pool = kernels.pool();
+        let threads = pool.threads();
         let per_task = self.rows.div_ceil(threads).max(1);
         let ptr = SyncPtr(out.as_mut_ptr());
         let work = |task: usize| {
@@ -440,7 +443,7 @@ impl QuantMatrix {
                 self.dequantize_row_with(r, row, &mut scratch);
             }
         };
-        pool::run(self.rows.div_ceil(per_task), &work);
+        pool.run(self.rows.div_ceil(per_task), &work);
         out
     }
 

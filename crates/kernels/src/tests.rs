@@ -1,6 +1,11 @@
 use super::dot::{Kernel, Simd};
 use super::*;
 
+/// Three threads (more than this machine's cores, so that tasks are split and stolen).
+fn threads() -> Kernels {
+    Kernels::new(KernelOptions::threads(3))
+}
+
 struct Rng(u64);
 
 impl Rng {
@@ -88,7 +93,7 @@ fn check(ty: GgmlType, kernel: Kernel, rel_tol: f32) {
             w.matmul_reference(&x, m, &mut want);
             let scale = magnitudes(&w, &x, m);
             let mut got = vec![f32::NAN; m * rows];
-            w.matmul_kernel(&x, m, &mut got, kernel);
+            w.matmul_kernel(&x, m, &mut got, kernel, threads().pool());
             for i in 0..m * rows {
                 let err = (got[i] - want[i]).abs();
                 assert!(
@@ -144,11 +149,11 @@ fn simd_kernels_match_scalar_kernels() {
                 for format in [ActivationFormat::Int8, ActivationFormat::F32] {
                     let mut want = vec![f32::NAN; m * rows];
                     let scalar = Kernel::select_simd(ty, format, Simd::Scalar);
-                    w.matmul_kernel(&x, m, &mut want, scalar);
+                    w.matmul_kernel(&x, m, &mut want, scalar, threads().pool());
                     for simd in Simd::available() {
                         let mut got = vec![f32::NAN; m * rows];
                         let kernel = Kernel::select_simd(ty, format, simd);
-                        w.matmul_kernel(&x, m, &mut got, kernel);
+                        w.matmul_kernel(&x, m, &mut got, kernel, threads().pool());
                         for i in 0..got.len() {
                             assert!(
                                 (got[i] - want[i]).abs() <= 1e-5 * scale[i] + 1e-7,
@@ -178,8 +183,20 @@ fn vnni_and_avx2_agree_exactly() {
             for format in [ActivationFormat::Int8, ActivationFormat::F32] {
                 let mut a = vec![0f32; m * 40];
                 let mut b = vec![0f32; m * 40];
-                w.matmul_kernel(&x, m, &mut a, Kernel::select_simd(ty, format, Simd::Avx2));
-                w.matmul_kernel(&x, m, &mut b, Kernel::select_simd(ty, format, Simd::Vnni));
+                w.matmul_kernel(
+                    &x,
+                    m,
+                    &mut a,
+                    Kernel::select_simd(ty, format, Simd::Avx2),
+                    threads().pool(),
+                );
+                w.matmul_kernel(
+                    &x,
+                    m,
+                    &mut b,
+                    Kernel::select_simd(ty, format, Simd::Vnni),
+                    threads().pool(),
+                );
                 assert_eq!(a, b, "{ty:?} {format:?} m={m}");
             }
         }
@@ -202,8 +219,12 @@ fn packed_rows_dequantize_to_the_file_rows() {
             let mut want = vec![0f32; cols];
             for r in 0..rows {
                 w.dequantize_row(r, &mut got);
-                kindle_gguf::quant::dequantize(ty, &bytes[r * row_bytes..(r + 1) * row_bytes], &mut want)
-                    .unwrap();
+                kindle_gguf::quant::dequantize(
+                    ty,
+                    &bytes[r * row_bytes..(r + 1) * row_bytes],
+                    &mut want,
+                )
+                .unwrap();
                 assert_eq!(got, want, "{ty:?} {rows} rows, row {r}");
             }
         }
@@ -221,10 +242,10 @@ fn batched_products_give_the_bits_of_single_rows() {
         let x: Vec<f32> = (0..m * 192).map(|_| rng.float()).collect();
         for format in [ActivationFormat::Int8, ActivationFormat::F32] {
             let mut all = vec![f32::NAN; m * 29];
-            w.matmul_with(&x, m, &mut all, format);
+            w.matmul_with(&x, m, &mut all, format, &threads());
             for j in 0..m {
                 let mut one = vec![f32::NAN; 29];
-                w.matmul_with(&x[j * 192..(j + 1) * 192], 1, &mut one, format);
+                w.matmul_with(&x[j * 192..(j + 1) * 192], 1, &mut one, format, &threads());
                 assert_eq!(
                     &all[j * 29..(j + 1) * 29],
                     &one[..],
@@ -245,10 +266,10 @@ fn threaded_products_match_single_rows() {
     let x: Vec<f32> = (0..5 * 64).map(|_| rng.float()).collect();
     for format in [ActivationFormat::Int8, ActivationFormat::F32] {
         let mut all = vec![f32::NAN; 5 * 1001];
-        w.matmul_with(&x, 5, &mut all, format);
+        w.matmul_with(&x, 5, &mut all, format, &threads());
         for j in 0..5 {
             let mut one = vec![0f32; 1001];
-            w.matmul_with(&x[j * 64..(j + 1) * 64], 1, &mut one, format);
+            w.matmul_with(&x[j * 64..(j + 1) * 64], 1, &mut one, format, &threads());
             let batch = &all[j * 1001..(j + 1) * 1001];
             for (i, (a, b)) in batch.iter().zip(&one).enumerate() {
                 let tolerance = if format == ActivationFormat::Int8 {
@@ -316,11 +337,11 @@ fn simd_activation_quantizer_matches_the_scalar_one() {
 #[test]
 fn the_pool_runs_every_task_once_across_many_jobs() {
     use std::sync::atomic::{AtomicUsize, Ordering};
-    pool::set_num_threads(3);
+    let pool = pool::shared(3);
     for n in [0, 1, 2, 5, 64] {
         for _ in 0..200 {
             let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
-            pool::run(n, &|i| {
+            pool.run(n, &|i| {
                 hits[i].fetch_add(1, Ordering::Relaxed);
             });
             assert!(
@@ -329,4 +350,19 @@ fn the_pool_runs_every_task_once_across_many_jobs() {
             );
         }
     }
+}
+
+#[test]
+fn handles_with_the_same_thread_count_share_a_pool() {
+    let (a, b) = (
+        threads(),
+        threads().with_activations(ActivationFormat::Int8),
+    );
+    assert!(std::ptr::eq(a.pool(), b.pool()));
+    assert_eq!((a.threads(), b.threads()), (3, 3));
+    assert_eq!(b.activations(), ActivationFormat::Int8);
+    let one = a.with_threads(1);
+    assert_eq!(one.threads(), 1);
+    assert!(!std::ptr::eq(a.pool(), one.pool()));
+    assert_eq!(Kernels::new(KernelOptions::threads(0)).threads(), 1);
 }

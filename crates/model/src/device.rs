@@ -299,7 +299,7 @@ impl OpenDevice {
             (false, Dtype::F16) => WeightFormat::DenseF16,
             (false, Dtype::Bf16) => WeightFormat::DenseBf16,
         };
-        LoadOptions { weights }
+        LoadOptions::new(weights)
     }
 }
 

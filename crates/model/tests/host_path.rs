@@ -8,10 +8,10 @@ use std::path::PathBuf;
 use burn::prelude::*;
 use half::f16;
 use kindle_gguf::GgufFile;
+use kindle_gguf::quant::GgmlType;
 use kindle_kernels::{QuantMatrix, WeightBytes};
 use kindle_model::linear::QLinear;
-use kindle_model::llama::{Block, RmsNorm};
-use kindle_gguf::quant::GgmlType;
+use kindle_model::llama::{ArchSpec, Block, EmbeddingScale, RmsNorm, RopeBases};
 use kindle_model::{
     BatchSequence, KvStore, KvType, Llama, LlamaConfig, LoadOptions, LogitsFor, WeightFormat,
 };
@@ -277,9 +277,7 @@ fn host_and_burn_paths_agree_on_the_real_model() {
     };
     let file = GgufFile::open(path).unwrap();
     let device = Device::flex();
-    let options = LoadOptions {
-        weights: WeightFormat::Quantized,
-    };
+    let options = LoadOptions::new(WeightFormat::Quantized);
     let model = Llama::from_gguf_with(&file, &device, options).unwrap();
     let prompt = [1, 504, 3575, 282, 4649, 314, 253, 30];
     // On this model a stored element that rounds the other way (the paths' inputs differ in
@@ -316,5 +314,84 @@ fn host_path_slices_a_long_prompt_like_one_pass() {
             &format!("long prompt, {kv_type}"),
         );
         assert_eq!(cache.len(), 304);
+    }
+}
+
+/// Every optional step of the recipe (q/k/v biases, q/k head norms, post norms, a scaled
+/// embedding, rotary bases that change between layers), which Llama does not use, is
+/// executed alike by both paths.
+#[test]
+fn host_and_burn_paths_agree_on_the_recipe_steps_llama_does_not_use() {
+    let config = LlamaConfig::new(96, 64, 2, 4, 2, 96);
+    let (d, hd, ff) = (64, config.head_dim(), 96);
+    let device = Device::flex();
+    let mut seed = 500;
+    let mut next = || {
+        seed += 1;
+        seed
+    };
+    let mut linear = |rows: usize, cols: usize, bias: bool| {
+        let w = values(next(), rows * cols, 1.5 / (cols as f32).sqrt());
+        let m = QuantMatrix::new(
+            GgmlType::Q8_0,
+            rows,
+            cols,
+            WeightBytes::owned(encode(GgmlType::Q8_0, &w)),
+        )
+        .unwrap();
+        let layer = QLinear::quantized(m);
+        if !bias {
+            return layer;
+        }
+        let b = values(next(), rows, 0.2);
+        layer.with_bias(Tensor::from_data(TensorData::new(b, [rows]), &device))
+    };
+    let norm = |seed: u64, width: usize| {
+        let g: Vec<f32> = values(seed, width, 0.3).iter().map(|v| 1.0 + v).collect();
+        RmsNorm::new(
+            Tensor::from_data(TensorData::new(g, [width]), &device),
+            1e-5,
+        )
+    };
+    let layers = (0..2)
+        .map(|l| {
+            Block::new(
+                norm(600 + l, d),
+                linear(4 * hd, d, true),
+                linear(2 * hd, d, true),
+                linear(2 * hd, d, true),
+                linear(d, 4 * hd, false),
+                norm(610 + l, d),
+                linear(ff, d, false),
+                linear(ff, d, false),
+                linear(d, ff, false),
+            )
+            .with_qk_norms(norm(620 + l, hd), norm(630 + l, hd))
+            .with_post_norms(norm(640 + l, d), norm(650 + l, d))
+        })
+        .collect();
+    let embedding = linear(96, d, false);
+    let arch = ArchSpec {
+        embedding_scale: EmbeddingScale::SqrtWidth,
+        rope: RopeBases::LocalGlobal {
+            local: 100.0,
+            period: 2,
+        },
+        qkv_bias: true,
+        qk_norm: true,
+        post_norms: true,
+        ..ArchSpec::LLAMA
+    };
+    let model = Llama::from_parts(config, embedding, layers, norm(660, d), None).with_arch(arch);
+    for prompt_len in [5, 20] {
+        let prompt = tokens(prompt_len as u64, prompt_len, 96);
+        check_paths(
+            &model,
+            &prompt,
+            8,
+            2e-3,
+            || model.new_cache(40),
+            &format!("optional steps, prompt {prompt_len}"),
+        );
     }
 }
