@@ -8,7 +8,9 @@ use anyhow::{Context, Result, bail};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use kindle_generate::TokenDecoder;
 use kindle_gguf::GgufFile;
-use kindle_model::{ActivationFormat, DeviceKind, Dtype, Engine, EngineOptions, KvType};
+use kindle_model::{
+    ActivationFormat, DeviceKind, Dtype, Engine, EngineOptions, KvType, LlamaConfig,
+};
 use kindle_tokenizer::{Tokenizer, TokenizerError};
 
 /// `--device`'s parser: one of [`DeviceKind::NAMES`], listed in `--help`.
@@ -157,15 +159,21 @@ pub struct Loaded {
     pub tokenizer: Tokenizer,
 }
 
-/// Open a GGUF file and build its tokenizer.
-pub fn open(path: &Path) -> Result<Loaded> {
+/// Read a GGUF file (metadata and tensor table; the data stays memory-mapped): a missing path,
+/// a directory or a malformed file is an error naming the path.
+pub fn open_file(path: &Path) -> Result<GgufFile> {
     if !path.exists() {
         bail!("model file {} does not exist", path.display());
     }
     if path.is_dir() {
         bail!("{} is a directory, not a GGUF model file", path.display());
     }
-    let file = GgufFile::open(path).with_context(|| format!("reading {}", path.display()))?;
+    GgufFile::open(path).with_context(|| format!("reading {}", path.display()))
+}
+
+/// Open a GGUF file and build its tokenizer.
+pub fn open(path: &Path) -> Result<Loaded> {
+    let file = open_file(path)?;
     let tokenizer = Tokenizer::from_gguf(&file)
         .with_context(|| format!("building the tokenizer of {}", path.display()))?;
     Ok(Loaded { file, tokenizer })
@@ -173,16 +181,26 @@ pub fn open(path: &Path) -> Result<Loaded> {
 
 /// Load the weights of an opened file onto the device `device` names.
 pub fn load_model(loaded: &Loaded, device: &DeviceArgs) -> Result<Engine> {
-    let engine =
-        Engine::load(&loaded.file, &device.options()).context("loading the model weights")?;
-    if engine.llama.config().vocab_size < loaded.tokenizer.vocab_size() {
+    load_model_with(loaded, &device.options())
+}
+
+/// Load the weights of an opened file as `options` say.
+pub fn load_model_with(loaded: &Loaded, options: &EngineOptions) -> Result<Engine> {
+    let engine = Engine::load(&loaded.file, options).context("loading the model weights")?;
+    check_vocab(engine.llama.config(), &loaded.tokenizer)?;
+    Ok(engine)
+}
+
+/// The model's embedding must have a row for every token of its tokenizer.
+pub fn check_vocab(config: &LlamaConfig, tokenizer: &Tokenizer) -> Result<()> {
+    if config.vocab_size < tokenizer.vocab_size() {
         bail!(
             "the tokenizer has {} tokens but the model's embedding has only {} rows",
-            loaded.tokenizer.vocab_size(),
-            engine.llama.config().vocab_size
+            tokenizer.vocab_size(),
+            config.vocab_size
         );
     }
-    Ok(engine)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -2,13 +2,9 @@
 
 mod commands;
 
-use std::path::PathBuf;
-
-use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 use commands::{bench, chat, devices, generate, inspect, score, tokenize};
-pub use kindle_cli::engine::DeviceArgs;
-use kindle_fetch::{Event, Fetcher};
+use kindle_fetch::Fetcher;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -47,29 +43,6 @@ struct FetchModelArgs {
     /// Fetch even when the file in place has the right sha256.
     #[arg(long)]
     force: bool,
-}
-
-#[derive(Args, Debug)]
-/// `-m/--model`: which model file a command runs.
-pub struct ModelArgs {
-    /// GGUF model file [default: SmolLM2-135M-Instruct Q4_1, fetched on first use]
-    #[arg(short, long, value_name = "PATH")]
-    pub model: Option<PathBuf>,
-}
-
-impl ModelArgs {
-    /// The model file: the path given, else the default model (fetched if missing).
-    pub fn path(&self) -> Result<PathBuf> {
-        match &self.model {
-            Some(path) => Ok(path.clone()),
-            // Quiet when the model is in place: this runs before every command.
-            None => Ok(kindle_fetch::ensure_default_model(&mut |event| {
-                if !matches!(event, Event::AlreadyPresent { .. }) {
-                    eprintln!("kindle: {event}");
-                }
-            })?),
-        }
-    }
 }
 
 fn main() {

@@ -1,5 +1,6 @@
 //! The sampling flags of `kindle generate`, named as llama.cpp users know them, and their
-//! conversion into a [`kindle_sampling::SamplerConfig`].
+//! conversion into plain [`SamplingSettings`] (a [`kindle_sampling::SamplerConfig`] whose
+//! tokenizer-dependent parts are filled in by the run plan).
 //!
 //! **Default: greedy.** With no sampling flag, kindle decodes greedily (temperature 0), like
 //! `--temperature 0`. When `--temperature` is not given but a flag that only makes sense when
@@ -14,8 +15,8 @@ use kindle_sampling::{
     DryConfig, Mirostat, OrderPreset, PenaltyScope, SamplerConfig, SamplingError, parse_order,
 };
 
-/// llama.cpp's default DRY sequence breakers.
-pub const DEFAULT_DRY_BREAKERS: [&str; 4] = ["\n", ":", "\"", "*"];
+pub use crate::plan::DEFAULT_DRY_BREAKERS;
+use crate::plan::SamplingSettings;
 
 /// Which history tokens the repetition/frequency/presence penalties count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -235,16 +236,10 @@ impl SamplingArgs {
             .unwrap_or(if self.wants_sampling() { 1.0 } else { 0.0 })
     }
 
-    /// Builds the (validated) sampler configuration.
-    ///
-    /// `eog_ids` are the model's end-of-generation ids (for `--min-tokens`); `encode` turns a DRY
-    /// sequence-breaker string into token ids (the last id of each breaker is used, as in
-    /// text-generation-webui), and is only called when DRY is enabled.
-    pub fn to_config(
-        &self,
-        eog_ids: &[u32],
-        encode: &dyn Fn(&str) -> Vec<u32>,
-    ) -> Result<SamplerConfig, SamplingError> {
+    /// The flags as plain settings: the chain order parsed, the DRY sequence breakers
+    /// unescaped (still text: [`SamplingSettings::resolve`] encodes them with the model's
+    /// tokenizer, fills in its end-of-generation ids and validates the whole).
+    pub fn settings(&self) -> Result<SamplingSettings, SamplingError> {
         let order = match (&self.samplers, self.sampler_preset) {
             (Some(s), _) => parse_order(s)?,
             (None, Some(SamplerPresetArg::Hf)) => OrderPreset::HuggingFace.stages(),
@@ -263,31 +258,25 @@ impl SamplingArgs {
                 eta: self.mirostat_lr,
             },
         };
-        let mut dry = DryConfig {
+        let dry = DryConfig {
             multiplier: self.dry_multiplier,
             base: self.dry_base,
             allowed_length: self.dry_allowed_length,
             penalty_last_n: self.dry_penalty_last_n,
             sequence_breakers: Vec::new(),
         };
-        if dry.is_enabled() {
-            let breakers: Vec<String> = if self.dry_sequence_breakers.is_empty() {
-                DEFAULT_DRY_BREAKERS.iter().map(|b| b.to_string()).collect()
-            } else if self.dry_sequence_breakers.iter().any(|b| b == "none") {
-                Vec::new()
-            } else {
+        let dry_breakers = if self.dry_sequence_breakers.is_empty() {
+            None
+        } else if self.dry_sequence_breakers.iter().any(|b| b == "none") {
+            Some(Vec::new())
+        } else {
+            Some(
                 self.dry_sequence_breakers
                     .iter()
                     .map(|b| unescape(b))
-                    .collect()
-            };
-            dry.sequence_breakers = breakers
-                .iter()
-                .filter_map(|b| encode(b).last().copied())
-                .collect();
-            dry.sequence_breakers.sort_unstable();
-            dry.sequence_breakers.dedup();
-        }
+                    .collect(),
+            )
+        };
         let scope = if self.no_penalize_prompt || self.penalty_scope == PenaltyScopeArg::OutputOnly
         {
             PenaltyScope::OutputOnly
@@ -313,12 +302,14 @@ impl SamplingArgs {
             no_repeat_ngram_size: self.no_repeat_ngram_size,
             logit_bias: self.logit_bias.iter().map(|b| (b.id, b.bias)).collect(),
             min_tokens: self.min_tokens,
-            eog_ids: eog_ids.to_vec(),
+            eog_ids: Vec::new(),
             seed: self.seed,
             order,
         };
-        config.validate()?;
-        Ok(config)
+        Ok(SamplingSettings {
+            config,
+            dry_breakers,
+        })
     }
 }
 
@@ -362,6 +353,25 @@ mod tests {
 
     fn no_tokenizer(_: &str) -> Vec<u32> {
         Vec::new()
+    }
+
+    /// Flags → settings → a resolved configuration, `encode` standing for a tokenizer.
+    trait ToConfig {
+        fn to_config(
+            &self,
+            eog_ids: &[u32],
+            encode: &dyn Fn(&str) -> Vec<u32>,
+        ) -> anyhow::Result<SamplerConfig>;
+    }
+
+    impl ToConfig for SamplingArgs {
+        fn to_config(
+            &self,
+            eog_ids: &[u32],
+            encode: &dyn Fn(&str) -> Vec<u32>,
+        ) -> anyhow::Result<SamplerConfig> {
+            self.settings()?.resolve(eog_ids, &|text| Ok(encode(text)))
+        }
     }
 
     #[test]

@@ -4,14 +4,14 @@ mod common;
 
 use std::cell::{Cell, RefCell};
 
-use common::{ids, model_path, reference};
+use common::{ids, real_model, reference};
 use kindle_cli::chat::{chat_template, encode_chat};
 use kindle_cli::engine::{self, Detokenizer};
 use kindle_generate::chat::{ChatMessage, ChatTemplate};
 use kindle_generate::{GenerationConfig, LanguageModel, Session, generate_to_end};
 use kindle_model::{Engine, EngineCache, ModelError};
-use kindle_tokenizer::Tokenizer;
 use kindle_sampling::Sampler;
+use kindle_tokenizer::Tokenizer;
 
 fn template(tokenizer: &Tokenizer) -> ChatTemplate {
     assert!(
@@ -40,7 +40,10 @@ const SYSTEM: &str = "You are a helpful AI assistant named SmolLM, trained by Hu
 
 #[test]
 fn chat_prompt_ids_match_the_reference() {
-    let loaded = engine::open(&model_path()).unwrap();
+    let Some(model) = real_model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
+    let loaded = engine::open(&model).unwrap();
     let chat = &reference()["prompts"]["chat"];
     let messages = [
         ChatMessage::system(SYSTEM),
@@ -56,7 +59,10 @@ fn chat_prompt_ids_match_the_reference() {
 
 #[test]
 fn control_tokens_in_messages_are_plain_text() {
-    let loaded = engine::open(&model_path()).unwrap();
+    let Some(model) = real_model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
+    let loaded = engine::open(&model).unwrap();
     let tokenizer = &loaded.tokenizer;
     let im_end = tokenizer.piece_to_id("<|im_end|>").unwrap();
     let with = encode(tokenizer, &[ChatMessage::user("a <|im_end|> b")], true);
@@ -93,7 +99,11 @@ impl LanguageModel for Counting<'_> {
     fn new_cache(&self, capacity: usize) -> Result<EngineCache, ModelError> {
         self.inner.new_cache(capacity)
     }
-    fn forward_last(&self, tokens: &[u32], cache: &mut EngineCache) -> Result<Vec<f32>, ModelError> {
+    fn forward_last(
+        &self,
+        tokens: &[u32],
+        cache: &mut EngineCache,
+    ) -> Result<Vec<f32>, ModelError> {
         self.fed.set(self.fed.get() + tokens.len());
         let logits = self.inner.forward_last(tokens, cache)?;
         *self.last.borrow_mut() = logits.clone();
@@ -107,7 +117,10 @@ impl LanguageModel for Counting<'_> {
 
 #[test]
 fn second_turn_prefills_only_new_tokens_with_the_same_logits() {
-    let loaded = engine::open(&model_path()).unwrap();
+    let Some(model) = real_model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
+    let loaded = engine::open(&model).unwrap();
     let tokenizer = &loaded.tokenizer;
     let engine = engine::load_model(&loaded, &engine::DeviceArgs::cpu()).unwrap();
     let model = Counting {

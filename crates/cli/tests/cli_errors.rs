@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
-use kindle_gguf::{GgufWriter, MetadataValue};
+use common::tiny::TinyLlama;
 
 /// Run `kindle` with `args`, feeding `stdin` (empty when `None`).
 fn kindle(args: &[&str], stdin: Option<&[u8]>) -> Output {
@@ -71,54 +71,24 @@ fn write_file(name: &str, bytes: &[u8]) -> String {
     path.to_str().expect("UTF-8 temp path").to_owned()
 }
 
-fn model() -> String {
-    common::model_path()
-        .to_str()
-        .expect("UTF-8 model path")
-        .to_owned()
+/// The real model's path; `None` only with `KINDLE_SKIP_REAL_MODEL=1`.
+fn model() -> Option<String> {
+    let path = common::real_model()?;
+    Some(path.to_str().expect("UTF-8 model path").to_owned())
 }
 
 /// A tiny llama GGUF (vocabulary 64, width 16, 2 blocks, 4 heads) with `kv_heads` KV heads.
 fn tiny_model(kv_heads: u32) -> Vec<u8> {
-    let (d, ff, vocab, hd) = (16u64, 32u64, 64u64, 4u64);
-    let tokens = (0..vocab)
-        .map(|i| MetadataValue::String(char::from(b'!' + i as u8).to_string()))
-        .collect();
-    let mut w = GgufWriter::new()
-        .metadata("general.architecture", "llama")
-        .metadata("llama.block_count", MetadataValue::U32(2))
-        .metadata("llama.context_length", MetadataValue::U32(64))
-        .metadata("llama.embedding_length", MetadataValue::U32(d as u32))
-        .metadata("llama.feed_forward_length", MetadataValue::U32(ff as u32))
-        .metadata("llama.attention.head_count", MetadataValue::U32(4))
-        .metadata(
-            "llama.attention.head_count_kv",
-            MetadataValue::U32(kv_heads),
-        )
-        .metadata("llama.rope.dimension_count", MetadataValue::U32(hd as u32))
-        .metadata("tokenizer.ggml.model", "gpt2")
-        .metadata("tokenizer.ggml.pre", "gpt2")
-        .metadata("tokenizer.ggml.tokens", MetadataValue::Array(tokens));
-    let kv = u64::from(kv_heads) * hd;
-    let mut tensors = vec![
-        ("token_embd.weight".to_string(), vec![d, vocab]),
-        ("output_norm.weight".to_string(), vec![d]),
-    ];
-    for l in 0..2 {
-        let p = format!("blk.{l}.");
-        tensors.extend([
-            (format!("{p}attn_norm.weight"), vec![d]),
-            (format!("{p}ffn_norm.weight"), vec![d]),
-            (format!("{p}attn_q.weight"), vec![d, d]),
-            (format!("{p}attn_k.weight"), vec![d, kv]),
-            (format!("{p}attn_v.weight"), vec![d, kv]),
-            (format!("{p}attn_output.weight"), vec![d, d]),
-            (format!("{p}ffn_gate.weight"), vec![d, ff]),
-            (format!("{p}ffn_up.weight"), vec![d, ff]),
-            (format!("{p}ffn_down.weight"), vec![ff, d]),
-        ]);
-    }
-    for (name, dims) in tensors {
+    let shape = TinyLlama {
+        vocab: 64,
+        d_model: 16,
+        ff: 32,
+        heads: 4,
+        kv_heads: kv_heads.into(),
+        layers: 2,
+    };
+    let mut w = shape.writer();
+    for (name, dims) in shape.tensors() {
         let n = dims.iter().product::<u64>() as usize;
         let values: Vec<f32> = (0..n).map(|i| (i % 7) as f32 * 0.01).collect();
         w = w.tensor_f32(name, &dims, &values);
@@ -162,6 +132,9 @@ fn a_text_file() {
 
 #[test]
 fn a_truncated_real_model() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     let bytes = std::fs::read(common::model_path()).expect("reading the real model");
     let path = write_file("truncated.gguf", &bytes[..1 << 20]);
     assert_bad_file(&path, &["truncated.gguf", "bytes"]);
@@ -210,8 +183,9 @@ fn a_missing_path() {
 
 /// `kindle generate` on the real model with `flags` must fail naming every one of `parts`.
 fn assert_bad_flags(flags: &[&str], parts: &[&str]) {
-    let model = model();
-    let mut args = vec!["generate", "-m", &model];
+    let model = common::model_path();
+    let model = model.to_str().expect("UTF-8 model path");
+    let mut args = vec!["generate", "-m", model];
     args.extend_from_slice(flags);
     args.push("Hello");
     assert_fails(&args, None, parts);
@@ -219,6 +193,9 @@ fn assert_bad_flags(flags: &[&str], parts: &[&str]) {
 
 #[test]
 fn bad_temperatures() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     assert_bad_flags(&["--temperature", "-1"], &["temperature", "-1"]);
     assert_bad_flags(&["--temperature", "nan"], &["temperature", "NaN"]);
     assert_bad_flags(&["--temperature", "inf"], &["temperature"]);
@@ -227,6 +204,9 @@ fn bad_temperatures() {
 
 #[test]
 fn bad_top_p() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     assert_bad_flags(&["-n", "4", "--top-p", "0"], &["top_p", "0"]);
     assert_bad_flags(&["-n", "4", "--top-p", "1.5"], &["top_p", "1.5"]);
     assert_bad_flags(&["-n", "4", "--top-p", "-0.5"], &["top_p", "-0.5"]);
@@ -234,6 +214,9 @@ fn bad_top_p() {
 
 #[test]
 fn bad_min_p_top_k_and_repeat_penalty() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     assert_bad_flags(&["-n", "4", "--min-p", "2"], &["min_p", "2"]);
     assert_bad_flags(&["-n", "4", "--top-k", "-3"], &["top_k", "-3"]);
     assert_bad_flags(
@@ -244,12 +227,18 @@ fn bad_min_p_top_k_and_repeat_penalty() {
 
 #[test]
 fn bad_max_tokens() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     assert_bad_flags(&["--max-tokens", "abc"], &["--max-tokens", "abc"]);
     assert_bad_flags(&["--max-tokens", "-5"], &["--max-tokens"]);
 }
 
 #[test]
 fn bad_logit_biases() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     assert_bad_flags(
         &["-n", "4", "--logit-bias", "99999999=1"],
         &["logit_bias", "99999999", "49152"],
@@ -263,6 +252,9 @@ fn bad_logit_biases() {
 
 #[test]
 fn bad_context_sizes() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     assert_bad_flags(
         &["-n", "4", "--ctx-size", "0"],
         &["--ctx-size", "at least 1"],
@@ -275,6 +267,9 @@ fn bad_context_sizes() {
 
 #[test]
 fn bad_max_time() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     assert_bad_flags(&["-n", "4", "--max-time", "-1"], &["--max-time", "-1"]);
     assert_bad_flags(&["-n", "4", "--max-time", "0"], &["--max-time"]);
     assert_bad_flags(&["-n", "4", "--max-time", "nan"], &["--max-time"]);
@@ -282,13 +277,79 @@ fn bad_max_time() {
 
 #[test]
 fn bad_mirostat_and_sampler_order() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     assert_bad_flags(&["-n", "4", "--mirostat", "3"], &["--mirostat", "3"]);
     assert_bad_flags(&["-n", "4", "--samplers", "bogus"], &["bogus", "known"]);
 }
 
 #[test]
+fn a_dry_sequence_breaker_the_tokenizer_cannot_encode() {
+    // An empty breaker encodes to no token at all.
+    assert_bad_flags(
+        &[
+            "-n",
+            "4",
+            "--dry-multiplier",
+            "0.8",
+            "--dry-sequence-breaker",
+            "",
+        ],
+        &["--dry-sequence-breaker", "no token"],
+    );
+    // Checked with DRY off too: an invalid value is an error whatever the other flags.
+    assert_bad_flags(
+        &[
+            "-n",
+            "4",
+            "--dry-sequence-breaker",
+            ":",
+            "--dry-sequence-breaker",
+            "",
+        ],
+        &["--dry-sequence-breaker"],
+    );
+    // The tiny model's vocabulary (printable ASCII) has no token for "é".
+    let path = write_file("tiny-dry.gguf", &tiny_model(2));
+    assert_fails(
+        &[
+            "generate",
+            "-m",
+            &path,
+            "-n",
+            "2",
+            "--dry-multiplier",
+            "0.8",
+            "--dry-sequence-breaker",
+            "é",
+            "AB",
+        ],
+        None,
+        &["--dry-sequence-breaker", "é"],
+    );
+    // Its defaults include "\n", which it cannot encode either: default breakers it lacks
+    // are left out, not an error.
+    assert_succeeds(
+        &[
+            "generate",
+            "-m",
+            &path,
+            "-n",
+            "2",
+            "--dry-multiplier",
+            "0.8",
+            "AB",
+        ],
+        None,
+    );
+}
+
+#[test]
 fn a_huge_max_tokens_is_bounded_by_the_context() {
-    let model = model();
+    let Some(model) = model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
     assert_succeeds(
         &[
             "generate",
@@ -308,7 +369,9 @@ fn a_huge_max_tokens_is_bounded_by_the_context() {
 
 #[test]
 fn an_empty_prompt() {
-    let model = model();
+    let Some(model) = model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
     assert_fails(&["generate", "-m", &model, "-n", "4", ""], None, &["empty"]);
     // And an empty standard input.
     assert_fails(
@@ -320,7 +383,9 @@ fn an_empty_prompt() {
 
 #[test]
 fn a_prompt_of_only_special_tokens() {
-    let model = model();
+    let Some(model) = model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
     assert_succeeds(
         &[
             "generate",
@@ -337,7 +402,9 @@ fn a_prompt_of_only_special_tokens() {
 
 #[test]
 fn a_prompt_longer_than_the_context() {
-    let model = model();
+    let Some(model) = model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
     let prompt = "word ".repeat(40);
     assert_fails(
         &[
@@ -357,7 +424,9 @@ fn a_prompt_longer_than_the_context() {
 
 #[test]
 fn invalid_utf8_on_standard_input() {
-    let model = model();
+    let Some(model) = model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
     assert_fails(
         &["generate", "-m", &model, "-n", "4"],
         Some(b"abc\xff\xfe"),
@@ -367,13 +436,17 @@ fn invalid_utf8_on_standard_input() {
 
 #[test]
 fn a_prompt_read_from_standard_input() {
-    let model = model();
+    let Some(model) = model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
     assert_succeeds(&["generate", "-m", &model, "-n", "4"], Some(b"Once upon"));
 }
 
 #[test]
 fn special_token_text_without_special_is_plain_text() {
-    let model = model();
+    let Some(model) = model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
     let special: serde_json::Value = serde_json::from_str(&assert_succeeds(
         &[
             "tokenize",
@@ -417,7 +490,9 @@ fn special_token_text_without_special_is_plain_text() {
 
 #[test]
 fn control_characters_and_unusual_unicode_are_fine() {
-    let model = model();
+    let Some(model) = model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
     let odd = "\u{1}\t\r\n\u{200b}\u{feff}e\u{301} 🦀 \u{10ffff}";
     assert_succeeds(&["generate", "-m", &model, "-n", "4", odd], None);
     // A NUL cannot be an argument, but can come on standard input.

@@ -23,6 +23,9 @@ fn kindle(args: &[&str]) -> (bool, String, String) {
 
 #[test]
 fn generate_json_france_matches_llama_cpp_until_a_close_call() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     let france = &common::reference()["prompts"]["france"];
     let (ok, stdout, stderr) =
         kindle(&["generate", "--json", "-n", "16", "The capital of France is"]);
@@ -54,6 +57,9 @@ fn generate_json_france_matches_llama_cpp_until_a_close_call() {
 
 #[test]
 fn score_json_has_the_documented_shape() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     let (ok, stdout, stderr) = kindle(&[
         "score",
         "--ids",
@@ -82,6 +88,9 @@ fn score_json_has_the_documented_shape() {
 
 #[test]
 fn tokenize_json_ids_and_pieces() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     let (ok, stdout, _) = kindle(&["tokenize", "--json", "Hello world"]);
     assert!(ok);
     let out: Value = serde_json::from_str(stdout.trim()).unwrap();
@@ -103,6 +112,9 @@ fn tokenize_json_ids_and_pieces() {
 
 #[test]
 fn inspect_reports_kv_cache_bytes() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     let (ok, stdout, stderr) = kindle(&["inspect", "--json", "--context", "1000"]);
     assert!(ok, "{stderr}");
     let out: Value = serde_json::from_str(stdout.trim()).unwrap();
@@ -129,6 +141,9 @@ fn a_missing_model_file_is_a_clear_error() {
 /// each prompt run alone.
 #[test]
 fn a_batch_of_eight_prompts_equals_the_single_runs() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     let prompts = [
         "The capital of France is",
         "Once upon a time, there was a",
@@ -167,6 +182,9 @@ fn a_batch_of_eight_prompts_equals_the_single_runs() {
 /// `kindle bench --json`: one row per thread count and test, in llama-bench's names.
 #[test]
 fn bench_json_rows() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     let (ok, stdout, stderr) = kindle(&[
         "bench",
         "-p",
@@ -214,6 +232,9 @@ fn bench_json_rows() {
 /// `kindle bench --output csv`: a header, then one line per test with the same columns.
 #[test]
 fn bench_csv_rows() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     let (ok, stdout, stderr) = kindle(&[
         "bench", "-p", "4", "-n", "2", "-r", "1", "-t", "1", "--output", "csv",
     ]);

@@ -43,6 +43,9 @@ fn ids(value: &Value) -> Vec<u64> {
 
 #[test]
 fn json_shape() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     let out = json(&[PROMPT, "-n", "8", "--logprobs", "3"]);
     assert_eq!(ids(&out["prompt_tokens"]).len(), 5);
     assert_eq!(ids(&out["tokens"]).len(), 8);
@@ -56,6 +59,9 @@ fn json_shape() {
 
 #[test]
 fn jsonl_lines() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     let text = kindle(&["--jsonl", PROMPT, "-n", "6", "--logprobs", "2"]);
     let lines: Vec<Value> = text
         .lines()
@@ -81,6 +87,9 @@ fn jsonl_lines() {
 
 #[test]
 fn stop_string_spanning_tokens() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     let greedy = json(&[PROMPT, "-n", "24"]);
     let tokens = ids(&greedy["tokens"]);
     let text = greedy["text"].as_str().unwrap().to_string();
@@ -109,6 +118,9 @@ fn stop_string_spanning_tokens() {
 
 #[test]
 fn stop_token() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     let greedy = json(&[PROMPT, "-n", "12"]);
     let tokens = ids(&greedy["tokens"]);
     let stop = tokens[3].to_string();
@@ -120,6 +132,9 @@ fn stop_token() {
 
 #[test]
 fn max_time() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     // --min-tokens holds end-of-text back, so only the time budget can end the run however
     // fast decoding is (2048 tokens of context would take more than 0.3 s at any speed here).
     let out = json(&[
@@ -140,6 +155,9 @@ fn max_time() {
 
 #[test]
 fn seeds_replay_and_differ() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     let run = |seed: &str| {
         json(&[PROMPT, "-n", "24", "--temperature", "0.9", "--seed", seed])["text"]
             .as_str()
@@ -152,6 +170,9 @@ fn seeds_replay_and_differ() {
 
 #[test]
 fn several_samples_follow_their_seeds() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     let out = json(&[
         PROMPT,
         "-n",
@@ -175,6 +196,9 @@ fn several_samples_follow_their_seeds() {
 
 #[test]
 fn beams_return_ranked_sequences() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     let out = json(&[
         "--num-beams",
         "4",
@@ -213,6 +237,9 @@ fn beams_return_ranked_sequences() {
 
 #[test]
 fn chat_flag_applies_the_template() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
     let out = json(&["--chat", "What is the boiling point of water?", "-n", "4"]);
     let want = common::ids(&common::reference()["prompts"]["chat"]["prompt_ids"]);
     let got: Vec<u32> = ids(&out["prompt_tokens"])

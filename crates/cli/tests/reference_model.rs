@@ -6,18 +6,25 @@
 
 mod common;
 
-use common::reference::{MARGIN, check_free_running, check_teacher_forced, model};
+use common::reference::{MARGIN, Passes, check_free_running, check_teacher_forced, model};
 use common::*;
 use kindle_model::LogitsFor;
+use kindle_sampling::logprobs::{argmax, log_softmax};
 
 #[test]
 fn teacher_forced_distributions_match_llama_cpp() {
-    check_teacher_forced(model());
+    let Some(model) = model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
+    check_teacher_forced(model);
 }
 
 #[test]
 fn free_running_greedy_matches_llama_cpp_until_a_close_call() {
-    check_free_running(model());
+    let Some(model) = model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
+    check_free_running(model, Passes::One);
 }
 
 /// The KV cache stored as int8 (per-token, per-head scales) and f16, against the f32 cache:
@@ -26,7 +33,9 @@ fn free_running_greedy_matches_llama_cpp_until_a_close_call() {
 #[test]
 fn quantized_kv_caches_stay_close_to_f32() {
     use kindle_model::KvType;
-    let model = model();
+    let Some(model) = model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
     let kv_types = [KvType::F16, KvType::Int8];
     // Per KV type: sum of KL, positions, largest KL.
     let mut stats = [(0.0f64, 0usize, 0.0f64); 2];
@@ -36,8 +45,9 @@ fn quantized_kv_caches_stay_close_to_f32() {
         let greedy = ids(&prompt["greedy_ids"]);
         all.extend_from_slice(&greedy[..greedy.len() - 1]);
         // Prefill the prompt, then feed the continuation one token at a time, so that
-        // attention reads keys and values back from the (quantized) cache.
-        let run = |kv: KvType| -> Vec<Vec<f64>> {
+        // attention reads keys and values back from the (quantized) cache. Log-probabilities
+        // are `f32` (their rounding, ~1e-7 relative, is far below the KL bound) summed in f64.
+        let run = |kv: KvType| -> Vec<Vec<f32>> {
             let mut cache = model.new_cache_typed(all.len(), kv);
             let mut rows = vec![
                 model
@@ -53,17 +63,17 @@ fn quantized_kv_caches_stay_close_to_f32() {
         let steps = prompt["steps"].as_array().unwrap();
         for (kv_type, (sum, count, worst)) in kv_types.iter().zip(stats.iter_mut()) {
             for (i, (p, q)) in exact.iter().zip(run(*kv_type)).enumerate() {
-                let kl: f64 = p.iter().zip(&q).map(|(a, b)| a.exp() * (a - b)).sum();
+                let kl: f64 = p
+                    .iter()
+                    .zip(&q)
+                    .map(|(&a, &b)| f64::from(a).exp() * (f64::from(a) - f64::from(b)))
+                    .sum();
                 *sum += kl;
                 *count += 1;
                 *worst = worst.max(kl);
                 if steps[i]["margin"].as_f64().unwrap() >= MARGIN {
-                    let best = q
-                        .iter()
-                        .enumerate()
-                        .fold(0, |b, (j, &v)| if v > q[b] { j } else { b });
                     assert_eq!(
-                        best as u64,
+                        u64::from(argmax(&q).unwrap()),
                         steps[i]["argmax"].as_u64().unwrap(),
                         "{name} step {i} ({kv_type})"
                     );

@@ -1,45 +1,27 @@
 //! Checks kindle's tokenizer against llama.cpp's tokenization of SmolLM2-135M-Instruct
 //! (`testdata/reference/smollm2-135m-instruct-q4_1.json`, key `tokenizer_vectors`).
 //!
-//! Needs the real model: `$KINDLE_MODEL`, else the default model, fetched like the CLI does.
+//! Needs the real model (`common::real_model`: `$KINDLE_MODEL`, else the default model in the
+//! cache folder, fetched if missing).
 
 mod common;
 
-use std::path::Path;
-
+use common::{ids, reference};
 use kindle_gguf::GgufFile;
 use kindle_tokenizer::Tokenizer;
-use serde_json::Value;
 
-/// Loads the real tokenizer (the default model is fetched if missing, as the CLI does).
+/// The real model's tokenizer; `None` only with `KINDLE_SKIP_REAL_MODEL=1`.
 fn load_tokenizer() -> Option<Tokenizer> {
-    let path = common::model_path();
+    let path = common::real_model()?;
     let file =
         GgufFile::open(&path).unwrap_or_else(|e| panic!("failed to open {}: {e}", path.display()));
     Some(Tokenizer::from_gguf(&file).expect("failed to build the tokenizer from GGUF metadata"))
 }
 
-fn reference() -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/reference/smollm2-135m-instruct-q4_1.json");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("failed to read {}: {e}", path.display()));
-    serde_json::from_str(&text).expect("reference JSON is malformed")
-}
-
-fn ids(value: &Value) -> Vec<u32> {
-    value
-        .as_array()
-        .expect("expected an array of ids")
-        .iter()
-        .map(|v| u32::try_from(v.as_u64().expect("expected an id")).expect("id fits u32"))
-        .collect()
-}
-
 #[test]
 fn tokenizer_matches_llama_cpp_reference_vectors() {
     let Some(tokenizer) = load_tokenizer() else {
-        return;
+        return; // KINDLE_SKIP_REAL_MODEL=1
     };
     let reference = reference();
     let vectors = reference["tokenizer_vectors"]
@@ -104,7 +86,7 @@ fn tokenizer_matches_llama_cpp_reference_vectors() {
 #[test]
 fn special_tokens_match_llama_cpp() {
     let Some(tokenizer) = load_tokenizer() else {
-        return;
+        return; // KINDLE_SKIP_REAL_MODEL=1
     };
     let model = &reference()["model"];
     assert_eq!(
@@ -136,7 +118,7 @@ fn special_tokens_match_llama_cpp() {
 #[test]
 fn characters_the_vocabulary_cannot_represent_are_an_error() {
     let Some(tokenizer) = load_tokenizer() else {
-        return;
+        return; // KINDLE_SKIP_REAL_MODEL=1
     };
     let err = tokenizer.encode("a\u{6}b", false).unwrap_err();
     assert!(err.to_string().contains("'\\u{6}' at byte 1"), "{err}");
@@ -149,7 +131,7 @@ fn characters_the_vocabulary_cannot_represent_are_an_error() {
 #[test]
 fn a_dropped_byte_between_representable_ones_is_still_an_error() {
     let Some(tokenizer) = load_tokenizer() else {
-        return;
+        return; // KINDLE_SKIP_REAL_MODEL=1
     };
     let err = tokenizer
         .encode("\u{3}\0\0\0\0\u{4}\0,", false)

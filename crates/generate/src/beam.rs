@@ -229,7 +229,7 @@ pub fn beam_search<M: LanguageModel, D: TokenDecoder + ?Sized>(
             context_length: limit,
         });
     }
-    crate::generator::check_vocab(prompt, model.vocab_size())?;
+    crate::error::check_vocab(prompt, model.vocab_size())?;
     let stop = &config.stop;
     let max_new = stop
         .max_new_tokens

@@ -100,3 +100,11 @@ impl GenerateError {
         GenerateError::Decode(Box::new(e))
     }
 }
+
+/// `Err(TokenOutOfVocab)` for the first id in `ids` outside a vocabulary of `vocab_size`.
+pub(crate) fn check_vocab(ids: &[u32], vocab_size: usize) -> Result<(), GenerateError> {
+    match ids.iter().find(|&&id| id as usize >= vocab_size) {
+        Some(&token) => Err(GenerateError::TokenOutOfVocab { token, vocab_size }),
+        None => Ok(()),
+    }
+}

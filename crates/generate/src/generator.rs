@@ -8,7 +8,7 @@ use kindle_sampling::Sampler;
 
 use crate::config::{GenerationConfig, StopConditions};
 use crate::decode::{StreamDecoder, TokenDecoder};
-use crate::error::GenerateError;
+use crate::error::{GenerateError, check_vocab};
 use crate::model::LanguageModel;
 use crate::session::Session;
 use crate::stop::{FinishReason, StopMatch, StopStringMatcher};
@@ -386,13 +386,6 @@ impl<M: LanguageModel, D: TokenDecoder + ?Sized> Iterator for Generator<'_, M, D
 }
 
 impl<M: LanguageModel, D: TokenDecoder + ?Sized> FusedIterator for Generator<'_, M, D> {}
-
-pub(crate) fn check_vocab(ids: &[u32], vocab_size: usize) -> Result<(), GenerateError> {
-    match ids.iter().find(|&&id| id as usize >= vocab_size) {
-        Some(&token) => Err(GenerateError::TokenOutOfVocab { token, vocab_size }),
-        None => Ok(()),
-    }
-}
 
 /// Start generating: [`Generator::new`] as a function.
 pub fn generate<'a, M: LanguageModel, D: TokenDecoder + ?Sized>(

@@ -109,7 +109,6 @@
 //! # Ok::<(), kindle_generate::GenerateError>(())
 //! ```
 
-
 mod batch;
 mod beam;
 pub mod chat;

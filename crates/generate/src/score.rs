@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use crate::error::GenerateError;
-use crate::generator::check_vocab;
+use crate::error::check_vocab;
 use crate::model::LanguageModel;
 use crate::session::Session;
 use kindle_sampling::logprobs::{argmax, log_sum_exp, top_n_logprobs};

@@ -123,7 +123,7 @@ impl<M: LanguageModel> Session<M> {
                 context_length: limit,
             });
         }
-        crate::generator::check_vocab(tokens, model.vocab_size())?;
+        crate::error::check_vocab(tokens, model.vocab_size())?;
         let reuse = self.common_prefix_len(tokens);
         self.truncate(reuse);
         let rest = &tokens[reuse..];

@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{ByteVocab, Call, ScriptedModel, peaked_row};
+use common::{ByteVocab, Call, ScriptedModel, naive_log_softmax, peaked_row};
 use kindle_generate::{
     Event, FinishReason, GenerateError, GenerationConfig, Session, StopMatch, Summary, generate,
     generate_to_end,
@@ -67,8 +67,7 @@ fn session(model: &ScriptedModel, capacity: usize) -> Session<ScriptedModel> {
 }
 
 fn naive_logprob(row: &[f32], id: u32) -> f64 {
-    let lse = row.iter().map(|&x| f64::from(x).exp()).sum::<f64>().ln();
-    f64::from(row[id as usize]) - lse
+    naive_log_softmax(row)[id as usize]
 }
 
 fn hello_vocab() -> ByteVocab {

@@ -4,7 +4,7 @@ mod common;
 
 use std::cell::Cell;
 
-use common::TableModel;
+use common::{TableModel, naive_log_softmax};
 use kindle_generate::{GenerateError, Session, score};
 
 fn model() -> TableModel {
@@ -18,11 +18,6 @@ fn model() -> TableModel {
         context_length: 16,
         forward_all_calls: Cell::new(0),
     }
-}
-
-fn naive_log_softmax(row: &[f32]) -> Vec<f64> {
-    let lse = row.iter().map(|&x| f64::from(x).exp()).sum::<f64>().ln();
-    row.iter().map(|&x| f64::from(x) - lse).collect()
 }
 
 #[test]

@@ -27,6 +27,7 @@
 //! ```
 
 mod error;
+mod layout;
 mod metadata;
 mod parse;
 pub mod quant;
@@ -35,10 +36,9 @@ mod value;
 pub mod writer;
 
 pub use error::GgufError;
+pub use layout::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAX_ALIGNMENT, TensorInfo};
 pub use quant::{GgmlType, QuantError};
-pub use reader::{
-    ALIGNMENT_KEY, DEFAULT_ALIGNMENT, GgufFile, MAX_ALIGNMENT, SharedBytes, TensorInfo,
-};
+pub use reader::{GgufFile, SharedBytes};
 pub use value::MetadataValue;
 pub use writer::GgufWriter;
 

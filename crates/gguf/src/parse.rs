@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::fmt;
 
 use super::error::GgufError;
-use super::reader::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAX_ALIGNMENT, TensorInfo};
+use super::layout::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAX_ALIGNMENT, TensorInfo};
 use super::value::{MetadataValue, min_encoded_size, type_id, type_id_name};
 use crate::quant::GgmlType;
 

@@ -3,7 +3,7 @@
 use std::io;
 use std::path::Path;
 
-use super::reader::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAX_ALIGNMENT};
+use super::layout::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAX_ALIGNMENT};
 use super::value::{MetadataValue, type_id};
 use crate::quant::GgmlType;
 

@@ -10,7 +10,7 @@ use burn::prelude::*;
 use burn::tensor::{DType, TensorData};
 use half::f16;
 
-use crate::storage::Buffer;
+use crate::storage::{Buffer, placeholder};
 use crate::{KvCacheConfig, KvCacheError};
 
 /// A buffer's contents moved out of its tensors.
@@ -33,6 +33,43 @@ fn slice<E: burn::tensor::Element>(data: &TensorData) -> &[E] {
 fn slice_mut<E: burn::tensor::Element>(data: &mut TensorData) -> &mut [E] {
     data.as_mut_slice::<E>()
         .expect("cache buffer of the dtype it was made with")
+}
+
+// Moving a buffer's contents to the host and back (here, beside `HostBuffer`, so that the
+// storage module does not need to know the host views).
+impl Buffer {
+    /// Move the contents out as host data, leaving empty placeholders (see [`HostBuffer`]:
+    /// without a copy on CPU devices when the tensors are not shared).
+    pub(crate) fn take_host(&mut self) -> HostBuffer {
+        match self {
+            Buffer::Float(buf) => {
+                let device = buf.device();
+                HostBuffer::Float(std::mem::replace(buf, placeholder(&device)).into_data())
+            }
+            Buffer::Int8 { data, scales } => {
+                let device = scales.device();
+                let empty = Tensor::empty([0, 0, 0, 0], (&device, DType::I8));
+                HostBuffer::Int8 {
+                    data: std::mem::replace(data, empty).into_data(),
+                    scales: std::mem::replace(scales, placeholder(&device)).into_data(),
+                }
+            }
+        }
+    }
+
+    /// Put back what [`take_host`](Self::take_host) moved out.
+    pub(crate) fn put_host(&mut self, host: HostBuffer, device: &Device) {
+        *self = match host {
+            HostBuffer::Float(data) => {
+                let dtype = data.dtype();
+                Buffer::Float(Tensor::from_data(data, (device, dtype)))
+            }
+            HostBuffer::Int8 { data, scales } => Buffer::Int8 {
+                data: Tensor::from_data(data, (device, DType::I8)),
+                scales: Tensor::from_data(scales, device),
+            },
+        };
+    }
 }
 
 impl HostBuffer {

@@ -3,8 +3,6 @@
 use burn::prelude::*;
 use burn::tensor::{DType, FloatDType, IntDType};
 
-use crate::host::HostBuffer;
-
 /// How cached keys and values are stored (`--kv-type`). Attention always sees f32.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum KvType {
@@ -75,7 +73,7 @@ pub(crate) enum Buffer {
 }
 
 /// An empty placeholder, so that a buffer can be taken out and written uniquely owned.
-fn placeholder(device: &Device) -> Tensor<4> {
+pub(crate) fn placeholder(device: &Device) -> Tensor<4> {
     Tensor::empty([0, 0, 0, 0], device)
 }
 
@@ -138,39 +136,6 @@ impl Buffer {
                 q * scales.clone().slice([0..b, 0..h, range, 0..1])
             }
         }
-    }
-
-    /// Move the contents out as host data, leaving empty placeholders (see [`HostBuffer`]:
-    /// without a copy on CPU devices when the tensors are not shared).
-    pub(crate) fn take_host(&mut self) -> HostBuffer {
-        match self {
-            Buffer::Float(buf) => {
-                let device = buf.device();
-                HostBuffer::Float(std::mem::replace(buf, placeholder(&device)).into_data())
-            }
-            Buffer::Int8 { data, scales } => {
-                let device = scales.device();
-                let empty = Tensor::empty([0, 0, 0, 0], (&device, DType::I8));
-                HostBuffer::Int8 {
-                    data: std::mem::replace(data, empty).into_data(),
-                    scales: std::mem::replace(scales, placeholder(&device)).into_data(),
-                }
-            }
-        }
-    }
-
-    /// Put back what [`take_host`](Self::take_host) moved out.
-    pub(crate) fn put_host(&mut self, host: HostBuffer, device: &Device) {
-        *self = match host {
-            HostBuffer::Float(data) => {
-                let dtype = data.dtype();
-                Buffer::Float(Tensor::from_data(data, (device, dtype)))
-            }
-            HostBuffer::Int8 { data, scales } => Buffer::Int8 {
-                data: Tensor::from_data(data, (device, DType::I8)),
-                scales: Tensor::from_data(scales, device),
-            },
-        };
     }
 
     /// Copy positions `from..from + n` to `to..to + n` without converting (a move left when

@@ -12,12 +12,11 @@ use kindle_model::{ActivationFormat, KernelOptions, Llama, LoadOptions, LogitsFo
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let path = args.next().unwrap_or_else(|| {
-        format!(
-            "{}/.cache/kindle/models/SmolLM2-135M-Instruct.Q4_1.gguf",
-            std::env::var("HOME").unwrap_or_default()
-        )
-    });
+    // Default: the default model in the cache folder ($KINDLE_CACHE_DIR,
+    // $XDG_CACHE_HOME/kindle/models or ~/.cache/kindle/models), as the CLI finds it.
+    let path = args
+        .next()
+        .map_or_else(kindle_fetch::default_model_path, Into::into);
     let n: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(64);
     let file = GgufFile::open(&path).expect("opening the model");
     let device = Device::flex();
@@ -59,8 +58,5 @@ fn main() {
 }
 
 fn argmax(row: &[f32]) -> u32 {
-    row.iter()
-        .enumerate()
-        .max_by(|a, b| a.1.total_cmp(b.1))
-        .map_or(0, |(i, _)| i as u32)
+    kindle_sampling::logprobs::argmax(row).expect("a logits row is not empty")
 }

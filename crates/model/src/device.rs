@@ -10,8 +10,6 @@ use burn::tensor::FloatDType;
 
 pub use kindle_kv_cache::is_host_device;
 
-use crate::loader::{LoadOptions, WeightFormat};
-
 /// What went wrong opening a device or checking a float type against it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DeviceError {
@@ -289,18 +287,6 @@ impl OpenDevice {
             dtype: Dtype::F32,
         }
     }
-
-    /// How the weights are held on this device: quantized on the host, dense in `dtype`
-    /// elsewhere.
-    pub fn load_options(&self) -> LoadOptions {
-        let weights = match (self.kind.is_host(), self.dtype) {
-            (true, _) => WeightFormat::Quantized,
-            (false, Dtype::F32) => WeightFormat::DenseF32,
-            (false, Dtype::F16) => WeightFormat::DenseF16,
-            (false, Dtype::Bf16) => WeightFormat::DenseBf16,
-        };
-        LoadOptions::new(weights)
-    }
 }
 
 /// What `kindle devices` says about one device kind.
@@ -376,7 +362,10 @@ mod tests {
             assert_eq!(dtype.name().parse::<Dtype>(), Ok(dtype));
         }
         let err = "tpu".parse::<DeviceKind>().unwrap_err().to_string();
-        assert!(err.contains("'tpu'") && err.contains("flex, ndarray, wgpu, cuda"), "{err}");
+        assert!(
+            err.contains("'tpu'") && err.contains("flex, ndarray, wgpu, cuda"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -392,6 +381,9 @@ mod tests {
         let err = OpenDevice::open(DeviceKind::Flex, Dtype::F16).unwrap_err();
         assert!(matches!(err, DeviceError::DtypeNeedsGpu { .. }), "{err}");
         let flex = OpenDevice::open(DeviceKind::Flex, Dtype::F32).unwrap();
-        assert_eq!(flex.load_options().weights, WeightFormat::Quantized);
+        assert_eq!(
+            flex.load_options().weights,
+            crate::loader::WeightFormat::Quantized
+        );
     }
 }

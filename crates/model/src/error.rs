@@ -1,8 +1,8 @@
 //! The model crate's error type.
 
 use kindle_gguf::GgufError;
-use kindle_tokenizer::TokenizerError;
 use kindle_kv_cache::KvCacheError;
+use kindle_tokenizer::TokenizerError;
 use thiserror::Error;
 
 /// What went wrong loading or running a model.

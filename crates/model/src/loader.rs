@@ -21,8 +21,29 @@ impl LlamaConfig {
     /// Read the hyperparameters of a GGUF file of a supported architecture and check them
     /// against the shapes of its tensors.
     pub fn from_gguf(file: &GgufFile) -> Result<Self, ModelError> {
-        let spec = arch_of(file)?;
-        let arch = spec.name;
+        let config = Self::read_gguf(file)?;
+        match config.problems(file).into_iter().next() {
+            Some(problem) => Err(problem),
+            None => Ok(config),
+        }
+    }
+
+    /// Every reason a GGUF file's model would not load, found without reading its weights:
+    /// the architecture, a missing or unreadable hyperparameter, hyperparameters inconsistent
+    /// with each other, and then every tensor missing or of the wrong shape. Empty when
+    /// [`LlamaConfig::from_gguf`] accepts the file. (When the hyperparameters are inconsistent
+    /// with each other, the first such problem is reported and, of the tensors, only the
+    /// embedding's shape is checked.)
+    pub fn check_gguf(file: &GgufFile) -> Vec<ModelError> {
+        match Self::read_gguf(file) {
+            Ok(config) => config.problems(file),
+            Err(problem) => vec![problem],
+        }
+    }
+
+    /// The hyperparameters as the file states them, not yet checked.
+    fn read_gguf(file: &GgufFile) -> Result<Self, ModelError> {
+        let arch = arch_of(file)?.name;
         let key = |name: &str| format!("{arch}.{name}");
         let usize_of = |name: &str| -> Result<usize, ModelError> {
             let value = file.get_u64(&key(name))?;
@@ -63,7 +84,28 @@ impl LlamaConfig {
             context_length: usize_of("context_length")?,
             tied_embeddings: file.tensor("output.weight").is_none(),
         };
-        config.validate()?;
+        Ok(config)
+    }
+
+    /// What is wrong with these hyperparameters read from `file`: the first inconsistency
+    /// between them (with the embedding's shape, which shows a wrong width), else every tensor
+    /// problem.
+    fn problems(&self, file: &GgufFile) -> Vec<ModelError> {
+        match self.validate().and_then(|()| self.check_features(file)) {
+            Ok(()) => self.tensor_problems(file),
+            Err(problem) => {
+                let embedding = [self.d_model as u64, self.vocab_size as u64];
+                let embedding = check_shape(file, "token_embd.weight", &embedding).err();
+                std::iter::once(problem).chain(embedding).collect()
+            }
+        }
+    }
+
+    /// Partial rotary embeddings and mixtures of experts are not supported.
+    fn check_features(&self, file: &GgufFile) -> Result<(), ModelError> {
+        let arch = file.architecture()?;
+        let key = |name: &str| format!("{arch}.{name}");
+        let config = self;
         if let Some(rope_dim) = file.opt_u64(&key("rope.dimension_count"))?
             && rope_dim as usize != config.head_dim()
         {
@@ -83,22 +125,32 @@ impl LlamaConfig {
                 problem: format!("mixture-of-experts models ({count} experts) are not supported"),
             });
         }
+        Ok(())
+    }
+
+    /// Every tensor missing from `file` or of the wrong shape.
+    fn tensor_problems(&self, file: &GgufFile) -> Vec<ModelError> {
         // Every block has nine tensors: a block count beyond the file's tensors is an error
         // before the list of expected tensors is built from it.
         let n_tensors = file.tensors().len();
-        if config.n_layers > n_tensors {
-            return Err(ModelError::Hyperparameter {
-                key: key("block_count"),
+        if self.n_layers > n_tensors {
+            let arch = file.architecture().unwrap_or("llama");
+            return vec![ModelError::Hyperparameter {
+                key: format!("{arch}.block_count"),
                 problem: format!(
                     "{} blocks, but the file holds only {n_tensors} tensors",
-                    config.n_layers
+                    self.n_layers
                 ),
-            });
+            }];
         }
-        for (name, dims) in config.tensors_of(spec) {
-            check_shape(file, &name, &dims)?;
-        }
-        Ok(config)
+        let spec = match arch_of(file) {
+            Ok(spec) => spec,
+            Err(problem) => return vec![problem],
+        };
+        self.tensors_of(spec)
+            .into_iter()
+            .filter_map(|(name, dims)| check_shape(file, &name, &dims).err())
+            .collect()
     }
 
     /// Every tensor a llama-architecture file must hold, with its GGUF dimensions
@@ -379,5 +431,19 @@ impl Llama {
             output,
         };
         Ok(Llama::assemble(parts, Kernels::new(options.kernels)))
+    }
+}
+
+impl crate::device::OpenDevice {
+    /// How the weights are held on this device: quantized on the host, dense in `dtype`
+    /// elsewhere.
+    pub fn load_options(&self) -> LoadOptions {
+        let weights = match (self.kind.is_host(), self.dtype) {
+            (true, _) => WeightFormat::Quantized,
+            (false, crate::device::Dtype::F32) => WeightFormat::DenseF32,
+            (false, crate::device::Dtype::F16) => WeightFormat::DenseF16,
+            (false, crate::device::Dtype::Bf16) => WeightFormat::DenseBf16,
+        };
+        LoadOptions::new(weights)
     }
 }

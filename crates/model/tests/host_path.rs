@@ -1,13 +1,13 @@
 //! The host path of a forward pass (all weights quantized, cache in host memory, fewer than
 //! 16 new rows) gives the logits of the Burn path (`forward_batch_tensor`, always tensor ops):
 //! prefill then decode, with grouped-query attention, every KV storage type, a sliding window
-//! that shifts, and a ragged batch; on a tiny random model, and on the real one when present.
+//! that shifts, and a ragged batch; on a tiny random model, and on the real one.
 
-use std::path::PathBuf;
+mod common;
 
 use burn::prelude::*;
+use common::{max_diff, real_model};
 use half::f16;
-use kindle_gguf::GgufFile;
 use kindle_gguf::quant::GgmlType;
 use kindle_kernels::{QuantMatrix, WeightBytes};
 use kindle_model::linear::QLinear;
@@ -15,6 +15,7 @@ use kindle_model::llama::{ArchSpec, Block, EmbeddingScale, RmsNorm, RopeBases};
 use kindle_model::{
     BatchSequence, KvStore, KvType, Llama, LlamaConfig, LoadOptions, LogitsFor, WeightFormat,
 };
+use kindle_sampling::logprobs::argmax;
 
 /// Deterministic values in `[-scale, scale)`.
 fn values(seed: u64, n: usize, scale: f32) -> Vec<f32> {
@@ -110,14 +111,6 @@ fn burn_logits(
         .unwrap()
 }
 
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-}
-
 fn tokens(seed: u64, n: usize, vocab: usize) -> Vec<u32> {
     values(seed, n, 0.5)
         .iter()
@@ -144,7 +137,8 @@ fn check_paths<C: KvStore>(
     let diff = max_diff(&host, &burn);
     assert!(diff < tol, "{label}: prefill logits differ by {diff}");
     let vocab = model.config().vocab_size;
-    let mut next = argmax(&host[host.len() - vocab..]);
+    let greedy = |row: &[f32]| argmax(row).expect("a logits row is not empty");
+    let mut next = greedy(&host[host.len() - vocab..]);
     for step in 0..steps {
         let host = model
             .forward(&[next], &mut host_cache, LogitsFor::Last)
@@ -153,16 +147,9 @@ fn check_paths<C: KvStore>(
         let diff = max_diff(&host, &burn);
         assert!(diff < tol, "{label}: step {step} logits differ by {diff}");
         assert_eq!(host_cache.len(), burn_cache.len());
-        next = argmax(&host);
+        next = greedy(&host);
     }
     host_cache
-}
-
-fn argmax(row: &[f32]) -> u32 {
-    row.iter()
-        .enumerate()
-        .max_by(|a, b| a.1.total_cmp(b.1))
-        .map_or(0, |(i, _)| i as u32)
 }
 
 #[test]
@@ -268,14 +255,9 @@ fn host_and_burn_paths_agree_on_a_ragged_batch() {
 
 #[test]
 fn host_and_burn_paths_agree_on_the_real_model() {
-    let Some(path) = std::env::var_os("HOME")
-        .map(|h| PathBuf::from(h).join(".cache/kindle/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
-        .filter(|p| p.exists())
-    else {
-        eprintln!("skipped: the model file is not present");
-        return;
+    let Some(file) = real_model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
     };
-    let file = GgufFile::open(path).unwrap();
     let device = Device::flex();
     let options = LoadOptions::new(WeightFormat::Quantized);
     let model = Llama::from_gguf_with(&file, &device, options).unwrap();

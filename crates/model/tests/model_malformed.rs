@@ -4,8 +4,8 @@
 
 use burn::prelude::Device;
 use kindle_gguf::{GgufFile, GgufWriter, MetadataValue};
-use kindle_tokenizer::{Tokenizer, TokenizerError};
 use kindle_model::{Llama, LogitsFor, ModelError};
+use kindle_tokenizer::{Tokenizer, TokenizerError};
 
 const VOCAB: u64 = 64;
 const D: u64 = 16;

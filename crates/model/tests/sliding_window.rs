@@ -7,25 +7,11 @@
 //! discarded tokens were still in view, and no re-rotation removes that (llama.cpp's context
 //! shift has the same property: it is an approximation of a fresh run, not a replay).
 
-use std::path::PathBuf;
+mod common;
 
 use burn::prelude::*;
-use kindle_gguf::GgufFile;
+use common::{max_diff, real_model};
 use kindle_model::{KvStore, KvType, Llama, LlamaConfig, LogitsFor, SlidingWindowCache};
-
-fn real_model() -> Option<PathBuf> {
-    let path = PathBuf::from(std::env::var_os("HOME")?)
-        .join(".cache/kindle/models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    path.exists().then_some(path)
-}
-
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-}
 
 /// What to compare after a shift.
 #[derive(Clone, Copy, PartialEq)]
@@ -109,11 +95,9 @@ fn first_layer_after_a_shift_equals_a_fresh_prefill() {
 
 #[test]
 fn shift_matches_a_fresh_prefill_on_the_real_model() {
-    let Some(path) = real_model() else {
-        eprintln!("skipped: the model file is not present");
-        return;
+    let Some(file) = real_model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
     };
-    let file = GgufFile::open(path).unwrap();
     let model = Llama::from_gguf(&file, &Device::flex()).unwrap();
     let stream: Vec<u32> = (0..48u32).map(|i| 200 + (i * 37) % 3000).collect();
     let shifts = check_shifts(&model, KvType::F32, 24, 4, &stream, Compare::FirstLayer);

@@ -1,7 +1,7 @@
 //! [`SamplerConfig`]: every sampling parameter, validated by [`SamplerConfig::build`].
 
+use crate::SamplingError;
 use crate::order::{LLAMA_CPP_ORDER, Stage, check_unique};
-use crate::{Sampler, SamplingError};
 
 /// Which part of the history the repetition, frequency and presence penalties look at.
 ///
@@ -367,12 +367,6 @@ impl SamplerConfig {
         }
         check_unique(&self.order)?;
         Ok(())
-    }
-
-    /// Validates the configuration and builds the [`Sampler`].
-    pub fn build(self) -> Result<Sampler, SamplingError> {
-        self.validate()?;
-        Ok(Sampler::from_validated(self))
     }
 
     /// Whether the penalties stage changes anything.

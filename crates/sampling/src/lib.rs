@@ -68,7 +68,6 @@
 //! token masked is [`SamplingError::AllMasked`]. Use [`SamplingError::at_step`] to attach the
 //! generation step.
 
-
 mod candidates;
 mod config;
 mod error;

@@ -333,3 +333,11 @@ fn initial_mu(config: &SamplerConfig) -> f64 {
         Mirostat::Off => 0.0,
     }
 }
+
+impl SamplerConfig {
+    /// Validates the configuration and builds the [`Sampler`].
+    pub fn build(self) -> Result<Sampler, SamplingError> {
+        self.validate()?;
+        Ok(Sampler::from_validated(self))
+    }
+}

@@ -2,6 +2,9 @@
 //! sampler, and a companion unit test (`*_catches_*`) feeds it the output of a deliberately
 //! broken implementation to show the check fails when the property is violated.
 
+mod common;
+
+use common::softmax;
 use kindle_sampling::{DryConfig, Mirostat, Sampled, Sampler, SamplerConfig, SamplingError};
 use proptest::prelude::*;
 
@@ -13,14 +16,6 @@ const NEG_INF: f32 = f32::NEG_INFINITY;
 fn reference_argmax(logits: &[f32]) -> u32 {
     let max = logits.iter().copied().fold(NEG_INF, f32::max);
     logits.iter().position(|&l| l == max).unwrap() as u32
-}
-
-/// Reference softmax in f64 (max-subtracted).
-fn softmax(logits: &[f32]) -> Vec<f64> {
-    let max = logits.iter().copied().fold(NEG_INF, f32::max) as f64;
-    let w: Vec<f64> = logits.iter().map(|&l| (l as f64 - max).exp()).collect();
-    let s: f64 = w.iter().sum();
-    w.into_iter().map(|x| x / s).collect()
 }
 
 fn logits(max_len: usize) -> impl Strategy<Value = Vec<f32>> {

@@ -3,6 +3,9 @@
 //! (computed here by straightforward sort-based reference implementations), with a chi-square
 //! goodness-of-fit test at p > 0.001. Tokens the strategy removes must never be drawn.
 
+mod common;
+
+use common::softmax;
 use kindle_sampling::{Mirostat, SamplerConfig};
 
 const DRAWS: usize = 20_000;
@@ -132,13 +135,6 @@ fn assert_fits(counts: &[usize], expected: &[f64]) {
 }
 
 // ---------------------------------------------------------------- reference distributions
-
-fn softmax(logits: &[f32]) -> Vec<f64> {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let w: Vec<f64> = logits.iter().map(|&l| (l as f64 - max).exp()).collect();
-    let s: f64 = w.iter().sum();
-    w.into_iter().map(|x| x / s).collect()
-}
 
 /// Ids by (logit desc, id asc).
 fn ranked(logits: &[f32]) -> Vec<usize> {

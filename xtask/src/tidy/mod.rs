@@ -1,5 +1,5 @@
-//! `cargo xtask tidy`: the repository's rules, checked over its files (rules a–f) and over
-//! `cargo tree` (rules g and h).
+//! `cargo xtask tidy`: the repository's rules, checked over its files (rules a–f and i) and
+//! over `cargo tree` (rules g and h).
 //!
 //! Every violation prints as `path:line: rule: message`, `path` relative to the workspace root:
 //!
@@ -13,6 +13,7 @@
 //! | `unused-dependency` | each dependency named by the code that may use it (`[dependencies]`: `src/`, `build.rs`; `[dev-dependencies]`: also `tests/`, `benches/`, `examples/`); not `kindle-workspace-hack` nor that crate's own |
 //! | `feature-unification` | `cargo run` and `cargo test --workspace` resolve the same features |
 //! | `burn-in-tree` | `cargo tree -e normal` of the crates that must not reach Burn shows none |
+//! | `import-cycle` | no two files of a crate's `src/` import each other, directly or through others (see `imports.rs`; listed exceptions in [`ALLOWED_LOOPS`]) |
 //!
 //! Test code is a `#[cfg(test)]` item (to its closing brace), a file under `#![cfg(test)]`,
 //! or a file named `tests.rs`; `tests/`, `benches/` and `examples/` are not library code.
@@ -21,11 +22,13 @@
 //! line before, and `# tidy: allow(unused-dependency)` on a dependency's line.
 
 mod cargo;
+mod imports;
 mod manifest;
 mod rules;
 mod source;
 
 pub use cargo::{NO_BURN_CRATES, burn_packages, feature_differences, workspace_root};
+pub use imports::ALLOWED_LOOPS;
 pub use manifest::{DepKind, Dependency, dependencies};
 pub use source::{Source, blank, path_roots, print_macros};
 
@@ -53,6 +56,8 @@ pub enum Rule {
     FeatureUnification,
     /// (h) No Burn in the trees of the crates that must not use it.
     BurnInTree,
+    /// (i) No import loop between the files of one crate.
+    ImportCycle,
 }
 
 impl Rule {
@@ -67,6 +72,7 @@ impl Rule {
             Rule::UnusedDependency => "unused-dependency",
             Rule::FeatureUnification => "feature-unification",
             Rule::BurnInTree => "burn-in-tree",
+            Rule::ImportCycle => "import-cycle",
         }
     }
 }

@@ -24,6 +24,7 @@ pub(crate) fn check_files(files: &Files) -> Result<Vec<Violation>> {
     file_length(&sources, &mut violations);
     crate_docs(&sources, &manifests, &mut violations);
     unused_dependency(&sources, &manifests, &mut violations);
+    super::imports::import_cycles(&sources, &mut violations);
     Ok(violations)
 }
 

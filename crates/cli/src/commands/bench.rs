@@ -10,7 +10,7 @@ use kindle_cli::engine::{self, DeviceArgs};
 use kindle_model::LogitsFor;
 use serde_json::{Value, json};
 
-use crate::ModelArgs;
+use super::ModelArgs;
 
 /// Output formats of `kindle bench`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -7,16 +7,25 @@
 //! of the reply and the new user turn are prefilled.
 
 use std::io::{BufRead, IsTerminal, Write};
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use kindle_cli::chat::{chat_template, encode_chat};
-use kindle_cli::engine::{self, Detokenizer};
+use kindle_cli::chat::encode_chat;
+use kindle_cli::engine::ContextMode;
+use kindle_cli::plan::{
+    ContextSettings, GenerationSettings, ModelSettings, Prompt, PromptEncoding, PromptSettings,
+    RunPlan, RunSettings,
+};
+use kindle_cli::run::{self, Mode, Report, Sequence};
 use kindle_cli::sampling_args::SamplingArgs;
-use kindle_generate::chat::ChatMessage;
-use kindle_generate::{Event, GenerationConfig, Session, generate};
+use kindle_cli::sink::{Sink, TextSink};
+use kindle_generate::chat::{ChatMessage, ChatTemplate};
+use kindle_generate::{Session, Summary};
+use kindle_model::Engine;
+use kindle_sampling::Sampler;
 
-use crate::{DeviceArgs, ModelArgs};
+use super::{DeviceArgs, ModelArgs};
 
 #[derive(Args, Debug)]
 pub struct ChatArgs {
@@ -42,35 +51,29 @@ pub struct ChatArgs {
 
 /// Run the command.
 pub fn run(args: ChatArgs) -> Result<()> {
-    let path = args.model.path()?;
-    let loaded = engine::open(&path)?;
-    let tokenizer = &loaded.tokenizer;
-    let template = chat_template(tokenizer)?;
-    let model = engine::load_model(&loaded, &args.device)?;
-    let model_ctx = model.llama.config().context_length;
-    let ctx = args.ctx_size.unwrap_or(model_ctx.min(4096));
-    if ctx == 0 || ctx > model_ctx {
-        bail!("--ctx-size must be between 1 and the model's context length {model_ctx}");
-    }
-    let encode = |text: &str| tokenizer.encode(text, false).unwrap_or_default();
-    let mut sampler = args
-        .sampling
-        .to_config(tokenizer.eog_ids(), &encode)?
-        .build()?;
-    let config = GenerationConfig::default()
-        .with_max_new_tokens(args.max_tokens)
-        .with_eog_token_ids(tokenizer.eog_ids().iter().copied());
-    let decoder = Detokenizer {
-        tokenizer,
-        render_special: false,
+    let plan = RunPlan::build(&args.settings()?)?;
+    let template = plan
+        .template
+        .as_ref()
+        .context("a chat needs the model's chat template")?;
+    let mut chat = Conversation {
+        plan: &plan,
+        template,
+        session: Session::new(&plan.engine, plan.context)?,
+        sampler: plan.sampler(0, 0)?,
+        messages: args
+            .system
+            .iter()
+            .cloned()
+            .map(ChatMessage::system)
+            .collect(),
+        verbose: args.verbose,
     };
-    let mut session = Session::new(&model, ctx)?;
-    let mut messages: Vec<ChatMessage> = args.system.into_iter().map(ChatMessage::system).collect();
-
     let stdin = std::io::stdin();
     let interactive = stdin.is_terminal();
     let mut lines = stdin.lock().lines();
-    let mut stdout = std::io::stdout().lock();
+    let mut sink = TextSink::new(std::io::stdout().lock());
+    sink.begin(&Mode::Single)?;
     loop {
         if interactive {
             eprint!("> ");
@@ -78,54 +81,111 @@ pub fn run(args: ChatArgs) -> Result<()> {
         }
         let Some(line) = lines.next() else { break };
         let line = line.context("reading a message from standard input")?;
-        if line.trim().is_empty() {
-            continue;
+        if !line.trim().is_empty() {
+            chat.turn(line, &mut sink)?;
         }
-        messages.push(ChatMessage::user(line));
-        let prompt = encode_chat(tokenizer, &template, &messages, true)?;
-        if prompt.len() >= ctx {
+    }
+    Ok(())
+}
+
+impl ChatArgs {
+    /// The plain settings of the conversation (fetching the default model when it is missing).
+    fn settings(&self) -> Result<RunSettings> {
+        Ok(RunSettings {
+            model: ModelSettings {
+                path: self.model.path()?,
+                engine: self.device.options(),
+            },
+            prompts: PromptSettings {
+                inputs: Vec::new(),
+                encoding: PromptEncoding::Chat {
+                    system: self.system.clone(),
+                },
+            },
+            context: ContextSettings {
+                size: self.ctx_size,
+                default_limit: Some(4096),
+                mode: ContextMode::Fixed,
+                keep: 0,
+                max_kv_memory: None,
+            },
+            sampling: self.sampling.settings()?,
+            generation: GenerationSettings {
+                max_tokens: self.max_tokens,
+                ..GenerationSettings::default()
+            },
+        })
+    }
+}
+
+/// A conversation: its messages, and the session whose cache holds what was said.
+struct Conversation<'p> {
+    plan: &'p RunPlan,
+    template: &'p ChatTemplate,
+    session: Session<Engine>,
+    sampler: Sampler,
+    messages: Vec<ChatMessage>,
+    verbose: bool,
+}
+
+impl Conversation<'_> {
+    /// The user says `line`; the reply is streamed to `sink` and joins the conversation.
+    fn turn(&mut self, line: String, sink: &mut dyn Sink) -> Result<()> {
+        let tokenizer = &self.plan.loaded.tokenizer;
+        self.messages.push(ChatMessage::user(line.clone()));
+        let ids = encode_chat(tokenizer, self.template, &self.messages, true)?;
+        let ctx = self.plan.context;
+        if ids.len() >= ctx {
             bail!(
                 "the conversation has {} tokens, which leaves no room in a context of {ctx} \
                  tokens (see --ctx-size)",
-                prompt.len()
+                ids.len()
             );
         }
-        let reused = session.common_prefix_len(&prompt);
-        sampler.set_prompt_len(prompt.len());
-        let mut summary = None;
-        for event in generate(
-            &model,
-            &mut session,
-            &prompt,
-            &mut sampler,
-            &decoder,
-            &config,
-        )? {
-            match event? {
-                Event::Token { text, .. } => {
-                    stdout.write_all(text.as_bytes())?;
-                    stdout.flush()?;
-                }
-                Event::Done(done) => summary = Some(done),
-            }
+        let reused = self.session.common_prefix_len(&ids);
+        self.sampler.set_prompt_len(ids.len());
+        let started = Instant::now();
+        let summary = run::single(self.plan, &mut self.session, &mut self.sampler, &ids, sink)?;
+        let prompts = [Prompt {
+            text: Some(line),
+            ids,
+        }];
+        let mut report = Report {
+            mode: &Mode::Single,
+            prompts: &prompts,
+            sequences: vec![Sequence {
+                prompt: 0,
+                summary,
+                seed: Some(self.sampler.seed()),
+                beam: None,
+            }],
+            timings: None,
+            wall: started.elapsed(),
+        };
+        sink.finish(&report)?;
+        let summary = report
+            .sequences
+            .pop()
+            .context("the turn produced no reply")?
+            .summary;
+        if self.verbose {
+            log_turn(prompts[0].ids.len(), reused, &summary);
         }
-        writeln!(stdout)?;
-        let summary = summary.context("generation ended without a summary")?;
-        if args.verbose {
-            let t = &summary.timings;
-            eprintln!(
-                "kindle: conversation {} tokens ({} reused from the cache, {} prefilled in {:.0} ms); \
-                 reply {} tokens, {:.1} tok/s; finish {}",
-                prompt.len(),
-                reused,
-                t.prefill_tokens,
-                t.prefill.as_secs_f64() * 1e3,
-                summary.generated_tokens,
-                t.decode_tokens_per_second(),
-                summary.finish_reason
-            );
-        }
-        messages.push(ChatMessage::assistant(summary.text));
+        self.messages.push(ChatMessage::assistant(summary.text));
+        Ok(())
     }
-    Ok(())
+}
+
+/// `-v`: the conversation's length, what the cache saved, the reply's speed.
+fn log_turn(conversation: usize, reused: usize, summary: &Summary) {
+    let t = &summary.timings;
+    eprintln!(
+        "kindle: conversation {conversation} tokens ({reused} reused from the cache, {} prefilled in {:.0} ms); \
+         reply {} tokens, {:.1} tok/s; finish {}",
+        t.prefill_tokens,
+        t.prefill.as_secs_f64() * 1e3,
+        summary.generated_tokens,
+        t.decode_tokens_per_second(),
+        summary.finish_reason
+    );
 }

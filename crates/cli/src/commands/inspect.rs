@@ -1,13 +1,20 @@
-//! `kindle inspect`: metadata, tensors and KV-cache size of a model file.
+//! `kindle inspect`: metadata, tensors and KV-cache size of a model file, and every reason the
+//! model would not load.
+//!
+//! Any well-formed GGUF file is shown (a malformed one is an error); then the checks that
+//! loading makes without reading the weights (hyperparameters, tensor shapes, the tokenizer)
+//! run, each problem is printed as `this model would not load: <reason>`, and the command
+//! fails when there is one.
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use clap::Args;
 use kindle_cli::engine;
+use kindle_gguf::{GgufFile, MetadataValue};
 use kindle_model::LlamaConfig;
-use kindle_gguf::MetadataValue;
-use serde_json::json;
+use kindle_tokenizer::Tokenizer;
+use serde_json::{Value, json};
 
-use crate::ModelArgs;
+use super::ModelArgs;
 
 #[derive(Args, Debug)]
 pub struct InspectArgs {
@@ -51,10 +58,68 @@ fn describe(value: &MetadataValue) -> serde_json::Value {
 /// Run the command.
 pub fn run(args: InspectArgs) -> Result<()> {
     let path = args.model.path()?;
-    let loaded = engine::open(&path)?;
-    let file = &loaded.file;
-    let config = LlamaConfig::from_gguf(file);
-    let metadata: serde_json::Map<String, serde_json::Value> = file
+    let file = engine::open_file(&path)?;
+    let config = LlamaConfig::from_gguf(&file);
+    let problems = load_problems(&file);
+    let kv = config.as_ref().ok().map(|c| {
+        let per_token = c.kv_cache_config(1).bytes_per_token();
+        let ctx = args.context.unwrap_or(c.context_length);
+        json!({ "bytes_per_token": per_token, "context": ctx, "bytes": per_token * ctx, "dtype": "f32" })
+    });
+    if args.json {
+        let mut out = file_json(&file);
+        out["path"] = json!(path.display().to_string());
+        out["kv_cache"] = json!(kv);
+        out["supported"] = json!(config.as_ref().err().map(|e| e.to_string()));
+        out["problems"] = json!(problems);
+        println!("{out}");
+    } else {
+        println!("{} (GGUF v{})", path.display(), file.version());
+        print_file(&file);
+        if let (Ok(c), Some(kv)) = (&config, kv) {
+            print_model(c, &kv);
+        }
+        if !problems.is_empty() {
+            println!();
+        }
+        for problem in &problems {
+            println!("this model would not load: {problem}");
+        }
+    }
+    match problems.as_slice() {
+        [] => Ok(()),
+        [only] => bail!("{}: this model would not load: {only}", path.display()),
+        [first, rest @ ..] => bail!(
+            "{}: this model would not load: {first} (and {} more, above)",
+            path.display(),
+            rest.len()
+        ),
+    }
+}
+
+/// Every reason the model in `file` would not load that can be found without reading its
+/// weights: hyperparameters and tensor shapes, the tokenizer, the vocabulary's size.
+fn load_problems(file: &GgufFile) -> Vec<String> {
+    let mut problems: Vec<String> = LlamaConfig::check_gguf(file)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    match Tokenizer::from_gguf(file) {
+        Err(e) => problems.push(format!("building the tokenizer: {e}")),
+        Ok(tokenizer) => {
+            if let Ok(config) = LlamaConfig::from_gguf(file)
+                && let Err(e) = engine::check_vocab(&config, &tokenizer)
+            {
+                problems.push(e.to_string());
+            }
+        }
+    }
+    problems
+}
+
+/// Metadata (long values shortened), tensors and their total size.
+fn file_json(file: &GgufFile) -> Value {
+    let metadata: serde_json::Map<String, Value> = file
         .metadata()
         .iter()
         .map(|(k, v)| (k.clone(), describe(v)))
@@ -65,34 +130,29 @@ pub fn run(args: InspectArgs) -> Result<()> {
         .map(|t| json!({ "name": t.name, "type": t.ty.name(), "dims": t.dims, "bytes": t.n_bytes() }))
         .collect();
     let total_bytes: u64 = file.tensors().iter().map(|t| t.n_bytes()).sum();
-    let kv = config.as_ref().ok().map(|c| {
-        let per_token = c.kv_cache_config(1).bytes_per_token();
-        let ctx = args.context.unwrap_or(c.context_length);
-        json!({ "bytes_per_token": per_token, "context": ctx, "bytes": per_token * ctx, "dtype": "f32" })
-    });
-    if args.json {
-        println!(
-            "{}",
-            json!({
-                "path": path.display().to_string(),
-                "version": file.version(),
-                "metadata": metadata,
-                "tensors": tensors,
-                "tensor_bytes": total_bytes,
-                "kv_cache": kv,
-                "supported": config.as_ref().err().map(|e| e.to_string()),
-            })
-        );
-        return Ok(());
-    }
-    println!("{} (GGUF v{})", path.display(), file.version());
+    json!({
+        "version": file.version(),
+        "metadata": metadata,
+        "tensors": tensors,
+        "tensor_bytes": total_bytes,
+    })
+}
+
+/// The metadata and tensor tables.
+fn print_file(file: &GgufFile) {
+    let described = file_json(file);
+    let metadata = described["metadata"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
     println!("\nmetadata ({} keys):", metadata.len());
     for (key, value) in &metadata {
         println!("  {key:<45} {value}");
     }
+    let total_bytes = described["tensor_bytes"].as_u64().unwrap_or(0);
     println!(
         "\ntensors ({}, {:.1} MiB):",
-        tensors.len(),
+        file.tensors().len(),
         total_bytes as f64 / (1 << 20) as f64
     );
     for t in file.tensors() {
@@ -104,28 +164,25 @@ pub fn run(args: InspectArgs) -> Result<()> {
             t.n_bytes()
         );
     }
-    match (&config, kv) {
-        (Ok(c), Some(kv)) => {
-            println!(
-                "\nmodel: {} layers, d_model {}, {} heads ({} KV heads, head dim {}), ffn {}, vocab {}, context {}",
-                c.n_layers,
-                c.d_model,
-                c.n_heads,
-                c.n_kv_heads,
-                c.head_dim(),
-                c.d_ff,
-                c.vocab_size,
-                c.context_length
-            );
-            println!(
-                "KV cache (f32): {} bytes per token; {} tokens = {:.1} MiB",
-                kv["bytes_per_token"],
-                kv["context"],
-                kv["bytes"].as_u64().unwrap_or(0) as f64 / (1 << 20) as f64
-            );
-        }
-        (Err(e), _) => println!("\nkindle cannot run this model: {e}"),
-        _ => {}
-    }
-    Ok(())
+}
+
+/// The hyperparameters and the KV cache's size.
+fn print_model(c: &LlamaConfig, kv: &Value) {
+    println!(
+        "\nmodel: {} layers, d_model {}, {} heads ({} KV heads, head dim {}), ffn {}, vocab {}, context {}",
+        c.n_layers,
+        c.d_model,
+        c.n_heads,
+        c.n_kv_heads,
+        c.head_dim(),
+        c.d_ff,
+        c.vocab_size,
+        c.context_length
+    );
+    println!(
+        "KV cache (f32): {} bytes per token; {} tokens = {:.1} MiB",
+        kv["bytes_per_token"],
+        kv["context"],
+        kv["bytes"].as_u64().unwrap_or(0) as f64 / (1 << 20) as f64
+    );
 }

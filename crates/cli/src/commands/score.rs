@@ -2,12 +2,14 @@
 
 use anyhow::{Result, bail};
 use clap::Args;
-use kindle_cli::engine;
-use kindle_model::Engine;
-use kindle_generate::{Session, score};
+use kindle_cli::plan::{
+    ContextSettings, GenerationSettings, ModelSettings, PromptEncoding, PromptInput,
+    PromptSettings, RunPlan, RunSettings, SamplingSettings,
+};
+use kindle_generate::score;
 use serde_json::json;
 
-use crate::{DeviceArgs, ModelArgs};
+use super::{DeviceArgs, ModelArgs};
 
 #[derive(Args, Debug)]
 pub struct ScoreArgs {
@@ -34,19 +36,37 @@ pub struct ScoreArgs {
 
 /// Run the command.
 pub fn run(args: ScoreArgs) -> Result<()> {
-    let path = args.model.path()?;
-    let loaded = engine::open(&path)?;
-    let ids = match (&args.ids, &args.text) {
-        (Some(ids), _) => ids.clone(),
-        (None, Some(text)) => loaded.tokenizer.encode(text, args.special)?,
+    let input = match (&args.ids, &args.text) {
+        (Some(ids), _) => PromptInput::Ids(ids.clone()),
+        (None, Some(text)) => PromptInput::Text(text.clone()),
         (None, None) => bail!("give --text or --ids"),
     };
-    if ids.len() < 2 {
-        bail!("scoring needs at least 2 tokens, got {}", ids.len());
-    }
-    let model: Engine = engine::load_model(&loaded, &args.device)?;
-    let mut session = Session::new(&model, ids.len())?;
-    let scored = score(&model, &mut session, &ids, args.top)?;
+    let settings = RunSettings {
+        model: ModelSettings {
+            path: args.model.path()?,
+            engine: args.device.options(),
+        },
+        prompts: PromptSettings {
+            inputs: vec![input],
+            encoding: PromptEncoding::Plain {
+                special: args.special,
+            },
+        },
+        context: ContextSettings::default(),
+        sampling: SamplingSettings::default(),
+        // Nothing is generated: the whole text is the prompt.
+        generation: GenerationSettings::default(),
+    };
+    let plan = RunPlan::build_checked(&settings, |prompts| {
+        let n = prompts.first().map_or(0, |p| p.ids.len());
+        if n < 2 {
+            bail!("scoring needs at least 2 tokens, got {n}");
+        }
+        Ok(())
+    })?;
+    let ids = &plan.prompts[0].ids;
+    let mut session = plan.session()?;
+    let scored = score(&plan.engine, &mut session, ids, args.top)?;
     if args.json {
         let positions: Vec<_> = scored
             .positions
@@ -71,7 +91,8 @@ pub fn run(args: ScoreArgs) -> Result<()> {
             "pos", "next", "logprob", "argmax"
         );
         for p in &scored.positions {
-            let piece = loaded
+            let piece = plan
+                .loaded
                 .tokenizer
                 .decode(&[p.next_token], false)
                 .unwrap_or_default();

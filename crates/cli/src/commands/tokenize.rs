@@ -5,7 +5,7 @@ use clap::Args;
 use kindle_cli::engine;
 use serde_json::json;
 
-use crate::ModelArgs;
+use super::ModelArgs;
 
 #[derive(Args, Debug)]
 pub struct TokenizeArgs {

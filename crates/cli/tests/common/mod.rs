@@ -1,26 +1,35 @@
-//! Helpers shared by the real-model tests: the default model (fetched like the CLI does) and
-//! the llama.cpp reference outputs.
+//! Helpers shared by the CLI's test binaries: the real model (found the way the fetcher finds
+//! it), the llama.cpp reference outputs ([`reference`] checks a model against them) and tiny
+//! model files ([`tiny`]).
 
 #![allow(dead_code)]
 
 pub mod reference;
+pub mod tiny;
 
 use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-/// Path of the real model: `$KINDLE_MODEL`, else the default model, fetched if missing.
+/// The real model ([`kindle_fetch::real_model_for_tests`]): `$KINDLE_MODEL`, else the default
+/// model in the cache folder (`$KINDLE_CACHE_DIR`, `$XDG_CACHE_HOME/kindle/models`,
+/// `~/.cache/kindle/models`), fetched if missing. Panics naming where it looked when it cannot
+/// be found. `None` only with `KINDLE_SKIP_REAL_MODEL=1`: a test that needs the model begins
+/// with `let Some(..) = real_model() else { return };`.
+pub fn real_model() -> Option<PathBuf> {
+    kindle_fetch::real_model_for_tests()
+}
+
+/// [`real_model`]'s path, for the helpers of a test that began by checking [`real_model`].
+///
+/// # Panics
+///
+/// As [`real_model`], and when `KINDLE_SKIP_REAL_MODEL=1` is set (the test did not check).
 pub fn model_path() -> PathBuf {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        if let Some(path) = std::env::var_os("KINDLE_MODEL") {
-            return PathBuf::from(path);
-        }
-        // Test binaries may fetch at once: each writes its own partial file and renames it.
-        kindle_fetch::ensure_default_model(&mut |event| eprintln!("{event}"))
-            .expect("fetching the default model (see the message above)")
-    })
-    .clone()
+    real_model().expect(
+        "KINDLE_SKIP_REAL_MODEL=1 is set, but this test needs the real model and did not return \
+         when `common::real_model()` gave None",
+    )
 }
 
 /// The llama.cpp reference outputs shipped in `testdata/reference`.
@@ -54,23 +63,4 @@ pub fn prompts() -> Vec<(String, &'static Value)> {
         .iter()
         .map(|(k, v)| (k.clone(), v))
         .collect()
-}
-
-/// Log-softmax in f64.
-pub fn log_softmax(logits: &[f32]) -> Vec<f64> {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let sum: f64 = logits.iter().map(|&l| ((l as f64) - max).exp()).sum();
-    let log_sum = sum.ln();
-    logits.iter().map(|&l| l as f64 - max - log_sum).collect()
-}
-
-/// Index of the largest value (lowest index on ties).
-pub fn argmax(values: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in values.iter().enumerate() {
-        if v > values[best] {
-            best = i;
-        }
-    }
-    best as u32
 }

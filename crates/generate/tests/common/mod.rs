@@ -305,3 +305,10 @@ impl TokenDecoder for ByteVocab {
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 }
+
+/// Log-softmax the plain way (`f64`, no max shift: the tests' logits are small), to check the
+/// crate's log-probabilities against.
+pub fn naive_log_softmax(row: &[f32]) -> Vec<f64> {
+    let lse = row.iter().map(|&x| f64::from(x).exp()).sum::<f64>().ln();
+    row.iter().map(|&x| f64::from(x) - lse).collect()
+}
