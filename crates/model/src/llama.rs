@@ -17,6 +17,8 @@ use kindle_kernels::Kernels;
 use kindle_kv_cache::{KvCache, KvStore, KvType, SlidingWindowCache};
 
 use crate::error::ModelError;
+use burn::tensor::TensorData;
+
 use crate::linear::QLinear;
 
 mod arch;
@@ -29,17 +31,9 @@ mod weights;
 
 pub use arch::{ArchSpec, EmbeddingScale, FfnActivation, LayerSpec, RopeBases};
 pub use config::{AttentionShape, LlamaConfig};
+pub use recipe::{BatchSequence, LogitsFor};
 pub use rope::RopeTable;
 pub use weights::{Block, RmsNorm};
-
-/// Which positions' logits a forward pass returns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogitsFor {
-    /// Only the last position (generation).
-    Last,
-    /// Every position (scoring).
-    All,
-}
 
 /// A Llama-family model.
 #[derive(Module, Debug)]
@@ -210,7 +204,7 @@ impl Llama {
         which: LogitsFor,
     ) -> Result<Vec<Vec<f32>>, ModelError> {
         let (spans, positions, ids) = self.prepare_batch(batch)?;
-        let host = self.host_path_applies(batch, ids.len());
+        let host = host_ops::host_path_applies(self.host_ready, &self.view(), batch, ids.len());
         let mut pass = recipe::Pass {
             seqs: batch,
             spans: &spans,
@@ -219,7 +213,7 @@ impl Llama {
             which,
         };
         if host {
-            return self.forward_batch_host(&mut pass);
+            return host_ops::forward_batch_host(&self.view(), &self.kernels, &mut pass);
         }
         let logits = self.forward_prepared(&mut pass)?;
         let vocab = self.config().vocab_size;
@@ -312,16 +306,67 @@ impl Llama {
     /// The Burn path of a prepared batch: the recipe with Burn tensor ops.
     fn forward_prepared(&self, pass: &mut recipe::Pass<'_, '_>) -> Result<Tensor<3>, ModelError> {
         let mut ops = burn_ops::BurnOps::new(&self.kernels, self.device());
-        Ok(recipe::forward(self, &mut ops, pass)?.into_tensor())
+        Ok(recipe::forward(&self.view(), &mut ops, pass)?.into_tensor())
+    }
+
+    /// What the recipe reads of the model.
+    fn view(&self) -> recipe::Model<'_> {
+        recipe::Model {
+            config: &self.config,
+            arch: &self.arch,
+            embedding: &self.embedding,
+            layers: &self.layers,
+            norm: &self.norm,
+            output: self.output.as_ref(),
+        }
     }
 }
 
-/// One sequence of a batched forward pass: its new tokens and its cache.
-pub struct BatchSequence<'a> {
-    /// Tokens to run after those already in `cache`.
-    pub tokens: &'a [u32],
-    /// The sequence's keys and values (any [`KvStore`]); the tokens are appended to it.
-    pub cache: &'a mut dyn KvStore,
+impl LlamaConfig {
+    /// A model with these hyperparameters and deterministic pseudo-random weights (for tests
+    /// and benchmarks that need no file).
+    pub fn init_random(&self, seed: u64, device: &Device) -> Llama {
+        let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut tensor = |shape: [usize; 2], scale: f32| {
+            let n = shape[0] * shape[1];
+            let values: Vec<f32> = (0..n)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0 * scale
+                })
+                .collect();
+            Tensor::<2>::from_data(TensorData::new(values, shape), device)
+        };
+        let (d, shape) = (self.d_model, self.attention());
+        let (q, kv) = (shape.q_width(), shape.kv_width());
+        let w = 1.0 / (d as f32).sqrt();
+        let embedding = QLinear::new(tensor([self.vocab_size, d], 1.0));
+        let layers = (0..self.n_layers)
+            .map(|_| {
+                Block::new(
+                    RmsNorm::new(Tensor::ones([d], device), self.rms_eps),
+                    QLinear::new(tensor([q, d], w)),
+                    QLinear::new(tensor([kv, d], w)),
+                    QLinear::new(tensor([kv, d], w)),
+                    QLinear::new(tensor([d, q], w)),
+                    RmsNorm::new(Tensor::ones([d], device), self.rms_eps),
+                    QLinear::new(tensor([self.d_ff, d], w)),
+                    QLinear::new(tensor([self.d_ff, d], w)),
+                    QLinear::new(tensor([d, self.d_ff], 1.0 / (self.d_ff as f32).sqrt())),
+                )
+            })
+            .collect();
+        let output = (!self.tied_embeddings).then(|| QLinear::new(tensor([self.vocab_size, d], w)));
+        Llama::from_parts(
+            self.clone(),
+            embedding,
+            layers,
+            RmsNorm::new(Tensor::ones([d], device), self.rms_eps),
+            output,
+        )
+    }
 }
 
 /// The parts of a model, as the loader assembles them.

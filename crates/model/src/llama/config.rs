@@ -2,13 +2,9 @@
 //! widths and head counts are derived.
 
 use burn::config::Config;
-use burn::prelude::*;
-use burn::tensor::TensorData;
 use kindle_kv_cache::KvCacheConfig;
 
-use super::{Block, Llama, RmsNorm};
 use crate::error::ModelError;
-use crate::linear::QLinear;
 
 /// Hyperparameters of a Llama-family model.
 #[derive(Config, Debug, PartialEq)]
@@ -163,50 +159,5 @@ impl LlamaConfig {
             head_dim: self.head_dim(),
             capacity,
         }
-    }
-
-    /// A model with these hyperparameters and deterministic pseudo-random weights (for tests
-    /// and benchmarks that need no file).
-    pub fn init_random(&self, seed: u64, device: &Device) -> Llama {
-        let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        let mut tensor = |shape: [usize; 2], scale: f32| {
-            let n = shape[0] * shape[1];
-            let values: Vec<f32> = (0..n)
-                .map(|_| {
-                    state ^= state << 13;
-                    state ^= state >> 7;
-                    state ^= state << 17;
-                    ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0 * scale
-                })
-                .collect();
-            Tensor::<2>::from_data(TensorData::new(values, shape), device)
-        };
-        let (d, shape) = (self.d_model, self.attention());
-        let (q, kv) = (shape.q_width(), shape.kv_width());
-        let w = 1.0 / (d as f32).sqrt();
-        let embedding = QLinear::new(tensor([self.vocab_size, d], 1.0));
-        let layers = (0..self.n_layers)
-            .map(|_| {
-                Block::new(
-                    RmsNorm::new(Tensor::ones([d], device), self.rms_eps),
-                    QLinear::new(tensor([q, d], w)),
-                    QLinear::new(tensor([kv, d], w)),
-                    QLinear::new(tensor([kv, d], w)),
-                    QLinear::new(tensor([d, q], w)),
-                    RmsNorm::new(Tensor::ones([d], device), self.rms_eps),
-                    QLinear::new(tensor([self.d_ff, d], w)),
-                    QLinear::new(tensor([self.d_ff, d], w)),
-                    QLinear::new(tensor([d, self.d_ff], 1.0 / (self.d_ff as f32).sqrt())),
-                )
-            })
-            .collect();
-        let output = (!self.tied_embeddings).then(|| QLinear::new(tensor([self.vocab_size, d], w)));
-        Llama::from_parts(
-            self.clone(),
-            embedding,
-            layers,
-            RmsNorm::new(Tensor::ones([d], device), self.rms_eps),
-            output,
-        )
     }
 }

@@ -15,13 +15,12 @@
 use kindle_kernels::{ActivationFormat, Kernels, QuantMatrix};
 use kindle_kv_cache::HostKvLayer;
 
-use super::recipe::{self, LayerOps, Pass};
-use super::{AttentionShape, BatchSequence, Block, FfnActivation, Llama, LogitsFor};
-use super::{RmsNorm, RopeTable};
+use super::recipe::{self, BatchSequence, LayerOps, LogitsFor, Model, Pass};
+use super::{AttentionShape, Block, FfnActivation, RmsNorm, RopeTable};
 use crate::error::ModelError;
 use crate::linear::{DENSE_PREFILL_ROWS, LinearWeight, QLinear};
 
-/// Most rows of one sequence that [`Llama::forward_batch_host`] runs through at once.
+/// Most rows of one sequence that [`forward_batch_host`] runs through at once.
 pub(super) const HOST_UBATCH: usize = 128;
 
 /// Whether the host executor can run a model of these weights: every matrix (and the
@@ -190,78 +189,86 @@ impl LayerOps for HostOps<'_> {
     }
 }
 
-impl Llama {
-    /// Whether a pass of `rows` new tokens over `batch` takes the host path: every weight
-    /// quantized, every cache in host memory, and either fewer rows than a prefill that the
-    /// Burn path runs as one dense matmul per weight ([`DENSE_PREFILL_ROWS`]) or a prefill the
-    /// batched kernels run faster than that ([`QuantMatrix::prefers_batched_kernel`]): then
-    /// the host's causal attention also replaces Burn's single-threaded naive one.
-    pub(super) fn host_path_applies(&self, batch: &[BatchSequence<'_>], rows: usize) -> bool {
-        self.host_ready
-            && (rows < DENSE_PREFILL_ROWS
-                || self
-                    .layers
-                    .iter()
-                    .all(|b| matrix(&b.w_up).prefers_batched_kernel()))
-            && batch.iter().all(|seq| seq.cache.host_resident())
-    }
+/// Whether a pass of `rows` new tokens over `batch` takes the host path: every weight
+/// quantized, every cache in host memory, and either fewer rows than a prefill that the
+/// Burn path runs as one dense matmul per weight ([`DENSE_PREFILL_ROWS`]) or a prefill the
+/// batched kernels run faster than that ([`QuantMatrix::prefers_batched_kernel`]): then
+/// the host's causal attention also replaces Burn's single-threaded naive one.
+pub(super) fn host_path_applies(
+    host_ready: bool,
+    model: &Model<'_>,
+    batch: &[BatchSequence<'_>],
+    rows: usize,
+) -> bool {
+    host_ready
+        && (rows < DENSE_PREFILL_ROWS
+            || model
+                .layers
+                .iter()
+                .all(|b| matrix(&b.w_up).prefers_batched_kernel()))
+        && batch.iter().all(|seq| seq.cache.host_resident())
+}
 
-    /// The forward pass on the host: the recipe with [`HostOps`]. The caches have been
-    /// [prepared](kindle_kv_cache::KvStore::prepare) and are advanced here.
-    ///
-    /// A long prompt of one sequence runs in slices of [`HOST_UBATCH`] rows (llama.cpp's
-    /// micro-batches), each attending to the cache the slices before it wrote: the same
-    /// arithmetic row by row (the kernels give a row the same bits in any batch), with
-    /// buffers a quarter the size for a 512-token prompt (about 10 MB less resident).
-    pub(super) fn forward_batch_host(
-        &self,
-        pass: &mut Pass<'_, '_>,
-    ) -> Result<Vec<Vec<f32>>, ModelError> {
-        if pass.seqs.len() != 1 || pass.ids.len() <= HOST_UBATCH {
-            return self.forward_host_slice(pass);
+/// The forward pass on the host: the recipe with [`HostOps`]. The caches have been
+/// [prepared](kindle_kv_cache::KvStore::prepare) and are advanced here.
+///
+/// A long prompt of one sequence runs in slices of [`HOST_UBATCH`] rows (llama.cpp's
+/// micro-batches), each attending to the cache the slices before it wrote: the same
+/// arithmetic row by row (the kernels give a row the same bits in any batch), with
+/// buffers a quarter the size for a 512-token prompt (about 10 MB less resident).
+pub(super) fn forward_batch_host(
+    model: &Model<'_>,
+    kernels: &Kernels,
+    pass: &mut Pass<'_, '_>,
+) -> Result<Vec<Vec<f32>>, ModelError> {
+    if pass.seqs.len() != 1 || pass.ids.len() <= HOST_UBATCH {
+        return forward_host_slice(model, kernels, pass);
+    }
+    let mut logits = Vec::new();
+    let slices = pass
+        .ids
+        .chunks(HOST_UBATCH)
+        .zip(pass.positions.chunks(HOST_UBATCH));
+    for (ids, positions) in slices {
+        let spans = [(0, ids.len())];
+        let mut slice = Pass {
+            seqs: &mut *pass.seqs,
+            spans: &spans,
+            positions,
+            ids,
+            which: pass.which,
+        };
+        let mut out = forward_host_slice(model, kernels, &mut slice)?;
+        match pass.which {
+            LogitsFor::All => logits.append(&mut out[0]),
+            LogitsFor::Last => logits = std::mem::take(&mut out[0]),
         }
-        let mut logits = Vec::new();
-        let slices = pass
-            .ids
-            .chunks(HOST_UBATCH)
-            .zip(pass.positions.chunks(HOST_UBATCH));
-        for (ids, positions) in slices {
-            let spans = [(0, ids.len())];
-            let mut slice = Pass {
-                seqs: &mut *pass.seqs,
-                spans: &spans,
-                positions,
-                ids,
-                which: pass.which,
+    }
+    Ok(vec![logits])
+}
+
+/// [`forward_batch_host`] in one slice: each sequence's logits.
+fn forward_host_slice(
+    model: &Model<'_>,
+    kernels: &Kernels,
+    pass: &mut Pass<'_, '_>,
+) -> Result<Vec<Vec<f32>>, ModelError> {
+    let logits = recipe::forward(model, &mut HostOps::new(kernels), pass)?;
+    if pass.seqs.len() == 1 {
+        return Ok(vec![logits]);
+    }
+    let mut chunks = logits.chunks_exact(model.config.vocab_size);
+    Ok(pass
+        .spans
+        .iter()
+        .map(|&(_, len)| {
+            let n = match pass.which {
+                LogitsFor::Last => 1,
+                LogitsFor::All => len,
             };
-            let mut out = self.forward_host_slice(&mut slice)?;
-            match pass.which {
-                LogitsFor::All => logits.append(&mut out[0]),
-                LogitsFor::Last => logits = std::mem::take(&mut out[0]),
-            }
-        }
-        Ok(vec![logits])
-    }
-
-    /// [`Llama::forward_batch_host`] in one slice: each sequence's logits.
-    fn forward_host_slice(&self, pass: &mut Pass<'_, '_>) -> Result<Vec<Vec<f32>>, ModelError> {
-        let logits = recipe::forward(self, &mut HostOps::new(&self.kernels), pass)?;
-        if pass.seqs.len() == 1 {
-            return Ok(vec![logits]);
-        }
-        let mut chunks = logits.chunks_exact(self.config().vocab_size);
-        Ok(pass
-            .spans
-            .iter()
-            .map(|&(_, len)| {
-                let n = match pass.which {
-                    LogitsFor::Last => 1,
-                    LogitsFor::All => len,
-                };
-                chunks.by_ref().take(n).flatten().copied().collect()
-            })
-            .collect())
-    }
+            chunks.by_ref().take(n).flatten().copied().collect()
+        })
+        .collect())
 }
 
 /// `x += y`.

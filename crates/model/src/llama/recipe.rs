@@ -5,10 +5,38 @@
 //! quantized kernels ([`HostOps`](super::host_ops::HostOps)). Both are monomorphised: the
 //! recipe costs no dynamic dispatch, and an executor's buffers are reused from layer to layer.
 
-use super::{ArchSpec, AttentionShape, BatchSequence, Block, FfnActivation, Llama, LogitsFor};
-use super::{RmsNorm, RopeTable};
+use kindle_kv_cache::KvStore;
+
+use super::{ArchSpec, AttentionShape, Block, FfnActivation, LlamaConfig, RmsNorm, RopeTable};
 use crate::error::ModelError;
 use crate::linear::QLinear;
+
+/// Which positions' logits a forward pass returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogitsFor {
+    /// Only the last position (generation).
+    Last,
+    /// Every position (scoring).
+    All,
+}
+
+/// One sequence of a batched forward pass: its new tokens and its cache.
+pub struct BatchSequence<'a> {
+    /// Tokens to run after those already in `cache`.
+    pub tokens: &'a [u32],
+    /// The sequence's keys and values (any [`KvStore`]); the tokens are appended to it.
+    pub cache: &'a mut dyn KvStore,
+}
+
+/// What the recipe reads of a model: its hyperparameters, architecture and weights.
+pub(super) struct Model<'m> {
+    pub(super) config: &'m LlamaConfig,
+    pub(super) arch: &'m ArchSpec,
+    pub(super) embedding: &'m QLinear,
+    pub(super) layers: &'m [Block],
+    pub(super) norm: &'m RmsNorm,
+    pub(super) output: Option<&'m QLinear>,
+}
 
 /// The operations a decoder is made of, on one executor's activations.
 ///
@@ -105,13 +133,13 @@ struct Buffers<A> {
 /// The model's forward pass: the logits (`[output rows, vocab]`) of the rows
 /// [`Pass::which`] asks for, each sequence's in turn. The caches hold the new tokens after it.
 pub(super) fn forward<O: LayerOps>(
-    model: &Llama,
+    model: &Model<'_>,
     ops: &mut O,
     pass: &mut Pass<'_, '_>,
 ) -> Result<O::Act, ModelError> {
-    let (config, arch) = (model.config(), model.arch());
+    let (config, arch) = (model.config, model.arch);
     let shape = config.attention();
-    let mut x = ops.embed(&model.embedding, pass.ids);
+    let mut x = ops.embed(model.embedding, pass.ids);
     if let Some(factor) = arch.embedding_factor(config) {
         ops.scale(&mut x, factor);
     }
@@ -141,8 +169,8 @@ pub(super) fn forward<O: LayerOps>(
     if let Some(rows) = pass.output_rows() {
         x = ops.select_rows(x, &rows, config.d_model);
     }
-    ops.rms_norm(&x, &model.norm, &mut buffers.normed);
-    let head = model.output.as_ref().unwrap_or(&model.embedding);
+    ops.rms_norm(&x, model.norm, &mut buffers.normed);
+    let head = model.output.unwrap_or(model.embedding);
     let mut logits = O::Act::default();
     ops.linear(head, &buffers.normed, &mut logits);
     Ok(logits)
