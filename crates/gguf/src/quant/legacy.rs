@@ -1,4 +1,4 @@
-//! The 32-value block formats: `Q4_0`, `Q4_1` and `Q8_0`.
+//! The 32-value block formats: `Q4_0`, `Q4_1`, `Q5_0` and `Q8_0`.
 
 use super::f16_le;
 
@@ -9,6 +9,9 @@ pub const QK32: usize = 32;
 pub const BLOCK_Q4_0_BYTES: usize = 18;
 /// Bytes in one `Q4_1` block: `f16 d`, `f16 m`, then 16 bytes of 4-bit quants.
 pub const BLOCK_Q4_1_BYTES: usize = 20;
+/// Bytes in one `Q5_0` block: `f16 d`, 4 bytes of fifth bits (`u32` little-endian `qh`), then
+/// 16 bytes of low 4-bit quants.
+pub const BLOCK_Q5_0_BYTES: usize = 22;
 /// Bytes in one `Q8_0` block: `f16 d`, then 32 `i8` quants.
 pub const BLOCK_Q8_0_BYTES: usize = 34;
 
@@ -36,6 +39,24 @@ pub fn dequantize_block_q4_1(block: &[u8; BLOCK_Q4_1_BYTES], out: &mut [f32; QK3
     for j in 0..16 {
         out[j] = f32::from(qs[j] & 0x0F) * d + m;
         out[j + 16] = f32::from(qs[j] >> 4) * d + m;
+    }
+}
+
+/// Dequantise one `Q5_0` block (ggml's `dequantize_row_q5_0`): value `j` (`0..16`) is
+/// `((qs[j] & 0xF) | bit j of qh << 4) - 16`, value `j + 16` is
+/// `((qs[j] >> 4) | bit j + 16 of qh << 4) - 16`, each times `d`.
+#[inline]
+pub fn dequantize_block_q5_0(block: &[u8; BLOCK_Q5_0_BYTES], out: &mut [f32; QK32]) {
+    let [d0, d1, h0, h1, h2, h3, qs @ ..] = block;
+    let d = f16_le(*d0, *d1);
+    let qh = u32::from_le_bytes([*h0, *h1, *h2, *h3]);
+    for j in 0..16 {
+        let high0 = ((qh >> j) << 4) & 0x10;
+        let high1 = (qh >> (j + 12)) & 0x10;
+        let x0 = (u32::from(qs[j] & 0x0F) | high0) as i32 - 16;
+        let x1 = (u32::from(qs[j] >> 4) | high1) as i32 - 16;
+        out[j] = x0 as f32 * d;
+        out[j + 16] = x1 as f32 * d;
     }
 }
 
@@ -102,6 +123,25 @@ mod tests {
         assert_eq!(out[31], 0.0);
         assert_eq!(out[1], -1.0);
         assert_eq!(out[30], -1.0);
+    }
+
+    #[test]
+    fn q5_0_by_hand() {
+        let mut b = [0u8; 22]; // every quant 0 -> (0 - 16) * d
+        put_f16(&mut b, 0, F16_HALF);
+        // qh: bit 0 (value 0), bit 16 (value 16) and bit 31 (value 31) set.
+        b[2..6].copy_from_slice(&(1u32 | 1 << 16 | 1 << 31).to_le_bytes());
+        b[6] = 0x9A; // qs[0]: value 0 = (10 | 16) - 16 = 10 -> 5.0; value 16 = (9 | 16) - 16 -> 4.5
+        b[7] = 0x0F; // qs[1]: value 1 = 15 - 16 = -1 -> -0.5; value 17 = 0 - 16 -> -8.0
+        b[21] = 0xF0; // qs[15]: value 15 = -16 -> -8.0; value 31 = (15 | 16) - 16 = 15 -> 7.5
+        let out = deq(GgmlType::Q5_0, &b);
+        assert_eq!(out[0], 5.0);
+        assert_eq!(out[16], 4.5);
+        assert_eq!(out[1], -0.5);
+        assert_eq!(out[17], -8.0);
+        assert_eq!(out[15], -8.0);
+        assert_eq!(out[31], 7.5);
+        assert_eq!(out[2], -8.0);
     }
 
     #[test]
