@@ -55,7 +55,7 @@ fn gemma3_teacher_forced_on(kind: DeviceKind) {
         Ok(device) => device,
         Err(error)
             if kind == DeviceKind::Wgpu
-                && std::env::var("KINDLE_REQUIRE_WGPU").is_none_or(|v| v != "1") =>
+                && !std::env::var("KINDLE_REQUIRE_WGPU").is_ok_and(|v| v == "1") =>
         {
             eprintln!("skipped on {}: {error:#}", kind.name());
             return;
