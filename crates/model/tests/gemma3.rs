@@ -97,8 +97,9 @@ fn host_and_burn_paths_agree_on_a_tiny_gemma3() {
 }
 
 /// The host path's and the Burn path's logits of the last of `tokens`, from a fresh cache:
-/// in one pass, and prefilling all but the last then decoding it.
-fn last_logits(model: &Llama, tokens: &[u32]) -> [Vec<f32>; 4] {
+/// in one pass, prefilling all but the last then decoding it, and in passes of 3 tokens
+/// (queries whose window starts inside the cache).
+fn last_logits(model: &Llama, tokens: &[u32]) -> [Vec<f32>; 6] {
     let one_pass = |host: bool| {
         let mut cache = model.new_cache(tokens.len());
         let logits = if host {
@@ -120,11 +121,25 @@ fn last_logits(model: &Llama, tokens: &[u32]) -> [Vec<f32>; 4] {
             burn_logits(model, last, &mut cache, LogitsFor::Last)
         }
     };
+    let in_threes = |host: bool| {
+        let mut cache = model.new_cache(tokens.len());
+        let mut logits = Vec::new();
+        for chunk in tokens.chunks(3) {
+            logits = if host {
+                model.forward(chunk, &mut cache, LogitsFor::Last).unwrap()
+            } else {
+                burn_logits(model, chunk, &mut cache, LogitsFor::Last)
+            };
+        }
+        logits
+    };
     [
         one_pass(true),
         one_pass(false),
         decoded(true),
         decoded(false),
+        in_threes(true),
+        in_threes(false),
     ]
 }
 
