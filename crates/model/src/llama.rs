@@ -29,7 +29,7 @@ mod recipe;
 mod rope;
 mod weights;
 
-pub use arch::{ArchSpec, EmbeddingScale, FfnActivation, LayerSpec, RopeBases};
+pub use arch::{ArchSpec, EmbeddingScale, FfnActivation, LayerPattern, LayerSpec, RopeStyle};
 pub use config::{AttentionShape, LlamaConfig};
 pub use recipe::{BatchSequence, LogitsFor};
 pub use rope::RopeTable;
@@ -161,13 +161,23 @@ impl Llama {
     /// shift), so generation can go on past `capacity`.
     ///
     /// Errors: [`KvCacheError::KeepTooLarge`](kindle_kv_cache::KvCacheError::KeepTooLarge)
-    /// when `keep >= capacity`.
+    /// when `keep >= capacity`; [`ModelError::Option`] for an architecture whose keys the
+    /// shift cannot re-rotate (it knows one rotary base and adjacent pairs: not Gemma-3's).
     pub fn new_sliding_cache(
         &self,
         capacity: usize,
         kv_type: KvType,
         keep: usize,
     ) -> Result<SlidingWindowCache, ModelError> {
+        if self.arch.layers != arch::LayerPattern::Uniform
+            || self.arch.rope_style != arch::RopeStyle::Adjacent
+        {
+            return Err(ModelError::Option(format!(
+                "the sliding context mode (context shift) does not support the {} \
+                 architecture yet: its keys use more than one rotary base or half-split pairs",
+                self.arch.name
+            )));
+        }
         Ok(SlidingWindowCache::with_type(
             self.config().kv_cache_config(capacity),
             kv_type,

@@ -6,7 +6,7 @@ use burn::tensor::{DType, TensorData};
 
 use crate::error::ModelError;
 use crate::linear::QLinear;
-use crate::llama::{ArchSpec, Block, Llama, LlamaConfig, Parts, RmsNorm};
+use crate::llama::{ArchSpec, Block, LayerPattern, Llama, LlamaConfig, Parts, RmsNorm};
 use kindle_gguf::GgufFile;
 use kindle_kernels::{self, KernelOptions, Kernels, QuantMatrix};
 
@@ -15,6 +15,43 @@ use kindle_kernels::{self, KernelOptions, Kernels, QuantMatrix};
 pub fn arch_of(file: &GgufFile) -> Result<&'static ArchSpec, ModelError> {
     let name = file.architecture()?;
     ArchSpec::named(name).ok_or_else(|| ModelError::UnsupportedArchitecture(name.to_string()))
+}
+
+/// `file`'s architecture as it runs: [`arch_of`] with what the file's metadata overrides
+/// (for local/global layers, `{arch}.attention.sliding_window_pattern` and
+/// `{arch}.rope.freq_base_swa`, as llama.cpp reads them).
+pub fn arch_spec_of(file: &GgufFile) -> Result<ArchSpec, ModelError> {
+    let mut arch = arch_of(file)?.clone();
+    let key = |name: &str| format!("{}.{name}", arch.name);
+    if let LayerPattern::LocalGlobal {
+        period,
+        local_rope_theta,
+    } = arch.layers
+    {
+        let pattern_key = key("attention.sliding_window_pattern");
+        let period = match file.get(&pattern_key) {
+            None => period,
+            Some(value) => match value.as_u64() {
+                Some(p) if p > 0 => p as usize,
+                _ => {
+                    return Err(ModelError::Hyperparameter {
+                        key: pattern_key,
+                        problem: "only a positive period (one global layer every N) is \
+                                  supported, not a per-layer list"
+                            .into(),
+                    });
+                }
+            },
+        };
+        let local_rope_theta = file
+            .opt_f64(&key("rope.freq_base_swa"))?
+            .unwrap_or(local_rope_theta);
+        arch.layers = LayerPattern::LocalGlobal {
+            period,
+            local_rope_theta,
+        };
+    }
+    Ok(arch)
 }
 
 impl LlamaConfig {
@@ -43,7 +80,8 @@ impl LlamaConfig {
 
     /// The hyperparameters as the file states them, not yet checked.
     fn read_gguf(file: &GgufFile) -> Result<Self, ModelError> {
-        let arch = arch_of(file)?.name;
+        let spec = arch_of(file)?;
+        let arch = spec.name;
         let key = |name: &str| format!("{arch}.{name}");
         let usize_of = |name: &str| -> Result<usize, ModelError> {
             let value = file.get_u64(&key(name))?;
@@ -70,10 +108,49 @@ impl LlamaConfig {
                 None => embd.dims.get(1).copied().unwrap_or(0) as usize,
             },
         };
+        let key_length = file
+            .opt_u64(&key("attention.key_length"))?
+            .map(|k| k as usize);
+        if let Some(v) = file.opt_u64(&key("attention.value_length"))?
+            && Some(v as usize) != key_length.or_else(|| d_model.checked_div(n_heads))
+        {
+            return Err(ModelError::Hyperparameter {
+                key: key("attention.value_length"),
+                problem: format!(
+                    "value heads {v} wide, key heads {} wide: only equal widths are supported",
+                    key_length.unwrap_or(d_model / n_heads.max(1))
+                ),
+            });
+        }
+        // Local layers need their window; llama.cpp would run such a file with every layer
+        // global, which gives other numbers than the model was trained for: refuse it.
+        let sliding_window = match spec.layers {
+            LayerPattern::Uniform => None,
+            LayerPattern::LocalGlobal { .. } => {
+                let window_key = key("attention.sliding_window");
+                match file.opt_u64(&window_key)? {
+                    Some(w) => Some(w as usize),
+                    None => {
+                        return Err(ModelError::Hyperparameter {
+                            key: window_key,
+                            problem: format!(
+                                "missing: a {arch} file states how many positions its local \
+                                 (sliding-window) layers see"
+                            ),
+                        });
+                    }
+                }
+            }
+        };
+        let n_layers = usize_of("block_count")?;
+        // llama.cpp scales Gemma-3 27B's queries (62 layers) by 1 / sqrt(d_model / heads),
+        // every other size's by 1 / sqrt(key_length).
+        let query_scale = (arch == ArchSpec::GEMMA3.name && n_layers == 62)
+            .then(|| 1.0 / (d_model as f64 / n_heads.max(1) as f64).sqrt());
         let config = LlamaConfig {
             vocab_size,
             d_model,
-            n_layers: usize_of("block_count")?,
+            n_layers,
             n_heads,
             n_kv_heads,
             d_ff: usize_of("feed_forward_length")?,
@@ -83,6 +160,9 @@ impl LlamaConfig {
                 .unwrap_or(1e-5),
             context_length: usize_of("context_length")?,
             tied_embeddings: file.tensor("output.weight").is_none(),
+            key_length,
+            sliding_window,
+            query_scale,
         };
         Ok(config)
     }
@@ -101,7 +181,8 @@ impl LlamaConfig {
         }
     }
 
-    /// Partial rotary embeddings and mixtures of experts are not supported.
+    /// Partial rotary embeddings, rotary scaling, final logit soft-capping and mixtures of
+    /// experts are not supported.
     fn check_features(&self, file: &GgufFile) -> Result<(), ModelError> {
         let arch = file.architecture()?;
         let key = |name: &str| format!("{arch}.{name}");
@@ -115,6 +196,23 @@ impl LlamaConfig {
                     "partial rotary embeddings are not supported ({rope_dim} rotated of {} per head)",
                     config.head_dim()
                 ),
+            });
+        }
+        if let Some(factor) = file.opt_f64(&key("rope.scaling.factor"))?
+            && factor != 1.0
+            && file.opt_str(&key("rope.scaling.type"))? != Some("none")
+        {
+            return Err(ModelError::Hyperparameter {
+                key: key("rope.scaling.factor"),
+                problem: format!("rotary scaling (factor {factor}) is not supported"),
+            });
+        }
+        if let Some(cap) = file.opt_f64(&key("final_logit_softcapping"))?
+            && cap != 0.0
+        {
+            return Err(ModelError::Hyperparameter {
+                key: key("final_logit_softcapping"),
+                problem: format!("soft-capping the logits (at {cap}) is not supported"),
             });
         }
         if let Some(count) = file.opt_u64(&key("expert_count"))?
@@ -360,7 +458,7 @@ impl Llama {
         device: &Device,
         options: LoadOptions,
     ) -> Result<Self, ModelError> {
-        let arch = arch_of(file)?;
+        let arch = arch_spec_of(file)?;
         let config = LlamaConfig::from_gguf(file)?;
         let shape = config.attention();
         let (d, ff, q, kv) = (
@@ -425,7 +523,7 @@ impl Llama {
         let parts = Parts {
             norm: norm("output_norm.weight".into())?,
             config,
-            arch: arch.clone(),
+            arch,
             embedding,
             layers,
             output,

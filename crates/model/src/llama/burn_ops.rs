@@ -3,13 +3,13 @@
 
 use burn::prelude::*;
 use burn::tensor::TensorData;
-use burn::tensor::activation::silu;
-use burn::tensor::module::attention;
+use burn::tensor::activation::{gelu_approximate, silu};
+use burn::tensor::module::attention as attention_op;
 use burn::tensor::ops::AttentionModuleOptions;
 use kindle_kernels::Kernels;
 
-use super::recipe::{LayerOps, Pass};
-use super::{AttentionShape, FfnActivation, RmsNorm, RopeTable};
+use super::recipe::{Attention, LayerOps, Pass};
+use super::{AttentionShape, FfnActivation, RmsNorm, RopeStyle, RopeTable};
 use crate::error::ModelError;
 use crate::linear::QLinear;
 
@@ -52,8 +52,10 @@ impl BurnAct {
     }
 }
 
-/// A pass's rotation table on the device, `[1, rows, 1, head_dim / 2, 1]` each.
+/// A pass's rotation table on the device, `[1, rows, 1, head_dim / 2, 1]` each for
+/// adjacent pairs, `[1, rows, 1, 1, head_dim / 2]` for halves.
 pub(super) struct BurnRope {
+    style: RopeStyle,
     cos: Tensor<5>,
     sin: Tensor<5>,
 }
@@ -71,9 +73,14 @@ impl LayerOps for BurnOps<'_> {
     }
 
     fn rope_table(&mut self, table: RopeTable) -> BurnRope {
-        let shape = [1, table.rows(), 1, table.half(), 1];
+        let style = table.style();
+        let shape = match style {
+            RopeStyle::Adjacent => [1, table.rows(), 1, table.half(), 1],
+            RopeStyle::Halves => [1, table.rows(), 1, 1, table.half()],
+        };
         let (cos, sin) = table.into_parts();
         BurnRope {
+            style,
             cos: Tensor::from_data(TensorData::new(cos, shape), &self.device),
             sin: Tensor::from_data(TensorData::new(sin, shape), &self.device),
         }
@@ -87,27 +94,37 @@ impl LayerOps for BurnOps<'_> {
         out.0 = Some(layer.forward(x.get().clone(), self.kernels));
     }
 
-    /// Rotate adjacent pairs `(2i, 2i+1)` of every head.
+    /// Rotate the pairs of every head: adjacent `(2i, 2i+1)`, or halves `(i, i + half)`.
     fn rope(&mut self, x: &mut BurnAct, rope: &BurnRope) {
         let input = x.take();
         let [b, t, width] = input.dims();
-        let half = rope.cos.dims()[3];
-        let pairs = input.reshape([b, t, width / (2 * half), half, 2]);
-        let x0 = pairs.clone().narrow(4, 0, 1);
-        let x1 = pairs.narrow(4, 1, 1);
+        // The axis that tells a pair's two features apart, and the view that has it.
+        let (axis, pairs) = match rope.style {
+            RopeStyle::Adjacent => {
+                let half = rope.cos.dims()[3];
+                (4, input.reshape([b, t, width / (2 * half), half, 2]))
+            }
+            RopeStyle::Halves => {
+                let half = rope.cos.dims()[4];
+                (3, input.reshape([b, t, width / (2 * half), 2, half]))
+            }
+        };
+        let x0 = pairs.clone().narrow(axis, 0, 1);
+        let x1 = pairs.narrow(axis, 1, 1);
         let out0 = x0.clone() * rope.cos.clone() - x1.clone() * rope.sin.clone();
         let out1 = x0 * rope.sin.clone() + x1 * rope.cos.clone();
-        x.0 = Some(Tensor::cat(vec![out0, out1], 4).reshape([b, t, width]));
+        x.0 = Some(Tensor::cat(vec![out0, out1], axis).reshape([b, t, width]));
     }
 
     fn attend_with_cache(
         &mut self,
         pass: &mut Pass<'_, '_>,
         layer: usize,
-        shape: AttentionShape,
+        attention: Attention,
         [q, k, v]: [&BurnAct; 3],
         out: &mut BurnAct,
     ) -> Result<(), ModelError> {
+        let shape = attention.shape;
         let [b, t, _] = q.get().dims();
         let AttentionShape {
             heads: h,
@@ -124,7 +141,8 @@ impl LayerOps for BurnOps<'_> {
                 k.clone().narrow(2, start, len),
                 v.clone().narrow(2, start, len),
             )?;
-            contexts.push(attend(q.clone().narrow(2, start, len), keys, values, shape));
+            let q = q.clone().narrow(2, start, len);
+            contexts.push(attend(q, keys, values, attention, &self.device));
         }
         let context = match contexts.pop() {
             Some(only) if contexts.is_empty() => only,
@@ -141,6 +159,7 @@ impl LayerOps for BurnOps<'_> {
     fn gated(&mut self, activation: FfnActivation, gate: &mut BurnAct, up: &BurnAct) {
         let activated = match activation {
             FfnActivation::Silu => silu(gate.take()),
+            FfnActivation::GeluTanh => gelu_approximate(gate.take()),
         };
         gate.0 = Some(activated * up.get().clone());
     }
@@ -157,21 +176,39 @@ impl LayerOps for BurnOps<'_> {
 }
 
 /// Causal grouped-query attention of `q` (`[1, heads, T, head_dim]`) over `keys`/`values`
-/// (`[1, kv_heads, S, head_dim]`, the last `T` of them new): `[1, heads, T, head_dim]`.
-fn attend(q: Tensor<4>, keys: Tensor<4>, values: Tensor<4>, shape: AttentionShape) -> Tensor<4> {
+/// (`[1, kv_heads, S, head_dim]`, the last `T` of them new): `[1, heads, T, head_dim]`. A
+/// local layer's queries see only their window: one query reads the last `window` keys, a
+/// prefill masks the others.
+fn attend(
+    q: Tensor<4>,
+    keys: Tensor<4>,
+    values: Tensor<4>,
+    attention: Attention,
+    device: &Device,
+) -> Tensor<4> {
     let [b, _, t, hd] = q.dims();
     let s = keys.dims()[2];
+    let shape = attention.shape;
     let (h, hkv, group) = (shape.heads, shape.kv_heads, shape.group());
+    let options = |is_causal| AttentionModuleOptions {
+        scale: Some(f64::from(attention.scale)),
+        softcap: None,
+        is_causal,
+    };
     if t == 1 {
         // One query per head: group the query heads by the KV head they read
         // (head h reads KV head h / group), so no key or value is copied.
-        let q = q.reshape([b, hkv, group, hd]);
-        let options = AttentionModuleOptions {
-            scale: None,
-            softcap: None,
-            is_causal: false,
+        let first = attention.first_seen(s - 1);
+        let (keys, values) = if first > 0 {
+            (
+                keys.narrow(2, first, s - first),
+                values.narrow(2, first, s - first),
+            )
+        } else {
+            (keys, values)
         };
-        attention(q, keys, values, None, None, options).reshape([b, h, 1, hd])
+        let q = q.reshape([b, hkv, group, hd]);
+        attention_op(q, keys, values, None, None, options(false)).reshape([b, h, 1, hd])
     } else {
         let keys = keys
             .unsqueeze_dim::<5>(2)
@@ -181,11 +218,18 @@ fn attend(q: Tensor<4>, keys: Tensor<4>, values: Tensor<4>, shape: AttentionShap
             .unsqueeze_dim::<5>(2)
             .expand([b, hkv, group, s, hd])
             .reshape([b, h, s, hd]);
-        let options = AttentionModuleOptions {
-            scale: None,
-            softcap: None,
-            is_causal: true,
-        };
-        attention(q, keys, values, None, None, options)
+        // Query `i` sits at position `s - t + i`; the last one sees the most of the past.
+        if attention.first_seen(s - 1) == 0 {
+            return attention_op(q, keys, values, None, None, options(true));
+        }
+        let mut masked = Vec::with_capacity(t * s);
+        for i in 0..t {
+            let pos = s - t + i;
+            let first = attention.first_seen(pos);
+            masked.extend((0..s).map(|j| j < first || j > pos));
+        }
+        let mask = Tensor::<4, Bool>::from_data(TensorData::new(masked, [1, 1, t, s]), device)
+            .expand([b, h, t, s]);
+        attention_op(q, keys, values, Some(mask), None, options(false))
     }
 }

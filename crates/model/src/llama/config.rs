@@ -33,6 +33,16 @@ pub struct LlamaConfig {
     /// Whether the output head reuses the token embedding.
     #[config(default = true)]
     pub tied_embeddings: bool,
+    /// Width of one attention head when the file states it (`attention.key_length`, which
+    /// Gemma-3 sets to 256 with `d_model / heads` = 160); `None`: `d_model / n_heads`.
+    pub key_length: Option<usize>,
+    /// How many positions a local layer's query sees (`attention.sliding_window`), for
+    /// architectures with local layers ([`LayerPattern::LocalGlobal`](super::LayerPattern));
+    /// `None`: every layer global.
+    pub sliding_window: Option<usize>,
+    /// What queries are multiplied by before attention, when not `1 / sqrt(head_dim)`
+    /// (llama.cpp's Gemma-3 27B: `1 / sqrt(d_model / heads)`).
+    pub query_scale: Option<f64>,
 }
 
 /// The shape of a layer's attention: every width and head count the recipe, both executors,
@@ -65,9 +75,18 @@ impl AttentionShape {
 }
 
 impl LlamaConfig {
-    /// Width of one attention head.
+    /// Width of one attention head: `key_length` when the file states it, else
+    /// `d_model / n_heads`.
     pub fn head_dim(&self) -> usize {
-        self.d_model / self.n_heads
+        self.key_length
+            .unwrap_or(self.d_model / self.n_heads.max(1))
+    }
+
+    /// What queries are multiplied by before attention: `query_scale`, else
+    /// `1 / sqrt(head_dim)` (for Gemma-3, `1 / sqrt(key_length)`).
+    pub fn attention_scale(&self) -> f32 {
+        self.query_scale
+            .unwrap_or_else(|| 1.0 / (self.head_dim() as f64).sqrt()) as f32
     }
 
     /// Head counts and widths of the attention (see [`AttentionShape`]).
@@ -112,7 +131,19 @@ impl LlamaConfig {
                 return Err(bad(key, "must be positive, got 0".into()));
             }
         }
-        if !self.d_model.is_multiple_of(self.n_heads) {
+        if self.key_length == Some(0) {
+            return Err(bad(
+                "attention.key_length",
+                "must be positive, got 0".into(),
+            ));
+        }
+        if self.sliding_window == Some(0) {
+            return Err(bad(
+                "attention.sliding_window",
+                "must be positive, got 0".into(),
+            ));
+        }
+        if self.key_length.is_none() && !self.d_model.is_multiple_of(self.n_heads) {
             return Err(bad(
                 "attention.head_count",
                 format!(

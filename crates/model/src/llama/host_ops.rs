@@ -15,8 +15,8 @@
 use kindle_kernels::{ActivationFormat, Kernels, QuantMatrix};
 use kindle_kv_cache::HostKvLayer;
 
-use super::recipe::{self, BatchSequence, LayerOps, LogitsFor, Model, Pass};
-use super::{AttentionShape, Block, FfnActivation, RmsNorm, RopeTable};
+use super::recipe::{self, Attention, BatchSequence, LayerOps, LogitsFor, Model, Pass};
+use super::{Block, FfnActivation, RmsNorm, RopeTable};
 use crate::error::ModelError;
 use crate::linear::{DENSE_PREFILL_ROWS, LinearWeight, QLinear};
 
@@ -137,10 +137,11 @@ impl LayerOps for HostOps<'_> {
         &mut self,
         pass: &mut Pass<'_, '_>,
         layer: usize,
-        shape: AttentionShape,
+        attention: Attention,
         [q, k, v]: [&Vec<f32>; 3],
         out: &mut Vec<f32>,
     ) -> Result<(), ModelError> {
+        let shape = attention.shape;
         let (qw, kvw) = (shape.q_width(), shape.kv_width());
         out.resize(pass.ids.len() * qw, 0.0);
         for (seq, &(start, len)) in pass.seqs.iter_mut().zip(pass.spans) {
@@ -159,7 +160,7 @@ impl LayerOps for HostOps<'_> {
                 &q[rows.clone()],
                 &mut out[rows],
                 held,
-                shape.heads,
+                attention,
                 (&mut self.scores, &mut self.keys, &mut self.values),
             );
         }
@@ -171,6 +172,16 @@ impl LayerOps for HostOps<'_> {
             FfnActivation::Silu => {
                 for (g, &u) in gate.iter_mut().zip(up) {
                     *g = *g / (1.0 + (-*g).exp()) * u;
+                }
+            }
+            FfnActivation::GeluTanh => {
+                // sqrt(2 / pi), as Burn's `gelu_approximate` computes it.
+                const SQRT_2_OVER_PI: f32 =
+                    (std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2) as f32;
+                for (g, &u) in gate.iter_mut().zip(up) {
+                    let x = *g;
+                    let inner = (x + x * x * x * 0.044715) * SQRT_2_OVER_PI;
+                    *g = x * (inner.tanh() + 1.0) * 0.5 * u;
                 }
             }
         }
@@ -303,21 +314,21 @@ type AttendScratch<'s> = (&'s mut Vec<f32>, &'s mut Vec<f32>, &'s mut Vec<f32>);
 /// Causal grouped-query attention of one sequence's new rows `q` (`[T, h * hd]`, already
 /// written to `view` at positions `held..held + T`) over the cache, into `context`
 /// (`[T, h * hd]`). Query head `head` reads KV head `head / (h / hkv)`; row `i` sees positions
-/// `0..=held + i`.
+/// `0..=held + i`, or of a local layer only the last `window` of them.
 fn attend(
     view: &HostKvLayer<'_>,
     q: &[f32],
     context: &mut [f32],
     held: usize,
-    h: usize,
+    attention: Attention,
     scratch: AttendScratch<'_>,
 ) {
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
         // SAFETY: the CPU has the features the function is compiled for.
-        return unsafe { attend_avx2(view, q, context, held, h, scratch) };
+        return unsafe { attend_avx2(view, q, context, held, attention, scratch) };
     }
-    attend_body(view, q, context, held, h, scratch)
+    attend_body(view, q, context, held, attention, scratch)
 }
 
 /// [`attend`] compiled for AVX2 and FMA: the loops of [`attend_body`] (inlined) vectorize
@@ -329,10 +340,10 @@ fn attend_avx2(
     q: &[f32],
     context: &mut [f32],
     held: usize,
-    h: usize,
+    attention: Attention,
     scratch: AttendScratch<'_>,
 ) {
-    attend_body(view, q, context, held, h, scratch)
+    attend_body(view, q, context, held, attention, scratch)
 }
 
 #[inline(always)]
@@ -341,24 +352,25 @@ fn attend_body(
     q: &[f32],
     context: &mut [f32],
     held: usize,
-    h: usize,
+    attention: Attention,
     (scores, key_scratch, value_scratch): AttendScratch<'_>,
 ) {
-    let (hkv, hd) = (view.n_kv_heads(), view.head_dim());
+    let (h, hkv, hd) = (attention.shape.heads, view.n_kv_heads(), view.head_dim());
     let rep = h / hkv;
     let t = q.len() / (h * hd);
     let total = held + t;
-    let scale = 1.0 / (hd as f32).sqrt();
+    let scale = attention.scale;
     for g in 0..hkv {
         let keys = view.keys(g, total, key_scratch);
         let values = view.values(g, total, value_scratch);
         for head in g * rep..(g + 1) * rep {
             for i in 0..t {
                 let seen = held + i + 1;
+                let first = attention.first_seen(held + i);
                 let qv = &q[(i * h + head) * hd..][..hd];
                 scores.clear();
                 scores.extend(
-                    keys[..seen * hd]
+                    keys[first * hd..seen * hd]
                         .chunks_exact(hd)
                         .map(|k| dot(qv, k) * scale),
                 );
@@ -372,6 +384,7 @@ fn attend_body(
                 for p in scores.iter_mut() {
                     *p *= inv_sum;
                 }
+                let values = &values[first * hd..];
                 weighted_sum(scores, values, &mut context[(i * h + head) * hd..][..hd]);
             }
         }

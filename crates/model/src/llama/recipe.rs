@@ -38,6 +38,26 @@ pub(super) struct Model<'m> {
     pub(super) output: Option<&'m QLinear>,
 }
 
+/// What one layer's attention computes: its heads, the factor its scores are scaled by,
+/// and, for a local layer, its window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Attention {
+    /// Head counts and widths.
+    pub(super) shape: AttentionShape,
+    /// `q . k` is multiplied by this before the softmax.
+    pub(super) scale: f32,
+    /// A query at position `p` sees positions `p + 1 - window ..= p` (a local layer), or
+    /// `0 ..= p` (`None`).
+    pub(super) window: Option<usize>,
+}
+
+impl Attention {
+    /// The first position a query at `pos` sees.
+    pub(super) fn first_seen(&self, pos: usize) -> usize {
+        self.window.map_or(0, |w| (pos + 1).saturating_sub(w))
+    }
+}
+
 /// The operations a decoder is made of, on one executor's activations.
 ///
 /// Activations are matrices `[rows, width]`: the pass's new tokens, every sequence's one
@@ -63,12 +83,13 @@ pub(super) trait LayerOps {
     fn rope(&mut self, x: &mut Self::Act, rope: &Self::Rope);
     /// Write each sequence's new keys and values (`k`, `v`: `[rows, kv_width]`) into its
     /// cache for `layer`, then causal grouped-query attention of its queries (`q`:
-    /// `[rows, q_width]`) over everything its cache holds: `out` is `[rows, q_width]`.
+    /// `[rows, q_width]`) over what its cache holds (the last `window` positions of each
+    /// query for a local layer): `out` is `[rows, q_width]`.
     fn attend_with_cache(
         &mut self,
         pass: &mut Pass<'_, '_>,
         layer: usize,
-        shape: AttentionShape,
+        attention: Attention,
         qkv: [&Self::Act; 3],
         out: &mut Self::Act,
     ) -> Result<(), ModelError>;
@@ -148,9 +169,11 @@ pub(super) fn forward<O: LayerOps>(
     // architecture changes bases between layers).
     let mut rope: Option<(f64, O::Rope)> = None;
     for (index, block) in model.layers.iter().enumerate() {
-        let theta = arch.layer(config, index).rope_theta;
+        let spec = arch.layer(config, index);
+        let theta = spec.rope_theta;
         if rope.as_ref().is_none_or(|&(current, _)| current != theta) {
-            let table = RopeTable::new(pass.positions, shape.head_dim, theta);
+            let table =
+                RopeTable::new(pass.positions, shape.head_dim, theta).with_style(arch.rope_style);
             rope = Some((theta, ops.rope_table(table)));
         }
         if let Some((_, rope)) = &rope {
@@ -158,7 +181,11 @@ pub(super) fn forward<O: LayerOps>(
                 index,
                 block,
                 arch,
-                shape,
+                attention: Attention {
+                    shape,
+                    scale: config.attention_scale(),
+                    window: spec.window,
+                },
                 rope,
             };
             layer_forward(ops, pass, &layer, &mut x, &mut buffers)?;
@@ -181,7 +208,7 @@ struct Layer<'l, R> {
     index: usize,
     block: &'l Block,
     arch: &'l ArchSpec,
-    shape: AttentionShape,
+    attention: Attention,
     rope: &'l R,
 }
 
@@ -210,7 +237,7 @@ fn layer_forward<O: LayerOps>(
     ops.rope(&mut s.q, layer.rope);
     ops.rope(&mut s.k, layer.rope);
     let qkv = [&s.q, &s.k, &s.v];
-    ops.attend_with_cache(pass, layer.index, layer.shape, qkv, &mut s.context)?;
+    ops.attend_with_cache(pass, layer.index, layer.attention, qkv, &mut s.context)?;
     ops.linear(&block.wo, &s.context, &mut s.projected);
     residual(ops, x, &s.projected, post_norm(block, 0), &mut s.normed);
 

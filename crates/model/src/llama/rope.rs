@@ -1,14 +1,18 @@
 //! Rotary position embeddings: the one table both executors rotate with.
 
+use super::RopeStyle;
+
 /// `cos` and `sin` of the rotary angles `position * theta^(-2i / head_dim)` of a pass's rows,
 /// `[rows, head_dim / 2]` row-major. The angles are computed in `f64` and stored as `f32`
 /// (llama.cpp's precision); the host executor reads the table as it is, the Burn executor
 /// uploads it once per pass.
 ///
-/// Pairs are adjacent, `(2i, 2i + 1)`: GGUF's llama converter permuted the q/k rows so that
-/// this is the right pairing.
+/// Pair `i` is `(2i, 2i + 1)` ([`RopeStyle::Adjacent`]: GGUF's llama converter permuted the
+/// q/k rows so that this is the right pairing) or `(i, i + head_dim / 2)`
+/// ([`RopeStyle::Halves`], Gemma's).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RopeTable {
+    style: RopeStyle,
     half: usize,
     cos: Vec<f32>,
     sin: Vec<f32>,
@@ -31,7 +35,22 @@ impl RopeTable {
                 sin.push(angle.sin() as f32);
             }
         }
-        RopeTable { half, cos, sin }
+        RopeTable {
+            style: RopeStyle::Adjacent,
+            half,
+            cos,
+            sin,
+        }
+    }
+
+    /// The same angles, pairing features as `style` says.
+    pub fn with_style(self, style: RopeStyle) -> Self {
+        RopeTable { style, ..self }
+    }
+
+    /// How the table pairs a head's features.
+    pub fn style(&self) -> RopeStyle {
+        self.style
     }
 
     /// Rows (positions).
@@ -60,10 +79,22 @@ impl RopeTable {
     pub fn rotate(&self, r: usize, row: &mut [f32]) {
         let (cos, sin) = self.row(r);
         for head in row.chunks_exact_mut(2 * self.half) {
-            for ((pair, &c), &s) in head.chunks_exact_mut(2).zip(cos).zip(sin) {
-                let (x0, x1) = (pair[0], pair[1]);
-                pair[0] = x0 * c - x1 * s;
-                pair[1] = x0 * s + x1 * c;
+            match self.style {
+                RopeStyle::Adjacent => {
+                    for ((pair, &c), &s) in head.chunks_exact_mut(2).zip(cos).zip(sin) {
+                        let (x0, x1) = (pair[0], pair[1]);
+                        pair[0] = x0 * c - x1 * s;
+                        pair[1] = x0 * s + x1 * c;
+                    }
+                }
+                RopeStyle::Halves => {
+                    let (first, second) = head.split_at_mut(self.half);
+                    for (((a, b), &c), &s) in first.iter_mut().zip(second).zip(cos).zip(sin) {
+                        let (x0, x1) = (*a, *b);
+                        *a = x0 * c - x1 * s;
+                        *b = x0 * s + x1 * c;
+                    }
+                }
             }
         }
     }
@@ -91,5 +122,11 @@ mod tests {
         table.rotate(0, &mut row);
         let (c, s) = (1f64.cos() as f32, 1f64.sin() as f32);
         assert_eq!(row, [c, s, -2.0 * s, 2.0 * c]);
+        // Halves pair feature 0 with 1 of a 2-wide head as well; with 4-wide heads the
+        // pairs are (0, 2) and (1, 3).
+        let table = RopeTable::new(&[1], 4, 1.0).with_style(RopeStyle::Halves);
+        let mut row = [1.0, 0.0, 0.0, 2.0];
+        table.rotate(0, &mut row);
+        assert_eq!(row, [c, -2.0 * s, s, 2.0 * c]);
     }
 }
