@@ -2,7 +2,7 @@
 //! that text inside a message is never parsed as control tokens.
 
 use anyhow::{Context, Result};
-use kindle_generate::chat::{ChatMessage, ChatTemplate, encode_parts};
+use kindle_generate::chat::{ChatMessage, ChatPart, ChatTemplate};
 use kindle_tokenizer::Tokenizer;
 
 /// The template used when the model has none (ChatML, as llama.cpp falls back to).
@@ -22,8 +22,9 @@ pub fn chat_template(tokenizer: &Tokenizer) -> Result<ChatTemplate> {
 }
 
 /// Render `messages` and tokenize them: template text with special tokens parsed, message
-/// contents as plain text. BOS is added once at the start when the vocabulary asks for it and
-/// the template did not write it.
+/// contents as plain text ([`Tokenizer::encode_segments`]: a SentencePiece vocabulary
+/// tokenizes them as one text, as llama.cpp tokenizes the rendered prompt). BOS is added once
+/// at the start when the vocabulary asks for it and the template did not write it.
 pub fn encode_chat(
     tokenizer: &Tokenizer,
     template: &ChatTemplate,
@@ -34,17 +35,14 @@ pub fn encode_chat(
         .render_parts(messages, add_generation_prompt)
         .context("rendering the chat template")?;
     let bos = tokenizer.bos_id().filter(|_| tokenizer.add_bos());
-    let eos = tokenizer.eos_id().filter(|_| tokenizer.add_eos());
-    let mut ids = encode_parts(&parts, |text, special| {
-        let mut ids = tokenizer.encode(text, special)?;
-        if bos.is_some() && ids.first().copied() == bos {
-            ids.remove(0);
-        }
-        if eos.is_some() && ids.last().copied() == eos {
-            ids.pop();
-        }
-        Ok::<_, anyhow::Error>(ids)
-    })?;
+    let segments: Vec<(&str, bool)> = parts
+        .iter()
+        .map(|part| match part {
+            ChatPart::Template(text) => (text.as_str(), true),
+            ChatPart::Content(text) => (text.as_str(), false),
+        })
+        .collect();
+    let mut ids = tokenizer.encode_segments(&segments)?;
     if let Some(bos) = bos
         && ids.first() != Some(&bos)
     {

@@ -279,22 +279,37 @@ impl Tokenizer {
     pub fn encode(&self, text: &str, parse_special: bool) -> Result<Vec<u32>> {
         let mut ids = Vec::with_capacity(text.len() / 3 + 2);
         ids.extend(self.bos.filter(|_| self.add_bos));
+        ids.extend(self.encode_segments(&[(text, parse_special)])?);
+        ids.extend(self.eos.filter(|_| self.add_eos));
+        Ok(ids)
+    }
+
+    /// Tokenizes a text made of `segments`, each with its own special-token parsing (a chat
+    /// prompt: template text parsed, message contents not), without BOS or EOS.
+    ///
+    /// SentencePiece vocabularies tokenize the segments as one text, as llama.cpp tokenizes a
+    /// whole rendered prompt: text on both sides of a boundary is one fragment, and only the
+    /// text's start and text after a split-out token get the space prefix. Byte-level BPE
+    /// vocabularies tokenize each segment on its own and concatenate the ids.
+    pub fn encode_segments(&self, segments: &[(&str, bool)]) -> Result<Vec<u32>> {
+        let mut ids = Vec::new();
         match &self.backend {
-            Backend::Spm(model) => model.encode(text, parse_special, &mut ids),
+            Backend::Spm(model) => model.encode_segments(segments, &mut ids),
             Backend::Hf(hf) => {
-                let tokenizer = if parse_special {
-                    &hf.special
-                } else {
-                    &hf.plain
-                };
-                self.check_representable(&hf.missing_bytes, text, parse_special)?;
-                let encoding = tokenizer
-                    .encode_fast(text, false)
-                    .map_err(|e| TokenizerError::Encode(e.to_string()))?;
-                ids.extend_from_slice(encoding.get_ids());
+                for &(text, parse_special) in segments {
+                    let tokenizer = if parse_special {
+                        &hf.special
+                    } else {
+                        &hf.plain
+                    };
+                    self.check_representable(&hf.missing_bytes, text, parse_special)?;
+                    let encoding = tokenizer
+                        .encode_fast(text, false)
+                        .map_err(|e| TokenizerError::Encode(e.to_string()))?;
+                    ids.extend_from_slice(encoding.get_ids());
+                }
             }
         }
-        ids.extend(self.eos.filter(|_| self.add_eos));
         Ok(ids)
     }
 

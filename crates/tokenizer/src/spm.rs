@@ -136,28 +136,42 @@ impl Spm {
         self.add_space_prefix
     }
 
-    /// Appends the tokens of `text` to `out` (no BOS or EOS): llama.cpp's `tokenize` for SPM
-    /// vocabularies. With `parse_special`, control and unknown tokens written in the text are
-    /// split out; user-defined tokens are split out always.
-    pub(crate) fn encode(&self, text: &str, parse_special: bool, out: &mut Vec<u32>) {
-        let mut prev_special = true;
-        for fragment in self.partition(text, parse_special) {
-            match fragment {
-                Fragment::Text(raw) => {
-                    let mut text = String::with_capacity(raw.len() + 1);
-                    if self.add_space_prefix && prev_special {
-                        text.push(' ');
+    /// llama.cpp's `tokenize` for SPM vocabularies (no BOS or EOS) on a text made of
+    /// `segments`, appended to `out`. Each segment is split with its own `parse_special`
+    /// (control and unknown tokens split out only with it, user-defined tokens always), and the
+    /// segments are tokenized as one text: text on both sides of a segment boundary is one
+    /// fragment (merges cross the boundary, and only the start of the text or text after a
+    /// split-out token gets the space prefix).
+    pub(crate) fn encode_segments(&self, segments: &[(&str, bool)], out: &mut Vec<u32>) {
+        let mut pending = String::new();
+        for &(text, parse_special) in segments {
+            for fragment in self.partition(text, parse_special) {
+                match fragment {
+                    Fragment::Text(raw) => pending.push_str(raw),
+                    Fragment::Token(id) => {
+                        self.flush_text(&mut pending, out);
+                        out.push(id);
                     }
-                    text.push_str(raw);
-                    self.tokenize_fragment(&text.replace(' ', SPACE_MARKER), out);
-                    prev_special = false;
-                }
-                Fragment::Token(id) => {
-                    out.push(id);
-                    prev_special = true;
                 }
             }
         }
+        self.flush_text(&mut pending, out);
+    }
+
+    /// Tokenizes the text fragment in `pending` (if any) and empties it. A fragment starts the
+    /// text or follows a split-out token, so it gets the space prefix when the vocabulary asks
+    /// for one (llama.cpp's `is_prev_special` is always true where it is read).
+    fn flush_text(&self, pending: &mut String, out: &mut Vec<u32>) {
+        if pending.is_empty() {
+            return;
+        }
+        let mut text = String::with_capacity(pending.len() + 1);
+        if self.add_space_prefix {
+            text.push(' ');
+        }
+        text.push_str(pending);
+        self.tokenize_fragment(&text.replace(' ', SPACE_MARKER), out);
+        pending.clear();
     }
 
     /// llama.cpp's `tokenizer_st_partition`: for each special token, longest first, every

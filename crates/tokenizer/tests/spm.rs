@@ -161,6 +161,34 @@ fn hand_worked_encodings() {
     check(&tok, "", true, &[BOS]);
 }
 
+/// Segments (a chat prompt's template text and message contents) are tokenized as one text:
+/// merges cross their boundaries and the space prefix comes once, at the start or after a
+/// split-out token; each segment keeps its own special-token parsing.
+#[test]
+fn segments_are_tokenized_as_one_text() {
+    let tok = tiny();
+    let segments = |parts: &[(&str, bool)]| tok.encode_segments(parts).unwrap();
+    // "he" + "llo" merge into "hello" across the boundary; no BOS.
+    assert_eq!(segments(&[("he", true), ("llo", false)]), [MARK, HELLO]);
+    assert_eq!(
+        segments(&[("he", true), ("llo", false)]),
+        tok.encode("hello", false).unwrap()[1..]
+    );
+    // "<s>" is parsed in a template segment, text in a content segment.
+    assert_eq!(segments(&[("<s>", true), ("he", false)]), [BOS, MARK_HE]);
+    assert_eq!(
+        segments(&[("he", false), ("<s>", false)]),
+        [MARK_HE, byte(b'<'), byte(b's'), byte(b'>')]
+    );
+    // A user-defined token splits either way; the text after it gets the prefix again.
+    assert_eq!(
+        segments(&[("a", true), ("<tool>", false), ("a", true)]),
+        [MARK_A, TOOL, MARK_A]
+    );
+    assert_eq!(segments(&[]), Vec::<u32>::new());
+    assert_eq!(segments(&[("", true), ("", false)]), Vec::<u32>::new());
+}
+
 #[test]
 fn decoding_rules() {
     let tok = tiny();
