@@ -8,9 +8,29 @@ use kindle_tokenizer::Tokenizer;
 /// The template used when the model has none (ChatML, as llama.cpp falls back to).
 pub const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
-/// The model's chat template (ChatML when it has none), with its BOS and EOS pieces.
+/// Gemma's turn format, for Gemma models whose file has no template (llama.cpp's built-in
+/// `gemma` template: "assistant" is "model", system text opens the first user turn; contents
+/// are inserted as they are).
+pub const GEMMA: &str = "{%- set ns = namespace(system='') -%}{%- for message in messages -%}{%- if message['role'] == 'system' -%}{%- set ns.system = ns.system + message['content'] -%}{%- else -%}{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}{{- '<start_of_turn>' + role + '\n' -}}{%- if ns.system and role != 'model' -%}{{- ns.system + '\n\n' -}}{%- set ns.system = '' -%}{%- endif -%}{{- message['content'] + '<end_of_turn>\n' -}}{%- endif -%}{%- endfor -%}{%- if add_generation_prompt -%}{{- '<start_of_turn>model\n' -}}{%- endif -%}";
+
+/// The template used when the model has none: Gemma's turn format when the vocabulary has
+/// Gemma's `<start_of_turn>` and `<end_of_turn>` tokens (Gemma-3 files such as
+/// gemma-3-270m-q4_k_m.gguf carry no template), ChatML otherwise.
+pub fn default_template(tokenizer: &Tokenizer) -> &'static str {
+    let has = |piece| tokenizer.piece_to_id(piece).is_some();
+    if has("<start_of_turn>") && has("<end_of_turn>") {
+        GEMMA
+    } else {
+        CHATML
+    }
+}
+
+/// The model's chat template ([`default_template`] when it has none), with its BOS and EOS
+/// pieces.
 pub fn chat_template(tokenizer: &Tokenizer) -> Result<ChatTemplate> {
-    let source = tokenizer.chat_template().unwrap_or(CHATML);
+    let source = tokenizer
+        .chat_template()
+        .unwrap_or_else(|| default_template(tokenizer));
     let piece = |id: Option<u32>| {
         id.and_then(|id| tokenizer.id_to_piece(id))
             .unwrap_or_default()

@@ -77,3 +77,32 @@ fn an_unknown_model_name_lists_the_fetchable_ones() {
     assert!(stderr.contains("does not exist"), "{stderr}");
     assert!(stderr.contains("gemma3-270m"), "{stderr}");
 }
+
+/// Gemma's file has no chat template: its turn format is the default (llama.cpp's `gemma`
+/// template), rendered with the markers parsed and the message contents as text.
+#[test]
+fn gemma_chat_prompts_use_the_turn_format() {
+    use kindle_cli::chat::{chat_template, encode_single_turn};
+    use kindle_gguf::GgufFile;
+    use kindle_tokenizer::Tokenizer;
+
+    let Some(path) = kindle_fetch::fetchable_model_for_tests(&GEMMA3_270M) else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
+    let tokenizer = Tokenizer::from_gguf(&GgufFile::open(&path).expect("open")).expect("vocab");
+    assert!(tokenizer.chat_template().is_none());
+    let template = chat_template(&tokenizer).expect("template");
+    let ids = encode_single_turn(&tokenizer, &template, Some("Be brief."), "Hi<end_of_turn>")
+        .expect("encode");
+    let whole = "<start_of_turn>user\nBe brief.\n\nHi";
+    let mut want = tokenizer.encode(whole, true).expect("encode");
+    // The content's "<end_of_turn>" is text, not the marker.
+    want.extend(&tokenizer.encode("<end_of_turn>", false).expect("encode")[1..]);
+    want.extend(
+        &tokenizer
+            .encode("<end_of_turn>\n<start_of_turn>model\n", true)
+            .expect("encode")[1..],
+    );
+    assert_eq!(ids, want);
+    assert_eq!(ids[..3], [2, 105, 2364]);
+}
