@@ -4,7 +4,7 @@
 //! free-running greedy output matches up to the first step whose margin is below 0.5.
 //!
 //! The prompts' token ids come from the reference, so these tests need no tokenizer. The
-//! model is `$KINDLE_GEMMA_MODEL` or `gemma-3-270m-q4_k_m.gguf` in the cache folder
+//! model is `gemma-3-270m-q4_k_m.gguf` in the cache folder, fetched if missing
 //! (`common::gemma3_model`). On flex (the default device) and ndarray; the wgpu test is
 //! ignored until the embedding fits wgpu's buffers (see it).
 

@@ -41,11 +41,6 @@ pub enum RealModel {
     Gemma3,
 }
 
-/// The Gemma-3 model's file name in the cache folder.
-pub const GEMMA3_FILE: &str = "gemma-3-270m-q4_k_m.gguf";
-/// Environment variable naming the Gemma-3 model file (instead of the cache folder's).
-pub const GEMMA3_ENV: &str = "KINDLE_GEMMA_MODEL";
-
 impl RealModel {
     /// The model file ([`real_model`] for SmolLM2, [`gemma3_model`] for Gemma-3); `None` only
     /// with `KINDLE_SKIP_REAL_MODEL=1`.
@@ -85,34 +80,12 @@ impl RealModel {
     }
 }
 
-/// The Gemma-3 model: `$KINDLE_GEMMA_MODEL`, else [`GEMMA3_FILE`] in the cache folder
-/// (`$KINDLE_CACHE_DIR`, `$XDG_CACHE_HOME/kindle/models`, `~/.cache/kindle/models`). Not
-/// fetched here (`kindle fetch-model gemma3-270m` will); panics naming where it looked when
-/// it is not there. `None` only with `KINDLE_SKIP_REAL_MODEL=1`.
+/// The Gemma-3 model ([`kindle_fetch::fetchable_model_for_tests`]): in the cache folder
+/// (`$KINDLE_CACHE_DIR`, `$XDG_CACHE_HOME/kindle/models`, `~/.cache/kindle/models`), fetched
+/// if missing; panics naming where it looked when it cannot be had. `None` only with
+/// `KINDLE_SKIP_REAL_MODEL=1`.
 pub fn gemma3_model() -> Option<PathBuf> {
-    let env = kindle_fetch::ModelEnv::from_process();
-    if env.skips_real_model() {
-        eprintln!("skipped: this test needs the Gemma-3 model and KINDLE_SKIP_REAL_MODEL=1 is set");
-        return None;
-    }
-    let (path, rule) = match std::env::var_os(GEMMA3_ENV) {
-        Some(path) => (PathBuf::from(path), format!("{GEMMA3_ENV} is set")),
-        None => {
-            let (dir, rule) = env.cache_dir_and_rule();
-            (
-                dir.join(GEMMA3_FILE),
-                format!("the cache folder comes from {rule}"),
-            )
-        }
-    };
-    assert!(
-        path.is_file(),
-        "this test needs the Gemma-3 model: it is not at {} ({rule}); set {GEMMA3_ENV} to the \
-         GGUF file, or put {GEMMA3_FILE} in the cache folder; KINDLE_SKIP_REAL_MODEL=1 skips \
-         the tests that need a real model",
-        path.display()
-    );
-    Some(path)
+    kindle_fetch::fetchable_model_for_tests(&kindle_fetch::GEMMA3_270M)
 }
 
 /// llama.cpp's reference outputs on SmolLM2 ([`RealModel::SmolLM2`]).
