@@ -49,6 +49,11 @@ pub(crate) struct Weights<'a> {
 /// Activation rows a group kernel takes at once (each weight block is decoded once for all).
 const MAX_JN: usize = 8;
 
+/// Activation rows a K-quant row kernel takes at once (their partial sums and a sub-block's
+/// decoded weights fill the 16 registers).
+#[cfg(target_arch = "x86_64")]
+const K_MAX_JN: usize = 4;
+
 /// Which instruction set a kernel uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Simd {
@@ -122,7 +127,8 @@ impl Kernel {
 
     /// As [`Kernel::select`], with a given instruction set (tests compare them).
     pub fn select_simd(ty: GgmlType, format: super::ActivationFormat, simd: Simd) -> Self {
-        let int8_type = matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0);
+        let int8_type = matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0)
+            || (k_quant(ty) && simd.any());
         if format == super::ActivationFormat::Int8 && int8_type {
             Kernel::Int8 { ty, simd }
         } else {
@@ -137,7 +143,28 @@ impl Kernel {
 
     /// Whether the kernel reads [`Activations::permuted`] and [`Activations::block_sums`].
     pub fn wants_permuted(self, packed: bool) -> bool {
-        matches!(self, Kernel::F32 { ty: GgmlType::Q4_1, simd } if packed && simd.any())
+        match self {
+            Kernel::F32 {
+                ty: GgmlType::Q4_1,
+                simd,
+            } => packed && simd.any(),
+            Kernel::F32 { ty, simd } => k_quant(ty) && simd.any(),
+            Kernel::Int8 { .. } => false,
+        }
+    }
+
+    /// The order and scaling of each 32-value block of [`Activations::permuted`], and the
+    /// values per sum in [`Activations::block_sums`], for a kernel that
+    /// [`wants_permuted`](Kernel::wants_permuted).
+    pub fn permutation(self) -> ([usize; 32], [f32; 32], usize) {
+        #[cfg(target_arch = "x86_64")]
+        if let Kernel::F32 { ty, .. } = self
+            && k_quant(ty)
+        {
+            let width = if ty == GgmlType::Q6_K { 16 } else { 32 };
+            return (super::x86_k::K_ORDER, super::x86_k::K_SCALE, width);
+        }
+        (Q4_ORDER, self.q4_scale(), 32)
     }
 
     /// The factors by which the SIMD `f32` group kernel of `Q4_1` needs each position of a
@@ -177,6 +204,10 @@ impl Kernel {
                 r += GROUP;
             }
         }
+        #[cfg(target_arch = "x86_64")]
+        if self.k_rows(w, acts, r, end, &mut out[(r - start) * m..]) {
+            return;
+        }
         let mut buf = Vec::new();
         for r in r..end {
             let row = &w.data[r * w.row_bytes..(r + 1) * w.row_bytes];
@@ -192,6 +223,87 @@ impl Kernel {
                 }
             } else {
                 self.row(row, acts, out);
+            }
+        }
+    }
+
+    /// Rows `start..end` of a K-quant matrix (plain GGUF rows) with the SIMD kernels of
+    /// `x86_k.rs`, `out[(r - start) * m + j]`; false (nothing written) for other types or
+    /// without SIMD.
+    #[cfg(target_arch = "x86_64")]
+    fn k_rows(
+        self,
+        w: &Weights,
+        acts: &Activations,
+        start: usize,
+        end: usize,
+        out: &mut [f32],
+    ) -> bool {
+        let (Kernel::Int8 { ty, simd } | Kernel::F32 { ty, simd }) = self;
+        if !k_quant(ty) || !simd.any() {
+            return false;
+        }
+        let m = acts.m;
+        for r in start..end {
+            let row = &w.data[r * w.row_bytes..(r + 1) * w.row_bytes];
+            let out = &mut out[(r - start) * m..(r - start + 1) * m];
+            let mut j = 0;
+            while j < m {
+                let jn = (m - j).min(K_MAX_JN);
+                let o = &mut out[j..j + jn];
+                // SAFETY: a SIMD level is only chosen when AVX2, FMA and F16C were detected;
+                // `row` is whole super-blocks and every activation row as long.
+                unsafe {
+                    match jn {
+                        1 => self.k_row_jn::<1>(ty, row, acts, j, o),
+                        2 => self.k_row_jn::<2>(ty, row, acts, j, o),
+                        3 => self.k_row_jn::<3>(ty, row, acts, j, o),
+                        _ => self.k_row_jn::<4>(ty, row, acts, j, o),
+                    }
+                }
+                j += jn;
+            }
+        }
+        true
+    }
+
+    /// One K-quant row times activation rows `j0..j0 + JN`.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `row` is whole super-blocks of `ty`.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn k_row_jn<const JN: usize>(
+        self,
+        ty: GgmlType,
+        row: &[u8],
+        acts: &Activations,
+        j0: usize,
+        out: &mut [f32],
+    ) {
+        use super::x86_k as k;
+        let (cols, nb) = (acts.cols, acts.cols / 32);
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            if self.int8() {
+                let ys: [&[BlockQ8]; JN] =
+                    std::array::from_fn(|jj| &acts.q8[(j0 + jj) * nb..(j0 + jj + 1) * nb]);
+                match ty {
+                    GgmlType::Q4_K => k::q45_k_q8::<JN, false, _>(row, ys, out),
+                    GgmlType::Q5_K => k::q45_k_q8::<JN, true, _>(row, ys, out),
+                    _ => k::q6_k_q8::<JN, _>(row, ys, out),
+                }
+                return;
+            }
+            let xs: [&[f32]; JN] =
+                std::array::from_fn(|jj| &acts.permuted[(j0 + jj) * cols..(j0 + jj + 1) * cols]);
+            let per_row = acts.block_sums.len() / acts.m;
+            let sums: [&[f32]; JN] = std::array::from_fn(|jj| {
+                &acts.block_sums[(j0 + jj) * per_row..(j0 + jj + 1) * per_row]
+            });
+            match ty {
+                GgmlType::Q4_K => k::q45_k_f32::<JN, false>(row, xs, sums, out),
+                GgmlType::Q5_K => k::q45_k_f32::<JN, true>(row, xs, sums, out),
+                _ => k::q6_k_f32::<JN>(row, xs, sums, out),
             }
         }
     }
@@ -324,6 +436,11 @@ impl Kernel {
             }
         }
     }
+}
+
+/// Whether `ty` is a K-quant with SIMD kernels (`x86_k.rs`), in `f32` and 8-bit activations.
+fn k_quant(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K)
 }
 
 /// Whether `ty` has a fused dequantise-and-multiply `f32` kernel.

@@ -56,6 +56,8 @@ mod q8;
 mod tests;
 #[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+mod x86_k;
 
 use std::fmt;
 use std::sync::Arc;
@@ -352,12 +354,12 @@ impl QuantMatrix {
             Vec::new()
         };
         let (permuted, block_sums) = if kernel.wants_permuted(self.packing.is_some()) {
-            let scale = kernel.q4_scale();
+            let (order, scale, width) = kernel.permutation();
             let permuted: Vec<f32> = x
                 .chunks_exact(32)
-                .flat_map(|b| std::array::from_fn::<f32, 32, _>(|k| b[dot::Q4_ORDER[k]] * scale[k]))
+                .flat_map(|b| std::array::from_fn::<f32, 32, _>(|k| b[order[k]] * scale[k]))
                 .collect();
-            let sums = x.chunks_exact(32).map(|b| b.iter().sum()).collect();
+            let sums = x.chunks_exact(width).map(|b| b.iter().sum()).collect();
             (permuted, sums)
         } else {
             (Vec::new(), Vec::new())

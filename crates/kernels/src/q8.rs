@@ -13,6 +13,22 @@ pub struct BlockQ8 {
     pub qs: [i8; 32],
 }
 
+#[cfg(target_arch = "x86_64")]
+impl super::x86_k::Q8Block for BlockQ8 {
+    #[inline(always)]
+    fn d(&self) -> f32 {
+        self.d
+    }
+    #[inline(always)]
+    fn s(&self) -> f32 {
+        self.s
+    }
+    #[inline(always)]
+    fn qs(&self) -> &[i8; 32] {
+        &self.qs
+    }
+}
+
 /// Quantize a row (a multiple of 32 values) into blocks, rounding to nearest as ggml does.
 ///
 /// # Panics

@@ -366,3 +366,152 @@ fn handles_with_the_same_thread_count_share_a_pool() {
     assert!(!std::ptr::eq(a.pool(), one.pool()));
     assert_eq!(Kernels::new(KernelOptions::threads(0)).threads(), 1);
 }
+
+/// The first output of `kernel` on `w` that is further than `rel_tol` (relative to
+/// `sum |w| |x|`) from the scalar reference computed on `reference`.
+fn first_mismatch(
+    w: &QuantMatrix,
+    reference: &QuantMatrix,
+    kernel: Kernel,
+    x: &[f32],
+    m: usize,
+    rel_tol: f32,
+) -> Option<String> {
+    let rows = w.rows();
+    let mut want = vec![0f32; m * rows];
+    reference.matmul_reference(x, m, &mut want);
+    let scale = magnitudes(reference, x, m);
+    let mut got = vec![f32::NAN; m * rows];
+    w.matmul_kernel(x, m, &mut got, kernel, threads().pool());
+    (0..m * rows).find_map(|i| {
+        let err = (got[i] - want[i]).abs();
+        (!(err <= rel_tol * scale[i] + 1e-6)).then(|| {
+            format!(
+                "{kernel:?} {rows}x{} m={m} [{i}]: got {} want {} (scale {})",
+                w.cols(),
+                got[i],
+                want[i],
+                scale[i]
+            )
+        })
+    })
+}
+
+const K_TYPES: [GgmlType; 3] = [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K];
+
+#[test]
+fn k_quant_kernels_match_the_reference_on_odd_shapes() {
+    // Odd row counts, activation batches of 1, 3 and 17 (the kernels take four at a time),
+    // rows of one to six super-blocks; f32 activations to 1e-5 of sum |w| |x| (the products
+    // are exact, only the order of the f32 sums differs), 8-bit ones to their rounding bound.
+    let mut rng = Rng(0x6b71);
+    for ty in K_TYPES {
+        for (rows, cols) in [(1, 256), (7, 768), (33, 1536), (3, 512)] {
+            let w = random_matrix(ty, rows, cols, &mut rng);
+            for m in [1, 3, 17] {
+                let x: Vec<f32> = (0..m * cols).map(|_| rng.float() * 2.0).collect();
+                for simd in Simd::available() {
+                    for (format, tol) in [
+                        (ActivationFormat::F32, 1e-5),
+                        (ActivationFormat::Int8, 0.01),
+                    ] {
+                        let kernel = Kernel::select_simd(ty, format, simd);
+                        if let Some(e) = first_mismatch(&w, &w, kernel, &x, m, tol) {
+                            panic!("{ty:?}: {e}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn k_quant_int8_kernels_run_on_8_bit_activations() {
+    // The 8-bit kernels are chosen wherever SIMD runs, and their error is that of 8-bit
+    // activations (not zero): they really read the quantized rows.
+    if Simd::detect() == Simd::Scalar {
+        return;
+    }
+    let mut rng = Rng(77);
+    for ty in K_TYPES {
+        let kernel = Kernel::select(ty, ActivationFormat::Int8);
+        assert!(kernel.int8(), "{ty:?}");
+        let w = random_matrix(ty, 9, 512, &mut rng);
+        let x: Vec<f32> = (0..512).map(|_| rng.float()).collect();
+        assert!(first_mismatch(&w, &w, kernel, &x, 1, 0.01).is_none());
+        assert!(
+            first_mismatch(&w, &w, kernel, &x, 1, 1e-7).is_some(),
+            "{ty:?}"
+        );
+    }
+}
+
+#[test]
+fn a_wrong_sub_block_scale_is_caught() {
+    // Planted error: the kernels run on a copy of the matrix with one sub-block scale changed
+    // (Q4_K/Q5_K: the 6-bit scale of sub-block 5, packed in two places; Q6_K: the i8 scale of
+    // the 16 values 176..192), checked against the reference of the original. The check
+    // must fail for every kernel, and pass on the original.
+    let mut rng = Rng(4242);
+    for ty in K_TYPES {
+        let (rows, cols) = (5, 512);
+        let w = random_matrix(ty, rows, cols, &mut rng);
+        let mut bytes = w.data.as_slice().to_vec();
+        let row_bytes = cols / 256 * ty.type_size();
+        let block = &mut bytes[2 * row_bytes + ty.type_size()..];
+        match ty {
+            GgmlType::Q6_K => block[192 + 11] = block[192 + 11].wrapping_add(40),
+            // Sub-block 5's scale: low four bits in byte 4 + 9, top two in byte 4 + 1.
+            _ => block[4 + 1] ^= 0x80,
+        }
+        let bad = QuantMatrix::new(ty, rows, cols, WeightBytes::owned(bytes)).unwrap();
+        // Activations mostly on the changed sub-block (values 256 + 160..256 + 192), so that
+        // the change is well above the 8-bit activations' rounding.
+        let x: Vec<f32> = (0..cols)
+            .map(|i| rng.float() * if (416..448).contains(&i) { 1.0 } else { 0.01 })
+            .collect();
+        for simd in Simd::available() {
+            for (format, tol) in [
+                (ActivationFormat::F32, 1e-5),
+                (ActivationFormat::Int8, 0.01),
+            ] {
+                let kernel = Kernel::select_simd(ty, format, simd);
+                assert!(first_mismatch(&w, &w, kernel, &x, 1, tol).is_none());
+                assert!(
+                    first_mismatch(&bad, &w, kernel, &x, 1, tol).is_some(),
+                    "{ty:?} {kernel:?}: a wrong scale went unnoticed"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn k_quant_batches_give_the_bits_of_single_rows() {
+    let mut rng = Rng(31);
+    for ty in K_TYPES {
+        let (rows, cols, m) = (11, 512, 7);
+        let w = random_matrix(ty, rows, cols, &mut rng);
+        let x: Vec<f32> = (0..m * cols).map(|_| rng.float()).collect();
+        for format in [ActivationFormat::Int8, ActivationFormat::F32] {
+            let mut all = vec![f32::NAN; m * rows];
+            w.matmul_with(&x, m, &mut all, format, &threads());
+            for j in 0..m {
+                let mut one = vec![f32::NAN; rows];
+                w.matmul_with(
+                    &x[j * cols..(j + 1) * cols],
+                    1,
+                    &mut one,
+                    format,
+                    &threads(),
+                );
+                assert_eq!(
+                    &all[j * rows..(j + 1) * rows],
+                    &one[..],
+                    "{ty:?} {format:?} row {j}"
+                );
+            }
+        }
+    }
+}
