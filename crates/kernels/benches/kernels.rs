@@ -94,6 +94,25 @@ fn kernels(c: &mut Criterion) {
     );
 }
 
+/// Every fast type on the same shapes whose rows are whole K-quant super-blocks (SmolLM2's
+/// FFN down, Gemma-3-270M's FFN down), both activation formats: the per-byte comparison with
+/// `Q4_1` (`cargo bench -p kindle-kernels --bench kernels -- same_shape`).
+fn same_shape(c: &mut Criterion) {
+    use ActivationFormat::{F32, Int8};
+    for (rows, cols) in [(576, 1536), (640, 2048)] {
+        for ty in [
+            GgmlType::Q4_1,
+            GgmlType::Q8_0,
+            GgmlType::Q4_K,
+            GgmlType::Q5_K,
+            GgmlType::Q6_K,
+        ] {
+            let name = format!("same_shape_{rows}x{cols}_{}", ty.name().to_lowercase());
+            bench_product(c, &name, ty, rows, cols, 1, &[Int8, F32]);
+        }
+    }
+}
+
 fn memory_baseline(c: &mut Criterion) {
     let buffer: Vec<u64> = (0..(256usize << 20) / 8).map(|i| i as u64).collect();
     let mut group = c.benchmark_group("memory_read_256MB");
@@ -114,5 +133,5 @@ fn memory_baseline(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, kernels, memory_baseline);
+criterion_group!(benches, kernels, same_shape, memory_baseline);
 criterion_main!(benches);

@@ -10,6 +10,10 @@ pub(crate) struct Activations<'a> {
     pub f32: &'a [f32],
     /// `[m, cols / 32]` blocks (empty for an `f32` kernel).
     pub q8: &'a [BlockQ8],
+    /// The scales `d` of [`Activations::q8`], laid out alike.
+    pub q8_d: &'a [f32],
+    /// The sums `s` of [`Activations::q8`], laid out alike.
+    pub q8_s: &'a [f32],
     /// For the SIMD `f32` kernel of packed `Q4_1`: `f32` with each block's values in
     /// [`Q4_ORDER`], scaled by [`Kernel::q4_scale`] (empty otherwise).
     pub permuted: &'a [f32],
@@ -285,8 +289,14 @@ impl Kernel {
         // SAFETY: forwarded from the caller.
         unsafe {
             if self.int8() {
-                let ys: [&[BlockQ8]; JN] =
-                    std::array::from_fn(|jj| &acts.q8[(j0 + jj) * nb..(j0 + jj + 1) * nb]);
+                let rows = |v: &'_ [f32]| -> [*const f32; JN] {
+                    std::array::from_fn(|jj| v[(j0 + jj) * nb..].as_ptr())
+                };
+                let ys = k::Q8Rows {
+                    blocks: std::array::from_fn(|jj| &acts.q8[(j0 + jj) * nb..(j0 + jj + 1) * nb]),
+                    d: rows(acts.q8_d),
+                    s: rows(acts.q8_s),
+                };
                 match ty {
                     GgmlType::Q4_K => k::q45_k_q8::<JN, false, _>(row, ys, out),
                     GgmlType::Q5_K => k::q45_k_q8::<JN, true, _>(row, ys, out),

@@ -19,7 +19,8 @@
 //! - [`ActivationFormat::Int8`] (llama.cpp's scheme): each activation row is quantized to 8
 //!   bits per 32-value block with an `f32` scale, and a weight block times an activation
 //!   block is an integer dot product (AVX-VNNI `vpdpbusd`, or AVX2 `maddubs`), scaled once per
-//!   block. Used for `Q4_0`, `Q4_1` and `Q8_0`; other types fall back to the `f32` path.
+//!   block. Used for `Q4_0`, `Q4_1`, `Q8_0` and (with AVX2) `Q4_K`, `Q5_K`, `Q6_K`; other
+//!   types fall back to the `f32` path.
 //!
 //! Kernels are chosen at run time: AVX-512 (`f32` group kernels), AVX-VNNI, AVX2 + FMA +
 //! F16C, or portable Rust. The work is split over output rows between the threads of a small
@@ -367,6 +368,8 @@ impl QuantMatrix {
         let acts = dot::Activations {
             f32: x,
             q8: &q8,
+            q8_d: &q8.iter().map(|b| b.d).collect::<Vec<_>>(),
+            q8_s: &q8.iter().map(|b| b.s).collect::<Vec<_>>(),
             permuted: &permuted,
             block_sums: &block_sums,
             cols: self.cols,

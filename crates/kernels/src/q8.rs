@@ -16,14 +16,6 @@ pub struct BlockQ8 {
 #[cfg(target_arch = "x86_64")]
 impl super::x86_k::Q8Block for BlockQ8 {
     #[inline(always)]
-    fn d(&self) -> f32 {
-        self.d
-    }
-    #[inline(always)]
-    fn s(&self) -> f32 {
-        self.s
-    }
-    #[inline(always)]
     fn qs(&self) -> &[i8; 32] {
         &self.qs
     }

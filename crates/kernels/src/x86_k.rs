@@ -23,14 +23,11 @@
 
 use std::arch::x86_64::*;
 
-/// An activation block of 32 values quantized to 8 bits (the crate's `BlockQ8`), as the
-/// 8-bit kernels read it. (A trait, so that these kernels stay a leaf module: the dispatcher
-/// names them, they name nothing of the crate.)
+/// An activation block of 32 values quantized to 8 bits (the crate's `BlockQ8`): its quants,
+/// which the 8-bit kernels read (its scale and sum come as plain rows, [`Q8Rows`]). A trait,
+/// so that these kernels stay a leaf module: the dispatcher names them, they name nothing of
+/// the crate.
 pub(crate) trait Q8Block {
-    /// The scale: value `i` is about `d * qs[i]`.
-    fn d(&self) -> f32;
-    /// `d * sum(qs)`.
-    fn s(&self) -> f32;
     /// The 32 quants.
     fn qs(&self) -> &[i8; 32];
 }
@@ -245,57 +242,78 @@ pub(crate) unsafe fn q45_k_f32<const JN: usize, const FIVE: bool>(
     }
 }
 
+/// `JN` rows of 8-bit activation blocks, with their scales `d` and sums `s` also laid out
+/// as plain `f32` rows (one per block), so that eight blocks' come in one load each.
+pub(crate) struct Q8Rows<'a, Y, const JN: usize> {
+    /// The blocks of each row.
+    pub blocks: [&'a [Y]; JN],
+    /// Each row's block scales (as many as blocks).
+    pub d: [*const f32; JN],
+    /// Each row's block sums (as many as blocks).
+    pub s: [*const f32; JN],
+}
+
+/// One vector whose lane `s` is the sum of the lanes of `v[s]`, from `h[i] = hadd(v[2i],
+/// v[2i + 1])`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn sum_lanes_i32(h: [__m256i; 4]) -> __m256i {
+    let a = _mm256_hadd_epi32(h[0], h[1]);
+    let b = _mm256_hadd_epi32(h[2], h[3]);
+    _mm256_add_epi32(
+        _mm256_permute2x128_si256::<0x20>(a, b),
+        _mm256_permute2x128_si256::<0x31>(a, b),
+    )
+}
+
 /// A `Q4_K` (`FIVE` false) or `Q5_K` row times `JN` rows of 8-bit activation blocks.
 ///
+/// Each sub-block's integer dot product stays an integer until the super-block's eight are
+/// gathered into the lanes of one vector (`hadd`), converted once and scaled by the eight
+/// `d * scale * y.d` in one FMA.
+///
 /// # Safety
-/// AVX2, FMA and F16C; `row` holds whole super-blocks and each `ys[j]` eight blocks per
-/// super-block.
+/// AVX2, FMA and F16C; `row` holds whole super-blocks and each row of `ys` eight blocks (and
+/// scales and sums) per super-block.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn q45_k_q8<const JN: usize, const FIVE: bool, Y: Q8Block>(
     row: &[u8],
-    ys: [&[Y]; JN],
+    ys: Q8Rows<'_, Y, JN>,
     out: &mut [f32],
 ) {
     let bytes = if FIVE { Q5_K_BYTES } else { Q4_K_BYTES };
+    let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); JN];
-    let mut mins = [0f32; JN];
+    let mut acc_min = [_mm256_setzero_ps(); JN];
     for (i, b) in row.chunks_exact(bytes).enumerate() {
         // SAFETY: `b` is one super-block; activation blocks `8 * i..8 * i + 8` exist.
         unsafe {
             let p = b.as_ptr();
-            let d = f16_at(p);
-            let dmin = f16_at(p.add(2));
-            let raw: [u8; 12] = std::ptr::read_unaligned(p.add(4) as *const [u8; 12]);
-            let (sc, mn) = kindle_gguf::quant::unpack_scale_min_k4(&raw);
-            for j in 0..JN {
-                let y = ys[j].get_unchecked(8 * i..8 * i + 8);
-                let mut m = 0f32;
-                for s in 0..8 {
-                    m += f32::from(mn[s]) * y[s].s();
-                }
-                mins[j] += dmin * m;
-            }
+            let (scales, mins) = k45_scales(p);
+            let mut h = [[_mm256_setzero_si256(); 4]; JN];
             for g in 0..4 {
                 let (lo, hi) = k45_pair::<FIVE>(p, g);
-                let sa = _mm256_set1_epi16(i16::from(sc[2 * g]));
-                let sb = _mm256_set1_epi16(i16::from(sc[2 * g + 1]));
                 for j in 0..JN {
-                    let ya = ys[j].get_unchecked(8 * i + 2 * g);
-                    let yb = ys[j].get_unchecked(8 * i + 2 * g + 1);
+                    let ya = ys.blocks[j].get_unchecked(8 * i + 2 * g);
+                    let yb = ys.blocks[j].get_unchecked(8 * i + 2 * g + 1);
                     let va = _mm256_loadu_si256(ya.qs().as_ptr() as *const __m256i);
                     let vb = _mm256_loadu_si256(yb.qs().as_ptr() as *const __m256i);
-                    let pa = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, va), sa);
-                    let pb = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, vb), sb);
-                    acc[j] =
-                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(pa), _mm256_set1_ps(d * ya.d()), acc[j]);
-                    acc[j] =
-                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(pb), _mm256_set1_ps(d * yb.d()), acc[j]);
+                    let pa = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, va), ones);
+                    let pb = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, vb), ones);
+                    h[j][g] = _mm256_hadd_epi32(pa, pb);
                 }
+            }
+            for j in 0..JN {
+                let yd = _mm256_loadu_ps(ys.d[j].add(8 * i));
+                let ysum = _mm256_loadu_ps(ys.s[j].add(8 * i));
+                let dots = _mm256_cvtepi32_ps(sum_lanes_i32(h[j]));
+                acc[j] = _mm256_fmadd_ps(dots, _mm256_mul_ps(scales, yd), acc[j]);
+                acc_min[j] = _mm256_fmadd_ps(mins, ysum, acc_min[j]);
             }
         }
     }
     for j in 0..JN {
-        out[j] = hsum(acc[j]) - mins[j];
+        out[j] = hsum(acc[j]) - hsum(acc_min[j]);
     }
 }
 
@@ -394,15 +412,16 @@ pub(crate) unsafe fn q6_k_f32<const JN: usize>(
     }
 }
 
-/// A `Q6_K` row times `JN` rows of 8-bit activation blocks.
+/// A `Q6_K` row times `JN` rows of 8-bit activation blocks (the 16-value scales applied in
+/// the integer `madd`, the eight blocks' sums gathered as in [`q45_k_q8`]).
 ///
 /// # Safety
-/// AVX2, FMA and F16C; `row` holds whole super-blocks and each `ys[j]` eight blocks per
-/// super-block.
+/// AVX2, FMA and F16C; `row` holds whole super-blocks and each row of `ys` eight blocks (and
+/// scales) per super-block.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn q6_k_q8<const JN: usize, Y: Q8Block>(
     row: &[u8],
-    ys: [&[Y]; JN],
+    ys: Q8Rows<'_, Y, JN>,
     out: &mut [f32],
 ) {
     let m32 = _mm256_set1_epi8(32);
@@ -411,18 +430,20 @@ pub(crate) unsafe fn q6_k_q8<const JN: usize, Y: Q8Block>(
         // SAFETY: `b` is one super-block; activation blocks `8 * i..8 * i + 8` exist.
         unsafe {
             let p = b.as_ptr();
-            let d = f16_at(p.add(208));
-            for h in 0..2 {
-                let q = q6_half(p, h);
+            let d = _mm256_set1_ps(f16_at(p.add(208)));
+            let mut h = [[_mm256_setzero_si256(); 4]; JN];
+            for half in 0..2 {
+                let q = q6_half(p, half);
+                let mut prev = [_mm256_setzero_si256(); JN];
                 for k in 0..4 {
-                    let s = 8 * h + 2 * k;
+                    let s = 8 * half + 2 * k;
                     // 16-bit lanes 0..8 hold values 0..16 (scale s), lanes 8..16 the rest.
                     let scale = _mm256_set_m128i(
                         _mm_set1_epi16(i16::from(*p.add(192 + s + 1) as i8)),
                         _mm_set1_epi16(i16::from(*p.add(192 + s) as i8)),
                     );
                     for j in 0..JN {
-                        let y = ys[j].get_unchecked(8 * i + 4 * h + k);
+                        let y = ys.blocks[j].get_unchecked(8 * i + 4 * half + k);
                         let v = _mm256_loadu_si256(y.qs().as_ptr() as *const __m256i);
                         // (q - 32) . y = q . y - 32 . y, each pair sum within i16.
                         let p16 = _mm256_sub_epi16(
@@ -430,13 +451,18 @@ pub(crate) unsafe fn q6_k_q8<const JN: usize, Y: Q8Block>(
                             _mm256_maddubs_epi16(m32, v),
                         );
                         let p32 = _mm256_madd_epi16(p16, scale);
-                        acc[j] = _mm256_fmadd_ps(
-                            _mm256_cvtepi32_ps(p32),
-                            _mm256_set1_ps(d * y.d()),
-                            acc[j],
-                        );
+                        if k % 2 == 0 {
+                            prev[j] = p32;
+                        } else {
+                            h[j][2 * half + k / 2] = _mm256_hadd_epi32(prev[j], p32);
+                        }
                     }
                 }
+            }
+            for j in 0..JN {
+                let yd = _mm256_loadu_ps(ys.d[j].add(8 * i));
+                let dots = _mm256_cvtepi32_ps(sum_lanes_i32(h[j]));
+                acc[j] = _mm256_fmadd_ps(dots, _mm256_mul_ps(d, yd), acc[j]);
             }
         }
     }
