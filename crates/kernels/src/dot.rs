@@ -131,8 +131,10 @@ impl Kernel {
 
     /// As [`Kernel::select`], with a given instruction set (tests compare them).
     pub fn select_simd(ty: GgmlType, format: super::ActivationFormat, simd: Simd) -> Self {
-        let int8_type = matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0)
-            || (k_quant(ty) && simd.any());
+        let int8_type = matches!(
+            ty,
+            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q5_1
+        ) || (k_quant(ty) && simd.any());
         if format == super::ActivationFormat::Int8 && int8_type {
             Kernel::Int8 { ty, simd }
         } else {
@@ -149,7 +151,7 @@ impl Kernel {
     pub fn wants_permuted(self, packed: bool) -> bool {
         match self {
             Kernel::F32 {
-                ty: GgmlType::Q4_1,
+                ty: GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1,
                 simd,
             } => packed && simd.any(),
             Kernel::F32 { ty, simd } => k_quant(ty) && simd.any(),
@@ -163,7 +165,7 @@ impl Kernel {
     pub fn permutation(self) -> ([usize; 32], [f32; 32], usize) {
         #[cfg(target_arch = "x86_64")]
         if let Kernel::F32 { ty, .. } = self
-            && k_quant(ty)
+            && (k_quant(ty) || q5(ty))
         {
             let width = if ty == GgmlType::Q6_K { 16 } else { 32 };
             return (super::x86_k::K_ORDER, super::x86_k::K_SCALE, width);
@@ -406,6 +408,7 @@ impl Kernel {
         res: &mut [[f32; 8]; MAX_JN],
     ) {
         use super::x86::{avx2, avx512, vnni};
+        use super::x86_q5;
         let out: &mut [[f32; 8]; JN] = (&mut res[..JN]).try_into().expect("JN <= MAX_JN");
         let cols = acts.cols;
         let f32_rows: [&[f32]; JN] =
@@ -413,6 +416,36 @@ impl Kernel {
         // SAFETY: forwarded from the caller.
         unsafe {
             match (self, simd) {
+                (Kernel::Int8 { .. }, _) if q5(ty) => {
+                    let rows = |v: &'_ [f32]| -> [*const f32; JN] {
+                        std::array::from_fn(|jj| v[(j0 + jj) * nb..].as_ptr())
+                    };
+                    let ys = super::x86_k::Q8Rows {
+                        blocks: std::array::from_fn(|jj| {
+                            &acts.q8[(j0 + jj) * nb..(j0 + jj + 1) * nb]
+                        }),
+                        d: rows(acts.q8_d),
+                        s: rows(acts.q8_s),
+                    };
+                    if ty == GgmlType::Q5_0 {
+                        x86_q5::q5_q8::<JN, false, _>(w, nb, &ys, out)
+                    } else {
+                        x86_q5::q5_q8::<JN, true, _>(w, nb, &ys, out)
+                    }
+                }
+                (Kernel::F32 { .. }, _) if q5(ty) => {
+                    let xs: [&[f32]; JN] = std::array::from_fn(|jj| {
+                        &acts.permuted[(j0 + jj) * cols..(j0 + jj + 1) * cols]
+                    });
+                    let sums: [&[f32]; JN] = std::array::from_fn(|jj| {
+                        &acts.block_sums[(j0 + jj) * nb..(j0 + jj + 1) * nb]
+                    });
+                    if ty == GgmlType::Q5_0 {
+                        x86_q5::q5_f32::<JN, false>(w, nb, xs, sums, out)
+                    } else {
+                        x86_q5::q5_f32::<JN, true>(w, nb, xs, sums, out)
+                    }
+                }
                 (Kernel::Int8 { .. }, _) => {
                     let ys: [&[BlockQ8]; JN] =
                         std::array::from_fn(|jj| &acts.q8[(j0 + jj) * nb..(j0 + jj + 1) * nb]);
@@ -453,6 +486,11 @@ fn k_quant(ty: GgmlType) -> bool {
     matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K)
 }
 
+/// Whether `ty` is `Q5_0` or `Q5_1` (packed; SIMD group kernels in `x86_q5.rs`).
+fn q5(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q5_0 | GgmlType::Q5_1)
+}
+
 /// Whether `ty` has a fused dequantise-and-multiply `f32` kernel.
 fn fused_f32(ty: GgmlType) -> bool {
     matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0)
@@ -462,7 +500,7 @@ fn fused_f32(ty: GgmlType) -> bool {
 #[inline]
 fn dot_q8(ty: GgmlType, simd: Simd, row: &[u8], y: &[BlockQ8]) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if simd.any() {
+    if simd.any() && !q5(ty) {
         // SAFETY: a SIMD level is only chosen when AVX2, FMA and F16C were detected.
         unsafe {
             return match ty {
@@ -473,9 +511,12 @@ fn dot_q8(ty: GgmlType, simd: Simd, row: &[u8], y: &[BlockQ8]) -> f32 {
         }
     }
     let _ = simd;
+    // Q5 rows met here are the `rows % 8` left outside the packed groups (or no SIMD).
     match ty {
         GgmlType::Q4_0 => scalar::dot_q4_0_q8(row, y),
         GgmlType::Q4_1 => scalar::dot_q4_1_q8(row, y),
+        GgmlType::Q5_0 => scalar::dot_q5_q8::<false>(row, y),
+        GgmlType::Q5_1 => scalar::dot_q5_q8::<true>(row, y),
         _ => scalar::dot_q8_0_q8(row, y),
     }
 }
@@ -484,7 +525,7 @@ fn dot_q8(ty: GgmlType, simd: Simd, row: &[u8], y: &[BlockQ8]) -> f32 {
 #[inline]
 fn dot_fused_f32(ty: GgmlType, simd: Simd, row: &[u8], x: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if simd.any() {
+    if simd.any() && fused_f32(ty) {
         // SAFETY: a SIMD level is only chosen when AVX2, FMA and F16C were detected.
         unsafe {
             return match ty {
@@ -564,6 +605,30 @@ pub(crate) mod scalar {
                 .map(|(&w, &v)| i32::from(w as i8) * i32::from(v))
                 .sum();
             sum += d * y.d * isum as f32;
+        }
+        sum
+    }
+
+    /// `Q5_0` (`ONE` false: `m = -16 d`) or `Q5_1` row times 8-bit activations.
+    pub fn dot_q5_q8<const ONE: bool>(row: &[u8], y: &[BlockQ8]) -> f32 {
+        let bytes = if ONE { 24 } else { 22 };
+        let mut sum = 0f32;
+        for (b, y) in row.chunks_exact(bytes).zip(y) {
+            let d = f16(b[0], b[1]);
+            let (m, f) = if ONE {
+                (f16(b[2], b[3]), 4)
+            } else {
+                (-16.0 * d, 2)
+            };
+            let qh = u32::from_le_bytes([b[f], b[f + 1], b[f + 2], b[f + 3]]);
+            let mut isum = 0i32;
+            for j in 0..16 {
+                let q = b[f + 4 + j];
+                let lo = i32::from(q & 0x0F) | (((qh >> j) & 1) << 4) as i32;
+                let hi = i32::from(q >> 4) | (((qh >> (j + 16)) & 1) << 4) as i32;
+                isum += lo * i32::from(y.qs[j]) + hi * i32::from(y.qs[j + 16]);
+            }
+            sum += d * y.d * isum as f32 + m * y.s;
         }
         sum
     }
