@@ -13,8 +13,13 @@
 //! for Q8_0 (272 bytes = 8 blocks of 34):
 //!   [d of rows P[0..8], f16 x 8] [qs of row 0] ... [qs of row 7]
 //! for Q5_0 (176 bytes = 8 blocks of 22) and Q5_1 (192 = 8 x 24, with the m row):
-//!   [d of rows P[0..8]] ([m of rows P[0..8]]) [qh of row 0] ... [qh of row 7] [qs of row 0] ...
+//!   [d of rows P[0..8]] ([m of rows P[0..8]]) [fifth bits of the 8 rows, 32 bytes] [qs of row 0] ...
 //! ```
+//!
+//! The fifth bits (each row's `qh`, 32 bits) are transposed so that the kernels get each
+//! vector's 32 fifth bits at bit 4 of its bytes with one shift: bit `b` of byte `16 L + i` is
+//! the fifth bit of value `i + 16 h` of row `2 k + L`, where `b = 4 + k` for `h = 0` and
+//! `b = 3 - k` for `h = 1` (see [`q5_bit`]).
 //!
 //! The scales are stored in the lane order [`LANE_ROWS`] (`P`) in which the kernels' pairwise
 //! horizontal adds leave the rows. The groups follow each other (each `nb` block columns
@@ -101,8 +106,9 @@ impl Packing {
         BlockParts {
             d: column + 2 * lane,
             m: column + 16 + 2 * lane,
-            qh: column + scales + i * qh_len,
+            qh: column + scales,
             qh_len,
+            i,
             qs: column + scales + GROUP * qh_len + i * qs_len,
             qs_len,
         }
@@ -112,10 +118,21 @@ impl Packing {
 struct BlockParts {
     d: usize,
     m: usize,
+    /// For `Q5_0`/`Q5_1`: the block column's 32 bytes of transposed fifth bits.
     qh: usize,
     qh_len: usize,
+    /// The row within its group.
+    i: usize,
     qs: usize,
     qs_len: usize,
+}
+
+/// Where the fifth bit of value `v` of row `i` (of its group) lies in a block column's 32
+/// bytes of fifth bits: `(byte, bit)` (see the module docs).
+pub(crate) fn q5_bit(i: usize, v: usize) -> (usize, u32) {
+    let (k, lane) = (i / 2, i % 2);
+    let bit = if v < 16 { 4 + k } else { 3 - k };
+    (16 * lane + v % 16, bit as u32)
 }
 
 impl BlockParts {
@@ -126,7 +143,13 @@ impl BlockParts {
         if f == 4 {
             out[self.m..self.m + 2].copy_from_slice(&src[2..4]);
         }
-        out[self.qh..self.qh + self.qh_len].copy_from_slice(&src[f..f + self.qh_len]);
+        if self.qh_len == 4 {
+            let qh = u32::from_le_bytes([src[f], src[f + 1], src[f + 2], src[f + 3]]);
+            for v in 0..32 {
+                let (byte, bit) = q5_bit(self.i, v);
+                out[self.qh + byte] |= (((qh >> v) & 1) as u8) << bit;
+            }
+        }
         out[self.qs..self.qs + self.qs_len].copy_from_slice(&src[f + self.qh_len..]);
     }
 
@@ -137,7 +160,14 @@ impl BlockParts {
         if f == 4 {
             dst[2..4].copy_from_slice(&data[self.m..self.m + 2]);
         }
-        dst[f..f + self.qh_len].copy_from_slice(&data[self.qh..self.qh + self.qh_len]);
+        if self.qh_len == 4 {
+            let mut qh = 0u32;
+            for v in 0..32 {
+                let (byte, bit) = q5_bit(self.i, v);
+                qh |= u32::from((data[self.qh + byte] >> bit) & 1) << v;
+            }
+            dst[f..f + 4].copy_from_slice(&qh.to_le_bytes());
+        }
         dst[f + self.qh_len..].copy_from_slice(&data[self.qs..self.qs + self.qs_len]);
     }
 }

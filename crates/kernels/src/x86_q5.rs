@@ -2,10 +2,10 @@
 //! `packed.rs`: per block column the eight `d` (and `m`) in lane order, the eight rows' `qh`,
 //! then their `qs`).
 //!
-//! A 5-bit value is its 4-bit nibble OR-ed with its fifth bit moved to bit 4: the 32 bits of
-//! `qh` are spread to 32 bytes as ggml does (`vpshufb` replicates each `qh` byte eight times,
-//! an OR with a one-bit-clear mask and a compare with all ones test bit `j` of byte `j`), and
-//! the resulting `0x10` / `0` bytes are OR-ed into the nibbles. `Q5_0`'s `-16` offset is an
+//! A 5-bit value is its 4-bit nibble OR-ed with its fifth bit at bit 4. The fifth bits were
+//! transposed at load (`packed::q5_bit`): the 32 bytes of a block column's fifth bits, shifted
+//! by one count per vector and masked with `0x10`, give the fifth bits of 32 values at bit 4
+//! of their bytes (ggml spreads each row's `qh` with a shuffle, an OR and a compare instead). `Q5_0`'s `-16` offset is an
 //! offset like `Q4_1`'s min, `m = -16 d`, applied to activation sums, so both types share one
 //! kernel with unsigned quants (`0..32`).
 //!
@@ -33,28 +33,6 @@ const fn column_bytes(one: bool) -> usize {
 /// Bytes of scales at the start of a block column.
 const fn scale_bytes(one: bool) -> usize {
     if one { 32 } else { 16 }
-}
-
-/// Bytes `0x10` where the bit of `qh` that `shuf` picks for the byte is set, else 0: byte
-/// `8a + j` of each 128-bit lane tests bit `j` of byte `shuf[8a]` of the lane.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-fn fifth_bits(qh: __m256i, shuf: __m256i) -> __m256i {
-    let clear_one = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
-    let t = _mm256_or_si256(_mm256_shuffle_epi8(qh, shuf), clear_one);
-    _mm256_and_si256(
-        _mm256_cmpeq_epi8(t, _mm256_set1_epi64x(-1)),
-        _mm256_set1_epi8(0x10),
-    )
-}
-
-/// A shuffle replicating byte `a` of the low 128-bit lane eight times then byte `b`, and bytes
-/// `c`, `d` in the high lane.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-fn spread(a: u8, b: u8, c: u8, d: u8) -> __m256i {
-    let rep = |x: u8| i64::from_le_bytes([x; 8]);
-    _mm256_setr_epi64x(rep(a), rep(b), rep(c), rep(d))
 }
 
 /// `(d, m)` of the eight rows of block column `col` (`m = -16 d` for `Q5_0`).
@@ -103,11 +81,8 @@ pub(crate) unsafe fn q5_q8<const JN: usize, const ONE: bool, Y: Q8Block>(
     out: &mut [[f32; 8]; JN],
 ) {
     let low = _mm256_set1_epi8(0x0F);
+    let bit4 = _mm256_set1_epi8(0x10);
     let ones = _mm256_set1_epi16(1);
-    // Two rows' qh (bytes 0..4 and 4..8 of the broadcast pair): values 0..16 of each row
-    // from qh bytes 0, 1 and values 16..32 from bytes 2, 3.
-    let shuf_lo = spread(0, 1, 4, 5);
-    let shuf_hi = spread(2, 3, 6, 7);
     let (bytes, sb) = (column_bytes(ONE), scale_bytes(ONE));
     let mut acc = [_mm256_setzero_ps(); JN];
     let mut acc_min = [_mm256_setzero_ps(); JN];
@@ -117,16 +92,19 @@ pub(crate) unsafe fn q5_q8<const JN: usize, const ONE: bool, Y: Q8Block>(
             let col = w.add(b * bytes);
             let (d, m) = scales::<ONE>(col);
             // Rows (2k, 2k+1) in the two 128-bit lanes.
+            // Fifth bits of values 0..16 of rows 2k, 2k + 1 at bit 4 + k, of values 16..32 at
+            // bit 3 - k.
+            let qh = _mm256_loadu_si256(col.add(sb) as *const __m256i);
             let mut lo = [_mm256_setzero_si256(); 4];
             let mut hi = [_mm256_setzero_si256(); 4];
             for k in 0..4 {
-                let qh =
-                    _mm256_set1_epi64x(std::ptr::read_unaligned(col.add(sb + 8 * k) as *const i64));
                 let v = _mm256_loadu_si256(col.add(sb + 32 + 32 * k) as *const __m256i);
-                lo[k] = _mm256_or_si256(_mm256_and_si256(v, low), fifth_bits(qh, shuf_lo));
+                let h_lo = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(k as i32));
+                let h_hi = _mm256_sll_epi16(qh, _mm_cvtsi32_si128(k as i32 + 1));
+                lo[k] = _mm256_or_si256(_mm256_and_si256(v, low), _mm256_and_si256(h_lo, bit4));
                 hi[k] = _mm256_or_si256(
                     _mm256_and_si256(_mm256_srli_epi16::<4>(v), low),
-                    fifth_bits(qh, shuf_hi),
+                    _mm256_and_si256(h_hi, bit4),
                 );
             }
             for j in 0..JN {
@@ -188,10 +166,20 @@ pub(crate) unsafe fn q5_f32<const JN: usize, const ONE: bool>(
     out: &mut [[f32; 8]; JN],
 ) {
     let low = _mm256_set1_epi8(0x0F);
+    let bit4 = _mm256_set1_epi8(0x10);
     // The high lane holds the high nibbles (values 16..32).
     let nibble_shift = _mm256_setr_epi64x(0, 0, 4, 4);
-    // One row's qh broadcast: values 0..16 from bytes 0, 1, values 16..32 from bytes 2, 3.
-    let shuf = spread(0, 1, 2, 3);
+    // Row 2k + L's fifth bits lie in 128-bit lane L of the column's 32 bytes of them, at bit
+    // 4 + k (values 0..16) and 3 - k (values 16..32): shifted right by k in the low lane, left
+    // by k + 1 in the high one.
+    let right: [__m256i; 4] = std::array::from_fn(|k| {
+        let k = k as i32;
+        _mm256_setr_epi32(k, k, k, k, 0, 0, 0, 0)
+    });
+    let left: [__m256i; 4] = std::array::from_fn(|k| {
+        let k = k as i32 + 1;
+        _mm256_setr_epi32(0, 0, 0, 0, k, k, k, k)
+    });
     let masks: [__m256i; 4] = std::array::from_fn(|k| _mm256_set1_epi32(0x1F << (8 * k)));
     let (bytes, sb) = (column_bytes(ONE), scale_bytes(ONE));
     let mut acc = [_mm256_setzero_ps(); JN];
@@ -206,10 +194,11 @@ pub(crate) unsafe fn q5_f32<const JN: usize, const ONE: bool>(
             let decode = |row: usize| -> [__m256; 4] {
                 let q = _mm_loadu_si128(col.add(sb + 32 + 16 * row) as *const __m128i);
                 let q = _mm256_srlv_epi64(_mm256_broadcastsi128_si256(q), nibble_shift);
-                let qh = _mm256_set1_epi32(std::ptr::read_unaligned(
-                    col.add(sb + 4 * row) as *const i32
-                ));
-                let v = _mm256_or_si256(_mm256_and_si256(q, low), fifth_bits(qh, shuf));
+                let (k, lane) = (row / 2, row % 2);
+                let qh = _mm_loadu_si128(col.add(sb + 16 * lane) as *const __m128i);
+                let qh = _mm256_broadcastsi128_si256(qh);
+                let qh = _mm256_sllv_epi32(_mm256_srlv_epi32(qh, right[k]), left[k]);
+                let v = _mm256_or_si256(_mm256_and_si256(q, low), _mm256_and_si256(qh, bit4));
                 std::array::from_fn(|k| _mm256_cvtepi32_ps(_mm256_and_si256(v, masks[k])))
             };
             let mut h = [[_mm256_setzero_ps(); 4]; JN];
