@@ -165,7 +165,13 @@ impl Kernel {
     pub fn permutation(self) -> ([usize; 32], [f32; 32], usize) {
         #[cfg(target_arch = "x86_64")]
         if let Kernel::F32 { ty, .. } = self
-            && (k_quant(ty) || q5(ty))
+            && q5(ty)
+        {
+            return (super::x86_q5::Q5_ORDER, super::x86_q5::Q5_SCALE, 32);
+        }
+        #[cfg(target_arch = "x86_64")]
+        if let Kernel::F32 { ty, .. } = self
+            && k_quant(ty)
         {
             let width = if ty == GgmlType::Q6_K { 16 } else { 32 };
             return (super::x86_k::K_ORDER, super::x86_k::K_SCALE, width);

@@ -13,16 +13,17 @@
 //!   of the unsigned 5-bit quants with the signed activations (two products of at most
 //!   `31 * 127` and their pair sum stay in `i16`), eight rows' sums in one vector by `hadd`,
 //!   one FMA by `d * y.d` and one by `m * y.s` per block column.
-//! - `f32` activations: each row's 32 quant bytes (one value per byte) are masked in place per
-//!   byte of each 32-bit lane and converted, times activations permuted to `K_ORDER` and
-//!   scaled by `K_SCALE` (as the K-quant kernels: exact products).
+//! - `f32` activations: the same two-row vectors of bytes are masked in place per byte of each
+//!   32-bit lane and converted (byte `k` of lane `l` is value `4l + k` of its row, left at bit
+//!   `8k`), times activations permuted to [`Q5_ORDER`] and scaled by [`Q5_SCALE`] (exact
+//!   products), four at a time broadcast to both 128-bit lanes; one reduction per block column
+//!   as for 8-bit activations.
 //!
 //! Every function requires AVX2, FMA and F16C (the caller checks them at run time), a whole
 //! group of `nb` block columns and activation rows of `nb` blocks.
 
 use std::arch::x86_64::*;
 
-use super::packed::LANE_ROWS;
 use super::x86_k::{Q8Block, Q8Rows};
 
 /// Bytes of one packed block column: eight blocks of 22 (`Q5_0`) or 24 (`Q5_1`) bytes.
@@ -35,7 +36,32 @@ const fn scale_bytes(one: bool) -> usize {
     if one { 32 } else { 16 }
 }
 
-/// `(d, m)` of the eight rows of block column `col` (`m = -16 d` for `Q5_0`).
+/// The order of a block's 32 activations that the `f32` kernel reads: position `p` holds
+/// value `16 h + 4 l + k` with `h = p / 16`, `k = p % 16 / 4`, `l = p % 4` (the four values
+/// that byte `k` of the four 32-bit lanes of a row's 128-bit lane meet).
+pub(crate) const Q5_ORDER: [usize; 32] = {
+    let mut order = [0; 32];
+    let mut p = 0;
+    while p < 32 {
+        order[p] = 16 * (p / 16) + 4 * (p % 4) + p % 16 / 4;
+        p += 1;
+    }
+    order
+};
+
+/// The factor each position of a [`Q5_ORDER`]ed block is scaled by: byte `k`'s value is
+/// converted at bit `8k`, so it needs `x * 2^-8k` (both exact).
+pub(crate) const Q5_SCALE: [f32; 32] = {
+    let mut scale = [0f32; 32];
+    let mut p = 0;
+    while p < 32 {
+        scale[p] = 1.0 / (1u32 << (8 * (p % 16 / 4))) as f32;
+        p += 1;
+    }
+    scale
+};
+
+/// `(d, m)` of the eight rows of block column `col`, in lane order (`m = -16 d` for `Q5_0`).
 ///
 /// # Safety
 /// `col` points to a whole block column.
@@ -54,21 +80,35 @@ unsafe fn scales<const ONE: bool>(col: *const u8) -> (__m256, __m256) {
     }
 }
 
-/// One vector whose lane `s` is the sum of the lanes of `v[s]`, from `h[i] = hadd(v[2i],
-/// v[2i + 1])`.
+/// The 5-bit quants (one per byte, `0..32`) of rows `2k` and `2k + 1` of block column `col`,
+/// one row per 128-bit lane: values `0..16` (`lo`) and `16..32` (`hi`). `qh` is the column's
+/// 32 bytes of transposed fifth bits: those of values `0..16` of the two rows lie at bit
+/// `4 + k`, of values `16..32` at bit `3 - k`.
+///
+/// # Safety
+/// `col` points to a whole block column with `sb` bytes of scales.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn sum_quads(h: [__m256; 4]) -> __m256 {
-    let a = _mm256_hadd_ps(h[0], h[1]);
-    let b = _mm256_hadd_ps(h[2], h[3]);
-    _mm256_add_ps(
-        _mm256_permute2f128_ps::<0x20>(a, b),
-        _mm256_permute2f128_ps::<0x31>(a, b),
-    )
+unsafe fn pair_quants(col: *const u8, sb: usize, qh: __m256i, k: usize) -> (__m256i, __m256i) {
+    // SAFETY: the pair's quants lie within the column (caller).
+    unsafe {
+        let low = _mm256_set1_epi8(0x0F);
+        let bit4 = _mm256_set1_epi8(0x10);
+        let v = _mm256_loadu_si256(col.add(sb + 32 + 32 * k) as *const __m256i);
+        let h_lo = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(k as i32));
+        let h_hi = _mm256_sll_epi16(qh, _mm_cvtsi32_si128(k as i32 + 1));
+        (
+            _mm256_or_si256(_mm256_and_si256(v, low), _mm256_and_si256(h_lo, bit4)),
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(v), low),
+                _mm256_and_si256(h_hi, bit4),
+            ),
+        )
+    }
 }
 
 /// A `Q5_0` (`ONE` false) or `Q5_1` group times `JN` rows of 8-bit activation blocks; the
-/// eight results of activation row `j` to `out[j]` in the lane order [`LANE_ROWS`].
+/// eight results of activation row `j` to `out[j]` in the lane order [`super::packed::LANE_ROWS`].
 ///
 /// # Safety
 /// AVX2, FMA and F16C; `w` holds `nb` block columns; each row of `ys` `nb` blocks, scales
@@ -80,8 +120,6 @@ pub(crate) unsafe fn q5_q8<const JN: usize, const ONE: bool, Y: Q8Block>(
     ys: &Q8Rows<'_, Y, JN>,
     out: &mut [[f32; 8]; JN],
 ) {
-    let low = _mm256_set1_epi8(0x0F);
-    let bit4 = _mm256_set1_epi8(0x10);
     let ones = _mm256_set1_epi16(1);
     let (bytes, sb) = (column_bytes(ONE), scale_bytes(ONE));
     let mut acc = [_mm256_setzero_ps(); JN];
@@ -91,21 +129,11 @@ pub(crate) unsafe fn q5_q8<const JN: usize, const ONE: bool, Y: Q8Block>(
         unsafe {
             let col = w.add(b * bytes);
             let (d, m) = scales::<ONE>(col);
-            // Rows (2k, 2k+1) in the two 128-bit lanes.
-            // Fifth bits of values 0..16 of rows 2k, 2k + 1 at bit 4 + k, of values 16..32 at
-            // bit 3 - k.
             let qh = _mm256_loadu_si256(col.add(sb) as *const __m256i);
             let mut lo = [_mm256_setzero_si256(); 4];
             let mut hi = [_mm256_setzero_si256(); 4];
             for k in 0..4 {
-                let v = _mm256_loadu_si256(col.add(sb + 32 + 32 * k) as *const __m256i);
-                let h_lo = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(k as i32));
-                let h_hi = _mm256_sll_epi16(qh, _mm_cvtsi32_si128(k as i32 + 1));
-                lo[k] = _mm256_or_si256(_mm256_and_si256(v, low), _mm256_and_si256(h_lo, bit4));
-                hi[k] = _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(v), low),
-                    _mm256_and_si256(h_hi, bit4),
-                );
+                (lo[k], hi[k]) = pair_quants(col, sb, qh, k);
             }
             for j in 0..JN {
                 let q = ys.blocks[j].get_unchecked(b).qs().as_ptr();
@@ -135,24 +163,8 @@ pub(crate) unsafe fn q5_q8<const JN: usize, const ONE: bool, Y: Q8Block>(
     }
 }
 
-/// `w[0] x[0..8] + ... + w[3] x[24..32]`, lane by lane.
-///
-/// # Safety
-/// `x` points to 32 readable floats.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn dot4(w: &[__m256; 4], x: *const f32) -> __m256 {
-    // SAFETY: the caller passes 32 readable floats.
-    unsafe {
-        let mut t = _mm256_mul_ps(w[0], _mm256_loadu_ps(x));
-        t = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(x.add(8)), t);
-        t = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(x.add(16)), t);
-        _mm256_fmadd_ps(w[3], _mm256_loadu_ps(x.add(24)), t)
-    }
-}
-
 /// A `Q5_0` (`ONE` false) or `Q5_1` group times `JN` rows of `f32` activations, each block in
-/// `K_ORDER` scaled by `K_SCALE` (`xs`), with their sums per block (`sums`).
+/// [`Q5_ORDER`] scaled by [`Q5_SCALE`] (`xs`), with their sums per block (`sums`).
 ///
 /// # Safety
 /// AVX2, FMA and F16C; `w` holds `nb` block columns; each `xs[j]` `32 * nb` values and each
@@ -165,21 +177,6 @@ pub(crate) unsafe fn q5_f32<const JN: usize, const ONE: bool>(
     sums: [&[f32]; JN],
     out: &mut [[f32; 8]; JN],
 ) {
-    let low = _mm256_set1_epi8(0x0F);
-    let bit4 = _mm256_set1_epi8(0x10);
-    // The high lane holds the high nibbles (values 16..32).
-    let nibble_shift = _mm256_setr_epi64x(0, 0, 4, 4);
-    // Row 2k + L's fifth bits lie in 128-bit lane L of the column's 32 bytes of them, at bit
-    // 4 + k (values 0..16) and 3 - k (values 16..32): shifted right by k in the low lane, left
-    // by k + 1 in the high one.
-    let right: [__m256i; 4] = std::array::from_fn(|k| {
-        let k = k as i32;
-        _mm256_setr_epi32(k, k, k, k, 0, 0, 0, 0)
-    });
-    let left: [__m256i; 4] = std::array::from_fn(|k| {
-        let k = k as i32 + 1;
-        _mm256_setr_epi32(0, 0, 0, 0, k, k, k, k)
-    });
     let masks: [__m256i; 4] = std::array::from_fn(|k| _mm256_set1_epi32(0x1F << (8 * k)));
     let (bytes, sb) = (column_bytes(ONE), scale_bytes(ONE));
     let mut acc = [_mm256_setzero_ps(); JN];
@@ -190,28 +187,34 @@ pub(crate) unsafe fn q5_f32<const JN: usize, const ONE: bool>(
         unsafe {
             let col = w.add(b * bytes);
             let (d, m) = scales::<ONE>(col);
-            // Byte i of the result is value i (0..32); byte k of 32-bit lane l is value 4l + k.
-            let decode = |row: usize| -> [__m256; 4] {
-                let q = _mm_loadu_si128(col.add(sb + 32 + 16 * row) as *const __m128i);
-                let q = _mm256_srlv_epi64(_mm256_broadcastsi128_si256(q), nibble_shift);
-                let (k, lane) = (row / 2, row % 2);
-                let qh = _mm_loadu_si128(col.add(sb + 16 * lane) as *const __m128i);
-                let qh = _mm256_broadcastsi128_si256(qh);
-                let qh = _mm256_sllv_epi32(_mm256_srlv_epi32(qh, right[k]), left[k]);
-                let v = _mm256_or_si256(_mm256_and_si256(q, low), _mm256_and_si256(qh, bit4));
-                std::array::from_fn(|k| _mm256_cvtepi32_ps(_mm256_and_si256(v, masks[k])))
-            };
-            let mut h = [[_mm256_setzero_ps(); 4]; JN];
-            for pair in 0..4 {
-                let w0 = decode(LANE_ROWS[2 * pair]);
-                let w1 = decode(LANE_ROWS[2 * pair + 1]);
+            let qh = _mm256_loadu_si256(col.add(sb) as *const __m256i);
+            let mut p = [[_mm256_setzero_ps(); 4]; JN];
+            for k in 0..4 {
+                let (lo, hi) = pair_quants(col, sb, qh, k);
+                let wl: [__m256; 4] =
+                    std::array::from_fn(|i| _mm256_cvtepi32_ps(_mm256_and_si256(lo, masks[i])));
+                let wh: [__m256; 4] =
+                    std::array::from_fn(|i| _mm256_cvtepi32_ps(_mm256_and_si256(hi, masks[i])));
                 for j in 0..JN {
                     let x = xs[j].as_ptr().add(32 * b);
-                    h[j][pair] = _mm256_hadd_ps(dot4(&w0, x), dot4(&w1, x));
+                    let xv = |at: usize| _mm256_broadcast_ps(&*(x.add(at) as *const __m128));
+                    let mut t = _mm256_mul_ps(wl[0], xv(0));
+                    for i in 1..4 {
+                        t = _mm256_fmadd_ps(wl[i], xv(4 * i), t);
+                    }
+                    for i in 0..4 {
+                        t = _mm256_fmadd_ps(wh[i], xv(16 + 4 * i), t);
+                    }
+                    p[j][k] = t;
                 }
             }
             for j in 0..JN {
-                acc[j] = _mm256_fmadd_ps(d, sum_quads(h[j]), acc[j]);
+                // Lanes [r0 r2 r4 r6 | r1 r3 r5 r7] = LANE_ROWS.
+                let sums_w = _mm256_hadd_ps(
+                    _mm256_hadd_ps(p[j][0], p[j][1]),
+                    _mm256_hadd_ps(p[j][2], p[j][3]),
+                );
+                acc[j] = _mm256_fmadd_ps(d, sums_w, acc[j]);
                 let sum = _mm256_set1_ps(*sums[j].get_unchecked(b));
                 acc_min[j] = _mm256_fmadd_ps(m, sum, acc_min[j]);
             }
