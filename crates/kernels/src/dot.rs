@@ -1,7 +1,7 @@
 //! Choosing a kernel for a weight type and applying it to a range of rows.
 
 use super::packed::{self, GROUP, Packing};
-use super::q8::BlockQ8;
+use super::q8::{BlockQ8, RowsQ8K};
 use kindle_gguf::quant::{self, GgmlType};
 
 /// The activations of one product, in the forms the kernels read.
@@ -14,6 +14,9 @@ pub(crate) struct Activations<'a> {
     pub q8_d: &'a [f32],
     /// The sums `s` of [`Activations::q8`], laid out alike.
     pub q8_s: &'a [f32],
+    /// `[m, cols]` in 256-value blocks, for the kernels that [`Kernel::wants_q8k`] (empty
+    /// otherwise; [`Activations::q8`] is then empty).
+    pub q8k: &'a RowsQ8K,
     /// For the SIMD `f32` kernel of packed `Q4_1`: `f32` with each block's values in
     /// [`Q4_ORDER`], scaled by [`Kernel::q4_scale`] (empty otherwise).
     pub permuted: &'a [f32],
@@ -145,6 +148,18 @@ impl Kernel {
     /// Whether the kernel reads 8-bit activations.
     pub fn int8(self) -> bool {
         matches!(self, Kernel::Int8 { .. })
+    }
+
+    /// Whether the kernel reads [`Activations::q8k`] instead of [`Activations::q8`]: the SIMD
+    /// 8-bit `Q4_K`/`Q5_K` kernels.
+    pub fn wants_q8k(self) -> bool {
+        matches!(
+            self,
+            Kernel::Int8 {
+                ty: GgmlType::Q4_K | GgmlType::Q5_K,
+                simd
+            } if simd.any()
+        )
     }
 
     /// Whether the kernel reads [`Activations::permuted`] and [`Activations::block_sums`].
@@ -296,6 +311,19 @@ impl Kernel {
         let (cols, nb) = (acts.cols, acts.cols / 32);
         // SAFETY: forwarded from the caller.
         unsafe {
+            if self.wants_q8k() {
+                let q = acts.q8k;
+                let ys = k::Q8KRows::<JN> {
+                    qs: std::array::from_fn(|jj| q.qs[(j0 + jj) * cols..].as_ptr()),
+                    d: std::array::from_fn(|jj| q.d[(j0 + jj) * (cols / 256)..].as_ptr()),
+                    bsums: std::array::from_fn(|jj| q.bsums[(j0 + jj) * (cols / 16)..].as_ptr()),
+                };
+                match ty {
+                    GgmlType::Q4_K => k::q45_k_q8k::<JN, false>(row, &ys, out),
+                    _ => k::q45_k_q8k::<JN, true>(row, &ys, out),
+                }
+                return;
+            }
             if self.int8() {
                 let rows = |v: &'_ [f32]| -> [*const f32; JN] {
                     std::array::from_fn(|jj| v[(j0 + jj) * nb..].as_ptr())
@@ -305,11 +333,8 @@ impl Kernel {
                     d: rows(acts.q8_d),
                     s: rows(acts.q8_s),
                 };
-                match ty {
-                    GgmlType::Q4_K => k::q45_k_q8::<JN, false, _>(row, ys, out),
-                    GgmlType::Q5_K => k::q45_k_q8::<JN, true, _>(row, ys, out),
-                    _ => k::q6_k_q8::<JN, _>(row, ys, out),
-                }
+                // Q6_K (Q4_K and Q5_K read `Q8_K` rows, above).
+                k::q6_k_q8::<JN, _>(row, ys, out);
                 return;
             }
             let xs: [&[f32]; JN] =

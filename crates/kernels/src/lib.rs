@@ -355,7 +355,11 @@ impl QuantMatrix {
         if m == 0 || self.rows == 0 {
             return;
         }
-        let q8: Vec<BlockQ8> = if kernel.int8() {
+        let mut q8k = q8::RowsQ8K::default();
+        if kernel.wants_q8k() {
+            x.chunks_exact(self.cols).for_each(|row| q8k.push(row));
+        }
+        let q8: Vec<BlockQ8> = if kernel.int8() && !kernel.wants_q8k() {
             x.chunks_exact(self.cols)
                 .flat_map(quantize_row_q8)
                 .collect()
@@ -378,6 +382,7 @@ impl QuantMatrix {
             q8: &q8,
             q8_d: &q8.iter().map(|b| b.d).collect::<Vec<_>>(),
             q8_s: &q8.iter().map(|b| b.s).collect::<Vec<_>>(),
+            q8k: &q8k,
             permuted: &permuted,
             block_sums: &block_sums,
             cols: self.cols,

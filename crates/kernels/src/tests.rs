@@ -608,3 +608,30 @@ fn a_wrong_fifth_bit_is_caught() {
         }
     }
 }
+
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn simd_q8k_quantizer_matches_the_scalar_one() {
+    if Simd::detect() == Simd::Scalar {
+        return;
+    }
+    let mut rng = Rng(8);
+    for case in 0..20 {
+        let mut x: Vec<f32> = (0..512).map(|_| rng.float() * 3.0).collect();
+        match case {
+            0 => x[..256].iter_mut().for_each(|v| *v = 0.0),
+            // Exact halves after scaling: amax 127 makes the scale 1.
+            1 => {
+                for (i, v) in x.iter_mut().enumerate().take(256) {
+                    *v = (i % 200) as f32 - 100.0 + 0.5;
+                }
+                x[7] = -127.0;
+            }
+            _ => {}
+        }
+        let (mut simd, mut scalar) = (q8::RowsQ8K::default(), q8::RowsQ8K::default());
+        simd.push(&x);
+        scalar.push_scalar(&x);
+        assert_eq!(simd, scalar, "case {case}");
+    }
+}

@@ -14,9 +14,12 @@
 //!   product is scaled by its `d * scale` as it is added (one FMA); `Q4_K`/`Q5_K` mins and
 //!   `Q6_K`'s `-32` offset are applied to activation sums per 32 (per 16) values, once per
 //!   super-block.
-//! - 8-bit activations (the crate's 32-value `BlockQ8` blocks, read through [`Q8Block`]):
-//!   `maddubs` of the unsigned quants with the signed activations, `madd` with the integer
-//!   sub-block scale (exact), one conversion and one FMA by `d * y.d` per 32 values.
+//! - 8-bit activations: `Q4_K`/`Q5_K` read ggml's `Q8_K` form (one scale per 256 values and
+//!   sums per 16, [`Q8KRows`], quantized by [`quantize_q8k`]): `maddubs` of the unsigned
+//!   quants with the signed activations, the eight sub-blocks' integer sums gathered into one
+//!   vector, converted once and scaled by the eight `d * scale * y.d` in one FMA; mins on the
+//!   sums per 32 in one integer `madd`. `Q6_K` reads the crate's 32-value `BlockQ8` blocks
+//!   (through [`Q8Block`]): the 16-value scales in the `madd`, one FMA by `d * y.d` per 256.
 //!
 //! Every function requires AVX2, FMA and F16C (the caller checks them at run time), a row of
 //! whole super-blocks, and activation rows at least as long.
@@ -266,54 +269,150 @@ fn sum_lanes_i32(h: [__m256i; 4]) -> __m256i {
     )
 }
 
-/// A `Q4_K` (`FIVE` false) or `Q5_K` row times `JN` rows of 8-bit activation blocks.
-///
-/// Each sub-block's integer dot product stays an integer until the super-block's eight are
-/// gathered into the lanes of one vector (`hadd`), converted once and scaled by the eight
-/// `d * scale * y.d` in one FMA.
+/// `JN` activation rows in `Q8_K` form (`q8::RowsQ8K`): each row's quants, its scales (one
+/// per 256 values) and its sums of 16 quants.
+pub(crate) struct Q8KRows<const JN: usize> {
+    /// Each row's quants.
+    pub qs: [*const i8; JN],
+    /// Each row's scales.
+    pub d: [*const f32; JN],
+    /// Each row's sums of 16 quants.
+    pub bsums: [*const i16; JN],
+}
+
+/// 256 activations quantized as `q8::RowsQ8K::push` does (the same scale, rounding half away
+/// from zero) into `qs` (256) and `bsums` (16); returns the scale.
 ///
 /// # Safety
-/// AVX2, FMA and F16C; `row` holds whole super-blocks and each row of `ys` eight blocks (and
-/// scales and sums) per super-block.
+/// AVX2, FMA and F16C; `x` and `qs` hold 256 values, `bsums` 16.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn q45_k_q8<const JN: usize, const FIVE: bool, Y: Q8Block>(
+pub(crate) unsafe fn quantize_q8k(x: &[f32], qs: &mut [i8], bsums: &mut [i16]) -> f32 {
+    // SAFETY: the lengths are the caller's.
+    unsafe {
+        let sign = _mm256_set1_ps(-0.0);
+        let xp = x.as_ptr();
+        let mut max = _mm256_setzero_ps();
+        for k in 0..32 {
+            max = _mm256_max_ps(max, _mm256_andnot_ps(sign, _mm256_loadu_ps(xp.add(8 * k))));
+        }
+        let max4 = _mm_max_ps(_mm256_castps256_ps128(max), _mm256_extractf128_ps::<1>(max));
+        let max2 = _mm_max_ps(max4, _mm_movehl_ps(max4, max4));
+        let amax = _mm_cvtss_f32(_mm_max_ss(max2, _mm_movehdup_ps(max2)));
+        let d = amax / 127.0;
+        let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
+        for c in 0..8 {
+            let q: [__m256i; 4] = std::array::from_fn(|k| {
+                let p = _mm256_mul_ps(_mm256_loadu_ps(xp.add(32 * c + 8 * k)), id);
+                let t = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(p);
+                let half = _mm256_cmp_ps::<_CMP_GE_OQ>(
+                    _mm256_andnot_ps(sign, _mm256_sub_ps(p, t)),
+                    _mm256_set1_ps(0.5),
+                );
+                let step = _mm256_or_ps(_mm256_and_ps(p, sign), _mm256_set1_ps(1.0));
+                _mm256_cvtps_epi32(_mm256_add_ps(t, _mm256_and_ps(half, step)))
+            });
+            for h in 0..2 {
+                let s = _mm256_add_epi32(q[2 * h], q[2 * h + 1]);
+                let s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
+                let s2 = _mm_add_epi32(s4, _mm_shuffle_epi32::<0b01_00_11_10>(s4));
+                let s1 = _mm_add_epi32(s2, _mm_shuffle_epi32::<0b10_11_00_01>(s2));
+                bsums[2 * c + h] = _mm_cvtsi128_si32(s1) as i16;
+            }
+            let bytes = _mm256_packs_epi16(
+                _mm256_packs_epi32(q[0], q[1]),
+                _mm256_packs_epi32(q[2], q[3]),
+            );
+            let bytes =
+                _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256(qs.as_mut_ptr().add(32 * c) as *mut __m256i, bytes);
+        }
+        d
+    }
+}
+
+/// Sum of the four lanes.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn hsum128(s: __m128) -> f32 {
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
+
+/// The eight 6-bit scales and eight mins of a `Q4_K`/`Q5_K` super-block at `p`, one per
+/// byte, as `kindle_gguf::quant::unpack_scale_min_k4` unpacks them, but in 32-bit registers
+/// (ggml's masks): no byte stores read back as a vector.
+///
+/// # Safety
+/// `p` points to a whole super-block.
+#[inline(always)]
+unsafe fn k4_scales_u64(p: *const u8) -> (u64, u64) {
+    // SAFETY: bytes 4..16 lie within the super-block (caller).
+    let u = unsafe { std::ptr::read_unaligned(p.add(4) as *const [u32; 3]) }.map(u32::from_le);
+    let (low6, low4, top2) = (0x3f3f_3f3f, 0x0f0f_0f0f, 0x0303_0303);
+    let sc_hi = (u[2] & low4) | (((u[0] >> 6) & top2) << 4);
+    let mn_hi = ((u[2] >> 4) & low4) | (((u[1] >> 6) & top2) << 4);
+    let sc = u64::from(u[0] & low6) | (u64::from(sc_hi) << 32);
+    let mn = u64::from(u[1] & low6) | (u64::from(mn_hi) << 32);
+    (sc, mn)
+}
+
+/// A `Q4_K` (`FIVE` false) or `Q5_K` row times `JN` rows of `Q8_K` activations (ggml's
+/// scheme, one activation scale per 256 values): the eight sub-blocks' integer dot products
+/// are gathered into the lanes of one vector (`vphaddd`), converted once and scaled by the
+/// eight `d * scale * y.d` in one FMA; the mins meet the activation sums per 32 values
+/// (`hadd` of the sums per 16) in one integer `madd`.
+///
+/// # Safety
+/// AVX2, FMA and F16C; `row` holds whole super-blocks and each row of `ys` 256 quants, one
+/// scale and 16 sums per super-block.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q45_k_q8k<const JN: usize, const FIVE: bool>(
     row: &[u8],
-    ys: Q8Rows<'_, Y, JN>,
+    ys: &Q8KRows<JN>,
     out: &mut [f32],
 ) {
     let bytes = if FIVE { Q5_K_BYTES } else { Q4_K_BYTES };
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); JN];
-    let mut acc_min = [_mm256_setzero_ps(); JN];
+    let mut acc_min = [_mm_setzero_ps(); JN];
     for (i, b) in row.chunks_exact(bytes).enumerate() {
-        // SAFETY: `b` is one super-block; activation blocks `8 * i..8 * i + 8` exist.
+        // SAFETY: `b` is one super-block; activation super-block `i` exists in every row.
         unsafe {
             let p = b.as_ptr();
-            let (scales, mins) = k45_scales(p);
+            let (sc, mn) = k4_scales_u64(p);
+            let dd = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(p as *const i32)));
+            let sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(sc as i64)));
+            let scales = _mm256_mul_ps(_mm256_broadcastss_ps(dd), sc);
+            let mn16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(mn as i64));
+            let dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
             let mut h = [[_mm256_setzero_si256(); 4]; JN];
             for g in 0..4 {
                 let (lo, hi) = k45_pair::<FIVE>(p, g);
                 for j in 0..JN {
-                    let ya = ys.blocks[j].get_unchecked(8 * i + 2 * g);
-                    let yb = ys.blocks[j].get_unchecked(8 * i + 2 * g + 1);
-                    let va = _mm256_loadu_si256(ya.qs().as_ptr() as *const __m256i);
-                    let vb = _mm256_loadu_si256(yb.qs().as_ptr() as *const __m256i);
-                    let pa = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, va), ones);
-                    let pb = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, vb), ones);
+                    let y = ys.qs[j].add(256 * i + 64 * g);
+                    let ya = _mm256_loadu_si256(y as *const __m256i);
+                    let yb = _mm256_loadu_si256(y.add(32) as *const __m256i);
+                    let pa = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ya), ones);
+                    let pb = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yb), ones);
                     h[j][g] = _mm256_hadd_epi32(pa, pb);
                 }
             }
             for j in 0..JN {
-                let yd = _mm256_loadu_ps(ys.d[j].add(8 * i));
-                let ysum = _mm256_loadu_ps(ys.s[j].add(8 * i));
+                let yd = *ys.d[j].add(i);
                 let dots = _mm256_cvtepi32_ps(sum_lanes_i32(h[j]));
-                acc[j] = _mm256_fmadd_ps(dots, _mm256_mul_ps(scales, yd), acc[j]);
-                acc_min[j] = _mm256_fmadd_ps(mins, ysum, acc_min[j]);
+                acc[j] = _mm256_fmadd_ps(dots, _mm256_mul_ps(scales, _mm256_set1_ps(yd)), acc[j]);
+                let bs = ys.bsums[j].add(16 * i);
+                let s32 = _mm_hadd_epi16(
+                    _mm_loadu_si128(bs as *const __m128i),
+                    _mm_loadu_si128(bs.add(8) as *const __m128i),
+                );
+                let mins = _mm_cvtepi32_ps(_mm_madd_epi16(mn16, s32));
+                acc_min[j] = _mm_fmadd_ps(_mm_set1_ps(dmin * yd), mins, acc_min[j]);
             }
         }
     }
     for j in 0..JN {
-        out[j] = hsum(acc[j]) - hsum(acc_min[j]);
+        out[j] = hsum(acc[j]) - hsum128(acc_min[j]);
     }
 }
 
