@@ -1,13 +1,14 @@
 //! CPU matrix kernels over GGUF quantized weights.
 //!
 //! A [`QuantMatrix`] is a weight of `rows` output features, each row `cols` input values stored
-//! as whole GGUF blocks (`Q4_0`, `Q4_1`, `Q8_0`, `Q4_K`, `Q5_K`, `Q6_K`, or plain `F32`/`F16`).
+//! as whole GGUF blocks (`Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0`, `Q4_K`, `Q5_K`, `Q6_K`, or plain
+//! `F32`/`F16`).
 //! [`QuantMatrix::matmul`] computes `y[m, rows] = x[m, cols] W^T` without ever materialising
 //! `W` in `f32`: decode (`m = 1`) is a matrix-vector product bound by how fast the weight
 //! bytes stream from memory (or, for the `f32` kernels, by the vector pipes), so reading
 //! 4.5-bit blocks instead of 32-bit floats is the win.
 //!
-//! `Q4_1` and `Q8_0` matrices (SmolLM2's types) are repacked once at load into groups of eight
+//! `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0` matrices are repacked once at load into groups of eight
 //! rows interleaved block column by block column (see `packed.rs`): the same bytes, moved, so
 //! that one load gives eight rows' `f16` scales and eight rows' dot products land in the lanes
 //! of one vector. The file's pages are then released, so resident memory stays near the file
@@ -19,7 +20,9 @@
 //! - [`ActivationFormat::Int8`] (llama.cpp's scheme): each activation row is quantized to 8
 //!   bits per 32-value block with an `f32` scale, and a weight block times an activation
 //!   block is an integer dot product (AVX-VNNI `vpdpbusd`, or AVX2 `maddubs`), scaled once per
-//!   block. Used for `Q4_0`, `Q4_1` and `Q8_0`; other types fall back to the `f32` path.
+//!   block. Used for `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0` and (with AVX2) `Q4_K`, `Q5_K`,
+//!   `Q6_K`; other
+//!   types fall back to the `f32` path.
 //!
 //! Kernels are chosen at run time: AVX-512 (`f32` group kernels), AVX-VNNI, AVX2 + FMA +
 //! F16C, or portable Rust. The work is split over output rows between the threads of a small
@@ -56,6 +59,10 @@ mod q8;
 mod tests;
 #[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+mod x86_k;
+#[cfg(target_arch = "x86_64")]
+mod x86_q5;
 
 use std::fmt;
 use std::sync::Arc;
@@ -165,7 +172,10 @@ impl fmt::Debug for WeightBytes {
 /// Whether `ty` has a matrix kernel.
 pub fn supports(ty: GgmlType) -> bool {
     use GgmlType::*;
-    matches!(ty, F32 | F16 | Q4_0 | Q4_1 | Q8_0 | Q4_K | Q5_K | Q6_K)
+    matches!(
+        ty,
+        F32 | F16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q5_K | Q6_K
+    )
 }
 
 /// A weight matrix `[rows, cols]` (rows are output features) kept in its GGUF encoding.
@@ -176,14 +186,15 @@ pub struct QuantMatrix {
     cols: usize,
     row_bytes: usize,
     data: WeightBytes,
-    /// For `Q4_1` and `Q8_0`: `data` is in the interleaved layout of [`packed`].
+    /// For `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0`: `data` is in the interleaved layout of [`packed`].
     packing: Option<packed::Packing>,
 }
 
 impl QuantMatrix {
     /// A matrix of `rows` rows of `cols` values of type `ty`, stored row after row in `data`.
     ///
-    /// `Q4_1` and `Q8_0` data is copied into the interleaved layout the group kernels read
+    /// `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0` data is copied into the interleaved layout the group
+    /// kernels read
     /// (and a mapped range's pages are released: it is not read again); other types keep
     /// `data` as it is.
     pub fn new(
@@ -237,7 +248,7 @@ impl QuantMatrix {
     }
 
     /// The 2-D tensor `info` of `file` (GGUF dims `[cols, rows]`): its bytes read in place,
-    /// or for `Q4_1`/`Q8_0` repacked (see [`QuantMatrix::new`]).
+    /// or for `Q4_1`/`Q5_0`/`Q5_1`/`Q8_0` repacked (see [`QuantMatrix::new`]).
     pub fn from_gguf(file: &GgufFile, info: &TensorInfo) -> Result<Self, KernelError> {
         let (rows, cols) = info.shape_rows_cols();
         let (rows, cols) = (
@@ -344,7 +355,11 @@ impl QuantMatrix {
         if m == 0 || self.rows == 0 {
             return;
         }
-        let q8: Vec<BlockQ8> = if kernel.int8() {
+        let mut q8k = q8::RowsQ8K::default();
+        if kernel.wants_q8k() {
+            x.chunks_exact(self.cols).for_each(|row| q8k.push(row));
+        }
+        let q8: Vec<BlockQ8> = if kernel.int8() && !kernel.wants_q8k() {
             x.chunks_exact(self.cols)
                 .flat_map(quantize_row_q8)
                 .collect()
@@ -352,12 +367,12 @@ impl QuantMatrix {
             Vec::new()
         };
         let (permuted, block_sums) = if kernel.wants_permuted(self.packing.is_some()) {
-            let scale = kernel.q4_scale();
+            let (order, scale, width) = kernel.permutation();
             let permuted: Vec<f32> = x
                 .chunks_exact(32)
-                .flat_map(|b| std::array::from_fn::<f32, 32, _>(|k| b[dot::Q4_ORDER[k]] * scale[k]))
+                .flat_map(|b| std::array::from_fn::<f32, 32, _>(|k| b[order[k]] * scale[k]))
                 .collect();
-            let sums = x.chunks_exact(32).map(|b| b.iter().sum()).collect();
+            let sums = x.chunks_exact(width).map(|b| b.iter().sum()).collect();
             (permuted, sums)
         } else {
             (Vec::new(), Vec::new())
@@ -365,6 +380,9 @@ impl QuantMatrix {
         let acts = dot::Activations {
             f32: x,
             q8: &q8,
+            q8_d: &q8.iter().map(|b| b.d).collect::<Vec<_>>(),
+            q8_s: &q8.iter().map(|b| b.s).collect::<Vec<_>>(),
+            q8k: &q8k,
             permuted: &permuted,
             block_sums: &block_sums,
             cols: self.cols,
