@@ -1,12 +1,13 @@
 //! Project tasks for kindle, run as `cargo xtask <task>` (an alias in `.cargo/config.toml`):
 //!
-//! - `fetch-model [--force]`: fetch the default model into the cache folder unless it is there
-//!   with the right sha256 ([`kindle_fetch`]).
-//! - `model-path`: print where the default model is cached.
+//! - `fetch-model [NAME] [--force]`: fetch a model (by name: `smollm2-135m-instruct`, the
+//!   default, or `gemma3-270m`) into the cache folder unless it is there with the right sha256
+//!   ([`kindle_fetch`]).
+//! - `model-path [NAME]`: print where a model (the default one) is cached.
 //! - `tidy`: check the repository's rules ([`tidy`]), printing each violation as
 //!   `path:line: rule: message`.
-//! - `ci`: what CI runs once the system packages are installed: `fetch-model`, `tidy`, then
-//!   `cargo test --release --workspace`.
+//! - `ci`: what CI runs once the system packages are installed: `fetch-model` for every
+//!   fetchable model, `tidy`, then `cargo test --release --workspace`.
 //!
 //! ```no_run
 //! use std::path::Path;

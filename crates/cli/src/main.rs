@@ -4,7 +4,7 @@ mod commands;
 
 use clap::{Args, Parser, Subcommand};
 use commands::{bench, chat, devices, generate, inspect, score, serve, tokenize};
-use kindle_fetch::Fetcher;
+use kindle_fetch::{FetchableModel, Fetcher};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -36,16 +36,27 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// List the compute devices (--device) and whether each opens on this machine.
     Devices(devices::DevicesArgs),
-    /// Download the default model (SmolLM2-135M-Instruct, Q4_1) into the cache folder, unless
-    /// it is there with the right sha256.
+    /// Download a model (by name; the default is SmolLM2-135M-Instruct, Q4_1) into the cache
+    /// folder, unless it is there with the right sha256, and print its path.
     FetchModel(FetchModelArgs),
 }
 
 #[derive(Args, Debug)]
 struct FetchModelArgs {
+    /// Which model: smollm2-135m-instruct or gemma3-270m
+    #[arg(value_name = "NAME", default_value = "smollm2-135m-instruct", value_parser = fetchable_model())]
+    model: &'static FetchableModel,
     /// Fetch even when the file in place has the right sha256.
     #[arg(long)]
     force: bool,
+}
+
+/// The parser of a fetchable model's name: one of [`kindle_fetch::MODELS`], listed in `--help`.
+fn fetchable_model() -> impl clap::builder::TypedValueParser<Value = &'static FetchableModel> {
+    use clap::builder::TypedValueParser;
+    let names: Vec<&'static str> = kindle_fetch::MODELS.iter().map(|m| m.name).collect();
+    clap::builder::PossibleValuesParser::new(names)
+        .map(|name| FetchableModel::named(&name).unwrap_or(&kindle_fetch::SMOLLM2_135M))
 }
 
 fn main() {
@@ -60,6 +71,7 @@ fn main() {
         Command::Bench(args) => bench::run(args),
         Command::Devices(args) => devices::run(args),
         Command::FetchModel(args) => Fetcher::new()
+            .model(args.model)
             .force(args.force)
             .fetch(&mut |event| eprintln!("kindle: {event}"))
             .map(|path| println!("{}", path.display()))

@@ -138,20 +138,31 @@ fn assert_would_not_load(
 #[test]
 fn an_unsupported_tokenizer_is_named_after_the_metadata() {
     let lines = assert_would_not_load(
+        "rwkv-vocab.gguf",
+        &[("tokenizer.ggml.model", "rwkv".into())],
+        &[
+            "tokenizer",
+            "unsupported tokenizer model `rwkv`",
+            "tokenizer.ggml.model",
+        ],
+    );
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    // A SentencePiece vocabulary without scores names the missing key.
+    let lines = assert_would_not_load(
         "sentencepiece.gguf",
         &[("tokenizer.ggml.model", "llama".into())],
-        &["tokenizer", "unsupported tokenizer model `llama`"],
+        &["tokenizer", "tokenizer.ggml.scores"],
     );
     assert_eq!(lines.len(), 1, "{lines:?}");
     // The same in JSON: the metadata and the reason, and a failure.
     let out = inspect(
-        "sentencepiece.gguf",
-        &[("tokenizer.ggml.model", "llama".into())],
+        "rwkv-vocab.gguf",
+        &[("tokenizer.ggml.model", "rwkv".into())],
         true,
     );
     assert!(!out.status.success());
     let json: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
-    assert_eq!(json["metadata"]["tokenizer.ggml.model"], "llama");
+    assert_eq!(json["metadata"]["tokenizer.ggml.model"], "rwkv");
     assert_eq!(json["tensors"].as_array().unwrap().len(), 20);
     let problems = json["problems"].as_array().unwrap();
     assert_eq!(problems.len(), 1, "{problems:?}");

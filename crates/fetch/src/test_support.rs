@@ -3,7 +3,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use crate::{FetchError, Fetcher, MODEL_ENV, ModelEnv, SKIP_REAL_MODEL_ENV};
+use crate::{
+    FetchError, FetchableModel, Fetcher, MODEL_ENV, ModelEnv, SKIP_REAL_MODEL_ENV, SMOLLM2_135M,
+};
 
 /// The real model for a test that needs it: `$KINDLE_MODEL` if set, else the default model in
 /// the cache folder ([`ModelEnv::cache_dir`]), fetched if missing (what the fetcher does is
@@ -23,23 +25,57 @@ use crate::{FetchError, Fetcher, MODEL_ENV, ModelEnv, SKIP_REAL_MODEL_ENV};
 /// ```
 pub fn real_model_for_tests() -> Option<PathBuf> {
     static FOUND: OnceLock<PathBuf> = OnceLock::new();
+    if let Some(path) = FOUND
+        .get()
+        .filter(|_| !ModelEnv::from_process().skips_real_model())
+    {
+        return Some(path.clone());
+    }
+    let path = model_for_tests(&SMOLLM2_135M, true)?;
+    Some(FOUND.get_or_init(|| path).clone())
+}
+
+/// A fetchable model for a test that needs it, e.g. [`GEMMA3_270M`](crate::GEMMA3_270M): the
+/// model in the cache folder ([`ModelEnv::cache_dir`]), fetched if missing. `$KINDLE_MODEL`
+/// stands in only for the default model ([`real_model_for_tests`]).
+///
+/// # Panics
+///
+/// As [`real_model_for_tests`]: when the model cannot be found or fetched, with a message
+/// naming where it looked, unless `KINDLE_SKIP_REAL_MODEL=1` is set (then `None`).
+///
+/// ```no_run
+/// let Some(gemma) = kindle_fetch::fetchable_model_for_tests(&kindle_fetch::GEMMA3_270M) else {
+///     return; // KINDLE_SKIP_REAL_MODEL=1
+/// };
+/// assert!(gemma.is_file());
+/// ```
+pub fn fetchable_model_for_tests(model: &FetchableModel) -> Option<PathBuf> {
+    if model == &SMOLLM2_135M {
+        return real_model_for_tests();
+    }
+    model_for_tests(model, false)
+}
+
+/// `model` for a test (`$KINDLE_MODEL` instead when `overridable`), fetched if missing.
+fn model_for_tests(model: &FetchableModel, overridable: bool) -> Option<PathBuf> {
     let env = ModelEnv::from_process();
     if env.skips_real_model() {
         note(&format!(
-            "skipped: this test needs the real model and {SKIP_REAL_MODEL_ENV}=1 is set"
+            "skipped: this test needs {} and {SKIP_REAL_MODEL_ENV}=1 is set",
+            model.name
         ));
         return None;
     }
-    if let Some(path) = FOUND.get() {
-        return Some(path.clone());
-    }
     // Test binaries may fetch at once: each downloads into its own folder and renames its
     // own partial file into place.
-    let found = find_real_model(&env, &mut |dir| {
-        Fetcher::in_dir(dir).ensure(&mut |event| note(&event.to_string()))
+    let found = find_real_model(&env, model, overridable, &mut |dir| {
+        Fetcher::in_dir(dir)
+            .model(model)
+            .ensure(&mut |event| note(&event.to_string()))
     });
     match found {
-        Ok(path) => Some(FOUND.get_or_init(|| path).clone()),
+        Ok(path) => Some(path),
         Err(message) => panic!("{message}"),
     }
 }
@@ -50,17 +86,27 @@ fn note(message: &str) {
     eprintln!("kindle-fetch: {message}"); // tidy: allow(print): test support, see above
 }
 
-/// `$KINDLE_MODEL` when set (it must be a file), else the cache folder's default model as
-/// `ensure` leaves it; the error is the panic message.
+/// `$KINDLE_MODEL` when set and `overridable` (it must be a file), else the cache folder's
+/// `model` as `ensure` leaves it; the error is the panic message.
 fn find_real_model(
     env: &ModelEnv,
+    model: &FetchableModel,
+    overridable: bool,
     ensure: &mut dyn FnMut(&Path) -> Result<PathBuf, FetchError>,
 ) -> Result<PathBuf, String> {
-    let hint = format!(
-        "set {MODEL_ENV} to a GGUF file, or run `cargo xtask fetch-model`; \
-         {SKIP_REAL_MODEL_ENV}=1 skips the tests that need the real model (CI never sets it)"
-    );
-    if let Some(path) = env.model_override() {
+    let hint = if overridable {
+        format!(
+            "set {MODEL_ENV} to a GGUF file, or run `cargo xtask fetch-model`; \
+             {SKIP_REAL_MODEL_ENV}=1 skips the tests that need the real model (CI never sets it)"
+        )
+    } else {
+        format!(
+            "run `cargo xtask fetch-model {}`; {SKIP_REAL_MODEL_ENV}=1 skips the tests that \
+             need the real model (CI never sets it)",
+            model.name
+        )
+    };
+    if let Some(path) = env.model_override().filter(|_| overridable) {
         if path.is_file() {
             return Ok(path);
         }
@@ -70,11 +116,17 @@ fn find_real_model(
         ));
     }
     let (dir, rule) = env.cache_dir_and_rule();
+    let unset = if overridable {
+        format!("{MODEL_ENV} is not set; ")
+    } else {
+        String::new()
+    };
     ensure(&dir).map_err(|error| {
         format!(
-            "this test needs the real model: it is not at {} ({MODEL_ENV} is not set; the \
-             cache folder comes from {rule}) and fetching it failed: {error}; {hint}",
-            dir.join(crate::DEFAULT_FILE_NAME).display()
+            "this test needs the real model {}: it is not at {} ({unset}the cache folder \
+             comes from {rule}) and fetching it failed: {error}; {hint}",
+            model.name,
+            model.path_in(&dir).display()
         )
     })
 }
@@ -95,7 +147,8 @@ mod tests {
             kindle_cache_dir: Some(OsString::from("/c")),
             ..ModelEnv::default()
         };
-        let message = find_real_model(&env, &mut |_| panic!("must not fetch")).unwrap_err();
+        let message = find_real_model(&env, &SMOLLM2_135M, true, &mut |_| panic!("must not fetch"))
+            .unwrap_err();
         assert!(
             message.contains(
                 "KINDLE_MODEL is set to /nonexistent/kindle/model.gguf, which is not a file"
@@ -109,7 +162,7 @@ mod tests {
             ..env
         };
         assert_eq!(
-            find_real_model(&env, &mut |_| panic!("must not fetch")),
+            find_real_model(&env, &SMOLLM2_135M, true, &mut |_| panic!("must not fetch")),
             Ok(file)
         );
     }
@@ -122,7 +175,7 @@ mod tests {
             ..ModelEnv::default()
         };
         let mut asked = Vec::new();
-        let found = find_real_model(&env, &mut |dir| {
+        let found = find_real_model(&env, &SMOLLM2_135M, true, &mut |dir| {
             asked.push(dir.to_path_buf());
             Ok(dir.join("m.gguf"))
         });
@@ -136,7 +189,7 @@ mod tests {
             home: Some(OsString::from("/h")),
             ..ModelEnv::default()
         };
-        let message = find_real_model(&env, &mut fail).unwrap_err();
+        let message = find_real_model(&env, &SMOLLM2_135M, true, &mut fail).unwrap_err();
         assert!(
             message.contains(
                 "it is not at /h/.cache/kindle/models/SmolLM2-135M-Instruct.Q4_1.gguf \

@@ -7,7 +7,7 @@ use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use kindle_gguf::quant::GgmlType;
-use kindle_kernels::{ActivationFormat, QuantMatrix, WeightBytes};
+use kindle_kernels::{ActivationFormat, Kernels, QuantMatrix, WeightBytes};
 
 /// A matrix of pseudo-random blocks with finite scales.
 fn matrix(ty: GgmlType, rows: usize, cols: usize) -> QuantMatrix {
@@ -26,7 +26,7 @@ fn matrix(ty: GgmlType, rows: usize, cols: usize) -> QuantMatrix {
         let b = &mut bytes[start..];
         match ty {
             GgmlType::Q6_K => b[208..210].copy_from_slice(&scale),
-            GgmlType::Q4_1 | GgmlType::Q4_K | GgmlType::Q5_K => {
+            GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => {
                 b[0..2].copy_from_slice(&scale);
                 b[2..4].copy_from_slice(&scale);
             }
@@ -50,11 +50,13 @@ fn bench_product(
         .map(|i| ((i % 97) as f32 - 48.0) / 50.0)
         .collect();
     let mut y = vec![0f32; m * rows];
+    // `KINDLE_THREADS`, else the physical cores.
+    let kernels = Kernels::default();
     let mut group = c.benchmark_group(name);
     group.throughput(Throughput::Bytes(w.n_bytes() as u64));
     for &format in formats {
         group.bench_function(format!("{format:?}"), |b| {
-            b.iter(|| w.matmul_with(black_box(&x), m, &mut y, format))
+            b.iter(|| w.matmul_with(black_box(&x), m, &mut y, format, &kernels))
         });
     }
     group.finish();
@@ -92,6 +94,33 @@ fn kernels(c: &mut Criterion) {
     );
 }
 
+/// Every fast type on the same shapes, both activation formats: the per-byte comparison with
+/// `Q4_1` (`cargo bench -p kindle-kernels --bench kernels -- same_shape`). SmolLM2's and
+/// Gemma-3-270M's FFN down take every type (rows of whole K-quant super-blocks); Gemma's FFN
+/// gate/up (640 columns, not whole super-blocks: the file stores them `Q5_0`) the 32-value
+/// block types.
+fn same_shape(c: &mut Criterion) {
+    use ActivationFormat::{F32, Int8};
+    let legacy = [
+        GgmlType::Q4_1,
+        GgmlType::Q8_0,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+    ];
+    let k = [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K];
+    for (rows, cols) in [(576, 1536), (640, 2048), (2048, 640)] {
+        let types = if cols % 256 == 0 {
+            legacy.iter().chain(&k).copied().collect::<Vec<_>>()
+        } else {
+            legacy.to_vec()
+        };
+        for ty in types {
+            let name = format!("same_shape_{rows}x{cols}_{}", ty.name().to_lowercase());
+            bench_product(c, &name, ty, rows, cols, 1, &[Int8, F32]);
+        }
+    }
+}
+
 fn memory_baseline(c: &mut Criterion) {
     let buffer: Vec<u64> = (0..(256usize << 20) / 8).map(|i| i as u64).collect();
     let mut group = c.benchmark_group("memory_read_256MB");
@@ -112,5 +141,5 @@ fn memory_baseline(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, kernels, memory_baseline);
+criterion_group!(benches, kernels, same_shape, memory_baseline);
 criterion_main!(benches);

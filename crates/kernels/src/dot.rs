@@ -1,7 +1,7 @@
 //! Choosing a kernel for a weight type and applying it to a range of rows.
 
 use super::packed::{self, GROUP, Packing};
-use super::q8::BlockQ8;
+use super::q8::{BlockQ8, RowsQ8K};
 use kindle_gguf::quant::{self, GgmlType};
 
 /// The activations of one product, in the forms the kernels read.
@@ -10,6 +10,13 @@ pub(crate) struct Activations<'a> {
     pub f32: &'a [f32],
     /// `[m, cols / 32]` blocks (empty for an `f32` kernel).
     pub q8: &'a [BlockQ8],
+    /// The scales `d` of [`Activations::q8`], laid out alike.
+    pub q8_d: &'a [f32],
+    /// The sums `s` of [`Activations::q8`], laid out alike.
+    pub q8_s: &'a [f32],
+    /// `[m, cols]` in 256-value blocks, for the kernels that [`Kernel::wants_q8k`] (empty
+    /// otherwise; [`Activations::q8`] is then empty).
+    pub q8k: &'a RowsQ8K,
     /// For the SIMD `f32` kernel of packed `Q4_1`: `f32` with each block's values in
     /// [`Q4_ORDER`], scaled by [`Kernel::q4_scale`] (empty otherwise).
     pub permuted: &'a [f32],
@@ -48,6 +55,11 @@ pub(crate) struct Weights<'a> {
 
 /// Activation rows a group kernel takes at once (each weight block is decoded once for all).
 const MAX_JN: usize = 8;
+
+/// Activation rows a K-quant row kernel takes at once (their partial sums and a sub-block's
+/// decoded weights fill the 16 registers).
+#[cfg(target_arch = "x86_64")]
+const K_MAX_JN: usize = 4;
 
 /// Which instruction set a kernel uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,7 +134,10 @@ impl Kernel {
 
     /// As [`Kernel::select`], with a given instruction set (tests compare them).
     pub fn select_simd(ty: GgmlType, format: super::ActivationFormat, simd: Simd) -> Self {
-        let int8_type = matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0);
+        let int8_type = matches!(
+            ty,
+            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q5_1
+        ) || (k_quant(ty) && simd.any());
         if format == super::ActivationFormat::Int8 && int8_type {
             Kernel::Int8 { ty, simd }
         } else {
@@ -135,9 +150,48 @@ impl Kernel {
         matches!(self, Kernel::Int8 { .. })
     }
 
+    /// Whether the kernel reads [`Activations::q8k`] instead of [`Activations::q8`]: the SIMD
+    /// 8-bit `Q4_K`/`Q5_K` kernels.
+    pub fn wants_q8k(self) -> bool {
+        matches!(
+            self,
+            Kernel::Int8 {
+                ty: GgmlType::Q4_K | GgmlType::Q5_K,
+                simd
+            } if simd.any()
+        )
+    }
+
     /// Whether the kernel reads [`Activations::permuted`] and [`Activations::block_sums`].
     pub fn wants_permuted(self, packed: bool) -> bool {
-        matches!(self, Kernel::F32 { ty: GgmlType::Q4_1, simd } if packed && simd.any())
+        match self {
+            Kernel::F32 {
+                ty: GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1,
+                simd,
+            } => packed && simd.any(),
+            Kernel::F32 { ty, simd } => k_quant(ty) && simd.any(),
+            Kernel::Int8 { .. } => false,
+        }
+    }
+
+    /// The order and scaling of each 32-value block of [`Activations::permuted`], and the
+    /// values per sum in [`Activations::block_sums`], for a kernel that
+    /// [`wants_permuted`](Kernel::wants_permuted).
+    pub fn permutation(self) -> ([usize; 32], [f32; 32], usize) {
+        #[cfg(target_arch = "x86_64")]
+        if let Kernel::F32 { ty, .. } = self
+            && q5(ty)
+        {
+            return (super::x86_q5::Q5_ORDER, super::x86_q5::Q5_SCALE, 32);
+        }
+        #[cfg(target_arch = "x86_64")]
+        if let Kernel::F32 { ty, .. } = self
+            && k_quant(ty)
+        {
+            let width = if ty == GgmlType::Q6_K { 16 } else { 32 };
+            return (super::x86_k::K_ORDER, super::x86_k::K_SCALE, width);
+        }
+        (Q4_ORDER, self.q4_scale(), 32)
     }
 
     /// The factors by which the SIMD `f32` group kernel of `Q4_1` needs each position of a
@@ -177,6 +231,10 @@ impl Kernel {
                 r += GROUP;
             }
         }
+        #[cfg(target_arch = "x86_64")]
+        if self.k_rows(w, acts, r, end, &mut out[(r - start) * m..]) {
+            return;
+        }
         let mut buf = Vec::new();
         for r in r..end {
             let row = &w.data[r * w.row_bytes..(r + 1) * w.row_bytes];
@@ -192,6 +250,103 @@ impl Kernel {
                 }
             } else {
                 self.row(row, acts, out);
+            }
+        }
+    }
+
+    /// Rows `start..end` of a K-quant matrix (plain GGUF rows) with the SIMD kernels of
+    /// `x86_k.rs`, `out[(r - start) * m + j]`; false (nothing written) for other types or
+    /// without SIMD.
+    #[cfg(target_arch = "x86_64")]
+    fn k_rows(
+        self,
+        w: &Weights,
+        acts: &Activations,
+        start: usize,
+        end: usize,
+        out: &mut [f32],
+    ) -> bool {
+        let (Kernel::Int8 { ty, simd } | Kernel::F32 { ty, simd }) = self;
+        if !k_quant(ty) || !simd.any() {
+            return false;
+        }
+        let m = acts.m;
+        for r in start..end {
+            let row = &w.data[r * w.row_bytes..(r + 1) * w.row_bytes];
+            let out = &mut out[(r - start) * m..(r - start + 1) * m];
+            let mut j = 0;
+            while j < m {
+                let jn = (m - j).min(K_MAX_JN);
+                let o = &mut out[j..j + jn];
+                // SAFETY: a SIMD level is only chosen when AVX2, FMA and F16C were detected;
+                // `row` is whole super-blocks and every activation row as long.
+                unsafe {
+                    match jn {
+                        1 => self.k_row_jn::<1>(ty, row, acts, j, o),
+                        2 => self.k_row_jn::<2>(ty, row, acts, j, o),
+                        3 => self.k_row_jn::<3>(ty, row, acts, j, o),
+                        _ => self.k_row_jn::<4>(ty, row, acts, j, o),
+                    }
+                }
+                j += jn;
+            }
+        }
+        true
+    }
+
+    /// One K-quant row times activation rows `j0..j0 + JN`.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `row` is whole super-blocks of `ty`.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn k_row_jn<const JN: usize>(
+        self,
+        ty: GgmlType,
+        row: &[u8],
+        acts: &Activations,
+        j0: usize,
+        out: &mut [f32],
+    ) {
+        use super::x86_k as k;
+        let (cols, nb) = (acts.cols, acts.cols / 32);
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            if self.wants_q8k() {
+                let q = acts.q8k;
+                let ys = k::Q8KRows::<JN> {
+                    qs: std::array::from_fn(|jj| q.qs[(j0 + jj) * cols..].as_ptr()),
+                    d: std::array::from_fn(|jj| q.d[(j0 + jj) * (cols / 256)..].as_ptr()),
+                    bsums: std::array::from_fn(|jj| q.bsums[(j0 + jj) * (cols / 16)..].as_ptr()),
+                };
+                match ty {
+                    GgmlType::Q4_K => k::q45_k_q8k::<JN, false>(row, &ys, out),
+                    _ => k::q45_k_q8k::<JN, true>(row, &ys, out),
+                }
+                return;
+            }
+            if self.int8() {
+                let rows = |v: &'_ [f32]| -> [*const f32; JN] {
+                    std::array::from_fn(|jj| v[(j0 + jj) * nb..].as_ptr())
+                };
+                let ys = k::Q8Rows {
+                    blocks: std::array::from_fn(|jj| &acts.q8[(j0 + jj) * nb..(j0 + jj + 1) * nb]),
+                    d: rows(acts.q8_d),
+                    s: rows(acts.q8_s),
+                };
+                // Q6_K (Q4_K and Q5_K read `Q8_K` rows, above).
+                k::q6_k_q8::<JN, _>(row, ys, out);
+                return;
+            }
+            let xs: [&[f32]; JN] =
+                std::array::from_fn(|jj| &acts.permuted[(j0 + jj) * cols..(j0 + jj + 1) * cols]);
+            let per_row = acts.block_sums.len() / acts.m;
+            let sums: [&[f32]; JN] = std::array::from_fn(|jj| {
+                &acts.block_sums[(j0 + jj) * per_row..(j0 + jj + 1) * per_row]
+            });
+            match ty {
+                GgmlType::Q4_K => k::q45_k_f32::<JN, false>(row, xs, sums, out),
+                GgmlType::Q5_K => k::q45_k_f32::<JN, true>(row, xs, sums, out),
+                _ => k::q6_k_f32::<JN>(row, xs, sums, out),
             }
         }
     }
@@ -284,6 +439,7 @@ impl Kernel {
         res: &mut [[f32; 8]; MAX_JN],
     ) {
         use super::x86::{avx2, avx512, vnni};
+        use super::x86_q5;
         let out: &mut [[f32; 8]; JN] = (&mut res[..JN]).try_into().expect("JN <= MAX_JN");
         let cols = acts.cols;
         let f32_rows: [&[f32]; JN] =
@@ -291,6 +447,36 @@ impl Kernel {
         // SAFETY: forwarded from the caller.
         unsafe {
             match (self, simd) {
+                (Kernel::Int8 { .. }, _) if q5(ty) => {
+                    let rows = |v: &'_ [f32]| -> [*const f32; JN] {
+                        std::array::from_fn(|jj| v[(j0 + jj) * nb..].as_ptr())
+                    };
+                    let ys = super::x86_k::Q8Rows {
+                        blocks: std::array::from_fn(|jj| {
+                            &acts.q8[(j0 + jj) * nb..(j0 + jj + 1) * nb]
+                        }),
+                        d: rows(acts.q8_d),
+                        s: rows(acts.q8_s),
+                    };
+                    if ty == GgmlType::Q5_0 {
+                        x86_q5::q5_q8::<JN, false, _>(w, nb, &ys, out)
+                    } else {
+                        x86_q5::q5_q8::<JN, true, _>(w, nb, &ys, out)
+                    }
+                }
+                (Kernel::F32 { .. }, _) if q5(ty) => {
+                    let xs: [&[f32]; JN] = std::array::from_fn(|jj| {
+                        &acts.permuted[(j0 + jj) * cols..(j0 + jj + 1) * cols]
+                    });
+                    let sums: [&[f32]; JN] = std::array::from_fn(|jj| {
+                        &acts.block_sums[(j0 + jj) * nb..(j0 + jj + 1) * nb]
+                    });
+                    if ty == GgmlType::Q5_0 {
+                        x86_q5::q5_f32::<JN, false>(w, nb, xs, sums, out)
+                    } else {
+                        x86_q5::q5_f32::<JN, true>(w, nb, xs, sums, out)
+                    }
+                }
                 (Kernel::Int8 { .. }, _) => {
                     let ys: [&[BlockQ8]; JN] =
                         std::array::from_fn(|jj| &acts.q8[(j0 + jj) * nb..(j0 + jj + 1) * nb]);
@@ -326,6 +512,16 @@ impl Kernel {
     }
 }
 
+/// Whether `ty` is a K-quant with SIMD kernels (`x86_k.rs`), in `f32` and 8-bit activations.
+fn k_quant(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K)
+}
+
+/// Whether `ty` is `Q5_0` or `Q5_1` (packed; SIMD group kernels in `x86_q5.rs`).
+fn q5(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q5_0 | GgmlType::Q5_1)
+}
+
 /// Whether `ty` has a fused dequantise-and-multiply `f32` kernel.
 fn fused_f32(ty: GgmlType) -> bool {
     matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0)
@@ -335,7 +531,7 @@ fn fused_f32(ty: GgmlType) -> bool {
 #[inline]
 fn dot_q8(ty: GgmlType, simd: Simd, row: &[u8], y: &[BlockQ8]) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if simd.any() {
+    if simd.any() && !q5(ty) {
         // SAFETY: a SIMD level is only chosen when AVX2, FMA and F16C were detected.
         unsafe {
             return match ty {
@@ -346,9 +542,12 @@ fn dot_q8(ty: GgmlType, simd: Simd, row: &[u8], y: &[BlockQ8]) -> f32 {
         }
     }
     let _ = simd;
+    // Q5 rows met here are the `rows % 8` left outside the packed groups (or no SIMD).
     match ty {
         GgmlType::Q4_0 => scalar::dot_q4_0_q8(row, y),
         GgmlType::Q4_1 => scalar::dot_q4_1_q8(row, y),
+        GgmlType::Q5_0 => scalar::dot_q5_q8::<false>(row, y),
+        GgmlType::Q5_1 => scalar::dot_q5_q8::<true>(row, y),
         _ => scalar::dot_q8_0_q8(row, y),
     }
 }
@@ -357,7 +556,7 @@ fn dot_q8(ty: GgmlType, simd: Simd, row: &[u8], y: &[BlockQ8]) -> f32 {
 #[inline]
 fn dot_fused_f32(ty: GgmlType, simd: Simd, row: &[u8], x: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if simd.any() {
+    if simd.any() && fused_f32(ty) {
         // SAFETY: a SIMD level is only chosen when AVX2, FMA and F16C were detected.
         unsafe {
             return match ty {
@@ -437,6 +636,30 @@ pub(crate) mod scalar {
                 .map(|(&w, &v)| i32::from(w as i8) * i32::from(v))
                 .sum();
             sum += d * y.d * isum as f32;
+        }
+        sum
+    }
+
+    /// `Q5_0` (`ONE` false: `m = -16 d`) or `Q5_1` row times 8-bit activations.
+    pub fn dot_q5_q8<const ONE: bool>(row: &[u8], y: &[BlockQ8]) -> f32 {
+        let bytes = if ONE { 24 } else { 22 };
+        let mut sum = 0f32;
+        for (b, y) in row.chunks_exact(bytes).zip(y) {
+            let d = f16(b[0], b[1]);
+            let (m, f) = if ONE {
+                (f16(b[2], b[3]), 4)
+            } else {
+                (-16.0 * d, 2)
+            };
+            let qh = u32::from_le_bytes([b[f], b[f + 1], b[f + 2], b[f + 3]]);
+            let mut isum = 0i32;
+            for j in 0..16 {
+                let q = b[f + 4 + j];
+                let lo = i32::from(q & 0x0F) | (((qh >> j) & 1) << 4) as i32;
+                let hi = i32::from(q >> 4) | (((qh >> (j + 16)) & 1) << 4) as i32;
+                isum += lo * i32::from(y.qs[j]) + hi * i32::from(y.qs[j + 16]);
+            }
+            sum += d * y.d * isum as f32 + m * y.s;
         }
         sum
     }

@@ -1,13 +1,14 @@
 //! CPU matrix kernels over GGUF quantized weights.
 //!
 //! A [`QuantMatrix`] is a weight of `rows` output features, each row `cols` input values stored
-//! as whole GGUF blocks (`Q4_0`, `Q4_1`, `Q8_0`, `Q4_K`, `Q5_K`, `Q6_K`, or plain `F32`/`F16`).
+//! as whole GGUF blocks (`Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0`, `Q4_K`, `Q5_K`, `Q6_K`, or plain
+//! `F32`/`F16`).
 //! [`QuantMatrix::matmul`] computes `y[m, rows] = x[m, cols] W^T` without ever materialising
 //! `W` in `f32`: decode (`m = 1`) is a matrix-vector product bound by how fast the weight
 //! bytes stream from memory (or, for the `f32` kernels, by the vector pipes), so reading
 //! 4.5-bit blocks instead of 32-bit floats is the win.
 //!
-//! `Q4_1` and `Q8_0` matrices (SmolLM2's types) are repacked once at load into groups of eight
+//! `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0` matrices are repacked once at load into groups of eight
 //! rows interleaved block column by block column (see `packed.rs`): the same bytes, moved, so
 //! that one load gives eight rows' `f16` scales and eight rows' dot products land in the lanes
 //! of one vector. The file's pages are then released, so resident memory stays near the file
@@ -19,16 +20,20 @@
 //! - [`ActivationFormat::Int8`] (llama.cpp's scheme): each activation row is quantized to 8
 //!   bits per 32-value block with an `f32` scale, and a weight block times an activation
 //!   block is an integer dot product (AVX-VNNI `vpdpbusd`, or AVX2 `maddubs`), scaled once per
-//!   block. Used for `Q4_0`, `Q4_1` and `Q8_0`; other types fall back to the `f32` path.
+//!   block. Used for `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0` and (with AVX2) `Q4_K`, `Q5_K`,
+//!   `Q6_K`; other
+//!   types fall back to the `f32` path.
 //!
 //! Kernels are chosen at run time: AVX-512 (`f32` group kernels), AVX-VNNI, AVX2 + FMA +
 //! F16C, or portable Rust. The work is split over output rows between the threads of a small
-//! persistent pool (see [`set_num_threads`]). For `m > 1` a group kernel decodes each weight
+//! persistent pool. The activation format and the thread count are not process-wide: a
+//! [`Kernels`] handle (made from [`KernelOptions`]) carries them, and every product is given
+//! one, so two models can run with different settings. For `m > 1` a group kernel decodes each weight
 //! block once for up to eight activation rows, with the same arithmetic per output as for
 //! `m = 1`: a row's result does not depend on the batch it was computed in.
 //!
 //! ```
-//! use kindle_kernels::{QuantMatrix, WeightBytes};
+//! use kindle_kernels::{KernelOptions, Kernels, QuantMatrix, WeightBytes};
 //! use kindle_gguf::quant::GgmlType;
 //!
 //! // A 2 x 32 Q8_0 matrix: each row is one block (f16 scale 1.0, then 32 signed quants).
@@ -40,10 +45,12 @@
 //! let w = QuantMatrix::new(GgmlType::Q8_0, 2, 32, WeightBytes::owned(bytes)).unwrap();
 //! let x = vec![0.5f32; 32];
 //! let mut y = vec![0.0; 2];
-//! w.matmul(&x, 1, &mut y);
+//! let kernels = Kernels::new(KernelOptions::threads(1));
+//! w.matmul(&x, 1, &mut y, &kernels);
 //! assert!((y[0] - 16.0).abs() < 0.1 && (y[1] - 32.0).abs() < 0.2);
 //! ```
 
+mod config;
 mod dot;
 mod packed;
 mod pool;
@@ -52,6 +59,10 @@ mod q8;
 mod tests;
 #[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+mod x86_k;
+#[cfg(target_arch = "x86_64")]
+mod x86_q5;
 
 use std::fmt;
 use std::sync::Arc;
@@ -61,7 +72,8 @@ use thiserror::Error;
 use kindle_gguf::quant::GgmlType;
 use kindle_gguf::{GgufFile, SharedBytes, TensorInfo};
 
-pub use pool::{default_threads, num_threads, set_num_threads};
+pub use config::{KernelOptions, Kernels};
+pub use pool::default_threads;
 
 /// The SIMD level the kernels run with on this CPU, for people: `AVX-512`, `AVX-VNNI`,
 /// `AVX2/FMA` or `portable scalar`.
@@ -123,25 +135,6 @@ pub enum ActivationFormat {
     F32,
 }
 
-static ACTIVATION_FORMAT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
-
-/// Choose the activation format [`QuantMatrix::matmul`] uses from now on (process-wide).
-pub fn set_activation_format(format: ActivationFormat) {
-    let code = match format {
-        ActivationFormat::F32 => 0,
-        ActivationFormat::Int8 => 1,
-    };
-    ACTIVATION_FORMAT.store(code, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// The activation format [`QuantMatrix::matmul`] uses (default [`ActivationFormat::F32`]).
-pub fn activation_format() -> ActivationFormat {
-    match ACTIVATION_FORMAT.load(std::sync::atomic::Ordering::Relaxed) {
-        1 => ActivationFormat::Int8,
-        _ => ActivationFormat::F32,
-    }
-}
-
 /// The bytes of a weight: a range of a (memory-mapped) GGUF file or an owned buffer.
 #[derive(Clone)]
 pub enum WeightBytes {
@@ -179,7 +172,10 @@ impl fmt::Debug for WeightBytes {
 /// Whether `ty` has a matrix kernel.
 pub fn supports(ty: GgmlType) -> bool {
     use GgmlType::*;
-    matches!(ty, F32 | F16 | Q4_0 | Q4_1 | Q8_0 | Q4_K | Q5_K | Q6_K)
+    matches!(
+        ty,
+        F32 | F16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q5_K | Q6_K
+    )
 }
 
 /// A weight matrix `[rows, cols]` (rows are output features) kept in its GGUF encoding.
@@ -190,14 +186,15 @@ pub struct QuantMatrix {
     cols: usize,
     row_bytes: usize,
     data: WeightBytes,
-    /// For `Q4_1` and `Q8_0`: `data` is in the interleaved layout of [`packed`].
+    /// For `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0`: `data` is in the interleaved layout of [`packed`].
     packing: Option<packed::Packing>,
 }
 
 impl QuantMatrix {
     /// A matrix of `rows` rows of `cols` values of type `ty`, stored row after row in `data`.
     ///
-    /// `Q4_1` and `Q8_0` data is copied into the interleaved layout the group kernels read
+    /// `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0` data is copied into the interleaved layout the group
+    /// kernels read
     /// (and a mapped range's pages are released: it is not read again); other types keep
     /// `data` as it is.
     pub fn new(
@@ -251,7 +248,7 @@ impl QuantMatrix {
     }
 
     /// The 2-D tensor `info` of `file` (GGUF dims `[cols, rows]`): its bytes read in place,
-    /// or for `Q4_1`/`Q8_0` repacked (see [`QuantMatrix::new`]).
+    /// or for `Q4_1`/`Q5_0`/`Q5_1`/`Q8_0` repacked (see [`QuantMatrix::new`]).
     pub fn from_gguf(file: &GgufFile, info: &TensorInfo) -> Result<Self, KernelError> {
         let (rows, cols) = info.shape_rows_cols();
         let (rows, cols) = (
@@ -320,29 +317,49 @@ impl QuantMatrix {
         kindle_gguf::quant::dequantize(self.ty, row, out).expect("shape checked at construction");
     }
 
-    /// `out[m, rows] = x[m, cols] W^T` with the process-wide [`activation_format`].
+    /// `out[m, rows] = x[m, cols] W^T` with `kernels`' activation format, on its threads.
     ///
     /// # Panics
     /// If `x.len() != m * cols` or `out.len() != m * rows`.
-    pub fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) {
-        self.matmul_with(x, m, out, activation_format());
+    pub fn matmul(&self, x: &[f32], m: usize, out: &mut [f32], kernels: &Kernels) {
+        self.matmul_with(x, m, out, kernels.activations(), kernels);
     }
 
-    /// `out[m, rows] = x[m, cols] W^T` with activations in `format`.
+    /// `out[m, rows] = x[m, cols] W^T` with activations in `format` (whatever `kernels`'
+    /// format), on `kernels`' threads.
     ///
     /// # Panics
     /// If `x.len() != m * cols` or `out.len() != m * rows`.
-    pub fn matmul_with(&self, x: &[f32], m: usize, out: &mut [f32], format: ActivationFormat) {
-        self.matmul_kernel(x, m, out, dot::Kernel::select(self.ty, format));
+    pub fn matmul_with(
+        &self,
+        x: &[f32],
+        m: usize,
+        out: &mut [f32],
+        format: ActivationFormat,
+        kernels: &Kernels,
+    ) {
+        let kernel = dot::Kernel::select(self.ty, format);
+        self.matmul_kernel(x, m, out, kernel, kernels.pool());
     }
 
-    fn matmul_kernel(&self, x: &[f32], m: usize, out: &mut [f32], kernel: dot::Kernel) {
+    fn matmul_kernel(
+        &self,
+        x: &[f32],
+        m: usize,
+        out: &mut [f32],
+        kernel: dot::Kernel,
+        pool: &pool::Pool,
+    ) {
         assert_eq!(x.len(), m * self.cols, "activation length");
         assert_eq!(out.len(), m * self.rows, "output length");
         if m == 0 || self.rows == 0 {
             return;
         }
-        let q8: Vec<BlockQ8> = if kernel.int8() {
+        let mut q8k = q8::RowsQ8K::default();
+        if kernel.wants_q8k() {
+            x.chunks_exact(self.cols).for_each(|row| q8k.push(row));
+        }
+        let q8: Vec<BlockQ8> = if kernel.int8() && !kernel.wants_q8k() {
             x.chunks_exact(self.cols)
                 .flat_map(quantize_row_q8)
                 .collect()
@@ -350,12 +367,12 @@ impl QuantMatrix {
             Vec::new()
         };
         let (permuted, block_sums) = if kernel.wants_permuted(self.packing.is_some()) {
-            let scale = kernel.q4_scale();
+            let (order, scale, width) = kernel.permutation();
             let permuted: Vec<f32> = x
                 .chunks_exact(32)
-                .flat_map(|b| std::array::from_fn::<f32, 32, _>(|k| b[dot::Q4_ORDER[k]] * scale[k]))
+                .flat_map(|b| std::array::from_fn::<f32, 32, _>(|k| b[order[k]] * scale[k]))
                 .collect();
-            let sums = x.chunks_exact(32).map(|b| b.iter().sum()).collect();
+            let sums = x.chunks_exact(width).map(|b| b.iter().sum()).collect();
             (permuted, sums)
         } else {
             (Vec::new(), Vec::new())
@@ -363,6 +380,9 @@ impl QuantMatrix {
         let acts = dot::Activations {
             f32: x,
             q8: &q8,
+            q8_d: &q8.iter().map(|b| b.d).collect::<Vec<_>>(),
+            q8_s: &q8.iter().map(|b| b.s).collect::<Vec<_>>(),
+            q8k: &q8k,
             permuted: &permuted,
             block_sums: &block_sums,
             cols: self.cols,
@@ -374,7 +394,7 @@ impl QuantMatrix {
             row_bytes: self.row_bytes,
             packing: self.packing,
         };
-        let threads = pool::num_threads().max(1);
+        let threads = pool.threads();
         // One contiguous range of rows per thread (each keeping at least a few thousand
         // multiply-adds, and whole row groups). The pool hands tasks to whichever thread gets
         // there first, so a worker the OS has descheduled costs at most the task it holds:
@@ -418,14 +438,15 @@ impl QuantMatrix {
                 }
             }
         };
-        pool::run(n_tasks, &work);
+        pool.run(n_tasks, &work);
     }
 
-    /// The whole matrix dequantised to `f32`, `[rows, cols]` row-major (rows split over the
-    /// pool's threads).
-    pub fn dequantize_all(&self) -> Vec<f32> {
+    /// The whole matrix dequantised to `f32`, `[rows, cols]` row-major (rows split over
+    /// `kernels`' threads).
+    pub fn dequantize_all(&self, kernels: &Kernels) -> Vec<f32> {
         let mut out = vec![0f32; self.rows * self.cols];
-        let threads = pool::num_threads().max(1);
+        let pool = kernels.pool();
+        let threads = pool.threads();
         let per_task = self.rows.div_ceil(threads).max(1);
         let ptr = SyncPtr(out.as_mut_ptr());
         let work = |task: usize| {
@@ -440,7 +461,7 @@ impl QuantMatrix {
                 self.dequantize_row_with(r, row, &mut scratch);
             }
         };
-        pool::run(self.rows.div_ceil(per_task), &work);
+        pool.run(self.rows.div_ceil(per_task), &work);
         out
     }
 

@@ -1,4 +1,5 @@
-//! The load-time layout of `Q4_1` and `Q8_0` matrices: rows interleaved in groups of eight.
+//! The load-time layout of `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0` matrices: rows interleaved in
+//! groups of eight.
 //!
 //! A GGUF row stores its blocks one after another, each block with its own `f16` scale. A
 //! kernel that walks one row at a time must convert one scale per block with scalar code and
@@ -11,7 +12,14 @@
 //!   [d of rows P[0..8], f16 x 8] [m of rows P[0..8], f16 x 8] [qs of row 0] ... [qs of row 7]
 //! for Q8_0 (272 bytes = 8 blocks of 34):
 //!   [d of rows P[0..8], f16 x 8] [qs of row 0] ... [qs of row 7]
+//! for Q5_0 (176 bytes = 8 blocks of 22) and Q5_1 (192 = 8 x 24, with the m row):
+//!   [d of rows P[0..8]] ([m of rows P[0..8]]) [fifth bits of the 8 rows, 32 bytes] [qs of row 0] ...
 //! ```
+//!
+//! The fifth bits (each row's `qh`, 32 bits) are transposed so that the kernels get each
+//! vector's 32 fifth bits at bit 4 of its bytes with one shift: bit `b` of byte `16 L + i` is
+//! the fifth bit of value `i + 16 h` of row `2 k + L`, where `b = 4 + k` for `h = 0` and
+//! `b = 3 - k` for `h = 1` (see [`q5_bit`]).
 //!
 //! The scales are stored in the lane order [`LANE_ROWS`] (`P`) in which the kernels' pairwise
 //! horizontal adds leave the rows. The groups follow each other (each `nb` block columns
@@ -29,12 +37,31 @@ pub(crate) const LANE_ROWS: [usize; GROUP] = [0, 2, 4, 6, 1, 3, 5, 7];
 
 /// Whether matrices of `ty` are stored interleaved.
 pub(crate) fn packs(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q4_1 | GgmlType::Q8_0)
+    use GgmlType::*;
+    matches!(ty, Q4_1 | Q8_0 | Q5_0 | Q5_1)
 }
 
-/// Bytes of scales at the start of a group's block column (`d`, and `m` for `Q4_1`).
+/// `f16` fields at the start of a block: `d`, and `m` for `Q4_1`/`Q5_1`.
+fn f16_fields(ty: GgmlType) -> usize {
+    if matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1) {
+        2
+    } else {
+        1
+    }
+}
+
+/// Bytes of fifth bits (`qh`) in a block: 4 for `Q5_0`/`Q5_1`.
+fn qh_bytes(ty: GgmlType) -> usize {
+    if matches!(ty, GgmlType::Q5_0 | GgmlType::Q5_1) {
+        4
+    } else {
+        0
+    }
+}
+
+/// Bytes of scales at the start of a group's block column (`d`, and `m` for `Q4_1`/`Q5_1`).
 pub(crate) fn scale_bytes(ty: GgmlType) -> usize {
-    if ty == GgmlType::Q4_1 { 32 } else { 16 }
+    16 * f16_fields(ty)
 }
 
 /// Where the parts of a packed matrix lie.
@@ -74,11 +101,15 @@ impl Packing {
         let column = g * self.group_bytes() + b * GROUP * self.block_bytes;
         let lane = LANE_ROWS.iter().position(|&row| row == i).unwrap_or(0);
         let scales = scale_bytes(ty);
-        let qs_len = self.block_bytes - scales / GROUP;
+        let qh_len = qh_bytes(ty);
+        let qs_len = self.block_bytes - scales / GROUP - qh_len;
         BlockParts {
             d: column + 2 * lane,
             m: column + 16 + 2 * lane,
-            qs: column + scales + i * qs_len,
+            qh: column + scales,
+            qh_len,
+            i,
+            qs: column + scales + GROUP * qh_len + i * qs_len,
             qs_len,
         }
     }
@@ -87,8 +118,58 @@ impl Packing {
 struct BlockParts {
     d: usize,
     m: usize,
+    /// For `Q5_0`/`Q5_1`: the block column's 32 bytes of transposed fifth bits.
+    qh: usize,
+    qh_len: usize,
+    /// The row within its group.
+    i: usize,
     qs: usize,
     qs_len: usize,
+}
+
+/// Where the fifth bit of value `v` of row `i` (of its group) lies in a block column's 32
+/// bytes of fifth bits: `(byte, bit)` (see the module docs).
+pub(crate) fn q5_bit(i: usize, v: usize) -> (usize, u32) {
+    let (k, lane) = (i / 2, i % 2);
+    let bit = if v < 16 { 4 + k } else { 3 - k };
+    (16 * lane + v % 16, bit as u32)
+}
+
+impl BlockParts {
+    /// Copy one GGUF block `src` into its places in `out`.
+    fn put(&self, ty: GgmlType, src: &[u8], out: &mut [u8]) {
+        out[self.d..self.d + 2].copy_from_slice(&src[0..2]);
+        let f = 2 * f16_fields(ty);
+        if f == 4 {
+            out[self.m..self.m + 2].copy_from_slice(&src[2..4]);
+        }
+        if self.qh_len == 4 {
+            let qh = u32::from_le_bytes([src[f], src[f + 1], src[f + 2], src[f + 3]]);
+            for v in 0..32 {
+                let (byte, bit) = q5_bit(self.i, v);
+                out[self.qh + byte] |= (((qh >> v) & 1) as u8) << bit;
+            }
+        }
+        out[self.qs..self.qs + self.qs_len].copy_from_slice(&src[f + self.qh_len..]);
+    }
+
+    /// The GGUF block back from `data` into `dst`.
+    fn get(&self, ty: GgmlType, data: &[u8], dst: &mut [u8]) {
+        dst[0..2].copy_from_slice(&data[self.d..self.d + 2]);
+        let f = 2 * f16_fields(ty);
+        if f == 4 {
+            dst[2..4].copy_from_slice(&data[self.m..self.m + 2]);
+        }
+        if self.qh_len == 4 {
+            let mut qh = 0u32;
+            for v in 0..32 {
+                let (byte, bit) = q5_bit(self.i, v);
+                qh |= u32::from((data[self.qh + byte] >> bit) & 1) << v;
+            }
+            dst[f..f + 4].copy_from_slice(&qh.to_le_bytes());
+        }
+        dst[f + self.qh_len..].copy_from_slice(&data[self.qs..self.qs + self.qs_len]);
+    }
 }
 
 /// Rows packed between two calls of `consumed` in [`pack_releasing`] (a multiple of [`GROUP`]).
@@ -117,15 +198,7 @@ pub(crate) fn pack_releasing(
         }
         for b in 0..p.nb {
             let src = &data[r * row_bytes + b * p.block_bytes..][..p.block_bytes];
-            let parts = p.block_parts(ty, r, b);
-            out[parts.d..parts.d + 2].copy_from_slice(&src[0..2]);
-            let qs_start = if ty == GgmlType::Q4_1 {
-                out[parts.m..parts.m + 2].copy_from_slice(&src[2..4]);
-                4
-            } else {
-                2
-            };
-            out[parts.qs..parts.qs + parts.qs_len].copy_from_slice(&src[qs_start..]);
+            p.block_parts(ty, r, b).put(ty, src, &mut out);
         }
     }
     let tail = p.grouped_rows * row_bytes;
@@ -144,15 +217,7 @@ pub(crate) fn unpack_row(ty: GgmlType, p: &Packing, data: &[u8], r: usize, out: 
         return;
     }
     for (b, dst) in out.chunks_exact_mut(p.block_bytes).enumerate() {
-        let parts = p.block_parts(ty, r, b);
-        dst[0..2].copy_from_slice(&data[parts.d..parts.d + 2]);
-        let qs_start = if ty == GgmlType::Q4_1 {
-            dst[2..4].copy_from_slice(&data[parts.m..parts.m + 2]);
-            4
-        } else {
-            2
-        };
-        dst[qs_start..].copy_from_slice(&data[parts.qs..parts.qs + parts.qs_len]);
+        p.block_parts(ty, r, b).get(ty, data, dst);
     }
 }
 
@@ -164,7 +229,12 @@ mod tests {
     /// to its original bytes (across chunk boundaries and the unpacked rows left over).
     #[test]
     fn packing_releases_in_order_and_round_trips() {
-        for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
+        for ty in [
+            GgmlType::Q4_1,
+            GgmlType::Q8_0,
+            GgmlType::Q5_0,
+            GgmlType::Q5_1,
+        ] {
             let (rows, cols) = (2 * CHUNK_ROWS + 13, 64);
             let row_bytes = cols / ty.block_size() * ty.type_size();
             let mut state = 0x9e37_79b9_u32;

@@ -9,7 +9,7 @@
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -47,8 +47,8 @@ unsafe impl Sync for Shared {}
 // SAFETY: as above; the raw job pointer is only dereferenced under that protocol.
 unsafe impl Send for Shared {}
 
-/// A fixed set of worker threads plus the calling thread.
-struct Pool {
+/// A fixed set of worker threads plus the calling thread (see [`shared`]).
+pub(crate) struct Pool {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
     run_lock: Mutex<()>,
@@ -81,11 +81,13 @@ impl Pool {
         }
     }
 
-    fn threads(&self) -> usize {
+    /// Threads, the caller included.
+    pub(crate) fn threads(&self) -> usize {
         self.workers.len() + 1
     }
 
-    fn run(&self, n_tasks: usize, job: &Job<'_>) {
+    /// Run `job(i)` for every `i` in `0..n_tasks`, returning when all are done.
+    pub(crate) fn run(&self, n_tasks: usize, job: &Job<'_>) {
         if n_tasks <= 1 || self.workers.is_empty() || n_tasks as u64 > INDEX_MASK {
             (0..n_tasks).for_each(job);
             return;
@@ -202,14 +204,27 @@ impl Drop for Pool {
     }
 }
 
-fn global() -> &'static Mutex<Option<Arc<Pool>>> {
-    static POOL: OnceLock<Mutex<Option<Arc<Pool>>>> = OnceLock::new();
-    POOL.get_or_init(|| Mutex::new(None))
-}
-
-fn current() -> Arc<Pool> {
-    let mut pool = global().lock().unwrap_or_else(|e| e.into_inner());
-    Arc::clone(pool.get_or_insert_with(|| Arc::new(Pool::new(default_threads()))))
+/// A pool of `threads` threads (at least 1), shared with every other live handle asking for
+/// the same number: models loaded with the same thread count use one set of workers, and a
+/// pool's workers end when its last handle is dropped.
+pub(crate) fn shared(threads: usize) -> Arc<Pool> {
+    static POOLS: OnceLock<Mutex<Vec<(usize, Weak<Pool>)>>> = OnceLock::new();
+    let threads = threads.max(1);
+    let mut pools = POOLS
+        .get_or_init(|| Mutex::new(Vec::new()))
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    pools.retain(|(_, pool)| pool.strong_count() > 0);
+    if let Some(pool) = pools
+        .iter()
+        .filter(|&&(n, _)| n == threads)
+        .find_map(|(_, pool)| pool.upgrade())
+    {
+        return pool;
+    }
+    let pool = Arc::new(Pool::new(threads));
+    pools.push((threads, Arc::downgrade(&pool)));
+    pool
 }
 
 /// `KINDLE_THREADS` when set, else the physical cores (distinct `(package, core)` pairs in
@@ -238,21 +253,4 @@ pub fn default_threads() -> usize {
         }
     }
     logical
-}
-
-/// Use `n` threads (at least 1; the calling thread is one of them) for the kernels from now on.
-pub fn set_num_threads(n: usize) {
-    let pool = Arc::new(Pool::new(n.max(1)));
-    *global().lock().unwrap_or_else(|e| e.into_inner()) = Some(pool);
-}
-
-/// The number of threads the kernels use (by default `KINDLE_THREADS`, else the number of
-/// physical cores).
-pub fn num_threads() -> usize {
-    current().threads()
-}
-
-/// Run `job(i)` for every `i` in `0..n_tasks` on the pool, returning when all are done.
-pub(crate) fn run(n_tasks: usize, job: &Job<'_>) {
-    current().run(n_tasks, job);
 }

@@ -13,6 +13,14 @@ pub struct BlockQ8 {
     pub qs: [i8; 32],
 }
 
+#[cfg(target_arch = "x86_64")]
+impl super::x86_k::Q8Block for BlockQ8 {
+    #[inline(always)]
+    fn qs(&self) -> &[i8; 32] {
+        &self.qs
+    }
+}
+
 /// Quantize a row (a multiple of 32 values) into blocks, rounding to nearest as ggml does.
 ///
 /// # Panics
@@ -45,5 +53,58 @@ pub(crate) fn quantize_block_scalar(x: &[f32]) -> BlockQ8 {
         d,
         s: d * sum as f32,
         qs,
+    }
+}
+
+/// A row quantized to 8 bits per 256-value super-block, as ggml's `Q8_K` (for the K-quant
+/// 8-bit kernels): one `f32` scale per 256 values, so that a super-block's integer sums are
+/// scaled once, and the sums of each 16 quants, which the K-quants' mins and offsets multiply.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct RowsQ8K {
+    /// The quants, `-127..=127`, row after row.
+    pub qs: Vec<i8>,
+    /// One scale per 256 values (`x ~= d * q`).
+    pub d: Vec<f32>,
+    /// The sum of each 16 quants.
+    pub bsums: Vec<i16>,
+}
+
+impl RowsQ8K {
+    /// `x` (a multiple of 256 values) quantized, appended.
+    pub fn push(&mut self, x: &[f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if super::dot::Simd::detect() != super::dot::Simd::Scalar {
+            for sb in x.chunks_exact(256) {
+                let (n, m) = (self.qs.len(), self.bsums.len());
+                self.qs.resize(n + 256, 0);
+                self.bsums.resize(m + 16, 0);
+                // SAFETY: AVX2, FMA and F16C were detected; 256 values, 256 quants, 16 sums.
+                let d = unsafe {
+                    super::x86_k::quantize_q8k(sb, &mut self.qs[n..], &mut self.bsums[m..])
+                };
+                self.d.push(d);
+            }
+            return;
+        }
+        self.push_scalar(x);
+    }
+
+    /// [`RowsQ8K::push`] in portable code (the reference for the SIMD quantizer).
+    pub fn push_scalar(&mut self, x: &[f32]) {
+        for sb in x.chunks_exact(256) {
+            let amax = sb.iter().fold(0f32, |a, &v| a.max(v.abs()));
+            let d = amax / 127.0;
+            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+            self.d.push(d);
+            for chunk in sb.chunks_exact(16) {
+                let mut sum = 0i16;
+                for &v in chunk {
+                    let q = (v * id).round() as i8;
+                    sum += i16::from(q);
+                    self.qs.push(q);
+                }
+                self.bsums.push(sum);
+            }
+        }
     }
 }

@@ -1,6 +1,11 @@
 use super::dot::{Kernel, Simd};
 use super::*;
 
+/// Three threads (more than this machine's cores, so that tasks are split and stolen).
+fn threads() -> Kernels {
+    Kernels::new(KernelOptions::threads(3))
+}
+
 struct Rng(u64);
 
 impl Rng {
@@ -25,8 +30,14 @@ fn f16_bytes(v: f32) -> [u8; 2] {
 
 /// Random blocks with finite, modest scales.
 fn random_matrix(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> QuantMatrix {
+    let bytes = random_bytes(ty, rows, cols, rng);
+    QuantMatrix::new(ty, rows, cols, WeightBytes::owned(bytes)).unwrap()
+}
+
+/// The GGUF bytes of [`random_matrix`].
+fn random_bytes(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
     let n = rows * cols;
-    let bytes = match ty {
+    match ty {
         GgmlType::F32 => (0..n).flat_map(|_| rng.float().to_le_bytes()).collect(),
         GgmlType::F16 => (0..n).flat_map(|_| f16_bytes(rng.float())).collect(),
         _ => {
@@ -36,8 +47,8 @@ fn random_matrix(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Quant
                 let mut b: Vec<u8> = (0..size).map(|_| rng.byte()).collect();
                 let mut put = |at: usize, v: f32| b[at..at + 2].copy_from_slice(&f16_bytes(v));
                 match ty {
-                    GgmlType::Q4_0 | GgmlType::Q8_0 => put(0, rng.float() * 0.1),
-                    GgmlType::Q4_1 | GgmlType::Q4_K | GgmlType::Q5_K => {
+                    GgmlType::Q4_0 | GgmlType::Q8_0 | GgmlType::Q5_0 => put(0, rng.float() * 0.1),
+                    GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => {
                         put(0, rng.float() * 0.1);
                         put(2, rng.float() * 0.1);
                     }
@@ -48,15 +59,16 @@ fn random_matrix(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Quant
             }
             bytes
         }
-    };
-    QuantMatrix::new(ty, rows, cols, WeightBytes::owned(bytes)).unwrap()
+    }
 }
 
-const TYPES: [GgmlType; 8] = [
+const TYPES: [GgmlType; 10] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::Q4_0,
     GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
     GgmlType::Q8_0,
     GgmlType::Q4_K,
     GgmlType::Q5_K,
@@ -88,7 +100,7 @@ fn check(ty: GgmlType, kernel: Kernel, rel_tol: f32) {
             w.matmul_reference(&x, m, &mut want);
             let scale = magnitudes(&w, &x, m);
             let mut got = vec![f32::NAN; m * rows];
-            w.matmul_kernel(&x, m, &mut got, kernel);
+            w.matmul_kernel(&x, m, &mut got, kernel, threads().pool());
             for i in 0..m * rows {
                 let err = (got[i] - want[i]).abs();
                 assert!(
@@ -135,7 +147,13 @@ fn simd_kernels_match_scalar_kernels() {
     // Every instruction set against the portable kernels, on shapes that leave rows outside
     // the packed groups and activation batches that are not a multiple of the kernels' four.
     let mut rng = Rng(99);
-    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q8_0,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+    ] {
         for (rows, cols) in [(37, 1536), (8, 32), (24, 96), (3, 64)] {
             let w = random_matrix(ty, rows, cols, &mut rng);
             for m in 1..=17 {
@@ -144,11 +162,11 @@ fn simd_kernels_match_scalar_kernels() {
                 for format in [ActivationFormat::Int8, ActivationFormat::F32] {
                     let mut want = vec![f32::NAN; m * rows];
                     let scalar = Kernel::select_simd(ty, format, Simd::Scalar);
-                    w.matmul_kernel(&x, m, &mut want, scalar);
+                    w.matmul_kernel(&x, m, &mut want, scalar, threads().pool());
                     for simd in Simd::available() {
                         let mut got = vec![f32::NAN; m * rows];
                         let kernel = Kernel::select_simd(ty, format, simd);
-                        w.matmul_kernel(&x, m, &mut got, kernel);
+                        w.matmul_kernel(&x, m, &mut got, kernel, threads().pool());
                         for i in 0..got.len() {
                             assert!(
                                 (got[i] - want[i]).abs() <= 1e-5 * scale[i] + 1e-7,
@@ -178,8 +196,20 @@ fn vnni_and_avx2_agree_exactly() {
             for format in [ActivationFormat::Int8, ActivationFormat::F32] {
                 let mut a = vec![0f32; m * 40];
                 let mut b = vec![0f32; m * 40];
-                w.matmul_kernel(&x, m, &mut a, Kernel::select_simd(ty, format, Simd::Avx2));
-                w.matmul_kernel(&x, m, &mut b, Kernel::select_simd(ty, format, Simd::Vnni));
+                w.matmul_kernel(
+                    &x,
+                    m,
+                    &mut a,
+                    Kernel::select_simd(ty, format, Simd::Avx2),
+                    threads().pool(),
+                );
+                w.matmul_kernel(
+                    &x,
+                    m,
+                    &mut b,
+                    Kernel::select_simd(ty, format, Simd::Vnni),
+                    threads().pool(),
+                );
                 assert_eq!(a, b, "{ty:?} {format:?} m={m}");
             }
         }
@@ -189,7 +219,12 @@ fn vnni_and_avx2_agree_exactly() {
 #[test]
 fn packed_rows_dequantize_to_the_file_rows() {
     let mut rng = Rng(11);
-    for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
+    for ty in [
+        GgmlType::Q4_1,
+        GgmlType::Q8_0,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+    ] {
         for rows in [1, 8, 13, 24, 31] {
             let cols = 96;
             let (block, size) = (ty.block_size(), ty.type_size());
@@ -219,16 +254,21 @@ fn batched_products_give_the_bits_of_single_rows() {
     // Decode (m = 1) and prefill (m > 1) run the same arithmetic per output, in either
     // activation format, so a cached prefix sees exactly what a fresh prefill computed.
     let mut rng = Rng(21);
-    for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
+    for ty in [
+        GgmlType::Q4_1,
+        GgmlType::Q8_0,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+    ] {
         let w = random_matrix(ty, 29, 192, &mut rng);
         let m = 9;
         let x: Vec<f32> = (0..m * 192).map(|_| rng.float()).collect();
         for format in [ActivationFormat::Int8, ActivationFormat::F32] {
             let mut all = vec![f32::NAN; m * 29];
-            w.matmul_with(&x, m, &mut all, format);
+            w.matmul_with(&x, m, &mut all, format, &threads());
             for j in 0..m {
                 let mut one = vec![f32::NAN; 29];
-                w.matmul_with(&x[j * 192..(j + 1) * 192], 1, &mut one, format);
+                w.matmul_with(&x[j * 192..(j + 1) * 192], 1, &mut one, format, &threads());
                 assert_eq!(
                     &all[j * 29..(j + 1) * 29],
                     &one[..],
@@ -249,10 +289,10 @@ fn threaded_products_match_single_rows() {
     let x: Vec<f32> = (0..5 * 64).map(|_| rng.float()).collect();
     for format in [ActivationFormat::Int8, ActivationFormat::F32] {
         let mut all = vec![f32::NAN; 5 * 1001];
-        w.matmul_with(&x, 5, &mut all, format);
+        w.matmul_with(&x, 5, &mut all, format, &threads());
         for j in 0..5 {
             let mut one = vec![0f32; 1001];
-            w.matmul_with(&x[j * 64..(j + 1) * 64], 1, &mut one, format);
+            w.matmul_with(&x[j * 64..(j + 1) * 64], 1, &mut one, format, &threads());
             let batch = &all[j * 1001..(j + 1) * 1001];
             for (i, (a, b)) in batch.iter().zip(&one).enumerate() {
                 let tolerance = if format == ActivationFormat::Int8 {
@@ -281,8 +321,8 @@ fn construction_checks_the_shape() {
         Err(KernelError::PartialBlock { .. })
     ));
     assert!(matches!(
-        QuantMatrix::new(GgmlType::Q5_0, 1, 32, bytes),
-        Err(KernelError::UnsupportedType(GgmlType::Q5_0))
+        QuantMatrix::new(GgmlType::Q2_K, 1, 256, bytes),
+        Err(KernelError::UnsupportedType(GgmlType::Q2_K))
     ));
     assert!(QuantMatrix::new(GgmlType::Q4_1, 1, 32, WeightBytes::owned(vec![0; 20])).is_ok());
 }
@@ -320,11 +360,11 @@ fn simd_activation_quantizer_matches_the_scalar_one() {
 #[test]
 fn the_pool_runs_every_task_once_across_many_jobs() {
     use std::sync::atomic::{AtomicUsize, Ordering};
-    pool::set_num_threads(3);
+    let pool = pool::shared(3);
     for n in [0, 1, 2, 5, 64] {
         for _ in 0..200 {
             let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
-            pool::run(n, &|i| {
+            pool.run(n, &|i| {
                 hits[i].fetch_add(1, Ordering::Relaxed);
             });
             assert!(
@@ -332,5 +372,266 @@ fn the_pool_runs_every_task_once_across_many_jobs() {
                 "{n} tasks"
             );
         }
+    }
+}
+
+#[test]
+fn handles_with_the_same_thread_count_share_a_pool() {
+    let (a, b) = (
+        threads(),
+        threads().with_activations(ActivationFormat::Int8),
+    );
+    assert!(std::ptr::eq(a.pool(), b.pool()));
+    assert_eq!((a.threads(), b.threads()), (3, 3));
+    assert_eq!(b.activations(), ActivationFormat::Int8);
+    let one = a.with_threads(1);
+    assert_eq!(one.threads(), 1);
+    assert!(!std::ptr::eq(a.pool(), one.pool()));
+    assert_eq!(Kernels::new(KernelOptions::threads(0)).threads(), 1);
+}
+
+/// The first output of `kernel` on `w` that is further than `rel_tol` (relative to
+/// `sum |w| |x|`) from the scalar reference computed on `reference`.
+fn first_mismatch(
+    w: &QuantMatrix,
+    reference: &QuantMatrix,
+    kernel: Kernel,
+    x: &[f32],
+    m: usize,
+    rel_tol: f32,
+) -> Option<String> {
+    let rows = w.rows();
+    let mut want = vec![0f32; m * rows];
+    reference.matmul_reference(x, m, &mut want);
+    let scale = magnitudes(reference, x, m);
+    let mut got = vec![f32::NAN; m * rows];
+    w.matmul_kernel(x, m, &mut got, kernel, threads().pool());
+    (0..m * rows).find_map(|i| {
+        let err = (got[i] - want[i]).abs();
+        (!(err <= rel_tol * scale[i] + 1e-6)).then(|| {
+            format!(
+                "{kernel:?} {rows}x{} m={m} [{i}]: got {} want {} (scale {})",
+                w.cols(),
+                got[i],
+                want[i],
+                scale[i]
+            )
+        })
+    })
+}
+
+const K_TYPES: [GgmlType; 3] = [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K];
+
+#[test]
+fn k_quant_kernels_match_the_reference_on_odd_shapes() {
+    // Odd row counts, activation batches of 1, 3 and 17 (the kernels take four at a time),
+    // rows of one to six super-blocks; f32 activations to 1e-5 of sum |w| |x| (the products
+    // are exact, only the order of the f32 sums differs), 8-bit ones to their rounding bound.
+    let mut rng = Rng(0x6b71);
+    for ty in K_TYPES {
+        for (rows, cols) in [(1, 256), (7, 768), (33, 1536), (3, 512)] {
+            let w = random_matrix(ty, rows, cols, &mut rng);
+            for m in [1, 3, 17] {
+                let x: Vec<f32> = (0..m * cols).map(|_| rng.float() * 2.0).collect();
+                for simd in Simd::available() {
+                    for (format, tol) in [
+                        (ActivationFormat::F32, 1e-5),
+                        (ActivationFormat::Int8, 0.01),
+                    ] {
+                        let kernel = Kernel::select_simd(ty, format, simd);
+                        if let Some(e) = first_mismatch(&w, &w, kernel, &x, m, tol) {
+                            panic!("{ty:?}: {e}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn k_quant_int8_kernels_run_on_8_bit_activations() {
+    // The 8-bit kernels are chosen wherever SIMD runs, and their error is that of 8-bit
+    // activations (not zero): they really read the quantized rows.
+    if Simd::detect() == Simd::Scalar {
+        return;
+    }
+    let mut rng = Rng(77);
+    for ty in K_TYPES {
+        let kernel = Kernel::select(ty, ActivationFormat::Int8);
+        assert!(kernel.int8(), "{ty:?}");
+        let w = random_matrix(ty, 9, 512, &mut rng);
+        let x: Vec<f32> = (0..512).map(|_| rng.float()).collect();
+        assert!(first_mismatch(&w, &w, kernel, &x, 1, 0.01).is_none());
+        assert!(
+            first_mismatch(&w, &w, kernel, &x, 1, 1e-7).is_some(),
+            "{ty:?}"
+        );
+    }
+}
+
+#[test]
+fn a_wrong_sub_block_scale_is_caught() {
+    // Planted error: the kernels run on a copy of the matrix with one sub-block scale changed
+    // (Q4_K/Q5_K: the 6-bit scale of sub-block 5, packed in two places; Q6_K: the i8 scale of
+    // the 16 values 176..192), checked against the reference of the original. The check
+    // must fail for every kernel, and pass on the original.
+    let mut rng = Rng(4242);
+    for ty in K_TYPES {
+        let (rows, cols) = (5, 512);
+        let w = random_matrix(ty, rows, cols, &mut rng);
+        let mut bytes = w.data.as_slice().to_vec();
+        let row_bytes = cols / 256 * ty.type_size();
+        let block = &mut bytes[2 * row_bytes + ty.type_size()..];
+        match ty {
+            GgmlType::Q6_K => block[192 + 11] = block[192 + 11].wrapping_add(40),
+            // Sub-block 5's scale: low four bits in byte 4 + 9, top two in byte 4 + 1.
+            _ => block[4 + 1] ^= 0x80,
+        }
+        let bad = QuantMatrix::new(ty, rows, cols, WeightBytes::owned(bytes)).unwrap();
+        // Activations mostly on the changed sub-block (values 256 + 160..256 + 192), so that
+        // the change is well above the 8-bit activations' rounding.
+        let x: Vec<f32> = (0..cols)
+            .map(|i| rng.float() * if (416..448).contains(&i) { 1.0 } else { 0.01 })
+            .collect();
+        for simd in Simd::available() {
+            for (format, tol) in [
+                (ActivationFormat::F32, 1e-5),
+                (ActivationFormat::Int8, 0.01),
+            ] {
+                let kernel = Kernel::select_simd(ty, format, simd);
+                assert!(first_mismatch(&w, &w, kernel, &x, 1, tol).is_none());
+                assert!(
+                    first_mismatch(&bad, &w, kernel, &x, 1, tol).is_some(),
+                    "{ty:?} {kernel:?}: a wrong scale went unnoticed"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn k_quant_batches_give_the_bits_of_single_rows() {
+    let mut rng = Rng(31);
+    for ty in K_TYPES {
+        let (rows, cols, m) = (11, 512, 7);
+        let w = random_matrix(ty, rows, cols, &mut rng);
+        let x: Vec<f32> = (0..m * cols).map(|_| rng.float()).collect();
+        for format in [ActivationFormat::Int8, ActivationFormat::F32] {
+            let mut all = vec![f32::NAN; m * rows];
+            w.matmul_with(&x, m, &mut all, format, &threads());
+            for j in 0..m {
+                let mut one = vec![f32::NAN; rows];
+                w.matmul_with(
+                    &x[j * cols..(j + 1) * cols],
+                    1,
+                    &mut one,
+                    format,
+                    &threads(),
+                );
+                assert_eq!(
+                    &all[j * rows..(j + 1) * rows],
+                    &one[..],
+                    "{ty:?} {format:?} row {j}"
+                );
+            }
+        }
+    }
+}
+
+const Q5_TYPES: [GgmlType; 2] = [GgmlType::Q5_0, GgmlType::Q5_1];
+
+#[test]
+fn q5_kernels_match_the_reference_on_odd_shapes() {
+    // Packed groups with and without the `rows % 8` plain rows, activation batches of 1, 3 and
+    // 17 (the group kernels take eight at a time); f32 activations to 1e-5 of sum |w| |x|,
+    // 8-bit ones to their rounding bound.
+    let mut rng = Rng(0x5150);
+    for ty in Q5_TYPES {
+        for (rows, cols) in [(1, 32), (7, 96), (8, 32), (17, 64), (33, 1536)] {
+            let w = random_matrix(ty, rows, cols, &mut rng);
+            for m in [1, 3, 17] {
+                let x: Vec<f32> = (0..m * cols).map(|_| rng.float() * 2.0).collect();
+                for simd in Simd::available() {
+                    for (format, tol) in [
+                        (ActivationFormat::F32, 1e-5),
+                        (ActivationFormat::Int8, 0.01),
+                    ] {
+                        let kernel = Kernel::select_simd(ty, format, simd);
+                        assert_eq!(kernel.int8(), format == ActivationFormat::Int8);
+                        if let Some(e) = first_mismatch(&w, &w, kernel, &x, m, tol) {
+                            panic!("{ty:?}: {e}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_wrong_fifth_bit_is_caught() {
+    // Planted error: the kernels run on a copy of the matrix with one fifth bit flipped (bit
+    // 21 of block 2's qh: value 21, a high nibble) in a packed row (10) and in a plain row
+    // left over (17), checked against the reference of the original. The check must fail
+    // for every kernel, and pass on the original.
+    let mut rng = Rng(0xb17);
+    let (rows, cols) = (19, 128);
+    for ty in Q5_TYPES {
+        for bad_row in [10, 17] {
+            let mut bytes = random_bytes(ty, rows, cols, &mut rng);
+            let size = ty.type_size();
+            let at = bad_row * cols / 32 * size + 2 * size;
+            bytes[at..at + 2].copy_from_slice(&f16_bytes(0.1));
+            let w = QuantMatrix::new(ty, rows, cols, WeightBytes::owned(bytes.clone())).unwrap();
+            let qh = at + if ty == GgmlType::Q5_1 { 4 } else { 2 };
+            bytes[qh + 2] ^= 1 << 5;
+            let bad = QuantMatrix::new(ty, rows, cols, WeightBytes::owned(bytes)).unwrap();
+            // Activations mostly on block 2, the flipped value's at 1.
+            let mut x: Vec<f32> = (0..cols)
+                .map(|i| rng.float() * if (64..96).contains(&i) { 1.0 } else { 0.01 })
+                .collect();
+            x[64 + 21] = 1.0;
+            for simd in Simd::available() {
+                for (format, tol) in [
+                    (ActivationFormat::F32, 1e-5),
+                    (ActivationFormat::Int8, 0.01),
+                ] {
+                    let kernel = Kernel::select_simd(ty, format, simd);
+                    assert!(first_mismatch(&w, &w, kernel, &x, 1, tol).is_none());
+                    assert!(
+                        first_mismatch(&bad, &w, kernel, &x, 1, tol).is_some(),
+                        "{ty:?} {kernel:?} row {bad_row}: a wrong fifth bit went unnoticed"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn simd_q8k_quantizer_matches_the_scalar_one() {
+    if Simd::detect() == Simd::Scalar {
+        return;
+    }
+    let mut rng = Rng(8);
+    for case in 0..20 {
+        let mut x: Vec<f32> = (0..512).map(|_| rng.float() * 3.0).collect();
+        match case {
+            0 => x[..256].iter_mut().for_each(|v| *v = 0.0),
+            // Exact halves after scaling: amax 127 makes the scale 1.
+            1 => {
+                for (i, v) in x.iter_mut().enumerate().take(256) {
+                    *v = (i % 200) as f32 - 100.0 + 0.5;
+                }
+                x[7] = -127.0;
+            }
+            _ => {}
+        }
+        let (mut simd, mut scalar) = (q8::RowsQ8K::default(), q8::RowsQ8K::default());
+        simd.push(&x);
+        scalar.push_scalar(&x);
+        assert_eq!(simd, scalar, "case {case}");
     }
 }

@@ -8,8 +8,7 @@ use std::time::Instant;
 
 use burn::prelude::*;
 use kindle_gguf::GgufFile;
-use kindle_kernels::{ActivationFormat, set_activation_format};
-use kindle_model::{Llama, LoadOptions, LogitsFor, WeightFormat};
+use kindle_model::{ActivationFormat, KernelOptions, Llama, LoadOptions, LogitsFor, WeightFormat};
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -21,15 +20,16 @@ fn main() {
     let n: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(64);
     let file = GgufFile::open(&path).expect("opening the model");
     let device = Device::flex();
-    println!("kernel threads: {}", kindle_kernels::num_threads());
     let runs = [
         (WeightFormat::Quantized, ActivationFormat::F32),
         (WeightFormat::Quantized, ActivationFormat::Int8),
         (WeightFormat::DenseF32, ActivationFormat::F32),
     ];
     for (weights, activations) in runs {
-        set_activation_format(activations);
-        let model = Llama::from_gguf_with(&file, &device, LoadOptions { weights }).unwrap();
+        let kernels = KernelOptions::default().with_activations(activations);
+        let options = LoadOptions::new(weights).with_kernels(kernels);
+        let model = Llama::from_gguf_with(&file, &device, options).unwrap();
+        println!("kernel threads: {}", model.kernels().threads());
         for prompt_len in [5usize, 64] {
             let prompt: Vec<u32> = (0..prompt_len as u32).map(|i| 100 + i * 7).collect();
             let mut cache = model.new_cache(prompt_len + n + 1);

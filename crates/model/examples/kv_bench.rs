@@ -31,7 +31,7 @@ fn main() {
     let model = Llama::from_gguf(&file, &Device::flex()).expect("loading the model");
     println!(
         "kernel threads: {}, KV cache {kv_type}",
-        kindle_kernels::num_threads()
+        model.kernels().threads()
     );
 
     for position in [128usize, 1024, 4096] {

@@ -8,7 +8,7 @@
 
 use kindle_generate::{LanguageModel, ModelCache};
 use kindle_gguf::GgufFile;
-use kindle_kernels::ActivationFormat;
+use kindle_kernels::{ActivationFormat, KernelOptions};
 use kindle_kv_cache::{KvCache, KvStore, KvType, SlidingWindowCache};
 
 use crate::device::{DeviceKind, Dtype, OpenDevice};
@@ -60,14 +60,13 @@ impl EngineOptions {
         Ok(())
     }
 
-    /// Apply the thread count and activation format to the CPU kernels.
-    pub fn configure_kernels(&self) -> Result<(), ModelError> {
-        self.validate()?;
-        if let Some(threads) = self.threads {
-            kindle_kernels::set_num_threads(threads);
+    /// The CPU kernels' options: thread count and activation format (the model loaded with
+    /// them holds them; nothing process-wide is set).
+    pub fn kernel_options(&self) -> KernelOptions {
+        KernelOptions {
+            threads: self.threads,
+            activations: self.activations,
         }
-        kindle_kernels::set_activation_format(self.activations);
-        Ok(())
     }
 }
 
@@ -87,9 +86,10 @@ pub struct Engine {
 impl Engine {
     /// Open the device `options` name and load `file`'s weights onto it.
     pub fn load(file: &GgufFile, options: &EngineOptions) -> Result<Engine, ModelError> {
-        options.configure_kernels()?;
+        options.validate()?;
         let device = OpenDevice::open(options.device, options.dtype)?;
-        let llama = Llama::from_gguf_with(file, &device.device, device.load_options())?;
+        let load = device.load_options().with_kernels(options.kernel_options());
+        let llama = Llama::from_gguf_with(file, &device.device, load)?;
         Ok(Engine {
             llama,
             kv_type: options.kv_type,

@@ -14,12 +14,14 @@ use burn::module::Param;
 use burn::prelude::*;
 use burn::tensor::{DType, TensorData};
 
-use kindle_kernels::{ActivationFormat, QuantMatrix, activation_format};
+use kindle_kernels::{ActivationFormat, Kernels, QuantMatrix};
 
-/// A bias-free linear layer `y = x W^T`.
+/// A linear layer `y = x W^T`, with a bias `y = x W^T + b` if one is attached
+/// ([`with_bias`](Self::with_bias): Qwen2's q/k/v projections).
 ///
 /// # Shapes
 /// - weight: `[d_out, d_in]`
+/// - bias: `[d_out]`
 /// - input: `[batch, seq, d_in]`
 /// - output: `[batch, seq, d_out]`
 #[derive(Module, Debug)]
@@ -29,6 +31,11 @@ pub struct QLinear {
     /// The weight in its GGUF encoding, when quantized.
     #[module(skip)]
     quantized: Option<QuantMatrix>,
+    /// The bias, if any, `f32` on the model's device.
+    bias: Option<Param<Tensor<1>>>,
+    /// The bias on the host (CPU devices), for the host executor.
+    #[module(skip)]
+    host_bias: Option<Vec<f32>>,
 }
 
 /// The form a [`QLinear`]'s weight takes.
@@ -46,6 +53,8 @@ impl QLinear {
         QLinear {
             dense: Some(Param::from_tensor(weight)),
             quantized: None,
+            bias: None,
+            host_bias: None,
         }
     }
 
@@ -54,7 +63,37 @@ impl QLinear {
         QLinear {
             dense: None,
             quantized: Some(matrix),
+            bias: None,
+            host_bias: None,
         }
+    }
+
+    /// The layer with `bias` (`[d_out]`, `f32`) added to its output.
+    pub fn with_bias(self, bias: Tensor<1>) -> Self {
+        let host_bias = if crate::device::is_host_device(&bias.device()) {
+            bias.clone()
+                .into_data()
+                .convert::<f32>()
+                .try_into_vec::<f32>()
+                .ok()
+        } else {
+            None
+        };
+        QLinear {
+            bias: Some(Param::from_tensor(bias)),
+            host_bias,
+            ..self
+        }
+    }
+
+    /// The bias on the host, if the layer has one and it lives on a CPU device.
+    pub(crate) fn host_bias(&self) -> Option<&[f32]> {
+        self.host_bias.as_deref()
+    }
+
+    /// Whether the layer has no bias or has one the host can read.
+    pub(crate) fn bias_on_host_if_any(&self) -> bool {
+        self.bias.is_none() || self.host_bias.is_some()
     }
 
     /// The weight.
@@ -82,8 +121,18 @@ impl QLinear {
         }
     }
 
-    /// Apply the layer.
-    pub fn forward(&self, input: Tensor<3>) -> Tensor<3> {
+    /// Apply the layer; a quantized weight is multiplied by `kernels` (a dense one ignores
+    /// them).
+    pub fn forward(&self, input: Tensor<3>, kernels: &Kernels) -> Tensor<3> {
+        let product = self.product(input, kernels);
+        match &self.bias {
+            Some(bias) => product + bias.val().unsqueeze_dim::<2>(0).unsqueeze_dim::<3>(0),
+            None => product,
+        }
+    }
+
+    /// `input W^T`.
+    fn product(&self, input: Tensor<3>, kernels: &Kernels) -> Tensor<3> {
         match self.weight() {
             LinearWeight::Dense(w) => {
                 let w = w.val();
@@ -104,7 +153,7 @@ impl QLinear {
                 // several times faster.
                 let device = input.device();
                 let w = Tensor::from_data(
-                    TensorData::new(q.dequantize_all(), [q.rows(), q.cols()]),
+                    TensorData::new(q.dequantize_all(kernels), [q.rows(), q.cols()]),
                     &device,
                 );
                 matmul_transposed(input, w)
@@ -121,9 +170,9 @@ impl QLinear {
                 let format = if b * t >= DENSE_PREFILL_ROWS {
                     ActivationFormat::F32
                 } else {
-                    activation_format()
+                    kernels.activations()
                 };
-                q.matmul_with(&x, b * t, &mut out, format);
+                q.matmul_with(&x, b * t, &mut out, format, kernels);
                 Tensor::from_data(TensorData::new(out, [b, t, q.rows()]), &device)
             }
         }

@@ -6,16 +6,57 @@ use burn::tensor::{DType, TensorData};
 
 use crate::error::ModelError;
 use crate::linear::QLinear;
-use crate::llama::{Block, Llama, LlamaConfig, RmsNorm};
+use crate::llama::{ArchSpec, Block, LayerPattern, Llama, LlamaConfig, Parts, RmsNorm};
 use kindle_gguf::GgufFile;
-use kindle_kernels::{self, QuantMatrix};
+use kindle_kernels::{self, KernelOptions, Kernels, QuantMatrix};
 
-/// Architectures (`general.architecture`) this loader runs.
-pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama"];
+/// The description of `file`'s architecture (`general.architecture`), if the loader runs it
+/// (see [`ArchSpec::SUPPORTED`]).
+pub fn arch_of(file: &GgufFile) -> Result<&'static ArchSpec, ModelError> {
+    let name = file.architecture()?;
+    ArchSpec::named(name).ok_or_else(|| ModelError::UnsupportedArchitecture(name.to_string()))
+}
+
+/// `file`'s architecture as it runs: [`arch_of`] with what the file's metadata overrides
+/// (for local/global layers, `{arch}.attention.sliding_window_pattern` and
+/// `{arch}.rope.freq_base_swa`, as llama.cpp reads them).
+pub fn arch_spec_of(file: &GgufFile) -> Result<ArchSpec, ModelError> {
+    let mut arch = arch_of(file)?.clone();
+    let key = |name: &str| format!("{}.{name}", arch.name);
+    if let LayerPattern::LocalGlobal {
+        period,
+        local_rope_theta,
+    } = arch.layers
+    {
+        let pattern_key = key("attention.sliding_window_pattern");
+        let period = match file.get(&pattern_key) {
+            None => period,
+            Some(value) => match value.as_u64() {
+                Some(p) if p > 0 => p as usize,
+                _ => {
+                    return Err(ModelError::Hyperparameter {
+                        key: pattern_key,
+                        problem: "only a positive period (one global layer every N) is \
+                                  supported, not a per-layer list"
+                            .into(),
+                    });
+                }
+            },
+        };
+        let local_rope_theta = file
+            .opt_f64(&key("rope.freq_base_swa"))?
+            .unwrap_or(local_rope_theta);
+        arch.layers = LayerPattern::LocalGlobal {
+            period,
+            local_rope_theta,
+        };
+    }
+    Ok(arch)
+}
 
 impl LlamaConfig {
-    /// Read the hyperparameters of a llama-architecture GGUF file and check them against the
-    /// shapes of its tensors.
+    /// Read the hyperparameters of a GGUF file of a supported architecture and check them
+    /// against the shapes of its tensors.
     pub fn from_gguf(file: &GgufFile) -> Result<Self, ModelError> {
         let config = Self::read_gguf(file)?;
         match config.problems(file).into_iter().next() {
@@ -39,10 +80,8 @@ impl LlamaConfig {
 
     /// The hyperparameters as the file states them, not yet checked.
     fn read_gguf(file: &GgufFile) -> Result<Self, ModelError> {
-        let arch = file.architecture()?.to_string();
-        if !SUPPORTED_ARCHITECTURES.contains(&arch.as_str()) {
-            return Err(ModelError::UnsupportedArchitecture(arch));
-        }
+        let spec = arch_of(file)?;
+        let arch = spec.name;
         let key = |name: &str| format!("{arch}.{name}");
         let usize_of = |name: &str| -> Result<usize, ModelError> {
             let value = file.get_u64(&key(name))?;
@@ -69,10 +108,49 @@ impl LlamaConfig {
                 None => embd.dims.get(1).copied().unwrap_or(0) as usize,
             },
         };
+        let key_length = file
+            .opt_u64(&key("attention.key_length"))?
+            .map(|k| k as usize);
+        if let Some(v) = file.opt_u64(&key("attention.value_length"))?
+            && Some(v as usize) != key_length.or_else(|| d_model.checked_div(n_heads))
+        {
+            return Err(ModelError::Hyperparameter {
+                key: key("attention.value_length"),
+                problem: format!(
+                    "value heads {v} wide, key heads {} wide: only equal widths are supported",
+                    key_length.unwrap_or(d_model / n_heads.max(1))
+                ),
+            });
+        }
+        // Local layers need their window; llama.cpp would run such a file with every layer
+        // global, which gives other numbers than the model was trained for: refuse it.
+        let sliding_window = match spec.layers {
+            LayerPattern::Uniform => None,
+            LayerPattern::LocalGlobal { .. } => {
+                let window_key = key("attention.sliding_window");
+                match file.opt_u64(&window_key)? {
+                    Some(w) => Some(w as usize),
+                    None => {
+                        return Err(ModelError::Hyperparameter {
+                            key: window_key,
+                            problem: format!(
+                                "missing: a {arch} file states how many positions its local \
+                                 (sliding-window) layers see"
+                            ),
+                        });
+                    }
+                }
+            }
+        };
+        let n_layers = usize_of("block_count")?;
+        // llama.cpp scales Gemma-3 27B's queries (62 layers) by 1 / sqrt(d_model / heads),
+        // every other size's by 1 / sqrt(key_length).
+        let query_scale = (arch == ArchSpec::GEMMA3.name && n_layers == 62)
+            .then(|| 1.0 / (d_model as f64 / n_heads.max(1) as f64).sqrt());
         let config = LlamaConfig {
             vocab_size,
             d_model,
-            n_layers: usize_of("block_count")?,
+            n_layers,
             n_heads,
             n_kv_heads,
             d_ff: usize_of("feed_forward_length")?,
@@ -82,6 +160,9 @@ impl LlamaConfig {
                 .unwrap_or(1e-5),
             context_length: usize_of("context_length")?,
             tied_embeddings: file.tensor("output.weight").is_none(),
+            key_length,
+            sliding_window,
+            query_scale,
         };
         Ok(config)
     }
@@ -100,7 +181,8 @@ impl LlamaConfig {
         }
     }
 
-    /// Partial rotary embeddings and mixtures of experts are not supported.
+    /// Partial rotary embeddings, rotary scaling, final logit soft-capping and mixtures of
+    /// experts are not supported.
     fn check_features(&self, file: &GgufFile) -> Result<(), ModelError> {
         let arch = file.architecture()?;
         let key = |name: &str| format!("{arch}.{name}");
@@ -114,6 +196,23 @@ impl LlamaConfig {
                     "partial rotary embeddings are not supported ({rope_dim} rotated of {} per head)",
                     config.head_dim()
                 ),
+            });
+        }
+        if let Some(factor) = file.opt_f64(&key("rope.scaling.factor"))?
+            && factor != 1.0
+            && file.opt_str(&key("rope.scaling.type"))? != Some("none")
+        {
+            return Err(ModelError::Hyperparameter {
+                key: key("rope.scaling.factor"),
+                problem: format!("rotary scaling (factor {factor}) is not supported"),
+            });
+        }
+        if let Some(cap) = file.opt_f64(&key("final_logit_softcapping"))?
+            && cap != 0.0
+        {
+            return Err(ModelError::Hyperparameter {
+                key: key("final_logit_softcapping"),
+                problem: format!("soft-capping the logits (at {cap}) is not supported"),
             });
         }
         if let Some(count) = file.opt_u64(&key("expert_count"))?
@@ -142,7 +241,11 @@ impl LlamaConfig {
                 ),
             }];
         }
-        self.expected_tensors()
+        let spec = match arch_of(file) {
+            Ok(spec) => spec,
+            Err(problem) => return vec![problem],
+        };
+        self.tensors_of(spec)
             .into_iter()
             .filter_map(|(name, dims)| check_shape(file, &name, &dims).err())
             .collect()
@@ -151,13 +254,20 @@ impl LlamaConfig {
     /// Every tensor a llama-architecture file must hold, with its GGUF dimensions
     /// (`[d_in, d_out]`: the first dimension is the row length).
     pub fn expected_tensors(&self) -> Vec<(String, Vec<u64>)> {
+        self.tensors_of(&ArchSpec::LLAMA)
+    }
+
+    /// Every tensor a file of architecture `arch` must hold, with its GGUF dimensions
+    /// (`[d_in, d_out]`: the first dimension is the row length).
+    pub fn tensors_of(&self, arch: &ArchSpec) -> Vec<(String, Vec<u64>)> {
+        let shape = self.attention();
         let (d, hd, ff, v) = (
             self.d_model as u64,
-            self.head_dim() as u64,
+            shape.head_dim as u64,
             self.d_ff as u64,
             self.vocab_size as u64,
         );
-        let (h, hkv) = (self.n_heads as u64, self.n_kv_heads as u64);
+        let (q, kv) = (shape.q_width() as u64, shape.kv_width() as u64);
         let mut tensors = vec![
             ("token_embd.weight".to_string(), vec![d, v]),
             ("output_norm.weight".to_string(), vec![d]),
@@ -169,15 +279,34 @@ impl LlamaConfig {
             let p = format!("blk.{l}.");
             tensors.extend([
                 (format!("{p}attn_norm.weight"), vec![d]),
-                (format!("{p}attn_q.weight"), vec![d, h * hd]),
-                (format!("{p}attn_k.weight"), vec![d, hkv * hd]),
-                (format!("{p}attn_v.weight"), vec![d, hkv * hd]),
-                (format!("{p}attn_output.weight"), vec![h * hd, d]),
+                (format!("{p}attn_q.weight"), vec![d, q]),
+                (format!("{p}attn_k.weight"), vec![d, kv]),
+                (format!("{p}attn_v.weight"), vec![d, kv]),
+                (format!("{p}attn_output.weight"), vec![q, d]),
                 (format!("{p}ffn_norm.weight"), vec![d]),
                 (format!("{p}ffn_gate.weight"), vec![d, ff]),
                 (format!("{p}ffn_up.weight"), vec![d, ff]),
                 (format!("{p}ffn_down.weight"), vec![ff, d]),
             ]);
+            if arch.qkv_bias {
+                tensors.extend([
+                    (format!("{p}attn_q.bias"), vec![q]),
+                    (format!("{p}attn_k.bias"), vec![kv]),
+                    (format!("{p}attn_v.bias"), vec![kv]),
+                ]);
+            }
+            if arch.qk_norm {
+                tensors.extend([
+                    (format!("{p}attn_q_norm.weight"), vec![hd]),
+                    (format!("{p}attn_k_norm.weight"), vec![hd]),
+                ]);
+            }
+            if arch.post_norms {
+                tensors.extend([
+                    (format!("{p}post_attention_norm.weight"), vec![d]),
+                    (format!("{p}post_ffw_norm.weight"), vec![d]),
+                ]);
+            }
         }
         tensors
     }
@@ -242,14 +371,28 @@ impl WeightFormat {
 pub struct LoadOptions {
     /// How the weight matrices (and the token embedding) are held.
     pub weights: WeightFormat,
+    /// How quantized weights are multiplied (threads, activation format): the model holds
+    /// the resulting [`Kernels`] ([`Llama::kernels`]).
+    pub kernels: KernelOptions,
 }
 
 impl LoadOptions {
+    /// Weights held as `weights`, the default kernel options.
+    pub fn new(weights: WeightFormat) -> Self {
+        LoadOptions {
+            weights,
+            kernels: KernelOptions::default(),
+        }
+    }
+
     /// The defaults for `device` (see [`WeightFormat::for_device`]).
     pub fn for_device(device: &Device) -> Self {
-        LoadOptions {
-            weights: WeightFormat::for_device(device),
-        }
+        LoadOptions::new(WeightFormat::for_device(device))
+    }
+
+    /// The same options with the kernels' threads and activations as `kernels` says.
+    pub fn with_kernels(self, kernels: KernelOptions) -> Self {
+        LoadOptions { kernels, ..self }
     }
 }
 
@@ -305,7 +448,8 @@ impl Llama {
         Self::from_gguf_with(file, &device.device, device.load_options())
     }
 
-    /// Load a llama-architecture model from a GGUF file onto `device` as `options` say.
+    /// Load a model of a supported architecture ([`ArchSpec::SUPPORTED`]) from a GGUF file
+    /// onto `device` as `options` say.
     ///
     /// Quantized weights keep the file's storage (its memory map) alive through shared
     /// handles, so `file` may be dropped afterwards.
@@ -314,33 +458,61 @@ impl Llama {
         device: &Device,
         options: LoadOptions,
     ) -> Result<Self, ModelError> {
+        let arch = arch_spec_of(file)?;
         let config = LlamaConfig::from_gguf(file)?;
-        let (d, hd, ff) = (config.d_model, config.head_dim(), config.d_ff);
-        let (h, hkv) = (config.n_heads, config.n_kv_heads);
+        let shape = config.attention();
+        let (d, ff, q, kv) = (
+            config.d_model,
+            config.d_ff,
+            shape.q_width(),
+            shape.kv_width(),
+        );
         let format = options.weights;
         let linear = |name: String, d_out: usize, d_in: usize| -> Result<QLinear, ModelError> {
             load_linear(file, &name, [d_out, d_in], format, device)
         };
-        let norm = |name: String| -> Result<RmsNorm, ModelError> {
+        // A projection, with its bias when the architecture has one.
+        let projection = |p: &str, name: &str, d_out: usize| -> Result<QLinear, ModelError> {
+            let layer = linear(format!("{p}{name}.weight"), d_out, d)?;
+            if !arch.qkv_bias {
+                return Ok(layer);
+            }
+            Ok(layer.with_bias(load(file, &format!("{p}{name}.bias"), [d_out], device)?))
+        };
+        let norm_of = |name: String, width: usize| -> Result<RmsNorm, ModelError> {
             Ok(RmsNorm::new(
-                load(file, &name, [d], device)?,
+                load(file, &name, [width], device)?,
                 config.rms_eps,
             ))
         };
+        let norm = |name: String| norm_of(name, d);
         let mut layers = Vec::with_capacity(config.n_layers);
         for l in 0..config.n_layers {
             let p = format!("blk.{l}.");
-            layers.push(Block::new(
+            let mut block = Block::new(
                 norm(format!("{p}attn_norm.weight"))?,
-                linear(format!("{p}attn_q.weight"), h * hd, d)?,
-                linear(format!("{p}attn_k.weight"), hkv * hd, d)?,
-                linear(format!("{p}attn_v.weight"), hkv * hd, d)?,
-                linear(format!("{p}attn_output.weight"), d, h * hd)?,
+                projection(&p, "attn_q", q)?,
+                projection(&p, "attn_k", kv)?,
+                projection(&p, "attn_v", kv)?,
+                linear(format!("{p}attn_output.weight"), d, q)?,
                 norm(format!("{p}ffn_norm.weight"))?,
                 linear(format!("{p}ffn_gate.weight"), ff, d)?,
                 linear(format!("{p}ffn_up.weight"), ff, d)?,
                 linear(format!("{p}ffn_down.weight"), d, ff)?,
-            ));
+            );
+            if arch.qk_norm {
+                block = block.with_qk_norms(
+                    norm_of(format!("{p}attn_q_norm.weight"), shape.head_dim)?,
+                    norm_of(format!("{p}attn_k_norm.weight"), shape.head_dim)?,
+                );
+            }
+            if arch.post_norms {
+                block = block.with_post_norms(
+                    norm(format!("{p}post_attention_norm.weight"))?,
+                    norm(format!("{p}post_ffw_norm.weight"))?,
+                );
+            }
+            layers.push(block);
         }
         let embedding = linear("token_embd.weight".into(), config.vocab_size, d)?;
         let output = if config.tied_embeddings {
@@ -348,14 +520,15 @@ impl Llama {
         } else {
             Some(linear("output.weight".into(), config.vocab_size, d)?)
         };
-        let output_norm = norm("output_norm.weight".into())?;
-        Ok(Llama::from_parts(
+        let parts = Parts {
+            norm: norm("output_norm.weight".into())?,
             config,
+            arch,
             embedding,
             layers,
-            output_norm,
             output,
-        ))
+        };
+        Ok(Llama::assemble(parts, Kernels::new(options.kernels)))
     }
 }
 
@@ -369,6 +542,6 @@ impl crate::device::OpenDevice {
             (false, crate::device::Dtype::F16) => WeightFormat::DenseF16,
             (false, crate::device::Dtype::Bf16) => WeightFormat::DenseBf16,
         };
-        LoadOptions { weights }
+        LoadOptions::new(weights)
     }
 }

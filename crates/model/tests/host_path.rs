@@ -6,52 +6,16 @@
 mod common;
 
 use burn::prelude::*;
-use common::{max_diff, real_model};
-use half::f16;
+use common::max_diff;
+use common::paths::{check_paths, encode, tokens, values};
+use common::real_model;
 use kindle_gguf::quant::GgmlType;
 use kindle_kernels::{QuantMatrix, WeightBytes};
 use kindle_model::linear::QLinear;
-use kindle_model::llama::{Block, RmsNorm};
+use kindle_model::llama::{ArchSpec, Block, EmbeddingScale, LayerPattern, RmsNorm};
 use kindle_model::{
-    BatchSequence, KvStore, KvType, Llama, LlamaConfig, LoadOptions, LogitsFor, WeightFormat,
+    BatchSequence, KvType, Llama, LlamaConfig, LoadOptions, LogitsFor, WeightFormat,
 };
-use kindle_sampling::logprobs::argmax;
-
-/// Deterministic values in `[-scale, scale)`.
-fn values(seed: u64, n: usize, scale: f32) -> Vec<f32> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0 * scale
-        })
-        .collect()
-}
-
-/// `w` (`[rows, cols]`) encoded as GGUF `ty` blocks (F32, F16 or Q8_0).
-fn encode(ty: GgmlType, w: &[f32]) -> Vec<u8> {
-    match ty {
-        GgmlType::F32 => w.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        GgmlType::F16 => w
-            .iter()
-            .flat_map(|&v| f16::from_f32(v).to_bits().to_le_bytes())
-            .collect(),
-        GgmlType::Q8_0 => w
-            .chunks_exact(32)
-            .flat_map(|block| {
-                let absmax = block.iter().fold(0f32, |m, v| m.max(v.abs()));
-                let d = absmax / 127.0;
-                let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
-                let mut bytes = f16::from_f32(d).to_bits().to_le_bytes().to_vec();
-                bytes.extend(block.iter().map(|&v| (v * inv).round() as i8 as u8));
-                bytes
-            })
-            .collect(),
-        other => panic!("no encoder for {other:?}"),
-    }
-}
 
 /// A tiny GQA model (4 query heads over 2 KV heads) whose matrices are quantized in a mix of
 /// types; norm scales are not all ones.
@@ -94,62 +58,6 @@ fn tiny_model_with(tied: bool, up: GgmlType) -> Llama {
     let embedding = linear(vocab, d, GgmlType::Q8_0);
     let output = (!tied).then(|| linear(vocab, d, GgmlType::F16));
     Llama::from_parts(config, embedding, layers, norm(300), output)
-}
-
-/// The Burn path's logits, as `forward` returns them.
-fn burn_logits(
-    model: &Llama,
-    tokens: &[u32],
-    cache: &mut dyn KvStore,
-    which: LogitsFor,
-) -> Vec<f32> {
-    model
-        .forward_tensor(tokens, cache, which)
-        .unwrap()
-        .into_data()
-        .try_into_vec::<f32>()
-        .unwrap()
-}
-
-fn tokens(seed: u64, n: usize, vocab: usize) -> Vec<u32> {
-    values(seed, n, 0.5)
-        .iter()
-        .map(|v| ((v + 0.5) * vocab as f32) as u32 % vocab as u32)
-        .collect()
-}
-
-/// Prefill `prompt` then decode `steps` tokens greedily on both paths, each with its own
-/// cache from `new_cache`; every step's logits agree within `tol`. Returns the host side's
-/// cache.
-fn check_paths<C: KvStore>(
-    model: &Llama,
-    prompt: &[u32],
-    steps: usize,
-    tol: f32,
-    new_cache: impl Fn() -> C,
-    label: &str,
-) -> C {
-    let (mut host_cache, mut burn_cache) = (new_cache(), new_cache());
-    let host = model
-        .forward(prompt, &mut host_cache, LogitsFor::All)
-        .unwrap();
-    let burn = burn_logits(model, prompt, &mut burn_cache, LogitsFor::All);
-    let diff = max_diff(&host, &burn);
-    assert!(diff < tol, "{label}: prefill logits differ by {diff}");
-    let vocab = model.config().vocab_size;
-    let greedy = |row: &[f32]| argmax(row).expect("a logits row is not empty");
-    let mut next = greedy(&host[host.len() - vocab..]);
-    for step in 0..steps {
-        let host = model
-            .forward(&[next], &mut host_cache, LogitsFor::Last)
-            .unwrap();
-        let burn = burn_logits(model, &[next], &mut burn_cache, LogitsFor::Last);
-        let diff = max_diff(&host, &burn);
-        assert!(diff < tol, "{label}: step {step} logits differ by {diff}");
-        assert_eq!(host_cache.len(), burn_cache.len());
-        next = greedy(&host);
-    }
-    host_cache
 }
 
 #[test]
@@ -259,9 +167,7 @@ fn host_and_burn_paths_agree_on_the_real_model() {
         return; // KINDLE_SKIP_REAL_MODEL=1
     };
     let device = Device::flex();
-    let options = LoadOptions {
-        weights: WeightFormat::Quantized,
-    };
+    let options = LoadOptions::new(WeightFormat::Quantized);
     let model = Llama::from_gguf_with(&file, &device, options).unwrap();
     let prompt = [1, 504, 3575, 282, 4649, 314, 253, 30];
     // On this model a stored element that rounds the other way (the paths' inputs differ in
@@ -298,5 +204,86 @@ fn host_path_slices_a_long_prompt_like_one_pass() {
             &format!("long prompt, {kv_type}"),
         );
         assert_eq!(cache.len(), 304);
+    }
+}
+
+/// Every optional step of the recipe (q/k/v biases, q/k head norms, post norms, a scaled
+/// embedding, rotary bases that change between layers), which Llama does not use, is
+/// executed alike by both paths.
+#[test]
+fn host_and_burn_paths_agree_on_the_recipe_steps_llama_does_not_use() {
+    // A window of 7 positions in the local layers: the 20-token prompt and the decoding
+    // after the 5-token one both pass it.
+    let config = LlamaConfig::new(96, 64, 2, 4, 2, 96).with_sliding_window(Some(7));
+    let (d, hd, ff) = (64, config.head_dim(), 96);
+    let device = Device::flex();
+    let mut seed = 500;
+    let mut next = || {
+        seed += 1;
+        seed
+    };
+    let mut linear = |rows: usize, cols: usize, bias: bool| {
+        let w = values(next(), rows * cols, 1.5 / (cols as f32).sqrt());
+        let m = QuantMatrix::new(
+            GgmlType::Q8_0,
+            rows,
+            cols,
+            WeightBytes::owned(encode(GgmlType::Q8_0, &w)),
+        )
+        .unwrap();
+        let layer = QLinear::quantized(m);
+        if !bias {
+            return layer;
+        }
+        let b = values(next(), rows, 0.2);
+        layer.with_bias(Tensor::from_data(TensorData::new(b, [rows]), &device))
+    };
+    let norm = |seed: u64, width: usize| {
+        let g: Vec<f32> = values(seed, width, 0.3).iter().map(|v| 1.0 + v).collect();
+        RmsNorm::new(
+            Tensor::from_data(TensorData::new(g, [width]), &device),
+            1e-5,
+        )
+    };
+    let layers = (0..2)
+        .map(|l| {
+            Block::new(
+                norm(600 + l, d),
+                linear(4 * hd, d, true),
+                linear(2 * hd, d, true),
+                linear(2 * hd, d, true),
+                linear(d, 4 * hd, false),
+                norm(610 + l, d),
+                linear(ff, d, false),
+                linear(ff, d, false),
+                linear(d, ff, false),
+            )
+            .with_qk_norms(norm(620 + l, hd), norm(630 + l, hd))
+            .with_post_norms(norm(640 + l, d), norm(650 + l, d))
+        })
+        .collect();
+    let embedding = linear(96, d, false);
+    let arch = ArchSpec {
+        embedding_scale: EmbeddingScale::SqrtWidth,
+        layers: LayerPattern::LocalGlobal {
+            period: 2,
+            local_rope_theta: 100.0,
+        },
+        qkv_bias: true,
+        qk_norm: true,
+        post_norms: true,
+        ..ArchSpec::LLAMA
+    };
+    let model = Llama::from_parts(config, embedding, layers, norm(660, d), None).with_arch(arch);
+    for prompt_len in [5, 20] {
+        let prompt = tokens(prompt_len as u64, prompt_len, 96);
+        check_paths(
+            &model,
+            &prompt,
+            8,
+            2e-3,
+            || model.new_cache(40),
+            &format!("optional steps, prompt {prompt_len}"),
+        );
     }
 }

@@ -20,7 +20,7 @@ fn quantized_and_dense_weights_agree_on_the_real_model() {
         return; // KINDLE_SKIP_REAL_MODEL=1
     };
     let device = Device::flex();
-    let load = |weights| Llama::from_gguf_with(&file, &device, LoadOptions { weights }).unwrap();
+    let load = |weights| Llama::from_gguf_with(&file, &device, LoadOptions::new(weights)).unwrap();
     let quantized = load(WeightFormat::Quantized);
     let dense = load(WeightFormat::DenseF32);
     let tokens = [1, 504, 3575, 282, 4649, 314, 253, 30];

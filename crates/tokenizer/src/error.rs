@@ -18,8 +18,8 @@ pub enum TokenizerError {
     },
     /// `tokenizer.ggml.model` names a tokenizer model that kindle cannot build.
     #[error(
-        "unsupported tokenizer model `{0}`: only byte-level BPE (`gpt2`) vocabularies are supported{hint}",
-        hint = if .0 == "llama" { " (SentencePiece `llama` vocabularies are not implemented)" } else { "" }
+        "unsupported tokenizer model `{0}` (tokenizer.ggml.model): kindle builds byte-level BPE \
+         (`gpt2`) and SentencePiece (`llama`) vocabularies"
     )]
     UnsupportedModel(String),
     /// `tokenizer.ggml.pre` names a pre-tokenizer kindle does not know.
@@ -37,13 +37,32 @@ pub enum TokenizerError {
         reason: String,
     },
     /// `tokenizer.ggml.token_type` does not have one entry per token.
-    #[error("vocabulary has {tokens} tokens but {types} token types")]
+    #[error("vocabulary has {tokens} tokens but {types} token types (tokenizer.ggml.token_type)")]
     TokenTypeCountMismatch {
         /// Number of tokens.
         tokens: usize,
         /// Number of token types.
         types: usize,
     },
+    /// A per-token array (such as `tokenizer.ggml.scores`) does not have one entry per token.
+    #[error(
+        "`{key}` has {len} entries but the vocabulary (tokenizer.ggml.tokens) has {tokens} tokens"
+    )]
+    LengthMismatch {
+        /// The metadata key of the array.
+        key: &'static str,
+        /// Its number of entries.
+        len: usize,
+        /// Number of tokens.
+        tokens: usize,
+    },
+    /// A SentencePiece vocabulary has no byte-fallback token for a byte, so text holding that
+    /// byte outside any piece could not be tokenized.
+    #[error(
+        "the SentencePiece vocabulary (tokenizer.ggml.tokens) has no byte-fallback token \
+         `<0x{0:02X}>` for byte 0x{0:02X}"
+    )]
+    MissingByteToken(u8),
     /// A special token id (BOS, EOS, ...) is not a valid token id.
     #[error("{which} token id {id} is out of range for a vocabulary of {vocab_size} tokens")]
     SpecialIdOutOfRange {

@@ -48,20 +48,31 @@
 //!   pad/repo/separator tokens and every token whose text is one of llama.cpp's end-of-turn
 //!   spellings (such tokens are forced to control type, as llama.cpp does).
 //!
-//! Only byte-level BPE vocabularies (`tokenizer.ggml.model == "gpt2"`) can be built from GGUF
-//! metadata; SentencePiece (`"llama"`) vocabularies are rejected with
-//! [`TokenizerError::UnsupportedModel`].
+//! * **SentencePiece** (`tokenizer.ggml.model == "llama"`) is llama.cpp's own algorithm, written
+//!   here (`spm.rs`) because neither `tokenizers`' Unigram (Viterbi) nor its BPE (a ranked
+//!   merge table; unknown characters become bytes before merging) reproduces it: user-defined
+//!   (and, with `parse_special`, control and unknown) tokens are split out of the text longest
+//!   first; each remaining fragment gets a space prefix if `add_space_prefix` says so and it
+//!   starts the text or follows a split-out token, spaces become `▁`, adjacent symbols are
+//!   merged highest score first while their concatenation is a token, and characters left
+//!   unmerged and not in the vocabulary become their bytes' `<0xXX>` tokens. Decoding turns
+//!   `▁` back into spaces and byte tokens into bytes; a character split over byte tokens is
+//!   U+FFFD until its last byte is there, which is what a streaming decoder holds back on.
+//!
+//! Other `tokenizer.ggml.model` values are rejected with [`TokenizerError::UnsupportedModel`].
 
 mod bpe;
 mod eog;
 mod error;
 mod pre_tokenizer;
+mod spm;
 #[cfg(test)]
 mod tests;
 mod tokenizer_json;
 mod vocab;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use tokenizers::AddedToken;
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
@@ -73,20 +84,19 @@ use bpe::{missing_byte_tokens, parse_merges};
 use eog::end_of_generation;
 use error::malformed;
 use pre_tokenizer::PreTokenizer;
+use spm::Spm;
 use vocab::KEY_TOKEN_TYPE;
 
 pub use error::{Result, TokenizerError};
 pub use vocab::{GgufVocab, TokenType};
 
-/// kindle's tokenizer: byte-level BPE that reproduces llama.cpp's tokenization.
+/// kindle's tokenizer: byte-level BPE or SentencePiece, tokenizing and detokenizing as
+/// llama.cpp does.
 ///
 /// Cheap to share behind an `Arc`; all methods take `&self`.
 #[derive(Clone)]
 pub struct Tokenizer {
-    /// Splits control tokens out of the text (`parse_special == true`).
-    special: tokenizers::Tokenizer,
-    /// Tokenizes control tokens as plain text (`parse_special == false`).
-    plain: tokenizers::Tokenizer,
+    backend: Backend,
     pieces: Vec<String>,
     types: Vec<TokenType>,
     bos: Option<u32>,
@@ -99,6 +109,24 @@ pub struct Tokenizer {
     add_bos: bool,
     add_eos: bool,
     chat_template: Option<String>,
+}
+
+/// What turns text into ids and back.
+#[derive(Clone)]
+enum Backend {
+    /// A `tokenizers` pipeline: byte-level BPE from GGUF metadata, or a `tokenizer.json`.
+    Hf(Box<HfBackend>),
+    /// llama.cpp's SentencePiece tokenizer (`spm.rs`).
+    Spm(Arc<Spm>),
+}
+
+/// Two copies of one `tokenizers` pipeline, and the bytes its vocabulary cannot spell.
+#[derive(Clone)]
+struct HfBackend {
+    /// Splits control tokens out of the text (`parse_special == true`).
+    special: tokenizers::Tokenizer,
+    /// Tokenizes control tokens as plain text (`parse_special == false`).
+    plain: tokenizers::Tokenizer,
     /// Bytes that no token of a byte-level vocabulary can represent (empty: not checked).
     missing_bytes: Vec<u8>,
 }
@@ -141,13 +169,16 @@ impl Tokenizer {
     }
 
     /// Builds a tokenizer from GGUF-style vocabulary metadata.
+    ///
+    /// `vocab.model` picks the kind: `"gpt2"` (byte-level BPE: tokens, merges, pre-tokenizer)
+    /// or `"llama"` (SentencePiece: tokens, scores, byte-fallback tokens); anything else is
+    /// [`TokenizerError::UnsupportedModel`].
     pub fn from_vocab(vocab: GgufVocab) -> Result<Self> {
-        if vocab.model != "gpt2" {
-            return Err(TokenizerError::UnsupportedModel(vocab.model));
-        }
-        let pre_name = vocab.pre.as_deref().unwrap_or("default");
-        let pre = PreTokenizer::from_name(pre_name)
-            .ok_or_else(|| TokenizerError::UnknownPreTokenizer(pre_name.to_owned()))?;
+        let spm = match vocab.model.as_str() {
+            "gpt2" => false,
+            "llama" => true,
+            _ => return Err(TokenizerError::UnsupportedModel(vocab.model)),
+        };
         let n = vocab.tokens.len();
         if u32::try_from(n).is_err() {
             return Err(TokenizerError::Build(format!(
@@ -207,36 +238,22 @@ impl Tokenizer {
 
         let (eot, eom, eog) = end_of_generation(&vocab, &token_to_id, &mut types);
 
-        let merges = parse_merges(&vocab.merges, &token_to_id)?;
-        let bpe_vocab: BpeVocab = token_to_id.into_iter().collect();
-        let bpe = BPE::builder()
-            .vocab_and_merges(bpe_vocab, merges)
-            .ignore_merges(pre.ignore_merges)
-            .build()
-            .map_err(|e| TokenizerError::Build(e.to_string()))?;
-
-        let mut special = tokenizers::Tokenizer::new(bpe);
-        special.with_pre_tokenizer(Some(pre.build()?));
-        special.with_decoder(Some(ByteLevelDecoder::default()));
-        let added: Vec<AddedToken> = vocab
-            .tokens
-            .iter()
-            .zip(&types)
-            .filter(|(text, ty)| {
-                !text.is_empty() && (ty.is_special() || **ty == TokenType::UserDefined)
-            })
-            .map(|(text, ty)| AddedToken::from(text.clone(), ty.is_special()).normalized(false))
-            .collect();
-        special.add_tokens(&added);
-
-        let mut plain = special.clone();
-        plain.set_encode_special_tokens(true);
-
-        let missing_bytes = missing_byte_tokens(&vocab.tokens);
+        let (backend, pieces) = if spm {
+            let model = Spm::new(
+                vocab.tokens,
+                vocab.scores,
+                types.clone(),
+                vocab.add_space_prefix.unwrap_or(true),
+            )?;
+            let pieces = model.pieces().to_vec();
+            (Backend::Spm(Arc::new(model)), pieces)
+        } else {
+            let hf = bpe_backend(&vocab, token_to_id, &types)?;
+            (Backend::Hf(Box::new(hf)), vocab.tokens)
+        };
         Ok(Self {
-            special,
-            plain,
-            pieces: vocab.tokens,
+            backend,
+            pieces,
             types,
             bos: vocab.bos,
             eos: vocab.eos,
@@ -248,7 +265,6 @@ impl Tokenizer {
             add_bos: vocab.add_bos,
             add_eos: vocab.add_eos,
             chat_template: vocab.chat_template,
-            missing_bytes,
         })
     }
 
@@ -261,19 +277,39 @@ impl Tokenizer {
     /// A character whose bytes the vocabulary cannot represent is an error naming it (llama.cpp
     /// drops such bytes silently).
     pub fn encode(&self, text: &str, parse_special: bool) -> Result<Vec<u32>> {
-        let tokenizer = if parse_special {
-            &self.special
-        } else {
-            &self.plain
-        };
-        self.check_representable(text, parse_special)?;
-        let encoding = tokenizer
-            .encode_fast(text, false)
-            .map_err(|e| TokenizerError::Encode(e.to_string()))?;
-        let mut ids = Vec::with_capacity(encoding.len() + 2);
+        let mut ids = Vec::with_capacity(text.len() / 3 + 2);
         ids.extend(self.bos.filter(|_| self.add_bos));
-        ids.extend_from_slice(encoding.get_ids());
+        ids.extend(self.encode_segments(&[(text, parse_special)])?);
         ids.extend(self.eos.filter(|_| self.add_eos));
+        Ok(ids)
+    }
+
+    /// Tokenizes a text made of `segments`, each with its own special-token parsing (a chat
+    /// prompt: template text parsed, message contents not), without BOS or EOS.
+    ///
+    /// SentencePiece vocabularies tokenize the segments as one text, as llama.cpp tokenizes a
+    /// whole rendered prompt: text on both sides of a boundary is one fragment, and only the
+    /// text's start and text after a split-out token get the space prefix. Byte-level BPE
+    /// vocabularies tokenize each segment on its own and concatenate the ids.
+    pub fn encode_segments(&self, segments: &[(&str, bool)]) -> Result<Vec<u32>> {
+        let mut ids = Vec::new();
+        match &self.backend {
+            Backend::Spm(model) => model.encode_segments(segments, &mut ids),
+            Backend::Hf(hf) => {
+                for &(text, parse_special) in segments {
+                    let tokenizer = if parse_special {
+                        &hf.special
+                    } else {
+                        &hf.plain
+                    };
+                    self.check_representable(&hf.missing_bytes, text, parse_special)?;
+                    let encoding = tokenizer
+                        .encode_fast(text, false)
+                        .map_err(|e| TokenizerError::Encode(e.to_string()))?;
+                    ids.extend_from_slice(encoding.get_ids());
+                }
+            }
+        }
         Ok(ids)
     }
 
@@ -281,13 +317,18 @@ impl Tokenizer {
     /// text of an added token the encoding splits out (control and unknown tokens with
     /// `parse_special`, user-defined tokens always). The scan for added tokens runs only when
     /// the text holds such a byte at all.
-    fn check_representable(&self, text: &str, parse_special: bool) -> Result<()> {
+    fn check_representable(
+        &self,
+        missing_bytes: &[u8],
+        text: &str,
+        parse_special: bool,
+    ) -> Result<()> {
         let missing = |ch: &char| {
             ch.encode_utf8(&mut [0; 4])
                 .bytes()
-                .any(|b| self.missing_bytes.contains(&b))
+                .any(|b| missing_bytes.contains(&b))
         };
-        if self.missing_bytes.is_empty() || !text.chars().any(|ch| missing(&ch)) {
+        if missing_bytes.is_empty() || !text.chars().any(|ch| missing(&ch)) {
             return Ok(());
         }
         let mut covered = Vec::new();
@@ -310,7 +351,13 @@ impl Tokenizer {
     }
 
     /// Turns token ids back into text. With `skip_special`, control and unknown tokens are
-    /// dropped. Byte sequences that are not valid UTF-8 become U+FFFD.
+    /// dropped. Byte sequences that are not valid UTF-8 become U+FFFD (so a character split
+    /// over byte-fallback tokens decodes to U+FFFD until its last byte is there).
+    ///
+    /// SentencePiece vocabularies decode as llama.cpp's `llama_detokenize(.., remove_special =
+    /// false, unparse_special = !skip_special)`: `▁` becomes a space, byte tokens their byte,
+    /// unused tokens nothing, and when the vocabulary adds a space prefix the first token's
+    /// leading space is dropped.
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
         if let Some(&id) = ids.iter().find(|&&id| id as usize >= self.pieces.len()) {
             return Err(TokenizerError::TokenIdOutOfRange {
@@ -318,19 +365,27 @@ impl Tokenizer {
                 vocab_size: self.pieces.len(),
             });
         }
-        self.special
-            .decode(ids, skip_special)
-            .map_err(|e| TokenizerError::Decode(e.to_string()))
+        match &self.backend {
+            Backend::Spm(model) => Ok(model.decode(ids, !skip_special)),
+            Backend::Hf(hf) => hf
+                .special
+                .decode(ids, skip_special)
+                .map_err(|e| TokenizerError::Decode(e.to_string())),
+        }
     }
 
-    /// The raw vocabulary entry of `id` (byte-level spelling, e.g. `"Ġworld"`).
+    /// The raw vocabulary entry of `id` (byte-level spelling, e.g. `"Ġworld"`, or
+    /// SentencePiece's, e.g. `"▁world"`).
     pub fn id_to_piece(&self, id: u32) -> Option<&str> {
         self.pieces.get(id as usize).map(String::as_str)
     }
 
     /// The id of the vocabulary entry spelled exactly `piece`.
     pub fn piece_to_id(&self, piece: &str) -> Option<u32> {
-        self.special.token_to_id(piece)
+        match &self.backend {
+            Backend::Spm(model) => model.piece_to_id(piece),
+            Backend::Hf(hf) => hf.special.token_to_id(piece),
+        }
     }
 
     /// The type of token `id` (after llama.cpp's end-of-generation fix-ups).
@@ -398,9 +453,66 @@ impl Tokenizer {
         self.add_eos
     }
 
-    /// The underlying Hugging Face tokenizer (the one that parses special tokens), e.g. for
-    /// [`decode_stream`](tokenizers::TokenizerImpl::decode_stream).
-    pub fn inner(&self) -> &tokenizers::Tokenizer {
-        &self.special
+    /// Whether this is a SentencePiece (`llama`) vocabulary.
+    pub fn is_sentencepiece(&self) -> bool {
+        matches!(self.backend, Backend::Spm(_))
     }
+
+    /// Whether [`encode`](Self::encode) puts a space before the text (SentencePiece
+    /// vocabularies with `tokenizer.ggml.add_space_prefix`, true unless the file says false).
+    pub fn add_space_prefix(&self) -> bool {
+        matches!(&self.backend, Backend::Spm(model) if model.add_space_prefix())
+    }
+
+    /// The underlying Hugging Face tokenizer (the one that parses special tokens), e.g. for
+    /// [`decode_stream`](tokenizers::TokenizerImpl::decode_stream); `None` for SentencePiece
+    /// vocabularies, which kindle tokenizes itself.
+    pub fn inner(&self) -> Option<&tokenizers::Tokenizer> {
+        match &self.backend {
+            Backend::Hf(hf) => Some(&hf.special),
+            Backend::Spm(_) => None,
+        }
+    }
+}
+
+/// The `tokenizers` pipeline of a byte-level BPE vocabulary: llama.cpp's pre-tokenizer regexes
+/// for `tokenizer.ggml.pre`, the merges, and control, unknown and user-defined tokens as added
+/// tokens.
+fn bpe_backend(
+    vocab: &GgufVocab,
+    token_to_id: HashMap<String, u32>,
+    types: &[TokenType],
+) -> Result<HfBackend> {
+    let pre_name = vocab.pre.as_deref().unwrap_or("default");
+    let pre = PreTokenizer::from_name(pre_name)
+        .ok_or_else(|| TokenizerError::UnknownPreTokenizer(pre_name.to_owned()))?;
+    let merges = parse_merges(&vocab.merges, &token_to_id)?;
+    let bpe_vocab: BpeVocab = token_to_id.into_iter().collect();
+    let bpe = BPE::builder()
+        .vocab_and_merges(bpe_vocab, merges)
+        .ignore_merges(pre.ignore_merges)
+        .build()
+        .map_err(|e| TokenizerError::Build(e.to_string()))?;
+
+    let mut special = tokenizers::Tokenizer::new(bpe);
+    special.with_pre_tokenizer(Some(pre.build()?));
+    special.with_decoder(Some(ByteLevelDecoder::default()));
+    let added: Vec<AddedToken> = vocab
+        .tokens
+        .iter()
+        .zip(types)
+        .filter(|(text, ty)| {
+            !text.is_empty() && (ty.is_special() || **ty == TokenType::UserDefined)
+        })
+        .map(|(text, ty)| AddedToken::from(text.clone(), ty.is_special()).normalized(false))
+        .collect();
+    special.add_tokens(&added);
+
+    let mut plain = special.clone();
+    plain.set_encode_special_tokens(true);
+    Ok(HfBackend {
+        special,
+        plain,
+        missing_bytes: missing_byte_tokens(&vocab.tokens),
+    })
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 use tokenizers::AddedToken;
 
 use crate::eog::end_of_generation;
-use crate::{GgufVocab, Result, TokenType, Tokenizer, TokenizerError};
+use crate::{Backend, GgufVocab, HfBackend, Result, TokenType, Tokenizer, TokenizerError};
 
 impl Tokenizer {
     /// Loads a Hugging Face `tokenizer.json`.
@@ -135,8 +135,11 @@ impl Tokenizer {
         let mut plain = special.clone();
         plain.set_encode_special_tokens(true);
         Ok(Self {
-            special,
-            plain,
+            backend: Backend::Hf(Box::new(HfBackend {
+                special,
+                plain,
+                missing_bytes: Vec::new(),
+            })),
             pieces,
             types,
             bos,
@@ -149,7 +152,6 @@ impl Tokenizer {
             add_bos,
             add_eos,
             chat_template,
-            missing_bytes: Vec::new(),
         })
     }
 }
@@ -185,7 +187,7 @@ mod tests {
             std::thread::current().id()
         ));
         std::fs::create_dir_all(&dir).unwrap();
-        let json = built.inner().to_string(false).unwrap();
+        let json = built.inner().unwrap().to_string(false).unwrap();
         std::fs::write(dir.join("tokenizer.json"), json).unwrap();
         let config = serde_json::json!({
             "bos_token": "<|im_start|>",

@@ -3,6 +3,7 @@
 use kindle_gguf::GgufFile;
 
 use crate::Result;
+use crate::error::malformed;
 use crate::pre_tokenizer::PreTokenizer;
 
 /// Type of a vocabulary entry (`tokenizer.ggml.token_type`, llama.cpp's `llama_token_type`).
@@ -50,7 +51,7 @@ impl TokenType {
 /// built (and tested) without a GGUF file.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct GgufVocab {
-    /// `tokenizer.ggml.model`: `"gpt2"` (byte-level BPE) is supported.
+    /// `tokenizer.ggml.model`: `"gpt2"` (byte-level BPE) or `"llama"` (SentencePiece).
     pub model: String,
     /// `tokenizer.ggml.pre`: pre-tokenizer name (`"smollm"`, `"llama-bpe"`, `"qwen2"`, ...);
     /// `None` means llama.cpp's `default`.
@@ -61,6 +62,12 @@ pub struct GgufVocab {
     pub merges: Vec<String>,
     /// `tokenizer.ggml.token_type`: one [`TokenType`] code per token; empty means all normal.
     pub token_types: Vec<i32>,
+    /// `tokenizer.ggml.scores`: one score per token, read for SentencePiece vocabularies
+    /// (which require it); higher merges first.
+    pub scores: Vec<f32>,
+    /// `tokenizer.ggml.add_space_prefix`: put a space before the text (SentencePiece only);
+    /// `None` means llama.cpp's default, true.
+    pub add_space_prefix: Option<bool>,
     /// `tokenizer.ggml.bos_token_id`.
     pub bos: Option<u32>,
     /// `tokenizer.ggml.eos_token_id`.
@@ -83,7 +90,9 @@ pub struct GgufVocab {
 
 const KEY_MODEL: &str = "tokenizer.ggml.model";
 const KEY_PRE: &str = "tokenizer.ggml.pre";
-const KEY_TOKENS: &str = "tokenizer.ggml.tokens";
+pub(crate) const KEY_TOKENS: &str = "tokenizer.ggml.tokens";
+pub(crate) const KEY_SCORES: &str = "tokenizer.ggml.scores";
+const KEY_ADD_SPACE_PREFIX: &str = "tokenizer.ggml.add_space_prefix";
 const KEY_MERGES: &str = "tokenizer.ggml.merges";
 pub(crate) const KEY_TOKEN_TYPE: &str = "tokenizer.ggml.token_type";
 const KEY_BOS: &str = "tokenizer.ggml.bos_token_id";
@@ -99,9 +108,12 @@ const KEY_CHAT_TEMPLATE: &str = "tokenizer.chat_template";
 impl GgufVocab {
     /// Reads the tokenizer metadata of a GGUF file.
     ///
-    /// `tokenizer.ggml.model` and `tokenizer.ggml.tokens` are required; everything else is
-    /// optional. When `add_bos_token` is absent the default is llama.cpp's: true for
-    /// SentencePiece and Llama 3 (`llama-bpe`) vocabularies, false otherwise.
+    /// `tokenizer.ggml.model` and `tokenizer.ggml.tokens` are required (and
+    /// `tokenizer.ggml.scores` for SentencePiece, checked when the tokenizer is built);
+    /// everything else is optional. When `add_bos_token` is absent the default is llama.cpp's:
+    /// true for SentencePiece and Llama 3 (`llama-bpe`) vocabularies, false otherwise. A
+    /// SentencePiece vocabulary without BOS, EOS or unknown token ids gets llama.cpp's
+    /// defaults, 1, 2 and 0 (where the vocabulary has such ids).
     ///
     /// A missing required key gives [`MissingKey`](crate::TokenizerError::MissingKey) and a
     /// value of the wrong type [`MalformedKey`](crate::TokenizerError::MalformedKey), both
@@ -116,7 +128,16 @@ impl GgufVocab {
             .map(owned)
             .unwrap_or_default();
         let token_types = file.opt_i32_array(KEY_TOKEN_TYPE)?.unwrap_or_default();
-        let default_add_bos = model == "llama"
+        let spm = model == "llama";
+        let scores = if spm {
+            read_scores(file)?.unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        // llama.cpp's default special ids for SentencePiece, used where the key is absent.
+        let n = tokens.len();
+        let spm_default = |id: u32| (spm && (id as usize) < n).then_some(id);
+        let default_add_bos = spm
             || pre
                 .as_deref()
                 .and_then(PreTokenizer::from_name)
@@ -127,9 +148,11 @@ impl GgufVocab {
             tokens,
             merges,
             token_types,
-            bos: file.opt_u32(KEY_BOS)?,
-            eos: file.opt_u32(KEY_EOS)?,
-            unk: file.opt_u32(KEY_UNK)?,
+            scores,
+            add_space_prefix: file.opt_bool(KEY_ADD_SPACE_PREFIX)?,
+            bos: file.opt_u32(KEY_BOS)?.or_else(|| spm_default(1)),
+            eos: file.opt_u32(KEY_EOS)?.or_else(|| spm_default(2)),
+            unk: file.opt_u32(KEY_UNK)?.or_else(|| spm_default(0)),
             pad: file.opt_u32(KEY_PAD)?,
             eot: file.opt_u32(KEY_EOT)?,
             eom: file.opt_u32(KEY_EOM)?,
@@ -138,6 +161,26 @@ impl GgufVocab {
             chat_template: file.opt_str(KEY_CHAT_TEMPLATE)?.map(str::to_owned),
         })
     }
+}
+
+/// `tokenizer.ggml.scores`: an array of numbers (llama.cpp accepts `f32` and `i32`).
+fn read_scores(file: &GgufFile) -> Result<Option<Vec<f32>>> {
+    let Some(items) = file.opt_array(KEY_SCORES)? else {
+        return Ok(None);
+    };
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            item.as_f64().map(|v| v as f32).ok_or_else(|| {
+                malformed(
+                    KEY_SCORES,
+                    format!("should be an array of numbers but element {i} is {item}"),
+                )
+            })
+        })
+        .collect::<Result<Vec<f32>>>()
+        .map(Some)
 }
 
 #[cfg(test)]

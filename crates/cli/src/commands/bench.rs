@@ -103,9 +103,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     let path = args.model.path()?;
     let loaded = engine::open(&path)?;
-    let model = engine::load_model(&loaded, &args.device)?;
-    let llama = &model.llama;
-    let config = llama.config();
+    let mut model = engine::load_model(&loaded, &args.device)?;
+    let config = model.llama.config().clone();
     let vocab = config.vocab_size;
     let file_bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
     let threads = if !args.device.device.is_host() {
@@ -116,13 +115,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 args.device.device.name()
             );
         }
-        vec![kindle_kernels::num_threads()]
+        vec![model.llama.kernels().threads()]
     } else if args.thread_counts.is_empty() {
-        vec![
-            args.device
-                .threads
-                .unwrap_or_else(kindle_kernels::num_threads),
-        ]
+        // The model was loaded with `-t` (or the default).
+        vec![model.llama.kernels().threads()]
     } else {
         args.thread_counts.clone()
     };
@@ -141,7 +137,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     let mut rows: Vec<Value> = Vec::new();
     for &t in &threads {
-        kindle_kernels::set_num_threads(t);
+        // The same weights, multiplied on `t` threads from now on.
+        let kernels = model.llama.kernels().with_threads(t);
+        model.llama.set_kernels(kernels);
+        let llama = &model.llama;
         let mut tests: Vec<(String, usize, bool)> = Vec::new();
         tests.extend(
             args.prompt

@@ -11,27 +11,41 @@ pub mod tokenize;
 
 use std::path::PathBuf;
 
+use kindle_fetch::FetchableModel;
+
 pub use kindle_cli::engine::DeviceArgs;
 
 #[derive(clap::Args, Debug)]
 /// `-m/--model`: which model file a command runs.
 pub struct ModelArgs {
-    /// GGUF model file [default: SmolLM2-135M-Instruct Q4_1, fetched on first use]
-    #[arg(short, long, value_name = "PATH")]
+    /// GGUF model file, or the name of a fetchable model (smollm2-135m-instruct, gemma3-270m),
+    /// fetched on first use [default: smollm2-135m-instruct]
+    #[arg(short, long, value_name = "PATH|NAME")]
     pub model: Option<PathBuf>,
 }
 
 impl ModelArgs {
-    /// The model file: the path given, else the default model (fetched if missing).
+    /// The model file: the path given; else, for the name of a fetchable model, that model in
+    /// the cache folder (fetched if missing); else the default model (fetched if missing). A
+    /// file that exists wins over a fetchable model of the same name.
     pub fn path(&self) -> anyhow::Result<PathBuf> {
-        match &self.model {
-            Some(path) => Ok(path.clone()),
-            // Quiet when the model is in place: this runs before every command.
-            None => Ok(kindle_fetch::ensure_default_model(&mut |event| {
-                if !matches!(event, kindle_fetch::Event::AlreadyPresent { .. }) {
-                    eprintln!("kindle: {event}");
-                }
-            })?),
-        }
+        let model = match &self.model {
+            Some(path) if path.exists() => return Ok(path.clone()),
+            Some(path) => match path.to_str().and_then(FetchableModel::named) {
+                Some(model) => model,
+                None => anyhow::bail!(
+                    "model file {} does not exist (fetchable models, by name: {})",
+                    path.display(),
+                    FetchableModel::names()
+                ),
+            },
+            None => &kindle_fetch::SMOLLM2_135M,
+        };
+        // Quiet when the model is in place: this runs before every command.
+        Ok(kindle_fetch::ensure_model(model, &mut |event| {
+            if !matches!(event, kindle_fetch::Event::AlreadyPresent { .. }) {
+                eprintln!("kindle: {event}");
+            }
+        })?)
     }
 }

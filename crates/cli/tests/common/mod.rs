@@ -33,17 +33,65 @@ pub fn model_path() -> PathBuf {
     )
 }
 
-/// The llama.cpp reference outputs shipped in `testdata/reference`.
+/// A real model whose llama.cpp reference outputs are in `testdata/reference`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RealModel {
+    /// SmolLM2-135M-Instruct Q4_1 (llama architecture, byte-level BPE): the default model.
+    SmolLM2,
+    /// Gemma-3 270M Q4_K_M (gemma3 architecture, SentencePiece vocabulary).
+    Gemma3,
+}
+
+impl RealModel {
+    /// The model file ([`real_model`] for SmolLM2, [`gemma3_model`] for Gemma-3); `None` only
+    /// with `KINDLE_SKIP_REAL_MODEL=1`.
+    pub fn path(self) -> Option<PathBuf> {
+        match self {
+            RealModel::SmolLM2 => real_model(),
+            RealModel::Gemma3 => gemma3_model(),
+        }
+    }
+
+    /// llama.cpp's outputs on this model, parsed once.
+    pub fn reference(self) -> &'static Value {
+        static SMOLLM2: OnceLock<Value> = OnceLock::new();
+        static GEMMA3: OnceLock<Value> = OnceLock::new();
+        let (cell, name) = match self {
+            RealModel::SmolLM2 => (&SMOLLM2, "smollm2-135m-instruct-q4_1.json"),
+            RealModel::Gemma3 => (&GEMMA3, "gemma3-270m-q4_k_m.json"),
+        };
+        cell.get_or_init(|| {
+            let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../testdata/reference")
+                .join(name);
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+            serde_json::from_str(&text).expect("parsing the reference JSON")
+        })
+    }
+
+    /// The reference prompts, by name.
+    pub fn prompts(self) -> Vec<(String, &'static Value)> {
+        self.reference()["prompts"]
+            .as_object()
+            .expect("prompts")
+            .iter()
+            .map(|(k, v)| (k.clone(), v))
+            .collect()
+    }
+}
+
+/// The Gemma-3 model ([`kindle_fetch::fetchable_model_for_tests`]): in the cache folder
+/// (`$KINDLE_CACHE_DIR`, `$XDG_CACHE_HOME/kindle/models`, `~/.cache/kindle/models`), fetched
+/// if missing; panics naming where it looked when it cannot be had. `None` only with
+/// `KINDLE_SKIP_REAL_MODEL=1`.
+pub fn gemma3_model() -> Option<PathBuf> {
+    kindle_fetch::fetchable_model_for_tests(&kindle_fetch::GEMMA3_270M)
+}
+
+/// llama.cpp's reference outputs on SmolLM2 ([`RealModel::SmolLM2`]).
 pub fn reference() -> &'static Value {
-    static REF: OnceLock<Value> = OnceLock::new();
-    REF.get_or_init(|| {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../testdata/reference/smollm2-135m-instruct-q4_1.json"
-        );
-        serde_json::from_str(&std::fs::read_to_string(path).expect("reading the reference JSON"))
-            .expect("parsing the reference JSON")
-    })
+    RealModel::SmolLM2.reference()
 }
 
 /// Ids of a JSON array.
@@ -56,12 +104,7 @@ pub fn ids(value: &Value) -> Vec<u32> {
         .collect()
 }
 
-/// The reference prompts, by name.
+/// The SmolLM2 reference prompts, by name.
 pub fn prompts() -> Vec<(String, &'static Value)> {
-    reference()["prompts"]
-        .as_object()
-        .expect("prompts")
-        .iter()
-        .map(|(k, v)| (k.clone(), v))
-        .collect()
+    RealModel::SmolLM2.prompts()
 }

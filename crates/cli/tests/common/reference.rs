@@ -16,11 +16,22 @@ use std::sync::OnceLock;
 pub const MARGIN: f64 = 0.5;
 pub const LOGPROB_TOLERANCE: f64 = 0.6;
 
-/// The real model on flex, loaded once; `None` only with `KINDLE_SKIP_REAL_MODEL=1`.
+/// The real model (SmolLM2) on flex, loaded once; `None` only with
+/// `KINDLE_SKIP_REAL_MODEL=1`.
 pub fn model() -> Option<&'static Llama> {
-    static MODEL: OnceLock<Llama> = OnceLock::new();
-    let path = real_model()?;
-    Some(MODEL.get_or_init(|| {
+    model_of(RealModel::SmolLM2)
+}
+
+/// A real model on flex, loaded once; `None` only with `KINDLE_SKIP_REAL_MODEL=1`.
+pub fn model_of(which: RealModel) -> Option<&'static Llama> {
+    static SMOLLM2: OnceLock<Llama> = OnceLock::new();
+    static GEMMA3: OnceLock<Llama> = OnceLock::new();
+    let cell = match which {
+        RealModel::SmolLM2 => &SMOLLM2,
+        RealModel::Gemma3 => &GEMMA3,
+    };
+    let path = which.path()?;
+    Some(cell.get_or_init(|| {
         let file = GgufFile::open(path).expect("opening the model");
         Llama::load(&file, &OpenDevice::flex()).expect("loading the model")
     }))
@@ -189,12 +200,17 @@ impl TeacherForced {
     }
 }
 
-/// Teacher-forced over every reference prompt: the prompt and llama.cpp's greedy continuation
-/// fed as `passes` say, every step's distribution compared.
+/// Teacher-forced over every reference prompt of SmolLM2: see [`teacher_forced_on`].
 pub fn teacher_forced(model: &Llama, passes: Passes) -> TeacherForced {
+    teacher_forced_on(model, RealModel::SmolLM2, passes)
+}
+
+/// Teacher-forced over every reference prompt of `which`: the prompt and llama.cpp's greedy
+/// continuation fed as `passes` say, every step's distribution compared.
+pub fn teacher_forced_on(model: &Llama, which: RealModel, passes: Passes) -> TeacherForced {
     let vocab = model.config().vocab_size;
     let mut found = TeacherForced::default();
-    for (name, prompt) in prompts() {
+    for (name, prompt) in which.prompts() {
         let prompt_ids = ids(&prompt["prompt_ids"]);
         let greedy = ids(&prompt["greedy_ids"]);
         let mut all = prompt_ids.clone();
@@ -208,20 +224,31 @@ pub fn teacher_forced(model: &Llama, passes: Passes) -> TeacherForced {
     found
 }
 
-/// Teacher-forced in one pass per prompt; panics listing every violation.
+/// Teacher-forced in one pass per SmolLM2 prompt; panics listing every violation.
 pub fn check_teacher_forced(model: &Llama) {
-    let found = teacher_forced(model, Passes::One);
+    check_teacher_forced_on(model, RealModel::SmolLM2);
+}
+
+/// Teacher-forced in one pass per prompt of `which`; panics listing every violation.
+pub fn check_teacher_forced_on(model: &Llama, which: RealModel) {
+    let found = teacher_forced_on(model, which, Passes::One);
     found.report();
     if let Err(message) = found.result(LOGPROB_TOLERANCE) {
         panic!("{message}");
     }
 }
 
-/// Free-running greedy decoding against llama.cpp's, up to the first close call; the prompt
-/// prefilled as `passes` say.
+/// Free-running greedy decoding against llama.cpp's on SmolLM2: see [`check_free_running_on`].
 pub fn check_free_running(model: &Llama, passes: Passes) {
+    check_free_running_on(model, RealModel::SmolLM2, passes);
+}
+
+/// Free-running greedy decoding against llama.cpp's on `which`, up to the first close call;
+/// the prompt prefilled as `passes` say. Returns the decisive steps checked.
+pub fn check_free_running_on(model: &Llama, which: RealModel, passes: Passes) -> usize {
     let vocab = model.config().vocab_size;
-    for (name, prompt) in prompts() {
+    let mut total = 0;
+    for (name, prompt) in which.prompts() {
         let prompt_ids = ids(&prompt["prompt_ids"]);
         let greedy = ids(&prompt["greedy_ids"]);
         let steps = prompt["steps"].as_array().unwrap();
@@ -247,5 +274,7 @@ pub fn check_free_running(model: &Llama, passes: Passes) {
             "{name}: greedy continuation (first {checked} steps are decisive)"
         );
         eprintln!("{name}: {checked} decisive greedy steps match");
+        total += checked;
     }
+    total
 }

@@ -22,10 +22,19 @@ impl TinyLlama {
 
     /// A writer holding the model's metadata, and no tensor yet.
     pub fn writer(&self) -> GgufWriter {
-        let u32 = |v: u64| MetadataValue::U32(v as u32);
         let tokens = (0..self.vocab)
             .map(|i| MetadataValue::String(char::from(b'!' + i as u8).to_string()))
             .collect();
+        self.writer_without_vocab()
+            .metadata("tokenizer.ggml.model", "gpt2")
+            .metadata("tokenizer.ggml.pre", "gpt2")
+            .metadata("tokenizer.ggml.tokens", MetadataValue::Array(tokens))
+    }
+
+    /// A writer holding the model's hyperparameters only: the caller adds a vocabulary of
+    /// `vocab` tokens (`tokenizer.*`) and the tensors.
+    pub fn writer_without_vocab(&self) -> GgufWriter {
+        let u32 = |v: u64| MetadataValue::U32(v as u32);
         GgufWriter::new()
             .metadata("general.architecture", "llama")
             .metadata("llama.block_count", u32(self.layers))
@@ -35,9 +44,6 @@ impl TinyLlama {
             .metadata("llama.attention.head_count", u32(self.heads))
             .metadata("llama.attention.head_count_kv", u32(self.kv_heads))
             .metadata("llama.rope.dimension_count", u32(self.head_dim()))
-            .metadata("tokenizer.ggml.model", "gpt2")
-            .metadata("tokenizer.ggml.pre", "gpt2")
-            .metadata("tokenizer.ggml.tokens", MetadataValue::Array(tokens))
     }
 
     /// Every tensor the model needs, as (name, GGUF dimensions `[d_in, d_out]`): the token

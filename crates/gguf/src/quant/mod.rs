@@ -4,7 +4,7 @@
 //! a whole number of blocks. [`dequantize`] turns the bytes of whole blocks into `f32` values.
 //!
 //! The types live in [`GgmlType`]; the block decoders by family in `legacy` (the 32-value
-//! `Q4_0`, `Q4_1` and `Q8_0` blocks) and `kquants` (the 256-value `Q4_K`, `Q5_K` and `Q6_K`
+//! `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0` blocks) and `kquants` (the 256-value `Q4_K`, `Q5_K` and `Q6_K`
 //! super-blocks), all re-exported here.
 
 mod ggml_type;
@@ -21,8 +21,9 @@ pub use kquants::{
     dequantize_block_q5_k, dequantize_block_q6_k, unpack_scale_min_k4,
 };
 pub use legacy::{
-    BLOCK_Q4_0_BYTES, BLOCK_Q4_1_BYTES, BLOCK_Q8_0_BYTES, QK32, dequantize_block_q4_0,
-    dequantize_block_q4_1, dequantize_block_q8_0,
+    BLOCK_Q4_0_BYTES, BLOCK_Q4_1_BYTES, BLOCK_Q5_0_BYTES, BLOCK_Q5_1_BYTES, BLOCK_Q8_0_BYTES, QK32,
+    dequantize_block_q4_0, dequantize_block_q4_1, dequantize_block_q5_0, dequantize_block_q5_1,
+    dequantize_block_q8_0,
 };
 
 /// Why a dequantisation could not be done.
@@ -87,6 +88,8 @@ pub fn dequantize(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<(), Quan
         }),
         Q4_0 => for_each_block(data, out, dequantize_block_q4_0),
         Q4_1 => for_each_block(data, out, dequantize_block_q4_1),
+        Q5_0 => for_each_block(data, out, dequantize_block_q5_0),
+        Q5_1 => for_each_block(data, out, dequantize_block_q5_1),
         Q8_0 => for_each_block(data, out, dequantize_block_q8_0),
         Q4_K => for_each_block(data, out, dequantize_block_q4_k),
         Q5_K => for_each_block(data, out, dequantize_block_q5_k),

@@ -28,6 +28,8 @@ fn block_constants_match_type_sizes() {
     for (ty, bytes, values) in [
         (Q4_0, BLOCK_Q4_0_BYTES, QK32),
         (Q4_1, BLOCK_Q4_1_BYTES, QK32),
+        (Q5_0, BLOCK_Q5_0_BYTES, QK32),
+        (Q5_1, BLOCK_Q5_1_BYTES, QK32),
         (Q8_0, BLOCK_Q8_0_BYTES, QK32),
         (Q4_K, BLOCK_Q4_K_BYTES, QK_K),
         (Q5_K, BLOCK_Q5_K_BYTES, QK_K),
@@ -166,7 +168,7 @@ fn size_mismatches_are_errors() {
 #[test]
 fn unsupported_types_are_errors() {
     use GgmlType::*;
-    for ty in [Q5_0, Q5_1, Q8_1, Q2_K, Q3_K, Q8_K, I8, I16, I32, I64, F64] {
+    for ty in [Q8_1, Q2_K, Q3_K, Q8_K, I8, I16, I32, I64, F64] {
         assert!(!ty.can_dequantize());
         // Correctly sized input still fails, and is reported as unsupported first.
         let mut out = vec![0.0; ty.block_size()];

@@ -5,6 +5,8 @@
 
 use kindle_gguf::GgufFile;
 
+pub mod paths;
+
 /// The real model ([`kindle_fetch::real_model_for_tests`]): `$KINDLE_MODEL`, else the default
 /// model in the cache folder (`$KINDLE_CACHE_DIR`, `$XDG_CACHE_HOME/kindle/models`,
 /// `~/.cache/kindle/models`), fetched if missing. Panics naming where it looked when it cannot

@@ -1,0 +1,571 @@
+//! AVX2 + FMA + F16C kernels for the 256-value K-quant super-blocks (`Q4_K`, `Q5_K`, `Q6_K`),
+//! read in place from the file's rows (no repacking: a super-block's scales are per 32 or 16
+//! values, so there is no per-block `f16` to gather across rows, and each row is reduced
+//! horizontally once, not once per block).
+//!
+//! Each kernel takes one weight row and `JN` activation rows: a super-block is decoded once
+//! for all of them, and the arithmetic of one output does not depend on `JN` (a row gives the
+//! same bits alone and in a batch).
+//!
+//! - `f32` activations: 32 quant bytes are loaded once and each 4-, 5- or 6-bit value is masked
+//!   *in place* in its 32-bit lane (byte `k` of lane `l` is value `4l + k`, left at bit `8k`),
+//!   converted, and multiplied with activations permuted into [`K_ORDER`] and scaled by
+//!   [`K_SCALE`] (`2^-8k`), so every product is exactly `q * x`. Each 32-value sub-block's dot
+//!   product is scaled by its `d * scale` as it is added (one FMA); `Q4_K`/`Q5_K` mins and
+//!   `Q6_K`'s `-32` offset are applied to activation sums per 32 (per 16) values, once per
+//!   super-block.
+//! - 8-bit activations: `Q4_K`/`Q5_K` read ggml's `Q8_K` form (one scale per 256 values and
+//!   sums per 16, [`Q8KRows`], quantized by [`quantize_q8k`]): `maddubs` of the unsigned
+//!   quants with the signed activations, the eight sub-blocks' integer sums gathered into one
+//!   vector, converted once and scaled by the eight `d * scale * y.d` in one FMA; mins on the
+//!   sums per 32 in one integer `madd`. `Q6_K` reads the crate's 32-value `BlockQ8` blocks
+//!   (through [`Q8Block`]): the 16-value scales in the `madd`, one FMA by `d * y.d` per 256.
+//!
+//! Every function requires AVX2, FMA and F16C (the caller checks them at run time), a row of
+//! whole super-blocks, and activation rows at least as long.
+
+use std::arch::x86_64::*;
+
+/// An activation block of 32 values quantized to 8 bits (the crate's `BlockQ8`): its quants,
+/// which the 8-bit kernels read (its scale and sum come as plain rows, [`Q8Rows`]). A trait,
+/// so that these kernels stay a leaf module: the dispatcher names them, they name nothing of
+/// the crate.
+pub(crate) trait Q8Block {
+    /// The 32 quants.
+    fn qs(&self) -> &[i8; 32];
+}
+
+/// A little-endian `f16` at `p`, widened with F16C.
+///
+/// # Safety
+/// `p` points to two readable bytes.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn f16_at(p: *const u8) -> f32 {
+    // SAFETY: the caller passes a pointer to two readable bytes.
+    unsafe {
+        let bits = u16::from_le_bytes([*p, *p.add(1)]);
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+    }
+}
+
+/// Sum of the eight lanes.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
+
+/// Bytes of one `Q4_K` super-block.
+const Q4_K_BYTES: usize = 144;
+/// Bytes of one `Q5_K` super-block.
+const Q5_K_BYTES: usize = 176;
+/// Bytes of one `Q6_K` super-block.
+const Q6_K_BYTES: usize = 210;
+
+/// The order of a 32-value sub-block's activations that the `f32` kernels read: position `p`
+/// holds value `4 * (p % 8) + p / 8` (8-lane vector `k` meets byte `k` of each 32-bit lane).
+pub(crate) const K_ORDER: [usize; 32] = {
+    let mut order = [0; 32];
+    let mut p = 0;
+    while p < 32 {
+        order[p] = 4 * (p % 8) + p / 8;
+        p += 1;
+    }
+    order
+};
+
+/// The factor each position of a [`K_ORDER`]ed sub-block is scaled by: vector `k` reads its
+/// value at bit `8k`, so it multiplies `q * 2^8k` and needs `x * 2^-8k` (both exact).
+pub(crate) const K_SCALE: [f32; 32] = {
+    let mut scale = [0f32; 32];
+    let mut p = 0;
+    while p < 32 {
+        scale[p] = 1.0 / (1u32 << (8 * (p / 8))) as f32;
+        p += 1;
+    }
+    scale
+};
+
+/// `mask << 8k` in every 32-bit lane, for `k` in `0..4`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn lane_masks(mask: i32) -> [__m256i; 4] {
+    std::array::from_fn(|k| _mm256_set1_epi32(mask << (8 * k)))
+}
+
+/// The four in-place values of each byte position of `v`, as `f32` (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn decode(v: __m256i, masks: &[__m256i; 4]) -> [__m256; 4] {
+    std::array::from_fn(|k| _mm256_cvtepi32_ps(_mm256_and_si256(v, masks[k])))
+}
+
+/// `w[0] x[0..8] + ... + w[3] x[24..32]`, lane by lane.
+///
+/// # Safety
+/// `x` points to 32 readable floats.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn dot4(w: &[__m256; 4], x: *const f32) -> __m256 {
+    // SAFETY: the caller passes 32 readable floats.
+    unsafe {
+        let mut t = _mm256_mul_ps(w[0], _mm256_loadu_ps(x));
+        t = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(x.add(8)), t);
+        t = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(x.add(16)), t);
+        _mm256_fmadd_ps(w[3], _mm256_loadu_ps(x.add(24)), t)
+    }
+}
+
+/// Eight bytes widened to `f32` lanes (unsigned).
+///
+/// # Safety
+/// `p` points to eight readable bytes.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn u8x8(p: *const u8) -> __m256 {
+    // SAFETY: the caller passes eight readable bytes.
+    unsafe { _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i))) }
+}
+
+/// `h` shifted so that bit `bit` of each byte lands at bit 4 (other bits: anything).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn bit_to_4(h: __m256i, bit: i32) -> __m256i {
+    if bit <= 4 {
+        _mm256_sll_epi32(h, _mm_cvtsi32_si128(4 - bit))
+    } else {
+        _mm256_srl_epi32(h, _mm_cvtsi32_si128(bit - 4))
+    }
+}
+
+/// The 32 quant bytes of the sub-block pair `g` of a `Q4_K` (`FIVE` false) or `Q5_K`
+/// super-block at `b`: values of sub-block `2g` and `2g + 1`, each byte one value (0..32).
+///
+/// # Safety
+/// `b` points to a whole super-block of the type.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn k45_pair<const FIVE: bool>(b: *const u8, g: usize) -> (__m256i, __m256i) {
+    // SAFETY: within the super-block (caller).
+    unsafe {
+        let low = _mm256_set1_epi8(0x0F);
+        let qs = if FIVE { b.add(48) } else { b.add(16) };
+        let v = _mm256_loadu_si256(qs.add(32 * g) as *const __m256i);
+        let lo = _mm256_and_si256(v, low);
+        let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
+        if !FIVE {
+            return (lo, hi);
+        }
+        let h = _mm256_loadu_si256(b.add(16) as *const __m256i);
+        let bit = _mm256_set1_epi8(0x10);
+        let g = g as i32;
+        (
+            _mm256_or_si256(lo, _mm256_and_si256(bit_to_4(h, 2 * g), bit)),
+            _mm256_or_si256(hi, _mm256_and_si256(bit_to_4(h, 2 * g + 1), bit)),
+        )
+    }
+}
+
+/// `(d * scale[s], dmin * min[s])` for the eight sub-blocks of a `Q4_K`/`Q5_K` super-block.
+///
+/// # Safety
+/// `b` points to a whole super-block.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn k45_scales(b: *const u8) -> (__m256, __m256) {
+    // SAFETY: within the super-block (caller).
+    unsafe {
+        let bytes: [u8; 12] = std::ptr::read_unaligned(b.add(4) as *const [u8; 12]);
+        let (sc, mn) = kindle_gguf::quant::unpack_scale_min_k4(&bytes);
+        let d = _mm256_set1_ps(f16_at(b));
+        let dmin = _mm256_set1_ps(f16_at(b.add(2)));
+        (
+            _mm256_mul_ps(d, u8x8(sc.as_ptr())),
+            _mm256_mul_ps(dmin, u8x8(mn.as_ptr())),
+        )
+    }
+}
+
+/// A `Q4_K` (`FIVE` false) or `Q5_K` row times `JN` rows of `f32` activations, each in
+/// [`K_ORDER`] scaled by [`K_SCALE`] (`xs`), with their sums per 32 values (`sums`).
+///
+/// # Safety
+/// AVX2, FMA and F16C; `row` holds whole super-blocks; each `xs[j]` as many values and each
+/// `sums[j]` one per 32.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q45_k_f32<const JN: usize, const FIVE: bool>(
+    row: &[u8],
+    xs: [&[f32]; JN],
+    sums: [&[f32]; JN],
+    out: &mut [f32],
+) {
+    let bytes = if FIVE { Q5_K_BYTES } else { Q4_K_BYTES };
+    // After the pair's bytes are split into one value per byte, 5 bits of each stay in place.
+    let masks = lane_masks(if FIVE { 0x1F } else { 0x0F });
+    let mut acc = [[_mm256_setzero_ps(); 2]; JN];
+    let mut acc_min = [_mm256_setzero_ps(); JN];
+    for (i, b) in row.chunks_exact(bytes).enumerate() {
+        // SAFETY: `b` is one super-block; activation super-block `i` lies within `xs[j]`
+        // (`256 * i + 256` values) and `sums[j]` (`8 * i + 8`).
+        unsafe {
+            let b = b.as_ptr();
+            let (scales, mins) = k45_scales(b);
+            let mut ds = [0f32; 8];
+            _mm256_storeu_ps(ds.as_mut_ptr(), scales);
+            for j in 0..JN {
+                let s = _mm256_loadu_ps(sums[j].as_ptr().add(8 * i));
+                acc_min[j] = _mm256_fmadd_ps(mins, s, acc_min[j]);
+            }
+            for g in 0..4 {
+                let (lo, hi) = if FIVE {
+                    k45_pair::<true>(b, g)
+                } else {
+                    // The high nibbles shifted down to the low ones' places; the masks keep
+                    // one nibble per byte either way.
+                    let v = _mm256_loadu_si256(b.add(16 + 32 * g) as *const __m256i);
+                    (v, _mm256_srli_epi32::<4>(v))
+                };
+                let wa = decode(lo, &masks);
+                let wb = decode(hi, &masks);
+                let sa = _mm256_set1_ps(ds[2 * g]);
+                let sb = _mm256_set1_ps(ds[2 * g + 1]);
+                for j in 0..JN {
+                    let x = xs[j].as_ptr().add(256 * i + 64 * g);
+                    acc[j][0] = _mm256_fmadd_ps(dot4(&wa, x), sa, acc[j][0]);
+                    acc[j][1] = _mm256_fmadd_ps(dot4(&wb, x.add(32)), sb, acc[j][1]);
+                }
+            }
+        }
+    }
+    for j in 0..JN {
+        out[j] = hsum(_mm256_add_ps(acc[j][0], acc[j][1])) - hsum(acc_min[j]);
+    }
+}
+
+/// `JN` rows of 8-bit activation blocks, with their scales `d` and sums `s` also laid out
+/// as plain `f32` rows (one per block), so that eight blocks' come in one load each.
+pub(crate) struct Q8Rows<'a, Y, const JN: usize> {
+    /// The blocks of each row.
+    pub blocks: [&'a [Y]; JN],
+    /// Each row's block scales (as many as blocks).
+    pub d: [*const f32; JN],
+    /// Each row's block sums (as many as blocks).
+    pub s: [*const f32; JN],
+}
+
+/// One vector whose lane `s` is the sum of the lanes of `v[s]`, from `h[i] = hadd(v[2i],
+/// v[2i + 1])`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn sum_lanes_i32(h: [__m256i; 4]) -> __m256i {
+    let a = _mm256_hadd_epi32(h[0], h[1]);
+    let b = _mm256_hadd_epi32(h[2], h[3]);
+    _mm256_add_epi32(
+        _mm256_permute2x128_si256::<0x20>(a, b),
+        _mm256_permute2x128_si256::<0x31>(a, b),
+    )
+}
+
+/// `JN` activation rows in `Q8_K` form (`q8::RowsQ8K`): each row's quants, its scales (one
+/// per 256 values) and its sums of 16 quants.
+pub(crate) struct Q8KRows<const JN: usize> {
+    /// Each row's quants.
+    pub qs: [*const i8; JN],
+    /// Each row's scales.
+    pub d: [*const f32; JN],
+    /// Each row's sums of 16 quants.
+    pub bsums: [*const i16; JN],
+}
+
+/// 256 activations quantized as `q8::RowsQ8K::push` does (the same scale, rounding half away
+/// from zero) into `qs` (256) and `bsums` (16); returns the scale.
+///
+/// # Safety
+/// AVX2, FMA and F16C; `x` and `qs` hold 256 values, `bsums` 16.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn quantize_q8k(x: &[f32], qs: &mut [i8], bsums: &mut [i16]) -> f32 {
+    // SAFETY: the lengths are the caller's.
+    unsafe {
+        let sign = _mm256_set1_ps(-0.0);
+        let xp = x.as_ptr();
+        let mut max = _mm256_setzero_ps();
+        for k in 0..32 {
+            max = _mm256_max_ps(max, _mm256_andnot_ps(sign, _mm256_loadu_ps(xp.add(8 * k))));
+        }
+        let max4 = _mm_max_ps(_mm256_castps256_ps128(max), _mm256_extractf128_ps::<1>(max));
+        let max2 = _mm_max_ps(max4, _mm_movehl_ps(max4, max4));
+        let amax = _mm_cvtss_f32(_mm_max_ss(max2, _mm_movehdup_ps(max2)));
+        let d = amax / 127.0;
+        let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
+        for c in 0..8 {
+            let q: [__m256i; 4] = std::array::from_fn(|k| {
+                let p = _mm256_mul_ps(_mm256_loadu_ps(xp.add(32 * c + 8 * k)), id);
+                let t = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(p);
+                let half = _mm256_cmp_ps::<_CMP_GE_OQ>(
+                    _mm256_andnot_ps(sign, _mm256_sub_ps(p, t)),
+                    _mm256_set1_ps(0.5),
+                );
+                let step = _mm256_or_ps(_mm256_and_ps(p, sign), _mm256_set1_ps(1.0));
+                _mm256_cvtps_epi32(_mm256_add_ps(t, _mm256_and_ps(half, step)))
+            });
+            for h in 0..2 {
+                let s = _mm256_add_epi32(q[2 * h], q[2 * h + 1]);
+                let s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
+                let s2 = _mm_add_epi32(s4, _mm_shuffle_epi32::<0b01_00_11_10>(s4));
+                let s1 = _mm_add_epi32(s2, _mm_shuffle_epi32::<0b10_11_00_01>(s2));
+                bsums[2 * c + h] = _mm_cvtsi128_si32(s1) as i16;
+            }
+            let bytes = _mm256_packs_epi16(
+                _mm256_packs_epi32(q[0], q[1]),
+                _mm256_packs_epi32(q[2], q[3]),
+            );
+            let bytes =
+                _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256(qs.as_mut_ptr().add(32 * c) as *mut __m256i, bytes);
+        }
+        d
+    }
+}
+
+/// Sum of the four lanes.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn hsum128(s: __m128) -> f32 {
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
+
+/// The eight 6-bit scales and eight mins of a `Q4_K`/`Q5_K` super-block at `p`, one per
+/// byte, as `kindle_gguf::quant::unpack_scale_min_k4` unpacks them, but in 32-bit registers
+/// (ggml's masks): no byte stores read back as a vector.
+///
+/// # Safety
+/// `p` points to a whole super-block.
+#[inline(always)]
+unsafe fn k4_scales_u64(p: *const u8) -> (u64, u64) {
+    // SAFETY: bytes 4..16 lie within the super-block (caller).
+    let u = unsafe { std::ptr::read_unaligned(p.add(4) as *const [u32; 3]) }.map(u32::from_le);
+    let (low6, low4, top2) = (0x3f3f_3f3f, 0x0f0f_0f0f, 0x0303_0303);
+    let sc_hi = (u[2] & low4) | (((u[0] >> 6) & top2) << 4);
+    let mn_hi = ((u[2] >> 4) & low4) | (((u[1] >> 6) & top2) << 4);
+    let sc = u64::from(u[0] & low6) | (u64::from(sc_hi) << 32);
+    let mn = u64::from(u[1] & low6) | (u64::from(mn_hi) << 32);
+    (sc, mn)
+}
+
+/// A `Q4_K` (`FIVE` false) or `Q5_K` row times `JN` rows of `Q8_K` activations (ggml's
+/// scheme, one activation scale per 256 values): the eight sub-blocks' integer dot products
+/// are gathered into the lanes of one vector (`vphaddd`), converted once and scaled by the
+/// eight `d * scale * y.d` in one FMA; the mins meet the activation sums per 32 values
+/// (`hadd` of the sums per 16) in one integer `madd`.
+///
+/// # Safety
+/// AVX2, FMA and F16C; `row` holds whole super-blocks and each row of `ys` 256 quants, one
+/// scale and 16 sums per super-block.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q45_k_q8k<const JN: usize, const FIVE: bool>(
+    row: &[u8],
+    ys: &Q8KRows<JN>,
+    out: &mut [f32],
+) {
+    let bytes = if FIVE { Q5_K_BYTES } else { Q4_K_BYTES };
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); JN];
+    let mut acc_min = [_mm_setzero_ps(); JN];
+    for (i, b) in row.chunks_exact(bytes).enumerate() {
+        // SAFETY: `b` is one super-block; activation super-block `i` exists in every row.
+        unsafe {
+            let p = b.as_ptr();
+            let (sc, mn) = k4_scales_u64(p);
+            let dd = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(p as *const i32)));
+            let sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(sc as i64)));
+            let scales = _mm256_mul_ps(_mm256_broadcastss_ps(dd), sc);
+            let mn16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(mn as i64));
+            let dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
+            let mut h = [[_mm256_setzero_si256(); 4]; JN];
+            for g in 0..4 {
+                let (lo, hi) = k45_pair::<FIVE>(p, g);
+                for j in 0..JN {
+                    let y = ys.qs[j].add(256 * i + 64 * g);
+                    let ya = _mm256_loadu_si256(y as *const __m256i);
+                    let yb = _mm256_loadu_si256(y.add(32) as *const __m256i);
+                    let pa = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ya), ones);
+                    let pb = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yb), ones);
+                    h[j][g] = _mm256_hadd_epi32(pa, pb);
+                }
+            }
+            for j in 0..JN {
+                let yd = *ys.d[j].add(i);
+                let dots = _mm256_cvtepi32_ps(sum_lanes_i32(h[j]));
+                acc[j] = _mm256_fmadd_ps(dots, _mm256_mul_ps(scales, _mm256_set1_ps(yd)), acc[j]);
+                let bs = ys.bsums[j].add(16 * i);
+                let s32 = _mm_hadd_epi16(
+                    _mm_loadu_si128(bs as *const __m128i),
+                    _mm_loadu_si128(bs.add(8) as *const __m128i),
+                );
+                let mins = _mm_cvtepi32_ps(_mm_madd_epi16(mn16, s32));
+                acc_min[j] = _mm_fmadd_ps(_mm_set1_ps(dmin * yd), mins, acc_min[j]);
+            }
+        }
+    }
+    for j in 0..JN {
+        out[j] = hsum(acc[j]) - hsum128(acc_min[j]);
+    }
+}
+
+/// The four 32-value sub-blocks `k` of half `h` of a `Q6_K` super-block at `b`, one 6-bit
+/// value (0..64) per byte, in value order.
+///
+/// # Safety
+/// `b` points to a whole super-block.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn q6_half(b: *const u8, h: usize) -> [__m256i; 4] {
+    // SAFETY: within the super-block (caller).
+    unsafe {
+        let low = _mm256_set1_epi8(0x0F);
+        let top = _mm256_set1_epi8(0x30);
+        let ql0 = _mm256_loadu_si256(b.add(64 * h) as *const __m256i);
+        let ql1 = _mm256_loadu_si256(b.add(64 * h + 32) as *const __m256i);
+        let qh = _mm256_loadu_si256(b.add(128 + 32 * h) as *const __m256i);
+        [
+            _mm256_or_si256(
+                _mm256_and_si256(ql0, low),
+                _mm256_and_si256(_mm256_slli_epi16::<4>(qh), top),
+            ),
+            _mm256_or_si256(
+                _mm256_and_si256(ql1, low),
+                _mm256_and_si256(_mm256_slli_epi16::<2>(qh), top),
+            ),
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), low),
+                _mm256_and_si256(qh, top),
+            ),
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), low),
+                _mm256_and_si256(_mm256_srli_epi16::<2>(qh), top),
+            ),
+        ]
+    }
+}
+
+/// A `Q6_K` row times `JN` rows of `f32` activations in [`K_ORDER`] scaled by [`K_SCALE`]
+/// (`xs`), with their sums per 16 values (`sums`).
+///
+/// # Safety
+/// AVX2, FMA and F16C; `row` holds whole super-blocks; each `xs[j]` as many values and each
+/// `sums[j]` one per 16.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q6_k_f32<const JN: usize>(
+    row: &[u8],
+    xs: [&[f32]; JN],
+    sums: [&[f32]; JN],
+    out: &mut [f32],
+) {
+    let masks = lane_masks(0x3F);
+    // In K_ORDER, lanes 0..4 of a vector hold values 0..16 of the sub-block, lanes 4..8
+    // values 16..32: sub-block k of a half takes scales 2k and 2k + 1 of the half.
+    let picks: [__m256i; 4] = std::array::from_fn(|k| {
+        let (a, b) = (2 * k as i32, 2 * k as i32 + 1);
+        _mm256_setr_epi32(a, a, a, a, b, b, b, b)
+    });
+    let mut acc = [_mm256_setzero_ps(); JN];
+    let mut acc_offset = [_mm256_setzero_ps(); JN];
+    for (i, b) in row.chunks_exact(Q6_K_BYTES).enumerate() {
+        // SAFETY: `b` is one super-block; activation super-block `i` lies within `xs[j]`
+        // and `sums[j]` (`16 * i + 16`).
+        unsafe {
+            let p = b.as_ptr();
+            let d = _mm256_set1_ps(f16_at(p.add(208)));
+            let i8x8 = |q: *const u8| {
+                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(q as *const __m128i)))
+            };
+            let halves = [
+                _mm256_mul_ps(d, i8x8(p.add(192))),
+                _mm256_mul_ps(d, i8x8(p.add(200))),
+            ];
+            for j in 0..JN {
+                let s = sums[j].as_ptr().add(16 * i);
+                acc_offset[j] = _mm256_fmadd_ps(halves[0], _mm256_loadu_ps(s), acc_offset[j]);
+                acc_offset[j] =
+                    _mm256_fmadd_ps(halves[1], _mm256_loadu_ps(s.add(8)), acc_offset[j]);
+            }
+            for (h, &scales) in halves.iter().enumerate() {
+                let q = q6_half(p, h);
+                for k in 0..4 {
+                    let w = decode(q[k], &masks);
+                    let scale = _mm256_permutevar8x32_ps(scales, picks[k]);
+                    for j in 0..JN {
+                        let x = xs[j].as_ptr().add(256 * i + 128 * h + 32 * k);
+                        acc[j] = _mm256_fmadd_ps(dot4(&w, x), scale, acc[j]);
+                    }
+                }
+            }
+        }
+    }
+    for j in 0..JN {
+        out[j] = hsum(acc[j]) - 32.0 * hsum(acc_offset[j]);
+    }
+}
+
+/// A `Q6_K` row times `JN` rows of 8-bit activation blocks (the 16-value scales applied in
+/// the integer `madd`, the eight blocks' sums gathered as in [`q45_k_q8`]).
+///
+/// # Safety
+/// AVX2, FMA and F16C; `row` holds whole super-blocks and each row of `ys` eight blocks (and
+/// scales) per super-block.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q6_k_q8<const JN: usize, Y: Q8Block>(
+    row: &[u8],
+    ys: Q8Rows<'_, Y, JN>,
+    out: &mut [f32],
+) {
+    let m32 = _mm256_set1_epi8(32);
+    let mut acc = [_mm256_setzero_ps(); JN];
+    for (i, b) in row.chunks_exact(Q6_K_BYTES).enumerate() {
+        // SAFETY: `b` is one super-block; activation blocks `8 * i..8 * i + 8` exist.
+        unsafe {
+            let p = b.as_ptr();
+            let d = _mm256_set1_ps(f16_at(p.add(208)));
+            let mut h = [[_mm256_setzero_si256(); 4]; JN];
+            for half in 0..2 {
+                let q = q6_half(p, half);
+                let mut prev = [_mm256_setzero_si256(); JN];
+                for k in 0..4 {
+                    let s = 8 * half + 2 * k;
+                    // 16-bit lanes 0..8 hold values 0..16 (scale s), lanes 8..16 the rest.
+                    let scale = _mm256_set_m128i(
+                        _mm_set1_epi16(i16::from(*p.add(192 + s + 1) as i8)),
+                        _mm_set1_epi16(i16::from(*p.add(192 + s) as i8)),
+                    );
+                    for j in 0..JN {
+                        let y = ys.blocks[j].get_unchecked(8 * i + 4 * half + k);
+                        let v = _mm256_loadu_si256(y.qs().as_ptr() as *const __m256i);
+                        // (q - 32) . y = q . y - 32 . y, each pair sum within i16.
+                        let p16 = _mm256_sub_epi16(
+                            _mm256_maddubs_epi16(q[k], v),
+                            _mm256_maddubs_epi16(m32, v),
+                        );
+                        let p32 = _mm256_madd_epi16(p16, scale);
+                        if k % 2 == 0 {
+                            prev[j] = p32;
+                        } else {
+                            h[j][2 * half + k / 2] = _mm256_hadd_epi32(prev[j], p32);
+                        }
+                    }
+                }
+            }
+            for j in 0..JN {
+                let yd = _mm256_loadu_ps(ys.d[j].add(8 * i));
+                let dots = _mm256_cvtepi32_ps(sum_lanes_i32(h[j]));
+                acc[j] = _mm256_fmadd_ps(dots, _mm256_mul_ps(d, yd), acc[j]);
+            }
+        }
+    }
+    for j in 0..JN {
+        out[j] = hsum(acc[j]);
+    }
+}

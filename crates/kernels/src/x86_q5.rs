@@ -1,0 +1,227 @@
+//! AVX2 + FMA + F16C kernels over packed groups of eight `Q5_0` / `Q5_1` rows (the layout of
+//! `packed.rs`: per block column the eight `d` (and `m`) in lane order, the eight rows' `qh`,
+//! then their `qs`).
+//!
+//! A 5-bit value is its 4-bit nibble OR-ed with its fifth bit at bit 4. The fifth bits were
+//! transposed at load (`packed::q5_bit`): the 32 bytes of a block column's fifth bits, shifted
+//! by one count per vector and masked with `0x10`, give the fifth bits of 32 values at bit 4
+//! of their bytes (ggml spreads each row's `qh` with a shuffle, an OR and a compare instead). `Q5_0`'s `-16` offset is an
+//! offset like `Q4_1`'s min, `m = -16 d`, applied to activation sums, so both types share one
+//! kernel with unsigned quants (`0..32`).
+//!
+//! - 8-bit activations: two rows' quants per 32-byte load (as the `Q4_1` kernel), `maddubs`
+//!   of the unsigned 5-bit quants with the signed activations (two products of at most
+//!   `31 * 127` and their pair sum stay in `i16`), eight rows' sums in one vector by `hadd`,
+//!   one FMA by `d * y.d` and one by `m * y.s` per block column.
+//! - `f32` activations: the same two-row vectors of bytes are masked in place per byte of each
+//!   32-bit lane and converted (byte `k` of lane `l` is value `4l + k` of its row, left at bit
+//!   `8k`), times activations permuted to [`Q5_ORDER`] and scaled by [`Q5_SCALE`] (exact
+//!   products), four at a time broadcast to both 128-bit lanes; one reduction per block column
+//!   as for 8-bit activations.
+//!
+//! Every function requires AVX2, FMA and F16C (the caller checks them at run time), a whole
+//! group of `nb` block columns and activation rows of `nb` blocks.
+
+use std::arch::x86_64::*;
+
+use super::x86_k::{Q8Block, Q8Rows};
+
+/// Bytes of one packed block column: eight blocks of 22 (`Q5_0`) or 24 (`Q5_1`) bytes.
+const fn column_bytes(one: bool) -> usize {
+    if one { 192 } else { 176 }
+}
+
+/// Bytes of scales at the start of a block column.
+const fn scale_bytes(one: bool) -> usize {
+    if one { 32 } else { 16 }
+}
+
+/// The order of a block's 32 activations that the `f32` kernel reads: position `p` holds
+/// value `16 h + 4 l + k` with `h = p / 16`, `k = p % 16 / 4`, `l = p % 4` (the four values
+/// that byte `k` of the four 32-bit lanes of a row's 128-bit lane meet).
+pub(crate) const Q5_ORDER: [usize; 32] = {
+    let mut order = [0; 32];
+    let mut p = 0;
+    while p < 32 {
+        order[p] = 16 * (p / 16) + 4 * (p % 4) + p % 16 / 4;
+        p += 1;
+    }
+    order
+};
+
+/// The factor each position of a [`Q5_ORDER`]ed block is scaled by: byte `k`'s value is
+/// converted at bit `8k`, so it needs `x * 2^-8k` (both exact).
+pub(crate) const Q5_SCALE: [f32; 32] = {
+    let mut scale = [0f32; 32];
+    let mut p = 0;
+    while p < 32 {
+        scale[p] = 1.0 / (1u32 << (8 * (p % 16 / 4))) as f32;
+        p += 1;
+    }
+    scale
+};
+
+/// `(d, m)` of the eight rows of block column `col`, in lane order (`m = -16 d` for `Q5_0`).
+///
+/// # Safety
+/// `col` points to a whole block column.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn scales<const ONE: bool>(col: *const u8) -> (__m256, __m256) {
+    // SAFETY: the scales lie at the start of the column (caller).
+    unsafe {
+        let d = _mm256_cvtph_ps(_mm_loadu_si128(col as *const __m128i));
+        let m = if ONE {
+            _mm256_cvtph_ps(_mm_loadu_si128(col.add(16) as *const __m128i))
+        } else {
+            _mm256_mul_ps(d, _mm256_set1_ps(-16.0))
+        };
+        (d, m)
+    }
+}
+
+/// The 5-bit quants (one per byte, `0..32`) of rows `2k` and `2k + 1` of block column `col`,
+/// one row per 128-bit lane: values `0..16` (`lo`) and `16..32` (`hi`). `qh` is the column's
+/// 32 bytes of transposed fifth bits: those of values `0..16` of the two rows lie at bit
+/// `4 + k`, of values `16..32` at bit `3 - k`.
+///
+/// # Safety
+/// `col` points to a whole block column with `sb` bytes of scales.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn pair_quants(col: *const u8, sb: usize, qh: __m256i, k: usize) -> (__m256i, __m256i) {
+    // SAFETY: the pair's quants lie within the column (caller).
+    unsafe {
+        let low = _mm256_set1_epi8(0x0F);
+        let bit4 = _mm256_set1_epi8(0x10);
+        let v = _mm256_loadu_si256(col.add(sb + 32 + 32 * k) as *const __m256i);
+        let h_lo = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(k as i32));
+        let h_hi = _mm256_sll_epi16(qh, _mm_cvtsi32_si128(k as i32 + 1));
+        (
+            _mm256_or_si256(_mm256_and_si256(v, low), _mm256_and_si256(h_lo, bit4)),
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(v), low),
+                _mm256_and_si256(h_hi, bit4),
+            ),
+        )
+    }
+}
+
+/// A `Q5_0` (`ONE` false) or `Q5_1` group times `JN` rows of 8-bit activation blocks; the
+/// eight results of activation row `j` to `out[j]` in the lane order [`super::packed::LANE_ROWS`].
+///
+/// # Safety
+/// AVX2, FMA and F16C; `w` holds `nb` block columns; each row of `ys` `nb` blocks, scales
+/// and sums.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q5_q8<const JN: usize, const ONE: bool, Y: Q8Block>(
+    w: *const u8,
+    nb: usize,
+    ys: &Q8Rows<'_, Y, JN>,
+    out: &mut [[f32; 8]; JN],
+) {
+    let ones = _mm256_set1_epi16(1);
+    let (bytes, sb) = (column_bytes(ONE), scale_bytes(ONE));
+    let mut acc = [_mm256_setzero_ps(); JN];
+    let mut acc_min = [_mm256_setzero_ps(); JN];
+    for b in 0..nb {
+        // SAFETY: block column `b` lies within the group; activation block `b` exists.
+        unsafe {
+            let col = w.add(b * bytes);
+            let (d, m) = scales::<ONE>(col);
+            let qh = _mm256_loadu_si256(col.add(sb) as *const __m256i);
+            let mut lo = [_mm256_setzero_si256(); 4];
+            let mut hi = [_mm256_setzero_si256(); 4];
+            for k in 0..4 {
+                (lo[k], hi[k]) = pair_quants(col, sb, qh, k);
+            }
+            for j in 0..JN {
+                let q = ys.blocks[j].get_unchecked(b).qs().as_ptr();
+                let ylo = _mm256_broadcastsi128_si256(_mm_loadu_si128(q as *const __m128i));
+                let yhi = _mm256_broadcastsi128_si256(_mm_loadu_si128(q.add(16) as *const __m128i));
+                let p: [__m256i; 4] = std::array::from_fn(|k| {
+                    let p16 = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(lo[k], ylo),
+                        _mm256_maddubs_epi16(hi[k], yhi),
+                    );
+                    _mm256_madd_epi16(p16, ones)
+                });
+                // Lanes [r0 r2 r4 r6 | r1 r3 r5 r7] = LANE_ROWS.
+                let sums = _mm256_cvtepi32_ps(_mm256_hadd_epi32(
+                    _mm256_hadd_epi32(p[0], p[1]),
+                    _mm256_hadd_epi32(p[2], p[3]),
+                ));
+                let yd = _mm256_set1_ps(*ys.d[j].add(b));
+                acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(d, yd), sums, acc[j]);
+                acc_min[j] = _mm256_fmadd_ps(m, _mm256_set1_ps(*ys.s[j].add(b)), acc_min[j]);
+            }
+        }
+    }
+    for j in 0..JN {
+        // SAFETY: `out[j]` holds eight floats.
+        unsafe { _mm256_storeu_ps(out[j].as_mut_ptr(), _mm256_add_ps(acc[j], acc_min[j])) };
+    }
+}
+
+/// A `Q5_0` (`ONE` false) or `Q5_1` group times `JN` rows of `f32` activations, each block in
+/// [`Q5_ORDER`] scaled by [`Q5_SCALE`] (`xs`), with their sums per block (`sums`).
+///
+/// # Safety
+/// AVX2, FMA and F16C; `w` holds `nb` block columns; each `xs[j]` `32 * nb` values and each
+/// `sums[j]` `nb`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q5_f32<const JN: usize, const ONE: bool>(
+    w: *const u8,
+    nb: usize,
+    xs: [&[f32]; JN],
+    sums: [&[f32]; JN],
+    out: &mut [[f32; 8]; JN],
+) {
+    let masks: [__m256i; 4] = std::array::from_fn(|k| _mm256_set1_epi32(0x1F << (8 * k)));
+    let (bytes, sb) = (column_bytes(ONE), scale_bytes(ONE));
+    let mut acc = [_mm256_setzero_ps(); JN];
+    let mut acc_min = [_mm256_setzero_ps(); JN];
+    for b in 0..nb {
+        // SAFETY: block column `b` lies within the group; activation block `b` within
+        // `32 * nb` values and `nb` sums.
+        unsafe {
+            let col = w.add(b * bytes);
+            let (d, m) = scales::<ONE>(col);
+            let qh = _mm256_loadu_si256(col.add(sb) as *const __m256i);
+            let mut p = [[_mm256_setzero_ps(); 4]; JN];
+            for k in 0..4 {
+                let (lo, hi) = pair_quants(col, sb, qh, k);
+                let wl: [__m256; 4] =
+                    std::array::from_fn(|i| _mm256_cvtepi32_ps(_mm256_and_si256(lo, masks[i])));
+                let wh: [__m256; 4] =
+                    std::array::from_fn(|i| _mm256_cvtepi32_ps(_mm256_and_si256(hi, masks[i])));
+                for j in 0..JN {
+                    let x = xs[j].as_ptr().add(32 * b);
+                    let xv = |at: usize| _mm256_broadcast_ps(&*(x.add(at) as *const __m128));
+                    let mut t = _mm256_mul_ps(wl[0], xv(0));
+                    for i in 1..4 {
+                        t = _mm256_fmadd_ps(wl[i], xv(4 * i), t);
+                    }
+                    for i in 0..4 {
+                        t = _mm256_fmadd_ps(wh[i], xv(16 + 4 * i), t);
+                    }
+                    p[j][k] = t;
+                }
+            }
+            for j in 0..JN {
+                // Lanes [r0 r2 r4 r6 | r1 r3 r5 r7] = LANE_ROWS.
+                let sums_w = _mm256_hadd_ps(
+                    _mm256_hadd_ps(p[j][0], p[j][1]),
+                    _mm256_hadd_ps(p[j][2], p[j][3]),
+                );
+                acc[j] = _mm256_fmadd_ps(d, sums_w, acc[j]);
+                let sum = _mm256_set1_ps(*sums[j].get_unchecked(b));
+                acc_min[j] = _mm256_fmadd_ps(m, sum, acc_min[j]);
+            }
+        }
+    }
+    for j in 0..JN {
+        // SAFETY: `out[j]` holds eight floats.
+        unsafe { _mm256_storeu_ps(out[j].as_mut_ptr(), _mm256_add_ps(acc[j], acc_min[j])) };
+    }
+}

@@ -1,0 +1,235 @@
+//! The Burn executor of the recipe: every op a Burn tensor op on the model's device (any
+//! backend, GPUs included). Activations are `[1, rows, width]` tensors.
+
+use burn::prelude::*;
+use burn::tensor::TensorData;
+use burn::tensor::activation::{gelu_approximate, silu};
+use burn::tensor::module::attention as attention_op;
+use burn::tensor::ops::AttentionModuleOptions;
+use kindle_kernels::Kernels;
+
+use super::recipe::{Attention, LayerOps, Pass};
+use super::{AttentionShape, FfnActivation, RmsNorm, RopeStyle, RopeTable};
+use crate::error::ModelError;
+use crate::linear::QLinear;
+
+/// Runs the recipe with Burn tensor ops on `device`; quantized weights multiply with
+/// `kernels`.
+pub(super) struct BurnOps<'m> {
+    kernels: &'m Kernels,
+    device: Device,
+}
+
+impl<'m> BurnOps<'m> {
+    /// An executor on `device`.
+    pub(super) fn new(kernels: &'m Kernels, device: Device) -> Self {
+        BurnOps { kernels, device }
+    }
+}
+
+/// A `[1, rows, width]` tensor, or an empty buffer before the recipe first writes it.
+#[derive(Default)]
+pub(super) struct BurnAct(Option<Tensor<3>>);
+
+impl BurnAct {
+    /// The tensor (the recipe reads a buffer only after writing it).
+    fn get(&self) -> &Tensor<3> {
+        self.0
+            .as_ref()
+            .expect("the recipe writes a buffer before reading it")
+    }
+
+    /// The tensor, leaving the buffer empty (so that an op may reuse its memory).
+    fn take(&mut self) -> Tensor<3> {
+        self.0
+            .take()
+            .expect("the recipe writes a buffer before reading it")
+    }
+
+    /// The tensor, as the pass's result.
+    pub(super) fn into_tensor(mut self) -> Tensor<3> {
+        self.take()
+    }
+}
+
+/// A pass's rotation table on the device, `[1, rows, 1, head_dim / 2, 1]` each for
+/// adjacent pairs, `[1, rows, 1, 1, head_dim / 2]` for halves.
+pub(super) struct BurnRope {
+    style: RopeStyle,
+    cos: Tensor<5>,
+    sin: Tensor<5>,
+}
+
+impl LayerOps for BurnOps<'_> {
+    type Act = BurnAct;
+    type Rope = BurnRope;
+
+    fn embed(&mut self, table: &QLinear, ids: &[u32]) -> BurnAct {
+        BurnAct(Some(table.embed(ids, &self.device)))
+    }
+
+    fn scale(&mut self, x: &mut BurnAct, factor: f32) {
+        x.0 = Some(x.take().mul_scalar(factor));
+    }
+
+    fn rope_table(&mut self, table: RopeTable) -> BurnRope {
+        let style = table.style();
+        let shape = match style {
+            RopeStyle::Adjacent => [1, table.rows(), 1, table.half(), 1],
+            RopeStyle::Halves => [1, table.rows(), 1, 1, table.half()],
+        };
+        let (cos, sin) = table.into_parts();
+        BurnRope {
+            style,
+            cos: Tensor::from_data(TensorData::new(cos, shape), &self.device),
+            sin: Tensor::from_data(TensorData::new(sin, shape), &self.device),
+        }
+    }
+
+    fn rms_norm(&mut self, x: &BurnAct, norm: &RmsNorm, out: &mut BurnAct) {
+        out.0 = Some(norm.forward(x.get().clone()));
+    }
+
+    fn linear(&mut self, layer: &QLinear, x: &BurnAct, out: &mut BurnAct) {
+        out.0 = Some(layer.forward(x.get().clone(), self.kernels));
+    }
+
+    /// Rotate the pairs of every head: adjacent `(2i, 2i+1)`, or halves `(i, i + half)`.
+    fn rope(&mut self, x: &mut BurnAct, rope: &BurnRope) {
+        let input = x.take();
+        let [b, t, width] = input.dims();
+        // The axis that tells a pair's two features apart, and the view that has it.
+        let (axis, pairs) = match rope.style {
+            RopeStyle::Adjacent => {
+                let half = rope.cos.dims()[3];
+                (4, input.reshape([b, t, width / (2 * half), half, 2]))
+            }
+            RopeStyle::Halves => {
+                let half = rope.cos.dims()[4];
+                (3, input.reshape([b, t, width / (2 * half), 2, half]))
+            }
+        };
+        let x0 = pairs.clone().narrow(axis, 0, 1);
+        let x1 = pairs.narrow(axis, 1, 1);
+        let out0 = x0.clone() * rope.cos.clone() - x1.clone() * rope.sin.clone();
+        let out1 = x0 * rope.sin.clone() + x1 * rope.cos.clone();
+        x.0 = Some(Tensor::cat(vec![out0, out1], axis).reshape([b, t, width]));
+    }
+
+    fn attend_with_cache(
+        &mut self,
+        pass: &mut Pass<'_, '_>,
+        layer: usize,
+        attention: Attention,
+        [q, k, v]: [&BurnAct; 3],
+        out: &mut BurnAct,
+    ) -> Result<(), ModelError> {
+        let shape = attention.shape;
+        let [b, t, _] = q.get().dims();
+        let AttentionShape {
+            heads: h,
+            kv_heads: hkv,
+            head_dim: hd,
+        } = shape;
+        // `[1, heads, rows, head_dim]` views.
+        let heads = |x: &BurnAct, n: usize| x.get().clone().reshape([b, t, n, hd]).swap_dims(1, 2);
+        let (q, k, v) = (heads(q, h), heads(k, hkv), heads(v, hkv));
+        let mut contexts = Vec::with_capacity(pass.seqs.len());
+        for (seq, &(start, len)) in pass.seqs.iter_mut().zip(pass.spans) {
+            let (keys, values) = seq.cache.update(
+                layer,
+                k.clone().narrow(2, start, len),
+                v.clone().narrow(2, start, len),
+            )?;
+            let q = q.clone().narrow(2, start, len);
+            contexts.push(attend(q, keys, values, attention, &self.device));
+        }
+        let context = match contexts.pop() {
+            Some(only) if contexts.is_empty() => only,
+            Some(last) => {
+                contexts.push(last);
+                Tensor::cat(contexts, 2)
+            }
+            None => return Err(ModelError::EmptyInput),
+        };
+        out.0 = Some(context.swap_dims(1, 2).reshape([b, t, shape.q_width()]));
+        Ok(())
+    }
+
+    fn gated(&mut self, activation: FfnActivation, gate: &mut BurnAct, up: &BurnAct) {
+        let activated = match activation {
+            FfnActivation::Silu => silu(gate.take()),
+            FfnActivation::GeluTanh => gelu_approximate(gate.take()),
+        };
+        gate.0 = Some(activated * up.get().clone());
+    }
+
+    fn add(&mut self, x: &mut BurnAct, y: &BurnAct) {
+        x.0 = Some(x.take() + y.get().clone());
+    }
+
+    fn select_rows(&mut self, x: BurnAct, rows: &[usize], _width: usize) -> BurnAct {
+        let x = x.into_tensor();
+        let picked = rows.iter().map(|&r| x.clone().narrow(1, r, 1)).collect();
+        BurnAct(Some(Tensor::cat(picked, 1)))
+    }
+}
+
+/// Causal grouped-query attention of `q` (`[1, heads, T, head_dim]`) over `keys`/`values`
+/// (`[1, kv_heads, S, head_dim]`, the last `T` of them new): `[1, heads, T, head_dim]`. A
+/// local layer's queries see only their window: one query reads the last `window` keys, a
+/// prefill masks the others.
+fn attend(
+    q: Tensor<4>,
+    keys: Tensor<4>,
+    values: Tensor<4>,
+    attention: Attention,
+    device: &Device,
+) -> Tensor<4> {
+    let [b, _, t, hd] = q.dims();
+    let s = keys.dims()[2];
+    let shape = attention.shape;
+    let (h, hkv, group) = (shape.heads, shape.kv_heads, shape.group());
+    let options = |is_causal| AttentionModuleOptions {
+        scale: Some(f64::from(attention.scale)),
+        softcap: None,
+        is_causal,
+    };
+    if t == 1 {
+        // One query per head: group the query heads by the KV head they read
+        // (head h reads KV head h / group), so no key or value is copied.
+        let first = attention.first_seen(s - 1);
+        let (keys, values) = if first > 0 {
+            (
+                keys.narrow(2, first, s - first),
+                values.narrow(2, first, s - first),
+            )
+        } else {
+            (keys, values)
+        };
+        let q = q.reshape([b, hkv, group, hd]);
+        attention_op(q, keys, values, None, None, options(false)).reshape([b, h, 1, hd])
+    } else {
+        let keys = keys
+            .unsqueeze_dim::<5>(2)
+            .expand([b, hkv, group, s, hd])
+            .reshape([b, h, s, hd]);
+        let values = values
+            .unsqueeze_dim::<5>(2)
+            .expand([b, hkv, group, s, hd])
+            .reshape([b, h, s, hd]);
+        // Query `i` sits at position `s - t + i`; the last one sees the most of the past.
+        if attention.first_seen(s - 1) == 0 {
+            return attention_op(q, keys, values, None, None, options(true));
+        }
+        let mut masked = Vec::with_capacity(t * s);
+        for i in 0..t {
+            let pos = s - t + i;
+            let first = attention.first_seen(pos);
+            masked.extend((0..s).map(|j| j < first || j > pos));
+        }
+        let mask = Tensor::<4, Bool>::from_data(TensorData::new(masked, [1, 1, t, s]), device)
+            .expand([b, h, t, s]);
+        attention_op(q, keys, values, Some(mask), None, options(false))
+    }
+}

@@ -1,0 +1,101 @@
+//! The two executors side by side: deterministic weights and tokens, and the check that the
+//! host path and the Burn path give the same logits through a prefill and greedy decoding.
+
+use half::f16;
+use kindle_gguf::quant::GgmlType;
+use kindle_model::{KvStore, Llama, LogitsFor};
+use kindle_sampling::logprobs::argmax;
+
+use super::max_diff;
+
+/// Deterministic values in `[-scale, scale)`.
+pub fn values(seed: u64, n: usize, scale: f32) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0 * scale
+        })
+        .collect()
+}
+
+/// `w` (`[rows, cols]`) encoded as GGUF `ty` blocks (F32, F16 or Q8_0).
+pub fn encode(ty: GgmlType, w: &[f32]) -> Vec<u8> {
+    match ty {
+        GgmlType::F32 => w.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        GgmlType::F16 => w
+            .iter()
+            .flat_map(|&v| f16::from_f32(v).to_bits().to_le_bytes())
+            .collect(),
+        GgmlType::Q8_0 => w
+            .chunks_exact(32)
+            .flat_map(|block| {
+                let absmax = block.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let d = absmax / 127.0;
+                let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+                let mut bytes = f16::from_f32(d).to_bits().to_le_bytes().to_vec();
+                bytes.extend(block.iter().map(|&v| (v * inv).round() as i8 as u8));
+                bytes
+            })
+            .collect(),
+        other => panic!("no encoder for {other:?}"),
+    }
+}
+
+/// The Burn path's logits, as `forward` returns them.
+pub fn burn_logits(
+    model: &Llama,
+    tokens: &[u32],
+    cache: &mut dyn KvStore,
+    which: LogitsFor,
+) -> Vec<f32> {
+    model
+        .forward_tensor(tokens, cache, which)
+        .unwrap()
+        .into_data()
+        .try_into_vec::<f32>()
+        .unwrap()
+}
+
+pub fn tokens(seed: u64, n: usize, vocab: usize) -> Vec<u32> {
+    values(seed, n, 0.5)
+        .iter()
+        .map(|v| ((v + 0.5) * vocab as f32) as u32 % vocab as u32)
+        .collect()
+}
+
+/// Prefill `prompt` then decode `steps` tokens greedily on both paths, each with its own
+/// cache from `new_cache`; every step's logits agree within `tol`. Returns the host side's
+/// cache.
+pub fn check_paths<C: KvStore>(
+    model: &Llama,
+    prompt: &[u32],
+    steps: usize,
+    tol: f32,
+    new_cache: impl Fn() -> C,
+    label: &str,
+) -> C {
+    let (mut host_cache, mut burn_cache) = (new_cache(), new_cache());
+    let host = model
+        .forward(prompt, &mut host_cache, LogitsFor::All)
+        .unwrap();
+    let burn = burn_logits(model, prompt, &mut burn_cache, LogitsFor::All);
+    let diff = max_diff(&host, &burn);
+    assert!(diff < tol, "{label}: prefill logits differ by {diff}");
+    let vocab = model.config().vocab_size;
+    let greedy = |row: &[f32]| argmax(row).expect("a logits row is not empty");
+    let mut next = greedy(&host[host.len() - vocab..]);
+    for step in 0..steps {
+        let host = model
+            .forward(&[next], &mut host_cache, LogitsFor::Last)
+            .unwrap();
+        let burn = burn_logits(model, &[next], &mut burn_cache, LogitsFor::Last);
+        let diff = max_diff(&host, &burn);
+        assert!(diff < tol, "{label}: step {step} logits differ by {diff}");
+        assert_eq!(host_cache.len(), burn_cache.len());
+        next = greedy(&host);
+    }
+    host_cache
+}

@@ -1,0 +1,250 @@
+//! Gemma-3 on tiny random models: both executors give the same logits (MQA, head width from
+//! `key_length`, q/k norms, post norms, GeGLU, RoPE on halves, local layers with a sliding
+//! window and their own rotary base); a local layer's window is the window (a one-layer model
+//! gives the last token the logits of the window alone: RoPE scores depend only on relative
+//! positions); and the loader reads a gemma3 file, refusing one without its window.
+
+mod common;
+
+use burn::prelude::*;
+use common::max_diff;
+use common::paths::{burn_logits, check_paths, encode, tokens, values};
+use kindle_gguf::quant::GgmlType;
+use kindle_gguf::{GgufFile, GgufWriter, MetadataValue};
+use kindle_kernels::{QuantMatrix, WeightBytes};
+use kindle_model::linear::QLinear;
+use kindle_model::llama::{ArchSpec, Block, LayerPattern, RmsNorm};
+use kindle_model::{KvType, Llama, LlamaConfig, LogitsFor, ModelError};
+
+const VOCAB: usize = 96;
+const D: usize = 64;
+/// Head width: 4 heads of 32 make queries 128 wide, not `D`.
+const HEAD_DIM: usize = 32;
+const HEADS: usize = 4;
+const FF: usize = 96;
+
+/// A tiny Gemma-3-shaped model: `layers` layers, one KV head, heads `HEAD_DIM` wide, local
+/// layers seeing `window` positions, one global layer every `period`; Q8_0 matrices.
+fn tiny_gemma3(layers: usize, window: Option<usize>, period: usize) -> Llama {
+    let config = LlamaConfig::new(VOCAB, D, layers, HEADS, 1, FF)
+        .with_key_length(Some(HEAD_DIM))
+        .with_sliding_window(window)
+        .with_rope_theta(1e6)
+        .with_rms_eps(1e-6);
+    let device = Device::flex();
+    let mut seed = 900;
+    let mut linear = |rows: usize, cols: usize| {
+        seed += 1;
+        let w = values(seed, rows * cols, 1.5 / (cols as f32).sqrt());
+        let bytes = WeightBytes::owned(encode(GgmlType::Q8_0, &w));
+        QLinear::quantized(QuantMatrix::new(GgmlType::Q8_0, rows, cols, bytes).unwrap())
+    };
+    let norm = |seed: u64, width: usize| {
+        let g: Vec<f32> = values(seed, width, 0.3).iter().map(|v| 1.0 + v).collect();
+        RmsNorm::new(
+            Tensor::from_data(TensorData::new(g, [width]), &device),
+            1e-6,
+        )
+    };
+    let (q, kv) = (HEADS * HEAD_DIM, HEAD_DIM);
+    let blocks = (0..layers as u64)
+        .map(|l| {
+            Block::new(
+                norm(700 + l, D),
+                linear(q, D),
+                linear(kv, D),
+                linear(kv, D),
+                linear(D, q),
+                norm(710 + l, D),
+                linear(FF, D),
+                linear(FF, D),
+                linear(D, FF),
+            )
+            .with_qk_norms(norm(720 + l, HEAD_DIM), norm(730 + l, HEAD_DIM))
+            .with_post_norms(norm(740 + l, D), norm(750 + l, D))
+        })
+        .collect();
+    let embedding = linear(VOCAB, D);
+    let arch = ArchSpec {
+        layers: LayerPattern::LocalGlobal {
+            period,
+            local_rope_theta: 1e4,
+        },
+        ..ArchSpec::GEMMA3
+    };
+    Llama::from_parts(config, embedding, blocks, norm(760, D), None).with_arch(arch)
+}
+
+#[test]
+fn host_and_burn_paths_agree_on_a_tiny_gemma3() {
+    // Layers 0, 1, 3, 4 local (window 6), 2 and 5 global.
+    let model = tiny_gemma3(6, Some(6), 3);
+    for kv_type in [KvType::F32, KvType::F16, KvType::Int8] {
+        // A short prompt takes the host path and decodes past the window; a long one (16+
+        // rows) runs the Burn path's masked prefill on both sides.
+        for prompt_len in [5, 20] {
+            let prompt = tokens(prompt_len as u64, prompt_len, VOCAB);
+            check_paths(
+                &model,
+                &prompt,
+                12,
+                2e-3,
+                || model.new_cache_typed(40, kv_type),
+                &format!("gemma3, prompt {prompt_len}, {kv_type}"),
+            );
+        }
+    }
+}
+
+/// The host path's and the Burn path's logits of the last of `tokens`, from a fresh cache:
+/// in one pass, prefilling all but the last then decoding it, and in passes of 3 tokens
+/// (queries whose window starts inside the cache).
+fn last_logits(model: &Llama, tokens: &[u32]) -> [Vec<f32>; 6] {
+    let one_pass = |host: bool| {
+        let mut cache = model.new_cache(tokens.len());
+        let logits = if host {
+            model.forward(tokens, &mut cache, LogitsFor::Last).unwrap()
+        } else {
+            burn_logits(model, tokens, &mut cache, LogitsFor::Last)
+        };
+        logits
+    };
+    let decoded = |host: bool| {
+        let (head, last) = tokens.split_at(tokens.len() - 1);
+        let mut cache = model.new_cache(tokens.len());
+        if !head.is_empty() {
+            model.forward(head, &mut cache, LogitsFor::Last).unwrap();
+        }
+        if host {
+            model.forward(last, &mut cache, LogitsFor::Last).unwrap()
+        } else {
+            burn_logits(model, last, &mut cache, LogitsFor::Last)
+        }
+    };
+    let in_threes = |host: bool| {
+        let mut cache = model.new_cache(tokens.len());
+        let mut logits = Vec::new();
+        for chunk in tokens.chunks(3) {
+            logits = if host {
+                model.forward(chunk, &mut cache, LogitsFor::Last).unwrap()
+            } else {
+                burn_logits(model, chunk, &mut cache, LogitsFor::Last)
+            };
+        }
+        logits
+    };
+    [
+        one_pass(true),
+        one_pass(false),
+        decoded(true),
+        decoded(false),
+        in_threes(true),
+        in_threes(false),
+    ]
+}
+
+#[test]
+fn a_local_layer_sees_only_its_window() {
+    // One local layer (no global one within 1000 layers), window 4.
+    let windowed = tiny_gemma3(1, Some(4), 1000);
+    let global = tiny_gemma3(1, None, 1000);
+    for len in [10, 24] {
+        let sequence = tokens(40 + len as u64, len, VOCAB);
+        let window = &sequence[len - 4..];
+        let [alone, ..] = last_logits(&windowed, window);
+        for (i, logits) in last_logits(&windowed, &sequence).iter().enumerate() {
+            let diff = max_diff(logits, &alone);
+            assert!(
+                diff < 2e-3,
+                "{len} tokens, way {i}: {diff} from the window alone"
+            );
+        }
+        // Without the window the earlier tokens count.
+        let [whole, ..] = last_logits(&global, &sequence);
+        assert!(
+            max_diff(&whole, &alone) > 1e-2,
+            "{len} tokens: the window changed nothing"
+        );
+    }
+}
+
+/// A tiny gemma3 GGUF file (f32 tensors) with its metadata edited by `edit`.
+fn gemma3_file(edit: impl FnOnce(&mut Vec<(&'static str, MetadataValue)>)) -> GgufFile {
+    let u32v = |v: usize| MetadataValue::U32(v as u32);
+    let mut meta: Vec<(&'static str, MetadataValue)> = vec![
+        ("general.architecture", "gemma3".into()),
+        ("gemma3.block_count", u32v(2)),
+        ("gemma3.context_length", u32v(128)),
+        ("gemma3.embedding_length", u32v(D)),
+        ("gemma3.feed_forward_length", u32v(FF)),
+        ("gemma3.attention.head_count", u32v(HEADS)),
+        ("gemma3.attention.head_count_kv", u32v(1)),
+        ("gemma3.attention.key_length", u32v(HEAD_DIM)),
+        ("gemma3.attention.value_length", u32v(HEAD_DIM)),
+        ("gemma3.attention.sliding_window", u32v(512)),
+        (
+            "gemma3.attention.layer_norm_rms_epsilon",
+            MetadataValue::F32(1e-6),
+        ),
+        ("gemma3.rope.freq_base", MetadataValue::F32(1e6)),
+        ("gemma3.vocab_size", u32v(VOCAB)),
+    ];
+    edit(&mut meta);
+    let config = LlamaConfig::new(VOCAB, D, 2, HEADS, 1, FF).with_key_length(Some(HEAD_DIM));
+    let mut writer = GgufWriter::new();
+    for (key, value) in meta {
+        writer = writer.metadata(key, value);
+    }
+    for (i, (name, dims)) in config.tensors_of(&ArchSpec::GEMMA3).into_iter().enumerate() {
+        let n = dims.iter().product::<u64>() as usize;
+        writer = writer.tensor_f32(name, &dims, &values(i as u64 + 1, n, 0.1));
+    }
+    GgufFile::from_bytes(writer.to_bytes()).expect("a valid GGUF file")
+}
+
+#[test]
+fn the_loader_reads_gemma3_and_refuses_a_file_without_its_window() {
+    let file = gemma3_file(|_| {});
+    let model = Llama::from_gguf(&file, &Device::flex()).expect("the tiny gemma3 loads");
+    let config = model.config();
+    assert_eq!(model.arch().name, "gemma3");
+    assert_eq!(
+        (config.head_dim(), config.sliding_window),
+        (HEAD_DIM, Some(512))
+    );
+    assert_eq!(config.attention_scale(), 1.0 / (HEAD_DIM as f32).sqrt());
+    assert!(config.tied_embeddings);
+    let mut cache = model.new_cache(8);
+    let logits = model
+        .forward(&[1, 2, 3], &mut cache, LogitsFor::Last)
+        .unwrap();
+    assert!(logits.len() == VOCAB && logits.iter().all(|v| v.is_finite()));
+    // The context shift re-rotates keys with one base and adjacent pairs: refused here.
+    assert!(matches!(
+        model.new_sliding_cache(8, KvType::F32, 2),
+        Err(ModelError::Option(_))
+    ));
+
+    // A file's pattern overrides the architecture's period.
+    let file = gemma3_file(|meta| {
+        meta.push((
+            "gemma3.attention.sliding_window_pattern",
+            MetadataValue::U32(2),
+        ))
+    });
+    let model = Llama::from_gguf(&file, &Device::flex()).unwrap();
+    let local: Vec<bool> = (0..2)
+        .map(|l| model.arch().is_local(model.config(), l))
+        .collect();
+    assert_eq!(local, [true, false]);
+
+    let file = gemma3_file(|meta| meta.retain(|(k, _)| *k != "gemma3.attention.sliding_window"));
+    let message = match Llama::from_gguf(&file, &Device::flex()) {
+        Ok(_) => panic!("a gemma3 file without its window loaded"),
+        Err(error) => error.to_string(),
+    };
+    assert!(
+        message.contains("gemma3.attention.sliding_window") && message.contains("missing"),
+        "{message}"
+    );
+}
