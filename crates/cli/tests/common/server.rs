@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::sync::{Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -15,8 +15,9 @@ pub struct Served {
     child: Child,
     /// `127.0.0.1:PORT`.
     pub addr: String,
-    /// What it printed to standard error.
-    stderr: mpsc::Receiver<String>,
+    /// What it printed to standard error (behind a lock so that request threads can share a
+    /// `&Served`).
+    stderr: Mutex<mpsc::Receiver<String>>,
 }
 
 impl Served {
@@ -53,7 +54,7 @@ impl Served {
                         return Served {
                             child,
                             addr: addr.to_string(),
-                            stderr: rx,
+                            stderr: Mutex::new(rx),
                         };
                     }
                 }
@@ -94,7 +95,11 @@ impl Served {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Some(status) = self.child.try_wait().expect("waiting for kindle serve") {
-                let lines: Vec<String> = self.stderr.try_iter().collect();
+                let lines: Vec<String> = self
+                    .stderr
+                    .lock()
+                    .map(|rx| rx.try_iter().collect())
+                    .unwrap_or_default();
                 return (status, lines);
             }
             if Instant::now() > deadline {
