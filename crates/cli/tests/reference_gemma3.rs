@@ -48,20 +48,11 @@ fn gemma3_free_running_greedy_matches_llama_cpp_until_a_close_call() {
     assert!(checked >= 7, "only {checked} decisive steps checked");
 }
 
-/// Gemma-3 on `kind` (f32), teacher-forced against llama.cpp under the same rules; skipped
-/// (with a note) when a GPU device does not open and `KINDLE_REQUIRE_WGPU=1` is not set.
+/// Gemma-3 on `kind` (f32), teacher-forced against llama.cpp under the same rules. A device
+/// that does not open is a failure (no skip).
 fn gemma3_teacher_forced_on(kind: DeviceKind) {
-    let device = match OpenDevice::open(kind, Dtype::F32) {
-        Ok(device) => device,
-        Err(error)
-            if kind == DeviceKind::Wgpu
-                && !std::env::var("KINDLE_REQUIRE_WGPU").is_ok_and(|v| v == "1") =>
-        {
-            eprintln!("skipped on {}: {error:#}", kind.name());
-            return;
-        }
-        Err(error) => panic!("{} does not open: {error:#}", kind.name()),
-    };
+    let device = OpenDevice::open(kind, Dtype::F32)
+        .unwrap_or_else(|error| panic!("{} does not open: {error:#}", kind.name()));
     let Some(path) = RealModel::Gemma3.path() else {
         return; // KINDLE_SKIP_REAL_MODEL=1
     };
