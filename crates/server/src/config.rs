@@ -29,6 +29,11 @@ pub struct ServerConfig {
     pub cors_origins: Vec<String>,
     /// Largest request body in bytes (413 beyond).
     pub max_body_bytes: usize,
+    /// How long a connection may wait for a request's headers to be in: from the connection
+    /// (or the end of its previous response, for a kept-alive one) to the end of the headers.
+    /// Past it the connection is closed, so a client that never finishes its request (or
+    /// idles) does not hold a connection.
+    pub header_timeout: Duration,
     /// How long a client may take to send its request body.
     pub body_timeout: Duration,
     /// On shutdown, how long running requests may take to finish.
@@ -38,7 +43,8 @@ pub struct ServerConfig {
 impl ServerConfig {
     /// Defaults for a model called `model_name` with a context of `context` tokens: 4
     /// parallel sequences, a queue of 64, 512 prefill tokens per step, no prefix cache, no key, no CORS, 4 MiB
-    /// bodies read within 30 s, 30 s to drain.
+    /// headers within 30 s of connecting (or of the previous
+    /// response), bodies read within 30 s, 30 s to drain.
     pub fn new(model_name: impl Into<String>, context: usize) -> Self {
         ServerConfig {
             model_name: model_name.into(),
@@ -50,6 +56,7 @@ impl ServerConfig {
             api_key: None,
             cors_origins: Vec::new(),
             max_body_bytes: 4 << 20,
+            header_timeout: Duration::from_secs(30),
             body_timeout: Duration::from_secs(30),
             drain_timeout: Duration::from_secs(30),
         }
@@ -62,6 +69,13 @@ impl ServerConfig {
             ("--parallel", self.parallel),
             ("--batch-tokens", self.step_tokens),
         ];
+        if self.header_timeout.is_zero() {
+            return Err(ServerError::InvalidSetting {
+                name: "--header-timeout",
+                value: "0".into(),
+                expected: "a positive number of seconds",
+            });
+        }
         for (name, value) in positive {
             if value == 0 {
                 return Err(ServerError::InvalidSetting {

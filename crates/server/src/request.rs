@@ -2,7 +2,7 @@
 //! naming its field; nothing here panics on any input.
 
 use kindle_generate::chat::ChatMessage;
-use kindle_sampling::{PenaltyScope, SamplerConfig};
+use kindle_sampling::{PenaltyScope, SamplerConfig, parse_order};
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
@@ -274,6 +274,30 @@ fn stop_strings(object: &Object) -> Result<Vec<String>, ApiError> {
 }
 
 /// The sampler fields: OpenAI's and the llama.cpp / vLLM extensions.
+/// llama-server's `samplers`: the order of the processor chain, as an array of stage names
+/// (`["top_k", "top_p", "temperature"]`) or a string (`"top_k;top_p;temperature"`, or the
+/// one-letter sequence `"kpt"`). Stages left out are not applied.
+fn samplers(object: &Object) -> Result<Option<Vec<kindle_sampling::Stage>>, ApiError> {
+    let text = match field(object, "samplers") {
+        None => return Ok(None),
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(items)) => {
+            let mut names = Vec::with_capacity(items.len());
+            for item in items {
+                match item {
+                    Value::String(s) if !s.trim().is_empty() => names.push(s.trim().to_string()),
+                    other => return Err(expected("samplers", "an array of stage names", other)),
+                }
+            }
+            names.join(";")
+        }
+        Some(other) => return Err(expected("samplers", "an array of stage names", other)),
+    };
+    parse_order(&text)
+        .map(Some)
+        .map_err(|e| ApiError::invalid("samplers", format!("Invalid value for 'samplers': {e}.")))
+}
+
 fn sampler_config(object: &Object) -> Result<SamplerConfig, ApiError> {
     let mut config = SamplerConfig::neutral();
     let f = |x: f64| x as f32;
@@ -334,6 +358,9 @@ fn sampler_config(object: &Object) -> Result<SamplerConfig, ApiError> {
         config.seed = Some(seed);
     }
     config.logit_bias = logit_bias(object)?;
+    if let Some(order) = samplers(object)? {
+        config.order = order;
+    }
     Ok(config)
 }
 

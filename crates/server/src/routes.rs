@@ -65,6 +65,7 @@ pub fn router<C: TextCodec>(state: Shared<C>) -> Router {
         .route("/metrics", get(metrics::<C>))
         .route("/tokenize", post(tokenize::<C>))
         .route("/detokenize", post(detokenize::<C>))
+        .route("/", get(playground))
         .fallback(unknown_endpoint)
         .layer(middleware::from_fn_with_state(
             Arc::clone(&state),
@@ -143,7 +144,7 @@ async fn check_api_key<C: TextCodec>(
     next: Next,
 ) -> Response {
     if let Some(key) = &state.config.api_key
-        && request.uri().path() != "/health"
+        && !matches!(request.uri().path(), "/health" | "/")
         && request.method() != Method::OPTIONS
     {
         let given = request
@@ -167,6 +168,21 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 async fn unknown_endpoint(method: Method, uri: axum::http::Uri) -> ApiError {
     ApiError::unknown_endpoint(method.as_str(), uri.path())
 }
+
+/// The playground: one static page (no external resources), compiled into the binary. It
+/// calls the API from the browser, so it is served without the API key (the page asks for it).
+async fn playground() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        PLAYGROUND,
+    )
+        .into_response()
+}
+
+const PLAYGROUND: &str = include_str!("playground.html");
 
 async fn health<C: TextCodec>(State(state): State<Shared<C>>) -> Response {
     let draining = state.draining.load(Ordering::SeqCst);

@@ -7,6 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use kindle_generate::LanguageModel;
 use tokio::net::TcpListener;
 
@@ -46,6 +49,7 @@ where
     let (engine, thread) = engine::spawn(model, Arc::clone(&codec), options, Arc::clone(&metrics))?;
     let draining = Arc::new(AtomicBool::new(false));
     let drain_timeout = config.drain_timeout;
+    let header_timeout = config.header_timeout;
     let state = Arc::new(AppState {
         codec,
         engine: engine.clone(),
@@ -68,11 +72,62 @@ where
         // Whatever still runs is cancelled: its stream ends, its connection closes.
         engine.send(Command::Shutdown);
     };
-    let served = axum::serve(listener, router(state))
-        .with_graceful_shutdown(drain)
-        .await;
+    let app = router(state);
+    let served = accept_until(listener, app, header_timeout, drain).await;
     let _ = tokio::task::spawn_blocking(move || thread.join()).await;
-    served.map_err(ServerError::Io)
+    served
+}
+
+/// Accept connections and serve `app` on each (HTTP/1.1 on hyper, as `axum::serve` does, plus
+/// a header read timeout) until `drain` resolves; then stop accepting, let the open
+/// connections finish (idle keep-alive ones close at once) and return.
+///
+/// The header timeout runs from the moment a connection waits for a request until the
+/// request's headers are in: a client that connects and sends nothing, sends its headers
+/// slowly, or keeps a connection open idle between requests is cut off after it, so it
+/// cannot hold a connection (nor, later, a slot) indefinitely. The body then has
+/// [`ServerConfig::body_timeout`]; a response is never timed out (a long generation streams
+/// for as long as it needs).
+async fn accept_until(
+    listener: TcpListener,
+    app: axum::Router,
+    header_timeout: Duration,
+    drain: impl Future<Output = ()>,
+) -> Result<(), ServerError> {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .keep_alive(true);
+    let connections = GracefulShutdown::new();
+    let mut drain = std::pin::pin!(drain);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let stream = match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        // Out of file descriptors and the like: wait, then go on accepting.
+                        tracing::warn!("accepting a connection failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                // Streamed tokens go out as soon as they are written.
+                let _ = stream.set_nodelay(true);
+                let service = TowerToHyperService::new(app.clone());
+                let connection = connections.watch(http.serve_connection(TokioIo::new(stream), service));
+                tokio::spawn(async move {
+                    if let Err(e) = connection.await {
+                        tracing::debug!("connection ended: {e}");
+                    }
+                });
+            }
+            () = &mut drain => break,
+        }
+    }
+    drop(listener);
+    connections.shutdown().await;
+    Ok(())
 }
 
 /// Run the server on `addr` with a runtime of its own until ctrl-c or SIGTERM; `on_listening`

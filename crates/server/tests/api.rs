@@ -483,3 +483,43 @@ async fn prefix_cache_reuses_a_finished_sessions_prompt() {
     assert_eq!(server.metric("kindle_prefix_cache_sessions").await, 1.0);
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn samplers_sets_the_order_of_the_chain() {
+    let server = TestServer::start(config(), Duration::ZERO).await;
+    let prompt = prompt_ids("a tale");
+    // top_k 1 with the temperature stage left out keeps only the argmax: greedy, whatever
+    // the temperature says; as an array of names or a one-letter string.
+    let (greedy_text, _, _) = alone(&prompt, 12, greedy(), &[]);
+    for samplers in [json!(["top_k"]), json!("km"), json!("top_k;min_p")] {
+        let (status, body) = server
+            .post(
+                "/v1/completions",
+                &json!({"prompt": "a tale", "max_tokens": 12, "temperature": 1.5,
+                        "top_k": 1, "seed": 3, "samplers": samplers}),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(
+            body["choices"][0]["text"],
+            greedy_text.as_str(),
+            "{samplers}"
+        );
+    }
+    // The order matters: the same settings with the default chain sample at temperature 1
+    // after top_k 40; with only `temperature` in the chain, top_k is not applied.
+    let mut only_temperature = seeded(5);
+    only_temperature.top_k = 1;
+    only_temperature.order = vec![kindle_sampling::Stage::Temperature];
+    let (expected, _, _) = alone(&prompt, 12, only_temperature, &[]);
+    let (_, body) = server
+        .post(
+            "/v1/completions",
+            &json!({"prompt": "a tale", "max_tokens": 12, "temperature": 1, "top_k": 1,
+                    "seed": 5, "samplers": ["temperature"]}),
+        )
+        .await;
+    assert_eq!(body["choices"][0]["text"], expected.as_str());
+    assert_ne!(expected, greedy_text, "the seed must leave the greedy path");
+    server.stop().await;
+}

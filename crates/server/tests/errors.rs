@@ -96,6 +96,21 @@ async fn each_invalid_field_is_a_400_naming_it() {
         ),
         (
             "/v1/completions",
+            json!({"prompt": "a", "samplers": ["top_k", "bogus"]}),
+            "samplers",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "a"}], "samplers": "top_k;top_k"}),
+            "samplers",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "a", "samplers": 3}),
+            "samplers",
+        ),
+        (
+            "/v1/completions",
             json!({"prompt": "a", "frequency_penalty": -2.1}),
             "frequency_penalty",
         ),
@@ -273,7 +288,12 @@ async fn malformed_bodies_content_types_endpoints_and_methods() {
     )
     .await;
     assert_eq!(status, 200, "{answer}");
-    for path in ["/v2/completions", "/", "/v1/embeddings", "/v1/models/x/y"] {
+    for path in [
+        "/v2/completions",
+        "/index.html",
+        "/v1/embeddings",
+        "/v1/models/x/y",
+    ] {
         let (status, _, answer) = raw(&server, "GET", path, None, "").await;
         assert_eq!(status, 404, "{path}: {answer}");
         assert_eq!(error_of(&answer)["code"], "unknown_url");
@@ -518,6 +538,7 @@ async fn garbage_never_gets_a_5xx() {
         "ignore_eos",
         "stream_options",
         "max_completion_tokens",
+        "samplers",
     ];
     for path in ["/v1/completions", "/v1/chat/completions"] {
         for field in fields {
@@ -546,4 +567,73 @@ async fn garbage_never_gets_a_5xx() {
     }
     server.settle("kindle_sequences_running", 0.0).await;
     server.stop().await;
+}
+
+/// Read from `stream` until it is closed; when that was (panics past `limit`).
+fn closed_within(stream: &mut std::net::TcpStream, limit: Duration) -> std::time::Instant {
+    use std::io::Read;
+    stream.set_read_timeout(Some(limit)).unwrap();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return std::time::Instant::now(),
+            Ok(_) => {} // a response; keep reading until the close
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                panic!("the connection stayed open past {limit:?}")
+            }
+            Err(_) => return std::time::Instant::now(), // reset by the server
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_never_finish_their_headers_or_idle_are_cut_off() {
+    let mut cfg = config();
+    cfg.header_timeout = Duration::from_millis(400);
+    let server = TestServer::start(cfg, Duration::ZERO).await;
+    let addr = server.addr.clone();
+    let took = tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let connect = || std::net::TcpStream::connect(&addr).unwrap();
+        let start = std::time::Instant::now();
+        // Connects and sends nothing.
+        let mut silent = connect();
+        // Sends half of its headers, then stalls.
+        let mut slow = connect();
+        slow.write_all(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-")
+            .unwrap();
+        // Finishes one request, then idles on the kept-alive connection.
+        let mut idle = connect();
+        idle.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+            .unwrap();
+        let limit = Duration::from_secs(5);
+        [&mut silent, &mut slow, &mut idle].map(|s| closed_within(s, limit) - start)
+    })
+    .await
+    .unwrap();
+    // Each was cut off by the timeout, not at once.
+    for t in took {
+        assert!(t >= Duration::from_millis(300), "{took:?}");
+    }
+    // The server answers normally afterwards.
+    let (status, _) = server.get("/health").await;
+    assert_eq!(status, 200);
+    let (status, body) = server
+        .post("/v1/completions", &json!({"prompt": "ab", "max_tokens": 2}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    server.stop().await;
+}
+
+#[test]
+fn a_zero_header_timeout_is_refused() {
+    let mut cfg = config();
+    cfg.header_timeout = Duration::ZERO;
+    let error = cfg.validate().unwrap_err().to_string();
+    assert!(error.contains("--header-timeout"), "{error}");
 }

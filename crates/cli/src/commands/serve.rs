@@ -63,6 +63,10 @@ pub struct ServeArgs {
     /// Largest request body (suffixes K, M, G as for --max-kv-memory)
     #[arg(long, value_name = "BYTES", default_value = "4M", value_parser = parse_bytes)]
     pub max_body: usize,
+    /// Seconds a connection may take to send a request's headers (counted from connecting,
+    /// or from the previous response on a kept-alive connection); then it is closed
+    #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
+    pub header_timeout: f64,
     /// On ctrl-c or SIGTERM, seconds that running requests get to finish
     #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
     pub drain_timeout: f64,
@@ -74,6 +78,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
         bail!(
             "--drain-timeout must be a number of seconds, got {}",
             args.drain_timeout
+        );
+    }
+    if !(args.header_timeout.is_finite() && args.header_timeout > 0.0) {
+        bail!(
+            "--header-timeout must be a positive number of seconds, got {}",
+            args.header_timeout
         );
     }
     let settings = args.settings()?;
@@ -95,6 +105,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     config.cors_origins = args.cors_origins.clone();
     config.max_body_bytes = args.max_body;
     config.drain_timeout = Duration::from_secs_f64(args.drain_timeout);
+    config.header_timeout = Duration::from_secs_f64(args.header_timeout);
     config.validate()?;
     let addr = SocketAddr::new(args.host, args.port);
     let (parallel, context) = (config.parallel, config.context);
