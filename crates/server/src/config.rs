@@ -15,8 +15,9 @@ pub struct ServerConfig {
     pub parallel: usize,
     /// Most sequences waiting for a running slot; a request beyond that gets 429.
     pub queue: usize,
-    /// Most prompt tokens the prefills that join one engine step may hold together; a prompt
-    /// longer than this runs in a step with no other prefill.
+    /// Most prompt tokens one engine step feeds (shared by the prompts being read, in
+    /// arrival order); a longer prompt is prefilled in chunks over several steps, while the
+    /// decoding sequences go on generating one token a step.
     pub step_tokens: usize,
     /// Finished sequences' sessions kept for prefix reuse (0: none). A prompt sharing a
     /// prefix with one of them (a system prompt, a chat history) prefills only the rest. With

@@ -7,8 +7,9 @@
 //!    disconnected client's sequence leaves within one step and its cache is freed;
 //! 3. admits waiting jobs while fewer than `parallel` sequences run (a fresh session each);
 //! 4. asks every running sequence for its next step: decoding sequences feed their last token,
-//!    new ones their prompt; prefills join the step while their tokens fit the step budget (at
-//!    least one per step, so a long prompt is never starved);
+//!    new ones their prompt, in chunks: the prompts share a budget of `step_tokens` per step,
+//!    and one longer than what is left is fed in pieces over several steps (chunked prefill),
+//!    so the decoding streams keep their pace while a long prompt is read;
 //! 5. runs **one** [`Sequence::forward_batch`] over all of them, then samples each sequence's
 //!    token with its own sampler and sends the event to its client.
 //!
@@ -98,7 +99,7 @@ pub enum Command {
 pub struct EngineOptions {
     /// Most sequences running at once.
     pub parallel: usize,
-    /// Most prompt tokens of the prefills joining one step (at least one prefill per step).
+    /// Most prompt tokens fed in one step (longer prompts are prefilled in chunks).
     pub step_tokens: usize,
     /// Finished sequences' sessions kept for reuse (0: none): a new prompt takes the idle
     /// session sharing its longest prefix, and only the rest of the prompt is prefilled.
@@ -365,10 +366,16 @@ impl<M: LanguageModel, C: TextCodec> Engine<M, C> {
     }
 
     /// One step: plan every running sequence, run one batched forward pass, sample.
+    ///
+    /// Decoding sequences always join with their one token. Prompts share the step's prefill
+    /// budget (`step_tokens`) in admission order, each taking what is left of it: a prompt
+    /// longer than that is prefilled in chunks over several steps (chunked prefill), so the
+    /// running streams keep their pace while it is read. Only the pass with a prompt's last
+    /// chunk samples its first token; the earlier chunks' logits are not needed.
     fn step(&mut self) {
         let mut budget = self.options.step_tokens;
-        let mut prefills = 0usize;
-        let mut chosen = vec![false; self.running.len()];
+        // Tokens each running sequence feeds this step (0: it sits this one out).
+        let mut take = vec![0usize; self.running.len()];
         for (i, r) in self.running.iter_mut().enumerate() {
             if r.feed.is_none() {
                 match r.seq.plan() {
@@ -385,27 +392,26 @@ impl<M: LanguageModel, C: TextCodec> Engine<M, C> {
             }
             let Some(feed) = &r.feed else { continue };
             if r.started {
-                chosen[i] = true;
-            } else if prefills == 0 || feed.len() <= budget {
-                budget = budget.saturating_sub(feed.len());
-                prefills += 1;
-                chosen[i] = true;
+                take[i] = feed.len();
+            } else if budget > 0 {
+                take[i] = feed.len().min(budget);
+                budget -= take[i];
             }
         }
-        if !chosen.contains(&true) {
+        if take.iter().all(|&n| n == 0) {
             return;
         }
         let result = {
             let mut items: Vec<(&[u32], &mut Sequence<M, Arc<C>>)> = Vec::new();
-            for (r, &take) in self.running.iter_mut().zip(&chosen) {
-                if take
+            for (r, &n) in self.running.iter_mut().zip(&take) {
+                if n > 0
                     && let Running {
                         feed: Some(feed),
                         seq,
                         ..
                     } = r
                 {
-                    items.push((feed.as_slice(), seq));
+                    items.push((&feed[..n], seq));
                 }
             }
             let rows: usize = items.iter().map(|(t, _)| t.len()).sum();
@@ -418,13 +424,13 @@ impl<M: LanguageModel, C: TextCodec> Engine<M, C> {
         let chosen_running = self
             .running
             .iter_mut()
-            .zip(&chosen)
-            .filter(|(_, take)| **take)
-            .map(|(r, _)| r);
+            .zip(&take)
+            .filter(|(_, n)| **n > 0)
+            .map(|(r, n)| (r, *n));
         match result {
             Err(error) => {
                 tracing::error!("forward pass failed: {error}");
-                for r in chosen_running {
+                for (r, _) in chosen_running {
                     let _ = r.events.send(Update::Error {
                         index: r.index,
                         message: format!("the model failed: {error}"),
@@ -433,8 +439,14 @@ impl<M: LanguageModel, C: TextCodec> Engine<M, C> {
                 }
             }
             Ok(rows) => {
-                for (r, row) in chosen_running.zip(rows) {
-                    r.feed = None;
+                for ((r, n), row) in chosen_running.zip(rows) {
+                    let feed = r.feed.take().unwrap_or_default();
+                    if n < feed.len() {
+                        // A chunk of a longer prompt: the rest goes in the next steps.
+                        self.metrics.prefill_chunks.fetch_add(1, Ordering::SeqCst);
+                        r.feed = Some(feed[n..].to_vec());
+                        continue;
+                    }
                     match r.seq.complete(row) {
                         Ok(event) => send_event(r, event, &self.metrics),
                         Err(error) => {

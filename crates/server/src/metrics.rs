@@ -76,6 +76,8 @@ pub struct Metrics {
     pub steps: AtomicU64,
     /// Rows (tokens) in those forward passes.
     pub step_rows: AtomicU64,
+    /// Prompt chunks fed without their prompt's end (a long prompt prefilled over steps).
+    pub prefill_chunks: AtomicU64,
     /// Sequences that started from an idle session sharing a prefix of their prompt.
     pub prefix_hits: AtomicU64,
     /// Prompt tokens those sequences did not prefill again.
@@ -97,6 +99,7 @@ impl Default for Metrics {
             cancelled: AtomicU64::new(0),
             steps: AtomicU64::new(0),
             step_rows: AtomicU64::new(0),
+            prefill_chunks: AtomicU64::new(0),
             prefix_hits: AtomicU64::new(0),
             prefix_hit_tokens: AtomicU64::new(0),
             idle_sessions: AtomicUsize::new(0),
@@ -199,6 +202,11 @@ impl Metrics {
                 "kindle_engine_step_rows_total",
                 "Tokens fed in those forward passes.",
                 &self.step_rows,
+            ),
+            (
+                "kindle_prefill_chunks_total",
+                "Prompt chunks prefilled ahead of their prompt's last chunk (chunked prefill).",
+                &self.prefill_chunks,
             ),
             (
                 "kindle_prefix_cache_hits_total",

@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::{Letters, TestServer, alone, config, greedy, seeded};
@@ -203,10 +204,7 @@ async fn concurrent_requests_are_batched_and_each_equals_its_single_run() {
         let (expected, _, _) = alone(&prompt_ids(&prompts[i]), 24, sampler, &[]);
         assert_eq!(got, expected, "request {i}");
     }
-    let largest = server
-        .model
-        .largest_batch
-        .load(std::sync::atomic::Ordering::SeqCst);
+    let largest = server.model.largest_batch.load(Ordering::SeqCst);
     assert!(largest > 1, "requests never shared a forward pass");
     server.settle("kindle_sequences_running", 0.0).await;
     server.stop().await;
@@ -521,5 +519,87 @@ async fn samplers_sets_the_order_of_the_chain() {
         .await;
     assert_eq!(body["choices"][0]["text"], expected.as_str());
     assert_ne!(expected, greedy_text, "the seed must leave the greedy path");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_prompts_are_prefilled_in_chunks_while_streams_keep_going() {
+    let mut cfg = config();
+    cfg.step_tokens = 8;
+    let server = TestServer::start(cfg, Duration::from_millis(4)).await;
+    // A stream that runs to its 80-token limit.
+    let stream_prompt = (0..60)
+        .map(|i| format!("once {}", "abcdefghij".chars().nth(i % 10).unwrap()).repeat(1 + i / 10))
+        .find(|p| alone(&prompt_ids(p), 80, greedy(), &[]).1 == "length")
+        .expect("a prompt that runs to the limit");
+    let body = json!({"prompt": stream_prompt, "max_tokens": 80, "temperature": 0, "stream": true});
+    let mut reply = server
+        .client
+        .post("/v1/completions")
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await;
+    assert_eq!(reply.status, 200);
+    // Read the stream on its own task, noting when each event came.
+    let reader = tokio::spawn(async move {
+        let mut raw = String::new();
+        let mut times = Vec::new();
+        while let Some(chunk) = reply.chunk().await {
+            let text = String::from_utf8(chunk.to_vec()).unwrap();
+            for _ in 0..text.matches("data: ").count() {
+                times.push(std::time::Instant::now());
+            }
+            raw.push_str(&text);
+        }
+        (raw, times)
+    });
+    tokio::time::sleep(Duration::from_millis(60)).await;
+
+    // A 120-token prompt arrives while the stream decodes.
+    let long: String = "the quick brown fox jumps over the lazy dog. "
+        .repeat(3)
+        .chars()
+        .take(120)
+        .collect();
+    let started = std::time::Instant::now();
+    let (status, body) = server
+        .post(
+            "/v1/completions",
+            &json!({"prompt": long, "max_tokens": 4, "temperature": 0}),
+        )
+        .await;
+    let ended = std::time::Instant::now();
+    assert_eq!(status, 200, "{body}");
+    let (expected, _, _) = alone(&prompt_ids(&long), 4, greedy(), &[]);
+    assert_eq!(body["choices"][0]["text"], expected.as_str());
+
+    let (raw, times) = reader.await.unwrap();
+    let streamed: String = raw
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter(|e| *e != "[DONE]")
+        .map(|e| {
+            let v: Value = serde_json::from_str(e).unwrap();
+            v["choices"][0]["text"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let (stream_expected, _, _) = alone(&prompt_ids(&stream_prompt), 80, greedy(), &[]);
+    assert_eq!(streamed, stream_expected);
+
+    // No pass fed more than the budget of prompt tokens plus the stream's one token ...
+    let largest = server.model.largest_rows.load(Ordering::SeqCst);
+    assert!(largest <= 8 + 1, "a pass of {largest} tokens");
+    // ... so the 120-token prompt took at least 15 passes, in 14 chunks before its last ...
+    assert!(server.metric("kindle_prefill_chunks_total").await >= 14.0);
+    // ... during which the stream kept getting a token a step.
+    let during = times
+        .iter()
+        .filter(|t| **t > started && **t < ended)
+        .count();
+    assert!(
+        during >= 14,
+        "the stream got {during} tokens while the prompt was read"
+    );
     server.stop().await;
 }

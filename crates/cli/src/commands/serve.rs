@@ -45,8 +45,8 @@ pub struct ServeArgs {
     /// Most sequences waiting for a free slot; beyond that requests get 429
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub queue: usize,
-    /// Most prompt tokens that new sequences bring into one engine step (a longer prompt runs
-    /// in a step with no other new prompt)
+    /// Most prompt tokens one engine step feeds; a longer prompt is prefilled in chunks over
+    /// several steps while the running sequences keep generating (chunked prefill)
     #[arg(long, value_name = "N", default_value_t = 512)]
     pub batch_tokens: usize,
     /// Keep the KV caches of this many finished requests; a new prompt sharing a prefix with

@@ -138,11 +138,12 @@ impl std::error::Error for CacheFull {}
 
 /// A model whose logits are a hash of the sequence so far: a peak on one letter (EOS after
 /// '.'), and a spread over the rest so sampling has choices. It sleeps `delay` per forward
-/// pass and records the largest batch it ran.
+/// pass and records the largest batch it ran (in sequences and in tokens).
 #[derive(Clone)]
 pub struct HashModel {
     pub delay: Duration,
     pub largest_batch: Arc<AtomicUsize>,
+    pub largest_rows: Arc<AtomicUsize>,
     pub passes: Arc<AtomicUsize>,
 }
 
@@ -151,6 +152,7 @@ impl HashModel {
         HashModel {
             delay,
             largest_batch: Arc::new(AtomicUsize::new(0)),
+            largest_rows: Arc::new(AtomicUsize::new(0)),
             passes: Arc::new(AtomicUsize::new(0)),
         }
     }
@@ -214,6 +216,8 @@ impl LanguageModel for HashModel {
         batch: &mut [(&[u32], &mut Tokens)],
     ) -> Result<Vec<Vec<f32>>, CacheFull> {
         self.largest_batch.fetch_max(batch.len(), Ordering::SeqCst);
+        let rows = batch.iter().map(|(tokens, _)| tokens.len()).sum();
+        self.largest_rows.fetch_max(rows, Ordering::SeqCst);
         self.passes.fetch_add(1, Ordering::SeqCst);
         if !self.delay.is_zero() {
             std::thread::sleep(self.delay);
