@@ -76,8 +76,10 @@ mod order;
 pub mod processors;
 mod sampler;
 mod select;
+mod trace;
 
 pub use config::{DryConfig, Mirostat, PenaltyScope, SamplerConfig};
 pub use error::SamplingError;
 pub use order::{HF_ORDER, LLAMA_CPP_ORDER, OrderPreset, Stage, format_order, parse_order};
 pub use sampler::{History, Sampled, Sampler};
+pub use trace::{StageTrace, Trace};

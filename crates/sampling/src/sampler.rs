@@ -15,6 +15,7 @@ use crate::processors::{
     suppress_tokens, token_counts,
 };
 use crate::select::draw;
+use crate::trace::Trace;
 
 /// The token history with the prompt boundary, for [`Sampler::sample_history`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +77,8 @@ pub struct Sampler {
     weights: Vec<f64>,
     scratch: Vec<u32>,
     raw: Vec<f32>,
+    /// Set by [`Sampler::sample_traced`] for one call: the stages' distributions go there.
+    trace: Option<Trace>,
 }
 
 impl Sampler {
@@ -101,6 +104,7 @@ impl Sampler {
             weights: Vec::new(),
             scratch: Vec::new(),
             raw: Vec::new(),
+            trace: None,
         }
     }
 
@@ -180,6 +184,30 @@ impl Sampler {
         self.run(logits, history.tokens, history.prompt_len, Some(n))
     }
 
+    /// [`Sampler::sample_history_with_logprobs`], also recording what each stage of the chain
+    /// did ([`Trace`]: the distribution after every stage, the last one being what the
+    /// selection drew from). The same token as the untraced call (the trace draws no random
+    /// numbers). Mirostat, whose selection truncates by itself, is not traced: an
+    /// [`SamplingError::InvalidParameter`] naming `mirostat`.
+    pub fn sample_traced(
+        &mut self,
+        logits: &mut [f32],
+        history: History<'_>,
+        n: usize,
+    ) -> Result<(Sampled, Trace), SamplingError> {
+        if self.config.mirostat != Mirostat::Off && self.config.temperature != 0.0 {
+            return Err(SamplingError::InvalidParameter {
+                name: "mirostat",
+                value: "on".into(),
+                expected: "off to trace the chain (mirostat's truncation happens in its selection)",
+            });
+        }
+        self.trace = Some(Trace::default());
+        let sampled = self.run(logits, history.tokens, history.prompt_len, Some(n));
+        let trace = self.trace.take().unwrap_or_default();
+        Ok((sampled?, trace))
+    }
+
     fn run(
         &mut self,
         logits: &mut [f32],
@@ -188,6 +216,9 @@ impl Sampler {
         n_logprobs: Option<usize>,
     ) -> Result<Sampled, SamplingError> {
         check_row(logits)?;
+        if let Some(trace) = &mut self.trace {
+            trace.record("raw", in_play(logits));
+        }
         if n_logprobs.is_some() {
             self.raw.clear();
             self.raw.extend_from_slice(logits);
@@ -209,6 +240,11 @@ impl Sampler {
         }
         if masked_some && !logits.iter().any(|&l| l > f32::NEG_INFINITY) {
             return Err(SamplingError::AllMasked);
+        }
+        if let Some(trace) = &mut self.trace
+            && (!cfg.logit_bias.is_empty() || cfg.min_tokens > 0 || cfg.no_repeat_ngram_size > 0)
+        {
+            trace.record("masks", in_play(logits));
         }
 
         // 2. The configurable chain.
@@ -255,11 +291,20 @@ impl Sampler {
                 ),
                 Stage::Temperature => temperature(&mut ws, cfg.temperature),
             }
+            if let Some(trace) = &mut self.trace {
+                let mut cands = Vec::new();
+                ws.for_each(|id, logit| cands.push((id, logit)));
+                trace.record(stage.name(), cands);
+            }
         }
 
         // 3. Selection.
         let token = if greedy {
-            ws.collapse_to_best()?.id
+            let best = ws.collapse_to_best()?.id;
+            if let Some(trace) = &mut self.trace {
+                trace.record("greedy", vec![(best, 0.0)]);
+            }
+            best
         } else {
             match cfg.mirostat {
                 Mirostat::V1 { tau, eta } => mirostat_v1(
@@ -313,6 +358,15 @@ impl Sampler {
         }
         Ok(out)
     }
+}
+
+/// Every token of a row still in play (not `-inf`), `(id, logit)`.
+fn in_play(row: &[f32]) -> Vec<(u32, f32)> {
+    row.iter()
+        .enumerate()
+        .filter(|(_, l)| **l > f32::NEG_INFINITY)
+        .map(|(i, &l)| (i as u32, l))
+        .collect()
 }
 
 /// The `n` best of `cands`, as `(id, logit - log_norm)`, best first.

@@ -1,0 +1,153 @@
+//! [`Trace`]: what each stage of the chain did to one row, for `kindle explain`.
+//!
+//! A trace is recorded only by [`crate::Sampler::sample_traced`]; the other sampling calls
+//! pay one untaken branch per stage for it. Each [`StageTrace`] holds the distribution after
+//! its stage (every token still in play with its logit, and the normaliser), so any token's
+//! probability after any stage can be read back, and the last one is the distribution the
+//! selection drew from.
+
+/// The distribution after each stage of one sampling call, in chain order.
+///
+/// The first stage is `raw` (the logits as given, softmaxed); then `masks` when logit bias,
+/// min-tokens or the n-gram ban is configured; then every stage of the configured order (a
+/// stage that changes nothing is still listed); then, under greedy decoding, `greedy` (all
+/// mass on the argmax, the distribution the selection used).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Trace {
+    /// The stages, in the order they ran.
+    pub stages: Vec<StageTrace>,
+}
+
+/// The distribution after one stage.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StageTrace {
+    /// The stage's name (`raw`, `masks`, a [`crate::Stage`] name, or `greedy`).
+    pub name: &'static str,
+    /// Tokens still in play after it.
+    pub kept: usize,
+    /// Tokens whose logit it changed or that it dropped (0 for `raw`).
+    pub changed: usize,
+    /// Every token in play, `(id, logit)`, in id order.
+    cands: Vec<(u32, f32)>,
+    /// `log Σ exp(logit)` over `cands`.
+    log_norm: f64,
+}
+
+impl StageTrace {
+    pub(crate) fn new(
+        name: &'static str,
+        mut cands: Vec<(u32, f32)>,
+        previous: Option<&StageTrace>,
+    ) -> Self {
+        cands.sort_unstable_by_key(|c| c.0);
+        let max = cands
+            .iter()
+            .map(|c| c.1 as f64)
+            .fold(f64::NEG_INFINITY, f64::max);
+        let sum: f64 = cands.iter().map(|c| (c.1 as f64 - max).exp()).sum();
+        let log_norm = max + sum.ln();
+        let changed = previous.map_or(0, |p| {
+            let mut changed = p.cands.len().saturating_sub(cands.len());
+            for &(id, logit) in &cands {
+                match p.cands.binary_search_by_key(&id, |c| c.0) {
+                    Ok(i) if p.cands[i].1 == logit => {}
+                    _ => changed += 1,
+                }
+            }
+            changed
+        });
+        StageTrace {
+            name,
+            kept: cands.len(),
+            changed,
+            cands,
+            log_norm,
+        }
+    }
+
+    /// The probability of `id` after this stage (0 if the stage or an earlier one dropped it).
+    pub fn probability(&self, id: u32) -> f64 {
+        match self.cands.binary_search_by_key(&id, |c| c.0) {
+            Ok(i) => (self.cands[i].1 as f64 - self.log_norm).exp(),
+            Err(_) => 0.0,
+        }
+    }
+
+    /// The logit of `id` after this stage, if it is still in play.
+    pub fn logit(&self, id: u32) -> Option<f32> {
+        self.cands
+            .binary_search_by_key(&id, |c| c.0)
+            .ok()
+            .map(|i| self.cands[i].1)
+    }
+
+    /// Shannon entropy of the distribution after this stage, in nats.
+    pub fn entropy(&self) -> f64 {
+        self.cands
+            .iter()
+            .map(|&(_, l)| {
+                let lp = l as f64 - self.log_norm;
+                let p = lp.exp();
+                if p > 0.0 { -p * lp } else { 0.0 }
+            })
+            .sum()
+    }
+
+    /// The `n` most likely tokens after this stage, `(id, probability)`, most likely first
+    /// (ties: lower id first).
+    pub fn top(&self, n: usize) -> Vec<(u32, f64)> {
+        let mut best: Vec<(u32, f32)> = self.cands.clone();
+        let by = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        if best.len() > n {
+            best.select_nth_unstable_by(n, by);
+            best.truncate(n);
+        }
+        best.sort_by(by);
+        best.into_iter()
+            .map(|(id, l)| (id, (l as f64 - self.log_norm).exp()))
+            .collect()
+    }
+}
+
+impl Trace {
+    /// The first stage (`raw`).
+    pub fn raw(&self) -> Option<&StageTrace> {
+        self.stages.first()
+    }
+
+    /// The last stage: the distribution the selection drew from.
+    pub fn last(&self) -> Option<&StageTrace> {
+        self.stages.last()
+    }
+
+    pub(crate) fn record(&mut self, name: &'static str, cands: Vec<(u32, f32)>) {
+        let stage = StageTrace::new(name, cands, self.stages.last());
+        self.stages.push(stage);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probabilities_entropy_and_changes() {
+        let mut trace = Trace::default();
+        trace.record("raw", vec![(2, 0.0), (0, 0.0), (1, 0.0), (3, 0.0)]);
+        trace.record("top_k", vec![(0, 0.0), (1, 0.0)]);
+        trace.record("temperature", vec![(0, 1.0), (1, 0.0)]);
+        let raw = &trace.stages[0];
+        assert!((raw.probability(3) - 0.25).abs() < 1e-12);
+        assert!((raw.entropy() - 4f64.ln()).abs() < 1e-12);
+        assert_eq!(raw.changed, 0);
+        let k = &trace.stages[1];
+        assert_eq!((k.kept, k.changed), (2, 2));
+        assert_eq!(k.probability(3), 0.0);
+        let t = trace.last().unwrap();
+        assert_eq!(t.changed, 1);
+        let e = std::f64::consts::E;
+        assert!((t.probability(0) - e / (e + 1.0)).abs() < 1e-12);
+        assert_eq!(t.top(1)[0].0, 0);
+        assert_eq!(t.logit(1), Some(0.0));
+    }
+}
