@@ -3,7 +3,7 @@
 mod commands;
 
 use clap::{Args, Parser, Subcommand};
-use commands::{bench, chat, devices, generate, inspect, score, serve, tokenize};
+use commands::{bench, chat, devices, explain, generate, inspect, score, serve, tokenize};
 use kindle_fetch::{FetchableModel, Fetcher};
 
 #[derive(Parser, Debug)]
@@ -28,6 +28,9 @@ enum Command {
     /// Serve the model over an OpenAI-compatible HTTP API (completions, chat completions),
     /// with continuous batching.
     Serve(serve::ServeArgs),
+    /// Generate a few tokens and show every decision: the candidates, their probability
+    /// before and after each processor of the chain, the entropy (table, JSON, plots, HTML).
+    Explain(explain::ExplainArgs),
     /// Show the token ids and pieces of a text.
     Tokenize(tokenize::TokenizeArgs),
     /// Prefill and decode speed in llama-bench's form (pp512, tg128 tokens per second).
@@ -65,6 +68,7 @@ fn main() {
         Command::Generate(args) => generate::run(args),
         Command::Chat(args) => chat::run(args),
         Command::Score(args) => score::run(args),
+        Command::Explain(args) => explain::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Tokenize(args) => tokenize::run(args),
         Command::Inspect(args) => inspect::run(args),

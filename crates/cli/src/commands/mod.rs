@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod chat;
 pub mod devices;
+pub mod explain;
 pub mod generate;
 pub mod inspect;
 pub mod score;
