@@ -11,6 +11,7 @@ use crate::decode::{StreamDecoder, TokenDecoder};
 use crate::error::{GenerateError, check_vocab};
 use crate::model::LanguageModel;
 use crate::session::Session;
+use crate::speculative::{SpecRun, Speculator};
 use crate::stop::{FinishReason, StopMatch, StopStringMatcher};
 use kindle_sampling::logprobs::{log_sum_exp, logprob, top_n_logprobs};
 
@@ -148,6 +149,7 @@ pub struct Generator<'a, M: LanguageModel, D: TokenDecoder + ?Sized> {
     session: &'a mut Session<M>,
     sampler: &'a mut Sampler,
     core: Core<&'a D>,
+    spec: Option<SpecRun<'a>>,
 }
 
 impl<'a, M: LanguageModel, D: TokenDecoder + ?Sized> Generator<'a, M, D> {
@@ -172,7 +174,23 @@ impl<'a, M: LanguageModel, D: TokenDecoder + ?Sized> Generator<'a, M, D> {
             session,
             sampler,
             core,
+            spec: None,
         })
+    }
+
+    /// Decode speculatively with `speculator`'s drafter (see [`Speculator`]): the output
+    /// distribution stays this sampler's, greedy output stays token for token the same, and
+    /// the events, stops, limits and logprobs (the target's) are those of a plain run.
+    ///
+    /// Errors: [`GenerateError::InvalidDraft`] for a mirostat sampler (no fixed distribution
+    /// to verify against).
+    pub fn with_speculator(
+        mut self,
+        speculator: &'a mut Speculator,
+    ) -> Result<Self, GenerateError> {
+        SpecRun::check_sampler(self.sampler)?;
+        self.spec = Some(SpecRun::new(speculator));
+        Ok(self)
     }
 
     /// Run to the end, calling `on_token` with each [`Event::Token`], and return the summary.
@@ -349,6 +367,51 @@ impl<D: TokenDecoder> Core<D> {
         let id = sampler
             .sample(&mut logits, history)
             .map_err(|source| GenerateError::Sampling { step, source })?;
+        self.emit(id)
+    }
+
+    /// Emit `id`, chosen from the raw logits `row` (speculative verification).
+    pub(crate) fn emit_row(&mut self, row: &[f32], id: u32) -> Result<Event, GenerateError> {
+        self.raw.clear();
+        self.raw.extend_from_slice(row);
+        self.emit(id)
+    }
+
+    /// The token to feed next, when the next step is a decode step.
+    pub(crate) fn decode_last(&self) -> Option<u32> {
+        match self.state {
+            State::Decode(last) => Some(last),
+            _ => None,
+        }
+    }
+
+    /// Whether the last emitted token ended the generation (or an error did).
+    pub(crate) fn is_finished(&self) -> bool {
+        matches!(self.state, State::Finished { .. } | State::Done)
+    }
+
+    /// End after an error.
+    pub(crate) fn abort(&mut self) {
+        self.state = State::Done;
+    }
+
+    /// How many more tokens may be generated (max tokens, context).
+    pub(crate) fn room(&self) -> usize {
+        let max_new = self.conditions.max_new_tokens.unwrap_or(usize::MAX);
+        let by_max = max_new.saturating_sub(self.generated.len());
+        let by_context = self
+            .limit
+            .saturating_sub(self.prompt.len().saturating_add(self.generated.len()));
+        by_max.min(by_context)
+    }
+
+    /// Count `time` as decode time.
+    pub(crate) fn add_decode_time(&mut self, time: Duration) {
+        self.timings.decode += time;
+    }
+
+    /// Record `id` (chosen from the raw row in `self.raw`): logprobs, detokenise, stops.
+    fn emit(&mut self, id: u32) -> Result<Event, GenerateError> {
         check_vocab(&[id], self.raw.len())?;
         let lse = log_sum_exp(&self.raw);
         let logprob = logprob(&self.raw, lse, id);
@@ -426,6 +489,11 @@ impl<M: LanguageModel, D: TokenDecoder + ?Sized> Iterator for Generator<'_, M, D
     type Item = Result<Event, GenerateError>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        if let Some(spec) = self.spec.as_mut()
+            && let Some(event) = spec.step(self.model, self.session, self.sampler, &mut self.core)
+        {
+            return Some(event);
+        }
         // Any error leaves the state at Done, so the iterator ends after it.
         match self.plan() {
             Step::End => None,
