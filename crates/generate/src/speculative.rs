@@ -12,17 +12,12 @@
 //! target's choice at each position is computed exactly as without drafting, and drafting
 //! stops at the first position where it differs from the draft.
 
-use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use kindle_sampling::{Mirostat, Sampler, SamplingError};
+use kindle_sampling::{Sampler, SamplingError};
 
-use crate::decode::TokenDecoder;
 use crate::draft::{Draft, Drafter};
-use crate::error::{GenerateError, check_vocab};
-use crate::generator::{Core, Event, Step};
-use crate::model::LanguageModel;
-use crate::session::Session;
+use crate::error::GenerateError;
 
 /// Counters of a speculative generation, for `-v`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -113,10 +108,10 @@ pub enum AcceptRule {
 /// [`SpecStats`] of the generations it served.
 pub struct Speculator {
     drafter: Box<dyn Drafter>,
-    draft_max: usize,
+    pub(crate) draft_max: usize,
     rule: AcceptRule,
-    timing_step: bool,
-    stats: SpecStats,
+    pub(crate) timing_step: bool,
+    pub(crate) stats: SpecStats,
     pub(crate) draft: Draft,
     p: Vec<f64>,
     residual: Vec<f64>,
@@ -258,165 +253,5 @@ impl Speculator {
         stats.accepted += accepted;
         stats.emitted += out.len();
         Ok(out)
-    }
-}
-
-/// One generation's use of a [`Speculator`]: the tokens verified but not yet emitted.
-pub(crate) struct SpecRun<'a> {
-    spec: &'a mut Speculator,
-    queue: VecDeque<Queued>,
-    /// False until a plain step was taken, when the speculator asks for a timing step.
-    timed: bool,
-}
-
-/// A verified token waiting for its event: its raw logits row (for the logprobs) and the
-/// session length a plain run would have when emitting it.
-struct Queued {
-    id: u32,
-    row: Vec<f32>,
-    session_len: usize,
-}
-
-impl<'a> SpecRun<'a> {
-    pub(crate) fn new(spec: &'a mut Speculator) -> Self {
-        let timed = !spec.timing_step;
-        SpecRun {
-            spec,
-            queue: VecDeque::new(),
-            timed,
-        }
-    }
-
-    /// Refuse samplers whose distribution cannot be verified.
-    pub(crate) fn check_sampler(sampler: &Sampler) -> Result<(), GenerateError> {
-        let config = sampler.config();
-        if config.temperature != 0.0 && config.mirostat != Mirostat::Off {
-            return Err(GenerateError::InvalidDraft(
-                "mirostat cannot be combined with drafting (its state follows each draw, so it has no fixed distribution to verify against)".into(),
-            ));
-        }
-        Ok(())
-    }
-
-    /// The next event when the next step is a decode step: a verified token waiting, else a
-    /// draft verified in one pass (its first token emitted, the rest queued), else a plain
-    /// one-token step. `None` for the other steps (prefill, done), which the generator takes.
-    pub(crate) fn step<M: LanguageModel, T: TokenDecoder>(
-        &mut self,
-        model: &M,
-        session: &mut Session<M>,
-        sampler: &mut Sampler,
-        core: &mut Core<T>,
-    ) -> Option<Result<Event, GenerateError>> {
-        if let Some(next) = self.queue.pop_front() {
-            let t0 = Instant::now();
-            let event = core.emit_row(&next.row, next.id);
-            if event.is_err() || core.is_finished() {
-                self.queue.clear();
-                session.truncate(next.session_len);
-            }
-            if event.is_err() {
-                core.abort();
-            }
-            core.add_decode_time(t0.elapsed());
-            return Some(event);
-        }
-        let last = core.decode_last()?;
-        let t0 = Instant::now();
-        let cache_room = session.capacity().saturating_sub(session.len());
-        let k = self
-            .spec
-            .draft_max
-            .min(core.room().saturating_sub(1))
-            .min(cache_room.saturating_sub(1));
-        if self.timed && k > 0 {
-            let mut context = Vec::with_capacity(session.len() + 1);
-            context.extend_from_slice(session.tokens());
-            context.push(last);
-            if let Err(e) = self.spec.propose(&context, k) {
-                core.abort();
-                return Some(Err(e));
-            }
-        } else {
-            self.spec.draft.clear();
-        }
-        let draft_time = t0.elapsed();
-        self.spec.stats.draft_time += draft_time;
-        if self.spec.draft.tokens.is_empty() {
-            return self.plain_step(model, session, sampler, core);
-        }
-        let result = self.verify(model, session, sampler, core, last);
-        let spent = t0.elapsed();
-        self.spec.stats.verify_time += spent - draft_time;
-        core.add_decode_time(spent);
-        match result {
-            Ok(()) => self.step(model, session, sampler, core),
-            Err(e) => {
-                core.abort();
-                Some(Err(e))
-            }
-        }
-    }
-
-    /// One plain step (as the generator takes it), timed.
-    fn plain_step<M: LanguageModel, T: TokenDecoder>(
-        &mut self,
-        model: &M,
-        session: &mut Session<M>,
-        sampler: &mut Sampler,
-        core: &mut Core<T>,
-    ) -> Option<Result<Event, GenerateError>> {
-        let t0 = Instant::now();
-        let event = match core.plan(session) {
-            Step::Feed(tokens) => {
-                let logits = session.forward_last(model, &tokens);
-                core.complete(logits, sampler, session)
-            }
-            Step::Emit(event) => Ok(event),
-            Step::End => return None,
-        };
-        self.timed = true;
-        self.spec.stats.plain_steps += 1;
-        self.spec.stats.plain_time += t0.elapsed();
-        Some(event)
-    }
-
-    /// Run `last` and the draft through the target in one pass, apply the rule, roll the
-    /// session back to the accepted tokens, queue the tokens to emit.
-    fn verify<M: LanguageModel, T: TokenDecoder>(
-        &mut self,
-        model: &M,
-        session: &mut Session<M>,
-        sampler: &mut Sampler,
-        core: &mut Core<T>,
-        last: u32,
-    ) -> Result<(), GenerateError> {
-        let vocab = model.vocab_size();
-        check_vocab(&self.spec.draft.tokens, vocab)?;
-        let base = session.len() + 1;
-        let mut feed = Vec::with_capacity(self.spec.draft.tokens.len() + 1);
-        feed.push(last);
-        feed.extend_from_slice(&self.spec.draft.tokens);
-        let rows = session.forward_all(model, &feed)?;
-        if session.len() != base + feed.len() - 1 {
-            // A sliding cache made room (the draft was sized not to need it).
-            return Err(GenerateError::InvalidDraft(
-                "the cache discarded tokens during verification".into(),
-            ));
-        }
-        let step = core.tokens().len();
-        let out = self
-            .spec
-            .verify(sampler, &rows, vocab, session.tokens())
-            .map_err(|source| GenerateError::Sampling { step, source })?;
-        session.truncate(base + out.len() - 1);
-        for (j, &id) in out.iter().enumerate() {
-            self.queue.push_back(Queued {
-                id,
-                row: rows[j * vocab..(j + 1) * vocab].to_vec(),
-                session_len: base + j,
-            });
-        }
-        Ok(())
     }
 }

@@ -2,47 +2,8 @@
 //! speculative decoding needs to apply its acceptance rule to exactly the distribution the
 //! sampler would draw from.
 
-use crate::candidates::WorkSet;
 use crate::select::uniform;
 use crate::{Sampler, SamplingError};
-
-/// Fill `out` (one entry per token) with the probabilities of the working set after the chain:
-/// `exp(l - max) / sum` in f64, as [`draw`](crate::select::draw) weighs them; one-hot on the
-/// best token when greedy.
-pub(crate) fn fill(
-    ws: &mut WorkSet<'_>,
-    greedy: bool,
-    mirostat: bool,
-    out: &mut Vec<f64>,
-) -> Result<(), SamplingError> {
-    if mirostat {
-        return Err(SamplingError::InvalidParameter {
-            name: "mirostat",
-            value: "on".into(),
-            expected: "off: mirostat's state follows each drawn token, it has no fixed distribution",
-        });
-    }
-    out.clear();
-    out.resize(ws.row.len(), 0.0);
-    if greedy {
-        out[ws.best()?.id as usize] = 1.0;
-        return Ok(());
-    }
-    let max = ws.best()?.logit as f64;
-    let mut sum = 0.0f64;
-    ws.for_each(|id, l| {
-        if l > f32::NEG_INFINITY {
-            let w = (l as f64 - max).exp();
-            out[id as usize] = w;
-            sum += w;
-        }
-    });
-    if !(sum > 0.0) {
-        return Err(SamplingError::AllMasked);
-    }
-    out.iter_mut().for_each(|p| *p /= sum);
-    Ok(())
-}
 
 impl Sampler {
     /// The distribution this sampler would draw the next token from, given `logits` and the

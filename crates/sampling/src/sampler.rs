@@ -278,7 +278,7 @@ impl Sampler {
         }
 
         if let Some(out) = dist {
-            crate::distribution::fill(&mut ws, greedy, mirostat, out)?;
+            crate::select::fill(&mut ws, greedy, mirostat, out)?;
             return Ok(Sampled::of(0));
         }
 
