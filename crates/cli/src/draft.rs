@@ -14,6 +14,13 @@ use crate::plan::RunPlan;
 /// Tokens drafted per step when `--draft-max` is not given.
 pub const DEFAULT_DRAFT_MAX: usize = 8;
 
+/// The longest draft: a verification pass runs the last token and the draft, and from 16 rows
+/// on (`kindle_model`'s `DENSE_PREFILL_ROWS`) a pass takes the prefill path (a dense `f32`
+/// matmul, or `f32` activations where the kernels use 8-bit ones), whose rows can differ in
+/// their last bits from a one-token pass. Up to 15 rows every row is computed by the same
+/// kernels, in the same order, as a one-token pass, so greedy output cannot change.
+pub const MAX_DRAFT: usize = 14;
+
 /// The drafting flags as plain values (at most one drafter).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DraftSettings {
@@ -48,6 +55,9 @@ impl DraftSettings {
         match self.draft_max {
             Some(0) => bail!(
                 "--draft-max must be at least 1 (a draft of 0 tokens is plain decoding: drop the drafting flags)"
+            ),
+            Some(k) if k > MAX_DRAFT => bail!(
+                "--draft-max {k}: at most {MAX_DRAFT} (a verification pass of 16 rows or more takes the prefill path, whose rows can differ in their last bits from one-token passes)"
             ),
             Some(_) if !self.enabled() => bail!(
                 "--draft-max needs a drafter: --lookup-ngram N, --draft-model FILE or --self-speculative L"
