@@ -3,7 +3,9 @@
 mod commands;
 
 use clap::{Args, Parser, Subcommand};
-use commands::{bench, chat, devices, explain, generate, inspect, score, serve, tokenize};
+use commands::{
+    bench, chat, devices, explain, generate, inspect, quantize, score, serve, tokenize,
+};
 use kindle_fetch::{FetchableModel, Fetcher};
 
 #[derive(Parser, Debug)]
@@ -37,6 +39,9 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Show a model's metadata, tensors and KV-cache size.
     Inspect(inspect::InspectArgs),
+    /// Re-encode a GGUF model's weight matrices (f32, f16, q8_0, q4_0, q4_1), keeping its
+    /// metadata and tokenizer (to make a draft model, for instance)
+    Quantize(quantize::QuantizeArgs),
     /// List the compute devices (--device) and whether each opens on this machine.
     Devices(devices::DevicesArgs),
     /// Download a model (by name; the default is SmolLM2-135M-Instruct, Q4_1) into the cache
@@ -72,6 +77,7 @@ fn main() {
         Command::Serve(args) => serve::run(args),
         Command::Tokenize(args) => tokenize::run(args),
         Command::Inspect(args) => inspect::run(args),
+        Command::Quantize(args) => quantize::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Devices(args) => devices::run(args),
         Command::FetchModel(args) => Fetcher::new()

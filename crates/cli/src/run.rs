@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use kindle_generate::{
-    BeamConfig, BeamOutput, Event, Session, Summary, Timings, beam_search, generate,
+    BeamConfig, BeamOutput, Event, Session, Speculator, Summary, Timings, beam_search, generate,
     generate_batch, generate_samples,
 };
 use kindle_model::Engine;
@@ -156,6 +156,20 @@ fn timing_line(timings: &Timings, summary: Option<&Summary>) -> String {
 /// Run `plan` as `mode` says: the sink hears the run start, every token event, and the report,
 /// which is also returned.
 pub fn run<'a>(plan: &'a RunPlan, mode: &'a Mode, sink: &mut dyn Sink) -> Result<Report<'a>> {
+    run_drafting(plan, mode, sink, None)
+}
+
+/// [`run`], decoding speculatively with `spec` when given (single sequences only: beams,
+/// samples and batches refuse it).
+pub fn run_drafting<'a>(
+    plan: &'a RunPlan,
+    mode: &'a Mode,
+    sink: &mut dyn Sink,
+    mut spec: Option<&mut Speculator>,
+) -> Result<Report<'a>> {
+    if spec.is_some() {
+        check_drafting(mode)?;
+    }
     if mode != &Mode::Batch && plan.prompts.len() != 1 {
         bail!(
             "this mode runs one prompt, the plan has {}",
@@ -170,7 +184,14 @@ pub fn run<'a>(plan: &'a RunPlan, mode: &'a Mode, sink: &mut dyn Sink) -> Result
             let prompt = &plan.prompts[0].ids;
             let mut session = plan.session()?;
             let mut sampler = plan.sampler(0, prompt.len())?;
-            let summary = single(plan, &mut session, &mut sampler, prompt, sink)?;
+            let summary = single(
+                plan,
+                &mut session,
+                &mut sampler,
+                prompt,
+                sink,
+                spec.as_deref_mut(),
+            )?;
             vec![Sequence {
                 prompt: 0,
                 summary,
@@ -197,25 +218,43 @@ pub fn run<'a>(plan: &'a RunPlan, mode: &'a Mode, sink: &mut dyn Sink) -> Result
     Ok(report)
 }
 
+/// Whether `mode` can decode speculatively (only a single sequence can).
+pub fn check_drafting(mode: &Mode) -> Result<()> {
+    match mode {
+        Mode::Single => Ok(()),
+        Mode::Beams(_) => bail!(
+            "speculative decoding cannot be combined with beam search (--num-beams): drop the drafting flags or the beams"
+        ),
+        Mode::Samples(_) | Mode::Batch => bail!(
+            "speculative decoding runs one sequence: not with --num-samples or a batch of prompts"
+        ),
+    }
+}
+
 /// One sequence from `prompt` in `session` (which keeps the cache, so a chat's next turn reuses
-/// it), each event handed to `sink` as sequence 0.
+/// it), each event handed to `sink` as sequence 0; drafted by `spec` when given.
 pub fn single(
     plan: &RunPlan,
     session: &mut Session<Engine>,
     sampler: &mut Sampler,
     prompt: &[u32],
     sink: &mut dyn Sink,
+    spec: Option<&mut Speculator>,
 ) -> Result<Summary> {
     let decoder = plan.decoder();
     let mut summary = None;
-    for event in generate(
+    let mut generator = generate(
         &plan.engine,
         session,
         prompt,
         sampler,
         &decoder,
         &plan.generation,
-    )? {
+    )?;
+    if let Some(spec) = spec {
+        generator = generator.with_speculator(spec)?;
+    }
+    for event in generator {
         let event = event?;
         sink.event(0, &event)?;
         if let Event::Done(done) = event {

@@ -86,6 +86,9 @@ pub enum GenerateError {
     /// A beam-search setting is out of range (the text says which).
     #[error("invalid beam search setting: {0}")]
     InvalidBeamConfig(String),
+    /// A speculative decoding setting or drafter output that cannot work.
+    #[error("speculative decoding: {0}")]
+    InvalidDraft(String),
     /// The detokeniser failed.
     #[error("detokenisation failed")]
     Decode(#[source] BoxError),

@@ -1,16 +1,18 @@
 //! The generation loop: prefill, then sample / detokenise / check stops / feed back, one token
 //! per iterator step.
 
+use std::collections::VecDeque;
 use std::iter::FusedIterator;
 use std::time::{Duration, Instant};
 
-use kindle_sampling::Sampler;
+use kindle_sampling::{Mirostat, Sampler};
 
 use crate::config::{GenerationConfig, StopConditions};
 use crate::decode::{StreamDecoder, TokenDecoder};
 use crate::error::{GenerateError, check_vocab};
 use crate::model::LanguageModel;
 use crate::session::Session;
+use crate::speculative::Speculator;
 use crate::stop::{FinishReason, StopMatch, StopStringMatcher};
 use kindle_sampling::logprobs::{log_sum_exp, logprob, top_n_logprobs};
 
@@ -148,6 +150,7 @@ pub struct Generator<'a, M: LanguageModel, D: TokenDecoder + ?Sized> {
     session: &'a mut Session<M>,
     sampler: &'a mut Sampler,
     core: Core<&'a D>,
+    spec: Option<SpecRun<'a>>,
 }
 
 impl<'a, M: LanguageModel, D: TokenDecoder + ?Sized> Generator<'a, M, D> {
@@ -172,7 +175,23 @@ impl<'a, M: LanguageModel, D: TokenDecoder + ?Sized> Generator<'a, M, D> {
             session,
             sampler,
             core,
+            spec: None,
         })
+    }
+
+    /// Decode speculatively with `speculator`'s drafter (see [`Speculator`]): the output
+    /// distribution stays this sampler's, greedy output stays token for token the same, and
+    /// the events, stops, limits and logprobs (the target's) are those of a plain run.
+    ///
+    /// Errors: [`GenerateError::InvalidDraft`] for a mirostat sampler (no fixed distribution
+    /// to verify against).
+    pub fn with_speculator(
+        mut self,
+        speculator: &'a mut Speculator,
+    ) -> Result<Self, GenerateError> {
+        SpecRun::check_sampler(self.sampler)?;
+        self.spec = Some(SpecRun::new(speculator));
+        Ok(self)
     }
 
     /// Run to the end, calling `on_token` with each [`Event::Token`], and return the summary.
@@ -349,6 +368,51 @@ impl<D: TokenDecoder> Core<D> {
         let id = sampler
             .sample(&mut logits, history)
             .map_err(|source| GenerateError::Sampling { step, source })?;
+        self.emit(id)
+    }
+
+    /// Emit `id`, chosen from the raw logits `row` (speculative verification).
+    pub(crate) fn emit_row(&mut self, row: &[f32], id: u32) -> Result<Event, GenerateError> {
+        self.raw.clear();
+        self.raw.extend_from_slice(row);
+        self.emit(id)
+    }
+
+    /// The token to feed next, when the next step is a decode step.
+    pub(crate) fn decode_last(&self) -> Option<u32> {
+        match self.state {
+            State::Decode(last) => Some(last),
+            _ => None,
+        }
+    }
+
+    /// Whether the last emitted token ended the generation (or an error did).
+    pub(crate) fn is_finished(&self) -> bool {
+        matches!(self.state, State::Finished { .. } | State::Done)
+    }
+
+    /// End after an error.
+    pub(crate) fn abort(&mut self) {
+        self.state = State::Done;
+    }
+
+    /// How many more tokens may be generated (max tokens, context).
+    pub(crate) fn room(&self) -> usize {
+        let max_new = self.conditions.max_new_tokens.unwrap_or(usize::MAX);
+        let by_max = max_new.saturating_sub(self.generated.len());
+        let by_context = self
+            .limit
+            .saturating_sub(self.prompt.len().saturating_add(self.generated.len()));
+        by_max.min(by_context)
+    }
+
+    /// Count `time` as decode time.
+    pub(crate) fn add_decode_time(&mut self, time: Duration) {
+        self.timings.decode += time;
+    }
+
+    /// Record `id` (chosen from the raw row in `self.raw`): logprobs, detokenise, stops.
+    fn emit(&mut self, id: u32) -> Result<Event, GenerateError> {
         check_vocab(&[id], self.raw.len())?;
         let lse = log_sum_exp(&self.raw);
         let logprob = logprob(&self.raw, lse, id);
@@ -426,6 +490,11 @@ impl<M: LanguageModel, D: TokenDecoder + ?Sized> Iterator for Generator<'_, M, D
     type Item = Result<Event, GenerateError>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        if let Some(spec) = self.spec.as_mut()
+            && let Some(event) = spec.step(self.model, self.session, self.sampler, &mut self.core)
+        {
+            return Some(event);
+        }
         // Any error leaves the state at Done, so the iterator ends after it.
         match self.plan() {
             Step::End => None,
@@ -462,4 +531,164 @@ pub fn generate_to_end<M: LanguageModel, D: TokenDecoder + ?Sized>(
     config: &GenerationConfig,
 ) -> Result<Summary, GenerateError> {
     Generator::new(model, session, prompt, sampler, decoder, config)?.run(|_| {})
+}
+
+/// One generation's use of a [`Speculator`]: the tokens verified but not yet emitted.
+pub(crate) struct SpecRun<'a> {
+    spec: &'a mut Speculator,
+    queue: VecDeque<Queued>,
+    /// False until a plain step was taken, when the speculator asks for a timing step.
+    timed: bool,
+}
+
+/// A verified token waiting for its event: its raw logits row (for the logprobs) and the
+/// session length a plain run would have when emitting it.
+struct Queued {
+    id: u32,
+    row: Vec<f32>,
+    session_len: usize,
+}
+
+impl<'a> SpecRun<'a> {
+    pub(crate) fn new(spec: &'a mut Speculator) -> Self {
+        let timed = !spec.timing_step;
+        SpecRun {
+            spec,
+            queue: VecDeque::new(),
+            timed,
+        }
+    }
+
+    /// Refuse samplers whose distribution cannot be verified.
+    pub(crate) fn check_sampler(sampler: &Sampler) -> Result<(), GenerateError> {
+        let config = sampler.config();
+        if config.temperature != 0.0 && config.mirostat != Mirostat::Off {
+            return Err(GenerateError::InvalidDraft(
+                "mirostat cannot be combined with drafting (its state follows each draw, so it has no fixed distribution to verify against)".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The next event when the next step is a decode step: a verified token waiting, else a
+    /// draft verified in one pass (its first token emitted, the rest queued), else a plain
+    /// one-token step. `None` for the other steps (prefill, done), which the generator takes.
+    pub(crate) fn step<M: LanguageModel, T: TokenDecoder>(
+        &mut self,
+        model: &M,
+        session: &mut Session<M>,
+        sampler: &mut Sampler,
+        core: &mut Core<T>,
+    ) -> Option<Result<Event, GenerateError>> {
+        if let Some(next) = self.queue.pop_front() {
+            let t0 = Instant::now();
+            let event = core.emit_row(&next.row, next.id);
+            if event.is_err() || core.is_finished() {
+                self.queue.clear();
+                session.truncate(next.session_len);
+            }
+            if event.is_err() {
+                core.abort();
+            }
+            core.add_decode_time(t0.elapsed());
+            return Some(event);
+        }
+        let last = core.decode_last()?;
+        let t0 = Instant::now();
+        let cache_room = session.capacity().saturating_sub(session.len());
+        let k = self
+            .spec
+            .draft_max
+            .min(core.room().saturating_sub(1))
+            .min(cache_room.saturating_sub(1));
+        if self.timed && k > 0 {
+            let mut context = Vec::with_capacity(session.len() + 1);
+            context.extend_from_slice(session.tokens());
+            context.push(last);
+            if let Err(e) = self.spec.propose(&context, k) {
+                core.abort();
+                return Some(Err(e));
+            }
+        } else {
+            self.spec.draft.clear();
+        }
+        let draft_time = t0.elapsed();
+        self.spec.stats.draft_time += draft_time;
+        if self.spec.draft.tokens.is_empty() {
+            return self.plain_step(model, session, sampler, core);
+        }
+        let result = self.verify(model, session, sampler, core, last);
+        let spent = t0.elapsed();
+        self.spec.stats.verify_time += spent - draft_time;
+        core.add_decode_time(spent);
+        match result {
+            Ok(()) => self.step(model, session, sampler, core),
+            Err(e) => {
+                core.abort();
+                Some(Err(e))
+            }
+        }
+    }
+
+    /// One plain step (as the generator takes it), timed.
+    fn plain_step<M: LanguageModel, T: TokenDecoder>(
+        &mut self,
+        model: &M,
+        session: &mut Session<M>,
+        sampler: &mut Sampler,
+        core: &mut Core<T>,
+    ) -> Option<Result<Event, GenerateError>> {
+        let t0 = Instant::now();
+        let event = match core.plan(session) {
+            Step::Feed(tokens) => {
+                let logits = session.forward_last(model, &tokens);
+                core.complete(logits, sampler, session)
+            }
+            Step::Emit(event) => Ok(event),
+            Step::End => return None,
+        };
+        self.timed = true;
+        self.spec.stats.plain_steps += 1;
+        self.spec.stats.plain_time += t0.elapsed();
+        Some(event)
+    }
+
+    /// Run `last` and the draft through the target in one pass, apply the rule, roll the
+    /// session back to the accepted tokens, queue the tokens to emit.
+    fn verify<M: LanguageModel, T: TokenDecoder>(
+        &mut self,
+        model: &M,
+        session: &mut Session<M>,
+        sampler: &mut Sampler,
+        core: &mut Core<T>,
+        last: u32,
+    ) -> Result<(), GenerateError> {
+        let vocab = model.vocab_size();
+        check_vocab(&self.spec.draft.tokens, vocab)?;
+        let base = session.len() + 1;
+        let mut feed = Vec::with_capacity(self.spec.draft.tokens.len() + 1);
+        feed.push(last);
+        feed.extend_from_slice(&self.spec.draft.tokens);
+        let rows = session.forward_all(model, &feed)?;
+        if session.len() != base + feed.len() - 1 {
+            // A sliding cache made room (the draft was sized not to need it).
+            return Err(GenerateError::InvalidDraft(
+                "the cache discarded tokens during verification".into(),
+            ));
+        }
+        let step = core.tokens().len();
+        let out = self
+            .spec
+            .verify(sampler, &rows, vocab, session.tokens())
+            .map_err(|source| GenerateError::Sampling { step, source })?;
+        session.truncate(base + out.len() - 1);
+        for (j, &id) in out.iter().enumerate() {
+            self.queue.push_back(Queued {
+                id,
+                row: rows[j * vocab..(j + 1) * vocab].to_vec(),
+                session_len: base + j,
+            });
+        }
+        Ok(())
+    }
 }

@@ -117,6 +117,7 @@ mod beam;
 pub mod chat;
 mod config;
 mod decode;
+mod draft;
 mod error;
 mod generator;
 pub mod model;
@@ -124,12 +125,14 @@ mod samples;
 mod score;
 mod sequence;
 mod session;
+mod speculative;
 mod stop;
 
 pub use batch::generate_batch;
 pub use beam::{BeamConfig, BeamOutput, BeamSequence, EarlyStopping, beam_search};
 pub use config::{GenerationConfig, StopConditions};
 pub use decode::{StreamDecoder, TokenDecoder};
+pub use draft::{Draft, Drafter, ModelDrafter, PromptLookup};
 pub use error::{BoxError, GenerateError};
 pub use generator::{
     Event, Generator, PROMPT_CONTEXT_TOKENS, Step, Summary, Timings, generate, generate_to_end,
@@ -139,4 +142,5 @@ pub use samples::generate_samples;
 pub use score::{Score, TokenScore, score};
 pub use sequence::Sequence;
 pub use session::Session;
+pub use speculative::{AcceptRule, SpecStats, Speculator};
 pub use stop::{FinishReason, StopMatch, StopScan, StopStringMatcher};

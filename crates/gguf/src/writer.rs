@@ -165,6 +165,47 @@ impl GgufWriter {
     pub fn write(&self, path: impl AsRef<Path>) -> io::Result<()> {
         std::fs::write(path, self.to_bytes())
     }
+
+    /// Write the file to `path`, then read it back and check that it holds exactly the
+    /// metadata and tensors given (names, shapes, types, bytes); a difference is an
+    /// `InvalidData` error naming it.
+    pub fn write_checked(&self, path: impl AsRef<Path>) -> io::Result<()> {
+        let path = path.as_ref();
+        self.write(path)?;
+        let bad = |what: String| io::Error::new(io::ErrorKind::InvalidData, what);
+        let file = crate::GgufFile::open(path)
+            .map_err(|e| bad(format!("reading back {}: {e}", path.display())))?;
+        let written = self.effective_metadata();
+        let read = file.metadata();
+        if written.len() != read.len() {
+            return Err(bad(format!(
+                "{} metadata entries written, {} read back",
+                written.len(),
+                read.len()
+            )));
+        }
+        for ((key, value), (rkey, rvalue)) in written.iter().zip(read) {
+            if key != rkey || value != rvalue {
+                return Err(bad(format!("metadata {key} does not read back as written")));
+            }
+        }
+        if file.tensors().len() != self.tensors.len() {
+            return Err(bad("the tensor count does not read back as written".into()));
+        }
+        for (t, info) in self.tensors.iter().zip(file.tensors()) {
+            if t.name != info.name
+                || t.dims != info.dims
+                || t.ty != info.ty
+                || t.bytes != file.tensor_bytes(info)
+            {
+                return Err(bad(format!(
+                    "tensor {} does not read back as written",
+                    t.name
+                )));
+            }
+        }
+        Ok(())
+    }
 }
 
 fn pad(out: &mut Vec<u8>, align: u64) {

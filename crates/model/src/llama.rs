@@ -101,6 +101,18 @@ impl Llama {
         }
     }
 
+    /// Keep only the first `n` layers (`1..=n_layers`; else `false` and nothing changes):
+    /// the final norm and the head stay, so the model becomes an early-exit draft of itself
+    /// (self-speculation). Caches made afterwards have `n` layers.
+    pub fn truncate_layers(&mut self, n: usize) -> bool {
+        if n == 0 || n > self.layers.len() {
+            return false;
+        }
+        self.layers.truncate(n);
+        self.config.n_layers = n;
+        true
+    }
+
     /// The model's hyperparameters.
     pub fn config(&self) -> &LlamaConfig {
         &self.config

@@ -70,6 +70,7 @@
 
 mod candidates;
 mod config;
+mod distribution;
 mod error;
 pub mod logprobs;
 mod order;

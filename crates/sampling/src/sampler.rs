@@ -59,6 +59,18 @@ pub struct Sampled {
     pub top_processed: Vec<(u32, f32)>,
 }
 
+impl Sampled {
+    fn of(token: u32) -> Self {
+        Sampled {
+            token,
+            raw_logprob: 0.0,
+            processed_logprob: 0.0,
+            top_raw: Vec::new(),
+            top_processed: Vec::new(),
+        }
+    }
+}
+
 /// Picks the next token from a logits row: the configured processor chain, then a selection
 /// rule (see [`SamplerConfig`] for the order). Holds the ChaCha8 stream and the mirostat state,
 /// so use one sampler per request.
@@ -136,6 +148,11 @@ impl Sampler {
         (self.config.mirostat != Mirostat::Off).then_some(self.mu)
     }
 
+    /// The random stream, for [`Sampler::draw_from`] and [`Sampler::uniform`].
+    pub(crate) fn rng_mut(&mut self) -> &mut ChaCha8Rng {
+        &mut self.rng
+    }
+
     /// Restarts the random stream from the seed and resets the mirostat state: the sampler
     /// then behaves as freshly built.
     pub fn reset(&mut self) {
@@ -148,7 +165,7 @@ impl Sampler {
     /// The prompt boundary is the one set with [`Sampler::set_prompt_len`].
     pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> Result<u32, SamplingError> {
         let prompt_len = self.prompt_len;
-        Ok(self.run(logits, history, prompt_len, None)?.token)
+        Ok(self.run(logits, history, prompt_len, None, None)?.token)
     }
 
     /// Like [`Sampler::sample`], with the prompt boundary given explicitly.
@@ -158,7 +175,7 @@ impl Sampler {
         history: History<'_>,
     ) -> Result<u32, SamplingError> {
         Ok(self
-            .run(logits, history.tokens, history.prompt_len, None)?
+            .run(logits, history.tokens, history.prompt_len, None, None)?
             .token)
     }
 
@@ -171,7 +188,7 @@ impl Sampler {
         n: usize,
     ) -> Result<Sampled, SamplingError> {
         let prompt_len = self.prompt_len;
-        self.run(logits, history, prompt_len, Some(n))
+        self.run(logits, history, prompt_len, Some(n), None)
     }
 
     /// [`Sampler::sample_with_logprobs`] with the prompt boundary given explicitly.
@@ -181,7 +198,7 @@ impl Sampler {
         history: History<'_>,
         n: usize,
     ) -> Result<Sampled, SamplingError> {
-        self.run(logits, history.tokens, history.prompt_len, Some(n))
+        self.run(logits, history.tokens, history.prompt_len, Some(n), None)
     }
 
     /// [`Sampler::sample_history_with_logprobs`], also recording what each stage of the chain
@@ -203,17 +220,20 @@ impl Sampler {
             });
         }
         self.trace = Some(Trace::default());
-        let sampled = self.run(logits, history.tokens, history.prompt_len, Some(n));
+        let sampled = self.run(logits, history.tokens, history.prompt_len, Some(n), None);
         let trace = self.trace.take().unwrap_or_default();
         Ok((sampled?, trace))
     }
 
-    fn run(
+    /// The chain and the selection; with `dist`, the chain only: the processed distribution
+    /// goes there (see [`Sampler::processed_distribution`]) and the returned token is 0.
+    pub(crate) fn run(
         &mut self,
         logits: &mut [f32],
         tokens: &[u32],
         prompt_len: usize,
         n_logprobs: Option<usize>,
+        dist: Option<&mut Vec<f64>>,
     ) -> Result<Sampled, SamplingError> {
         check_row(logits)?;
         if let Some(trace) = &mut self.trace {
@@ -298,6 +318,11 @@ impl Sampler {
             }
         }
 
+        if let Some(out) = dist {
+            crate::select::fill(&mut ws, greedy, mirostat, out)?;
+            return Ok(Sampled::of(0));
+        }
+
         // 3. Selection.
         let token = if greedy {
             let best = ws.collapse_to_best()?.id;
@@ -328,13 +353,7 @@ impl Sampler {
             }
         };
 
-        let mut out = Sampled {
-            token,
-            raw_logprob: 0.0,
-            processed_logprob: 0.0,
-            top_raw: Vec::new(),
-            top_processed: Vec::new(),
-        };
+        let mut out = Sampled::of(token);
         if let Some(n) = n_logprobs {
             let (max, lnz) = ws.log_normalizer().ok_or(SamplingError::AllMasked)?;
             let mut chosen = f32::NEG_INFINITY;

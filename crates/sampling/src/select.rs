@@ -62,3 +62,41 @@ pub(crate) fn draw(
     };
     Ok((id, (weights[chosen] / sum).ln()))
 }
+
+/// Fill `out` (one entry per token) with the probabilities of the working set after the chain:
+/// `exp(l - max) / sum` in f64, as [`draw`] weighs them; one-hot on the
+/// best token when greedy.
+pub(crate) fn fill(
+    ws: &mut WorkSet<'_>,
+    greedy: bool,
+    mirostat: bool,
+    out: &mut Vec<f64>,
+) -> Result<(), SamplingError> {
+    if mirostat {
+        return Err(SamplingError::InvalidParameter {
+            name: "mirostat",
+            value: "on".into(),
+            expected: "off: mirostat's state follows each drawn token, it has no fixed distribution",
+        });
+    }
+    out.clear();
+    out.resize(ws.row.len(), 0.0);
+    if greedy {
+        out[ws.best()?.id as usize] = 1.0;
+        return Ok(());
+    }
+    let max = ws.best()?.logit as f64;
+    let mut sum = 0.0f64;
+    ws.for_each(|id, l| {
+        if l > f32::NEG_INFINITY {
+            let w = (l as f64 - max).exp();
+            out[id as usize] = w;
+            sum += w;
+        }
+    });
+    if !(sum > 0.0) {
+        return Err(SamplingError::AllMasked);
+    }
+    out.iter_mut().for_each(|p| *p /= sum);
+    Ok(())
+}

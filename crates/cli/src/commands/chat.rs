@@ -145,7 +145,14 @@ impl Conversation<'_> {
         let reused = self.session.common_prefix_len(&ids);
         self.sampler.set_prompt_len(ids.len());
         let started = Instant::now();
-        let summary = run::single(self.plan, &mut self.session, &mut self.sampler, &ids, sink)?;
+        let summary = run::single(
+            self.plan,
+            &mut self.session,
+            &mut self.sampler,
+            &ids,
+            sink,
+            None,
+        )?;
         let prompts = [Prompt {
             text: Some(line),
             ids,

@@ -20,6 +20,7 @@ use kindle_cli::sampling_args::SamplingArgs;
 use kindle_cli::sink::{Format, sink_for};
 use kindle_generate::{BeamConfig, EarlyStopping};
 
+use super::draft_args::DraftArgs;
 use super::{DeviceArgs, ModelArgs};
 
 #[derive(Args, Debug)]
@@ -111,6 +112,8 @@ pub struct GenerateArgs {
     pub verbose: bool,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub draft: DraftArgs,
 }
 
 /// Run the command.
@@ -120,8 +123,17 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         Mode::Batch => args.batch_prompts()?,
         _ => vec![read_prompt(args.prompt.clone())?],
     };
+    let draft = args.draft.settings();
+    draft.check()?;
+    if draft.enabled() {
+        run::check_drafting(&mode)?;
+    }
     let settings = args.settings(inputs)?;
     let plan = RunPlan::build(&settings)?;
+    let mut spec = draft.speculator(&plan, &settings.model.engine, plan.prompts[0].ids.len())?;
+    if args.verbose {
+        spec = spec.map(|s| s.with_timing_step());
+    }
     if args.verbose && mode == Mode::Single {
         eprintln!(
             "kindle: {} prompt tokens, {}",
@@ -134,8 +146,11 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         std::io::stdout().lock(),
         args.sampling.logprobs.is_some(),
     );
-    let report = run::run(&plan, &mode, sink.as_mut())?;
+    let report = run::run_drafting(&plan, &mode, sink.as_mut(), spec.as_mut())?;
     if args.verbose {
+        if let Some(spec) = &spec {
+            eprintln!("kindle: {}", spec.stats().line());
+        }
         for line in report.timing_lines() {
             eprintln!("kindle: {line}");
         }

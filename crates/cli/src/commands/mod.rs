@@ -3,9 +3,11 @@
 pub mod bench;
 pub mod chat;
 pub mod devices;
+pub mod draft_args;
 pub mod explain;
 pub mod generate;
 pub mod inspect;
+pub mod quantize;
 pub mod score;
 pub mod serve;
 pub mod tokenize;

@@ -10,6 +10,7 @@
 mod ggml_type;
 mod kquants;
 mod legacy;
+mod quantize;
 #[cfg(test)]
 mod tests;
 
@@ -25,6 +26,7 @@ pub use legacy::{
     dequantize_block_q4_0, dequantize_block_q4_1, dequantize_block_q5_0, dequantize_block_q5_1,
     dequantize_block_q8_0,
 };
+pub use quantize::{QUANTIZE_TYPES, quantize};
 
 /// Why a dequantisation could not be done.
 #[derive(Debug, Error, PartialEq, Eq)]

@@ -1,0 +1,35 @@
+//! The speculative decoding flags of `kindle generate`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use kindle_cli::draft::DraftSettings;
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct DraftArgs {
+    /// Speculative decoding by prompt lookup: draft the tokens that followed the last N-gram
+    /// (N down to 1) where it occurs earlier in the prompt or output
+    #[arg(long, value_name = "N")]
+    pub lookup_ngram: Option<usize>,
+    /// Speculative decoding with a draft model sharing the target's vocabulary
+    #[arg(long, value_name = "FILE.gguf")]
+    pub draft_model: Option<PathBuf>,
+    /// Speculative decoding with the target's first L layers (then its norm and head) as draft
+    #[arg(long, value_name = "L")]
+    pub self_speculative: Option<usize>,
+    /// Most tokens drafted per step [default: 8]
+    #[arg(long, value_name = "K")]
+    pub draft_max: Option<usize>,
+}
+
+impl DraftArgs {
+    /// The flags as plain settings.
+    pub fn settings(&self) -> DraftSettings {
+        DraftSettings {
+            draft_max: self.draft_max,
+            lookup_ngram: self.lookup_ngram,
+            draft_model: self.draft_model.clone(),
+            self_speculative: self.self_speculative,
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! Speculative decoding for a run plan: which drafter the flags ask for, loaded and checked
+//! against the target (a draft model must share its vocabulary).
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use kindle_generate::{ModelDrafter, PromptLookup, Speculator};
+use kindle_model::EngineOptions;
+use kindle_tokenizer::Tokenizer;
+
+use crate::engine;
+use crate::plan::RunPlan;
+
+/// Tokens drafted per step when `--draft-max` is not given.
+pub const DEFAULT_DRAFT_MAX: usize = 8;
+
+/// The longest draft: a verification pass runs the last token and the draft, and from 16 rows
+/// on (`kindle_model`'s `DENSE_PREFILL_ROWS`) a pass takes the prefill path (a dense `f32`
+/// matmul, or `f32` activations where the kernels use 8-bit ones), whose rows can differ in
+/// their last bits from a one-token pass. Up to 15 rows every row is computed by the same
+/// kernels, in the same order, as a one-token pass, so greedy output cannot change.
+pub const MAX_DRAFT: usize = 14;
+
+/// The drafting flags as plain values (at most one drafter).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DraftSettings {
+    /// Most tokens drafted per step (`--draft-max`); `None`: [`DEFAULT_DRAFT_MAX`].
+    pub draft_max: Option<usize>,
+    /// Prompt lookup with n-grams of up to this many tokens (`--lookup-ngram`).
+    pub lookup_ngram: Option<usize>,
+    /// A draft model file (`--draft-model`).
+    pub draft_model: Option<PathBuf>,
+    /// Draft with the target's first this many layers (`--self-speculative`).
+    pub self_speculative: Option<usize>,
+}
+
+impl DraftSettings {
+    /// Whether a drafter is asked for.
+    pub fn enabled(&self) -> bool {
+        self.lookup_ngram.is_some() || self.draft_model.is_some() || self.self_speculative.is_some()
+    }
+
+    /// Check the flags go together (before anything loads).
+    pub fn check(&self) -> Result<()> {
+        let drafters = [
+            self.lookup_ngram.is_some(),
+            self.draft_model.is_some(),
+            self.self_speculative.is_some(),
+        ];
+        if drafters.iter().filter(|d| **d).count() > 1 {
+            bail!(
+                "--lookup-ngram, --draft-model and --self-speculative pick one drafter each: give one"
+            );
+        }
+        match self.draft_max {
+            Some(0) => bail!(
+                "--draft-max must be at least 1 (a draft of 0 tokens is plain decoding: drop the drafting flags)"
+            ),
+            Some(k) if k > MAX_DRAFT => bail!(
+                "--draft-max {k}: at most {MAX_DRAFT} (a verification pass of 16 rows or more takes the prefill path, whose rows can differ in their last bits from one-token passes)"
+            ),
+            Some(_) if !self.enabled() => bail!(
+                "--draft-max needs a drafter: --lookup-ngram N, --draft-model FILE or --self-speculative L"
+            ),
+            _ => {}
+        }
+        if self.lookup_ngram == Some(0) {
+            bail!("--lookup-ngram must be at least 1");
+        }
+        if self.self_speculative == Some(0) {
+            bail!("--self-speculative must be at least 1 layer");
+        }
+        Ok(())
+    }
+
+    /// The speculator for one sequence of `plan` (a prompt of `prompt_len` tokens), loading a
+    /// draft model with `options` when one is asked for; `None` without a drafter.
+    pub fn speculator(
+        &self,
+        plan: &RunPlan,
+        options: &EngineOptions,
+        prompt_len: usize,
+    ) -> Result<Option<Speculator>> {
+        self.check()?;
+        let draft_max = self.draft_max.unwrap_or(DEFAULT_DRAFT_MAX);
+        let drafter: Box<dyn kindle_generate::Drafter> = if let Some(n) = self.lookup_ngram {
+            Box::new(PromptLookup::new(n)?)
+        } else if let Some(path) = &self.draft_model {
+            let loaded = engine::open(path)
+                .with_context(|| format!("loading the draft model {}", path.display()))?;
+            check_same_vocab(&plan.loaded.tokenizer, &loaded.tokenizer, path)?;
+            let engine = engine::load_model_with(&loaded, options)
+                .with_context(|| format!("loading the draft model {}", path.display()))?;
+            if engine.llama.config().vocab_size != plan.engine.llama.config().vocab_size {
+                bail!(
+                    "the draft model {} has {} logits per token, the target {}: they must share a vocabulary",
+                    path.display(),
+                    engine.llama.config().vocab_size,
+                    plan.engine.llama.config().vocab_size
+                );
+            }
+            Box::new(ModelDrafter::new(
+                engine,
+                plan.capacity,
+                self.draft_sampler(plan, prompt_len)?,
+            )?)
+        } else if let Some(layers) = self.self_speculative {
+            let mut engine = engine::load_model_with(&plan.loaded, options)?;
+            let total = engine.llama.config().n_layers;
+            if layers >= total || !engine.llama.truncate_layers(layers) {
+                bail!(
+                    "--self-speculative {layers}: the draft must use fewer layers than the model's {total}"
+                );
+            }
+            Box::new(ModelDrafter::new(
+                engine,
+                plan.capacity,
+                self.draft_sampler(plan, prompt_len)?,
+            )?)
+        } else {
+            return Ok(None);
+        };
+        Ok(Some(Speculator::new(drafter, draft_max)?))
+    }
+
+    /// The draft's sampler: the target's configuration with its own seed.
+    fn draft_sampler(&self, plan: &RunPlan, prompt_len: usize) -> Result<kindle_sampling::Sampler> {
+        plan.sampler(0x5eed_d4af, prompt_len)
+    }
+}
+
+/// A draft model must have the target's vocabulary: the same size and the same token texts.
+pub fn check_same_vocab(
+    target: &Tokenizer,
+    draft: &Tokenizer,
+    path: &std::path::Path,
+) -> Result<()> {
+    if target.vocab_size() != draft.vocab_size() {
+        bail!(
+            "the draft model {} has a vocabulary of {} tokens, the target {}: a draft must share the target's vocabulary",
+            path.display(),
+            draft.vocab_size(),
+            target.vocab_size()
+        );
+    }
+    for id in 0..target.vocab_size() as u32 {
+        let (t, d) = (target.id_to_piece(id), draft.id_to_piece(id));
+        if t != d {
+            bail!(
+                "the draft model {} has another vocabulary: token {id} is {:?} in the draft, {:?} in the target",
+                path.display(),
+                d.unwrap_or(""),
+                t.unwrap_or("")
+            );
+        }
+    }
+    Ok(())
+}

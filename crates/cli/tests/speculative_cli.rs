@@ -1,0 +1,253 @@
+//! Speculative decoding and `kindle quantize` as the binary runs them on the real model:
+//! greedy output with each drafter equals plain greedy output, token for token; bad drafting
+//! settings are clear errors.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use common::tiny::TinyLlama;
+use serde_json::Value;
+
+fn kindle(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kindle"))
+        .args(args)
+        .output()
+        .expect("running kindle")
+}
+
+fn tmp_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("speculative_cli");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// An F16 copy of the real model made with `kindle quantize` (once per test binary).
+fn f16_target(model: &Path) -> &'static PathBuf {
+    static F16: OnceLock<PathBuf> = OnceLock::new();
+    F16.get_or_init(|| {
+        let out = tmp_dir().join("smollm2-f16.gguf");
+        let run = kindle(&[
+            "quantize",
+            model.to_str().unwrap(),
+            out.to_str().unwrap(),
+            "--type",
+            "f16",
+        ]);
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        out
+    })
+}
+
+fn prompt_file(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/speculative")
+        .join(name);
+    std::fs::read_to_string(path).unwrap()
+}
+
+/// The generated ids of a greedy `--json` run.
+fn tokens(model: &Path, prompt: &str, extra: &[&str]) -> Vec<u64> {
+    let mut args = vec![
+        "generate",
+        "-m",
+        model.to_str().unwrap(),
+        "--special",
+        "--json",
+        "-n",
+        "48",
+        prompt,
+    ];
+    args.extend_from_slice(extra);
+    let out = kindle(&args);
+    assert!(
+        out.status.success(),
+        "{extra:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let seq = &json["sequences"][0];
+    let ids = if seq.is_null() {
+        &json["tokens"]
+    } else {
+        &seq["tokens"]
+    };
+    ids.as_array()
+        .unwrap_or_else(|| panic!("no tokens in {json}"))
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect()
+}
+
+fn prompts() -> Vec<String> {
+    vec![
+        "The capital of France is".into(),
+        "Once upon a time, in a small village,".into(),
+        prompt_file("edit_paragraph.txt"),
+        prompt_file("refactor_code.txt"),
+    ]
+}
+
+#[test]
+fn greedy_output_is_unchanged_by_each_drafter() {
+    let Some(model) = common::real_model() else {
+        return;
+    };
+    let model_str = model.to_str().unwrap();
+    let f16 = f16_target(&model);
+    for prompt in prompts() {
+        let plain = tokens(&model, &prompt, &[]);
+        for extra in [
+            &["--lookup-ngram", "3", "--draft-max", "8"][..],
+            &["--lookup-ngram", "1", "--draft-max", "3"],
+            &["--self-speculative", "10", "--draft-max", "4"],
+        ] {
+            assert_eq!(
+                plain,
+                tokens(&model, &prompt, extra),
+                "{extra:?} on {prompt:?}"
+            );
+        }
+        let plain = tokens(f16, &prompt, &[]);
+        for extra in [
+            &["--draft-model", model_str, "--draft-max", "6"][..],
+            &["--lookup-ngram", "2"],
+        ] {
+            assert_eq!(
+                plain,
+                tokens(f16, &prompt, extra),
+                "F16 target, {extra:?} on {prompt:?}"
+            );
+        }
+    }
+}
+
+fn fails_with(args: &[&str], needle: &str) {
+    let out = kindle(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{args:?} succeeded");
+    assert!(err.contains(needle), "{args:?}: {err}");
+}
+
+#[test]
+fn bad_drafting_settings_are_clear_errors() {
+    let Some(model) = common::real_model() else {
+        return;
+    };
+    let m = model.to_str().unwrap();
+    fails_with(
+        &[
+            "generate",
+            "-m",
+            m,
+            "hi",
+            "--lookup-ngram",
+            "2",
+            "--draft-max",
+            "0",
+        ],
+        "--draft-max must be at least 1",
+    );
+    fails_with(
+        &[
+            "generate",
+            "-m",
+            m,
+            "hi",
+            "--lookup-ngram",
+            "2",
+            "--num-beams",
+            "2",
+        ],
+        "cannot be combined with beam search",
+    );
+    fails_with(
+        &["generate", "-m", m, "hi", "--draft-max", "4"],
+        "--draft-max needs a drafter",
+    );
+    let missing = tmp_dir().join("missing.gguf");
+    fails_with(
+        &[
+            "generate",
+            "-m",
+            m,
+            "hi",
+            "--draft-model",
+            missing.to_str().unwrap(),
+        ],
+        "loading the draft model",
+    );
+    let garbage = tmp_dir().join("garbage.gguf");
+    std::fs::write(&garbage, b"GGUF not really").unwrap();
+    fails_with(
+        &[
+            "generate",
+            "-m",
+            m,
+            "hi",
+            "--draft-model",
+            garbage.to_str().unwrap(),
+        ],
+        "loading the draft model",
+    );
+    // A tiny model with another vocabulary.
+    let tiny = TinyLlama {
+        vocab: 40,
+        d_model: 32,
+        ff: 64,
+        heads: 2,
+        kv_heads: 2,
+        layers: 1,
+    };
+    let mut writer = tiny.writer();
+    for (name, dims) in tiny.tensors() {
+        let n: u64 = dims.iter().product();
+        writer = writer.tensor_f32(name, &dims, &vec![0.01; n as usize]);
+    }
+    let other = tmp_dir().join("other-vocab.gguf");
+    writer.write(&other).unwrap();
+    fails_with(
+        &[
+            "generate",
+            "-m",
+            m,
+            "hi",
+            "--draft-model",
+            other.to_str().unwrap(),
+        ],
+        "a draft must share the target's vocabulary",
+    );
+}
+
+#[test]
+fn quantize_keeps_metadata_and_refuses_unknown_types() {
+    let Some(model) = common::real_model() else {
+        return;
+    };
+    let f16 = f16_target(&model);
+    let out = kindle(&["inspect", "-m", f16.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("F16"), "{text}");
+    let to = tmp_dir().join("x.gguf");
+    fails_with(
+        &[
+            "quantize",
+            model.to_str().unwrap(),
+            to.to_str().unwrap(),
+            "--type",
+            "q3_k",
+        ],
+        "not a type kindle quantizes to",
+    );
+}

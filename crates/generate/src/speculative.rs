@@ -1,0 +1,257 @@
+//! Speculative decoding: a [`Drafter`] proposes up to `k` tokens, the target model scores them
+//! all in one `forward_all` pass, and the acceptance rule keeps the output distribution exactly
+//! the target sampler's.
+//!
+//! The rule (Leviathan et al. 2023, Chen et al. 2023), applied to the *processed*
+//! distributions (after the whole processor chain, penalties included, with the history each
+//! position would have): for drafted token `d` drawn from `q`, with the target's `p` at that
+//! position, accept with probability `min(1, p(d) / q(d))`; on rejection draw from
+//! `norm(max(0, p - q))` and stop; when every drafted token is accepted draw one more from the
+//! distribution after the last one. Each emitted token is then distributed as `p`. A
+//! deterministic drafter (prompt lookup) has `q` one-hot. A greedy sampler needs no rule: the
+//! target's choice at each position is computed exactly as without drafting, and drafting
+//! stops at the first position where it differs from the draft.
+
+use std::time::Duration;
+
+use kindle_sampling::{Sampler, SamplingError};
+
+use crate::draft::{Draft, Drafter};
+use crate::error::GenerateError;
+
+/// Counters of a speculative generation, for `-v`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SpecStats {
+    /// Verification passes of the target (each scoring the last token and a draft).
+    pub passes: usize,
+    /// Tokens proposed by the drafter.
+    pub drafted: usize,
+    /// Proposed tokens accepted.
+    pub accepted: usize,
+    /// Tokens emitted by verification passes (accepted plus one per pass).
+    pub emitted: usize,
+    /// One-token target passes taken without a draft (the first decode step, or nothing
+    /// proposed, or no room left).
+    pub plain_steps: usize,
+    /// Time in the drafter.
+    pub draft_time: Duration,
+    /// Time in verification passes (target forward pass and acceptance rule).
+    pub verify_time: Duration,
+    /// Time in plain one-token steps (forward pass and sampling).
+    pub plain_time: Duration,
+}
+
+impl SpecStats {
+    /// Accepted / drafted (0 when nothing was drafted).
+    pub fn acceptance_rate(&self) -> f64 {
+        ratio(self.accepted, self.drafted)
+    }
+
+    /// Tokens per target pass over the whole decode (verification and plain passes).
+    pub fn tokens_per_pass(&self) -> f64 {
+        ratio(
+            self.emitted + self.plain_steps,
+            self.passes + self.plain_steps,
+        )
+    }
+
+    /// Estimated speedup over plain decoding: the time plain one-token steps would have taken
+    /// for the tokens emitted (at the measured plain step time) over the time taken. `None`
+    /// without a plain step to measure or without a verification pass.
+    pub fn speedup_estimate(&self) -> Option<f64> {
+        if self.plain_steps == 0 || self.passes == 0 {
+            return None;
+        }
+        let step = self.plain_time.as_secs_f64() / self.plain_steps as f64;
+        let spent = (self.draft_time + self.verify_time + self.plain_time).as_secs_f64();
+        let tokens = (self.emitted + self.plain_steps) as f64;
+        (spent > 0.0).then(|| tokens * step / spent)
+    }
+
+    /// One line for people: acceptance, tokens per pass, speedup estimate.
+    pub fn line(&self) -> String {
+        format!(
+            "speculative: {} drafted, {} accepted ({:.1}%), {} verification passes + {} plain steps, {:.2} tokens per target pass, draft {:.1} ms, verify {:.1} ms, speedup estimate {}",
+            self.drafted,
+            self.accepted,
+            100.0 * self.acceptance_rate(),
+            self.passes,
+            self.plain_steps,
+            self.tokens_per_pass(),
+            self.draft_time.as_secs_f64() * 1e3,
+            self.verify_time.as_secs_f64() * 1e3,
+            match self.speedup_estimate() {
+                Some(x) => format!("{x:.2}x"),
+                None => "n/a".into(),
+            }
+        )
+    }
+}
+
+fn ratio(a: usize, b: usize) -> f64 {
+    if b == 0 { 0.0 } else { a as f64 / b as f64 }
+}
+
+/// Which acceptance rule verification applies. Only [`Exact`](AcceptRule::Exact) keeps the
+/// output distribution; the other exists to show that the distribution test can fail.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcceptRule {
+    /// `min(1, p/q)`, then the residual `norm(max(0, p - q))`.
+    Exact,
+    /// Wrong on purpose: on rejection draw from `p` instead of the residual.
+    ResampleFromTarget,
+}
+
+/// A drafter and how far it may draft: hand it to
+/// [`Generator::with_speculator`](crate::Generator::with_speculator). Keeps the
+/// [`SpecStats`] of the generations it served.
+pub struct Speculator {
+    drafter: Box<dyn Drafter>,
+    pub(crate) draft_max: usize,
+    rule: AcceptRule,
+    pub(crate) timing_step: bool,
+    pub(crate) stats: SpecStats,
+    pub(crate) draft: Draft,
+    p: Vec<f64>,
+    residual: Vec<f64>,
+}
+
+impl Speculator {
+    /// Draft up to `draft_max` tokens per step (at least 1) with `drafter`.
+    pub fn new(drafter: Box<dyn Drafter>, draft_max: usize) -> Result<Self, GenerateError> {
+        if draft_max == 0 {
+            return Err(GenerateError::InvalidDraft(
+                "the draft length must be at least 1 token".into(),
+            ));
+        }
+        Ok(Speculator {
+            drafter,
+            draft_max,
+            rule: AcceptRule::Exact,
+            timing_step: false,
+            stats: SpecStats::default(),
+            draft: Draft::default(),
+            p: Vec::new(),
+            residual: Vec::new(),
+        })
+    }
+
+    /// Most tokens drafted per step.
+    pub fn draft_max(&self) -> usize {
+        self.draft_max
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> &SpecStats {
+        &self.stats
+    }
+
+    /// Take the first decode step of each generation plain (no draft), to time a one-token
+    /// pass for [`SpecStats::speedup_estimate`] (off by default: an extra plain step changes
+    /// which random numbers a sampled run draws, not its distribution).
+    pub fn with_timing_step(mut self) -> Self {
+        self.timing_step = true;
+        self
+    }
+
+    /// Replace the acceptance rule (tests only: anything but `Exact` is wrong).
+    #[doc(hidden)]
+    pub fn with_rule(mut self, rule: AcceptRule) -> Self {
+        self.rule = rule;
+        self
+    }
+
+    /// Ask the drafter for up to `max` tokens after `context` into `self.draft`.
+    pub(crate) fn propose(&mut self, context: &[u32], max: usize) -> Result<(), GenerateError> {
+        self.draft.clear();
+        self.drafter.propose(context, max, &mut self.draft)?;
+        self.draft.tokens.truncate(max);
+        if !self.draft.probs.is_empty() && self.draft.probs.len() != self.draft.tokens.len() {
+            return Err(GenerateError::InvalidDraft(format!(
+                "the drafter gave {} distributions for {} tokens",
+                self.draft.probs.len(),
+                self.draft.tokens.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Verify `self.draft` against the target's `rows` (`k + 1` rows of `vocab` logits: after
+    /// the last token, then after each drafted token). `history` is the context the rows were
+    /// computed with: it ends with the `k` drafted tokens, and row `i` is sampled with the
+    /// history up to drafted token `i` (excluded). Returns the tokens to emit: the accepted
+    /// drafted tokens and one more (the target's correction or the token after a fully
+    /// accepted draft). The drafter hears how many were accepted.
+    pub(crate) fn verify(
+        &mut self,
+        sampler: &mut Sampler,
+        rows: &[f32],
+        vocab: usize,
+        history: &[u32],
+    ) -> Result<Vec<u32>, SamplingError> {
+        let k = self.draft.tokens.len();
+        let base = history.len() - k;
+        let greedy = sampler.config().temperature == 0.0;
+        let mut out = Vec::with_capacity(k + 1);
+        let mut row = Vec::with_capacity(vocab);
+        for i in 0..=k {
+            row.clear();
+            row.extend_from_slice(&rows[i * vocab..(i + 1) * vocab]);
+            let hist = &history[..base + i];
+            if greedy {
+                let t = sampler.sample(&mut row, hist)?;
+                out.push(t);
+                if i == k || t != self.draft.tokens[i] {
+                    break;
+                }
+                continue;
+            }
+            sampler.processed_distribution(&mut row, hist, &mut self.p)?;
+            if i == k {
+                out.push(sampler.draw_from(&self.p)?);
+                break;
+            }
+            let d = self.draft.tokens[i];
+            let q = self.draft.probs.get(i);
+            let qd = q.map_or(1.0, |q| q[d as usize]);
+            let pd = self.p[d as usize];
+            // Accept with probability min(1, p/q): u * q < p, u in [0, 1).
+            if sampler.uniform() * qd < pd {
+                out.push(d);
+                continue;
+            }
+            if self.rule == AcceptRule::ResampleFromTarget {
+                out.push(sampler.draw_from(&self.p)?);
+                break;
+            }
+            self.residual.clear();
+            match q {
+                Some(q) => self
+                    .residual
+                    .extend(self.p.iter().zip(q).map(|(p, q)| (p - q).max(0.0))),
+                None => {
+                    self.residual.extend_from_slice(&self.p);
+                    self.residual[d as usize] = 0.0;
+                }
+            }
+            // All zero only by rounding (a rejection means p(d) < q(d), so p > q somewhere
+            // else): then p itself.
+            let from = if self.residual.iter().any(|&r| r > 0.0) {
+                &self.residual
+            } else {
+                &self.p
+            };
+            out.push(sampler.draw_from(from)?);
+            break;
+        }
+        let accepted = out.len() - 1;
+        self.drafter.accepted(k, accepted);
+        let stats = &mut self.stats;
+        stats.passes += 1;
+        stats.drafted += k;
+        stats.accepted += accepted;
+        stats.emitted += out.len();
+        Ok(out)
+    }
+}

@@ -1,0 +1,524 @@
+//! Speculative decoding against fake models with known distributions: greedy output is token
+//! for token the plain output, and sampled output has the plain sampler's distribution (a
+//! chi-square test against the exact distribution), which a wrong acceptance rule fails.
+
+mod common;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+
+use common::ByteVocab;
+use kindle_generate::{
+    AcceptRule, Event, GenerateError, GenerationConfig, LanguageModel, ModelCache, ModelDrafter,
+    PromptLookup, Session, Speculator, Summary, generate,
+};
+use kindle_sampling::{Mirostat, PenaltyScope, Sampler, SamplerConfig};
+
+/// A fake model whose logits are a hash of the last two tokens and the position, so every
+/// context has its own distribution; `far` changes the hash for some contexts (a draft that
+/// is sometimes far from the target).
+#[derive(Clone)]
+struct HashModel {
+    vocab: usize,
+    salt: u64,
+    /// Contexts whose hash is 0 mod `far` use `salt` (the draft's difference); 0: never.
+    far: u64,
+    scale: f32,
+}
+
+#[derive(Clone)]
+struct Ctx {
+    tokens: Vec<u32>,
+    capacity: usize,
+}
+
+impl ModelCache for Ctx {
+    fn len(&self) -> usize {
+        self.tokens.len()
+    }
+    fn capacity(&self) -> usize {
+        self.capacity
+    }
+    fn truncate(&mut self, len: usize) {
+        self.tokens.truncate(len);
+    }
+    fn fork(&self) -> Self {
+        self.clone()
+    }
+}
+
+fn mix(mut x: u64) -> u64 {
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51afd7ed558ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ceb9fe1a85ec53);
+    x ^ (x >> 33)
+}
+
+impl HashModel {
+    fn target(vocab: usize) -> Self {
+        HashModel {
+            vocab,
+            salt: 0,
+            far: 0,
+            scale: 3.0,
+        }
+    }
+
+    /// Equal to the target on some contexts, unrelated on the others.
+    fn draft(vocab: usize, far: u64) -> Self {
+        HashModel {
+            vocab,
+            salt: 77,
+            far,
+            scale: 3.0,
+        }
+    }
+
+    fn row(&self, context: &[u32]) -> Vec<f32> {
+        let n = context.len();
+        let a = context.get(n.wrapping_sub(1)).copied().unwrap_or(999) as u64;
+        let b = context.get(n.wrapping_sub(2)).copied().unwrap_or(999) as u64;
+        let key = mix(a * 1_000_003 + b * 7919 + n as u64);
+        let salt = if self.far != 0 && key % self.far == 0 {
+            self.salt
+        } else {
+            0
+        };
+        (0..self.vocab as u64)
+            .map(|t| {
+                let h = mix(key ^ mix(t + 1) ^ mix(salt + 12345));
+                (h % 1000) as f32 / 1000.0 * self.scale
+            })
+            .collect()
+    }
+}
+
+impl LanguageModel for HashModel {
+    type Cache = Ctx;
+    type Error = Infallible;
+    fn vocab_size(&self) -> usize {
+        self.vocab
+    }
+    fn context_length(&self) -> usize {
+        256
+    }
+    fn new_cache(&self, capacity: usize) -> Result<Ctx, Infallible> {
+        Ok(Ctx {
+            tokens: Vec::new(),
+            capacity,
+        })
+    }
+    fn forward_last(&self, tokens: &[u32], cache: &mut Ctx) -> Result<Vec<f32>, Infallible> {
+        cache.tokens.extend_from_slice(tokens);
+        Ok(self.row(&cache.tokens))
+    }
+    fn forward_all(&self, tokens: &[u32], cache: &mut Ctx) -> Result<Vec<f32>, Infallible> {
+        let mut out = Vec::new();
+        for &t in tokens {
+            cache.tokens.push(t);
+            out.extend(self.row(&cache.tokens));
+        }
+        Ok(out)
+    }
+}
+
+fn letters(vocab: usize) -> ByteVocab {
+    let pieces: Vec<String> = (0..vocab).map(|i| format!("{} ", i)).collect();
+    let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
+    ByteVocab::from_strs(&refs)
+}
+
+/// Events as plain data, and the summary.
+fn run(
+    model: &HashModel,
+    prompt: &[u32],
+    sampler: &mut Sampler,
+    config: &GenerationConfig,
+    spec: Option<&mut Speculator>,
+) -> (Vec<Event>, Summary, Vec<u32>) {
+    let vocab = letters(model.vocab);
+    let mut session = Session::new(model, 128).unwrap();
+    let mut generator = generate(model, &mut session, prompt, sampler, &vocab, config).unwrap();
+    if let Some(spec) = spec {
+        generator = generator.with_speculator(spec).unwrap();
+    }
+    let mut events = Vec::new();
+    let mut summary = None;
+    for event in generator {
+        match event.unwrap() {
+            Event::Done(s) => summary = Some(s),
+            e => events.push(e),
+        }
+    }
+    let tokens = session.tokens().to_vec();
+    (events, summary.unwrap(), tokens)
+}
+
+fn greedy_with_penalties() -> Sampler {
+    SamplerConfig {
+        temperature: 0.0,
+        repetition_penalty: 1.3,
+        presence_penalty: 0.2,
+        ..SamplerConfig::neutral()
+    }
+    .build()
+    .unwrap()
+}
+
+#[test]
+fn greedy_output_is_the_plain_output_with_every_drafter() {
+    let vocab = 12;
+    let target = HashModel::target(vocab);
+    let prompt = [1, 2, 3, 4, 5, 1, 2, 3, 6, 7, 1, 2];
+    let configs = [
+        GenerationConfig::default()
+            .with_max_new_tokens(40)
+            .with_top_logprobs(3),
+        GenerationConfig::default()
+            .with_max_new_tokens(40)
+            .with_stop_strings(["3 4 "]),
+        GenerationConfig::default()
+            .with_max_new_tokens(40)
+            .with_eog_token_ids([9]),
+        GenerationConfig::default().with_max_new_tokens(7),
+    ];
+    for config in &configs {
+        for penalties in [false, true] {
+            let sampler = || {
+                if penalties {
+                    greedy_with_penalties()
+                } else {
+                    Sampler::greedy()
+                }
+            };
+            let plain = run(&target, &prompt, &mut sampler(), config, None);
+            let drafters: Vec<(&str, Speculator)> = vec![
+                (
+                    "lookup",
+                    Speculator::new(Box::new(PromptLookup::new(3).unwrap()), 4).unwrap(),
+                ),
+                (
+                    "same model",
+                    Speculator::new(
+                        Box::new(ModelDrafter::new(target.clone(), 128, sampler()).unwrap()),
+                        5,
+                    )
+                    .unwrap(),
+                ),
+                (
+                    "far model",
+                    Speculator::new(
+                        Box::new(
+                            ModelDrafter::new(HashModel::draft(vocab, 3), 128, sampler()).unwrap(),
+                        ),
+                        3,
+                    )
+                    .unwrap(),
+                ),
+            ];
+            for (name, mut spec) in drafters {
+                let fast = run(&target, &prompt, &mut sampler(), config, Some(&mut spec));
+                assert_eq!(plain.0, fast.0, "{name}: events");
+                assert_eq!(plain.1.tokens, fast.1.tokens, "{name}");
+                assert_eq!(plain.1.text, fast.1.text, "{name}");
+                assert_eq!(plain.1.finish_reason, fast.1.finish_reason, "{name}");
+                assert_eq!(plain.1.stop, fast.1.stop, "{name}");
+                assert_eq!(plain.2, fast.2, "{name}: the session holds the same tokens");
+                let stats = spec.stats();
+                if plain.1.tokens.len() >= 10 {
+                    assert!(stats.passes > 0, "{name}: {stats:?}");
+                }
+                if name == "same model" {
+                    assert_eq!(stats.accepted, stats.drafted, "{name}");
+                }
+            }
+        }
+    }
+}
+
+/// Sampler settings covered by the distribution test: several temperatures, top-k, top-p,
+/// min-p and penalties in the chain.
+fn sampling_configs() -> Vec<SamplerConfig> {
+    vec![
+        SamplerConfig {
+            temperature: 0.7,
+            top_k: 5,
+            repetition_penalty: 1.5,
+            ..SamplerConfig::neutral()
+        },
+        SamplerConfig {
+            temperature: 1.3,
+            top_p: 0.8,
+            presence_penalty: 0.8,
+            frequency_penalty: 0.3,
+            penalty_scope: PenaltyScope::PromptAndOutput,
+            ..SamplerConfig::neutral()
+        },
+        SamplerConfig {
+            temperature: 1.0,
+            min_p: 0.1,
+            ..SamplerConfig::neutral()
+        },
+    ]
+}
+
+const VOCAB: usize = 6;
+const PROMPT: [u32; 6] = [0, 1, 2, 0, 1, 3];
+
+/// The exact probability of each 3-token start under `config`, from the processed
+/// distributions of the plain sampler.
+fn exact(config: &SamplerConfig) -> HashMap<[u32; 3], f64> {
+    let target = HashModel::target(VOCAB);
+    let mut sampler = config.clone().build().unwrap();
+    sampler.set_prompt_len(PROMPT.len());
+    let mut out = HashMap::new();
+    let mut p = Vec::new();
+    let mut dist = |ctx: &[u32], p: &mut Vec<f64>| {
+        let mut row = target.row(ctx);
+        sampler.processed_distribution(&mut row, ctx, p).unwrap();
+        p.clone()
+    };
+    let mut ctx = PROMPT.to_vec();
+    let p1 = dist(&ctx, &mut p);
+    for a in 0..VOCAB as u32 {
+        ctx.push(a);
+        let p2 = dist(&ctx, &mut p);
+        for b in 0..VOCAB as u32 {
+            ctx.push(b);
+            let p3 = dist(&ctx, &mut p);
+            for c in 0..VOCAB as u32 {
+                let prob = p1[a as usize] * p2[b as usize] * p3[c as usize];
+                if prob > 0.0 {
+                    out.insert([a, b, c], prob);
+                }
+            }
+            ctx.pop();
+        }
+        ctx.pop();
+    }
+    let total: f64 = out.values().sum();
+    assert!((total - 1.0).abs() < 1e-9, "{total}");
+    out
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Drafting {
+    Plain,
+    Lookup,
+    FarModel(AcceptRule),
+}
+
+/// Counts of the first 3 tokens over `n` seeded runs.
+fn empirical(config: &SamplerConfig, drafting: Drafting, n: u64) -> HashMap<[u32; 3], u64> {
+    let target = HashModel::target(VOCAB);
+    let gen_config = GenerationConfig::default().with_max_new_tokens(5);
+    let mut counts = HashMap::new();
+    let mut passes = 0;
+    for i in 0..n {
+        let seeded = |seed: u64| {
+            let mut s = SamplerConfig {
+                seed: Some(seed),
+                ..config.clone()
+            }
+            .build()
+            .unwrap();
+            s.set_prompt_len(PROMPT.len());
+            s
+        };
+        let mut sampler = seeded(i);
+        let mut spec = match drafting {
+            Drafting::Plain => None,
+            Drafting::Lookup => {
+                Some(Speculator::new(Box::new(PromptLookup::new(2).unwrap()), 3).unwrap())
+            }
+            Drafting::FarModel(rule) => Some(
+                Speculator::new(
+                    Box::new(
+                        ModelDrafter::new(HashModel::draft(VOCAB, 2), 64, seeded(i + 1 << 32))
+                            .unwrap(),
+                    ),
+                    3,
+                )
+                .unwrap()
+                .with_rule(rule),
+            ),
+        };
+        let (_, summary, _) = run(&target, &PROMPT, &mut sampler, &gen_config, spec.as_mut());
+        let t = &summary.tokens;
+        *counts.entry([t[0], t[1], t[2]]).or_insert(0) += 1;
+        passes += spec.map_or(0, |s| s.stats().passes);
+    }
+    if !matches!(drafting, Drafting::Plain) {
+        // Tokens 2 and 3 (and on) come from verification passes.
+        assert!(
+            passes as u64 >= n,
+            "{drafting:?}: {passes} passes in {n} runs"
+        );
+    }
+    counts
+}
+
+/// Pearson's chi-square p-value of `counts` against `expected` probabilities (cells expected
+/// fewer than 5 times pooled).
+fn chi_square_p(counts: &HashMap<[u32; 3], u64>, expected: &HashMap<[u32; 3], f64>) -> f64 {
+    let n: u64 = counts.values().sum();
+    for key in counts.keys() {
+        assert!(expected.contains_key(key), "{key:?} drawn but impossible");
+    }
+    let (mut stat, mut cells) = (0.0, 0usize);
+    let (mut pool_obs, mut pool_exp) = (0.0, 0.0);
+    for (key, &p) in expected {
+        let e = p * n as f64;
+        let o = *counts.get(key).unwrap_or(&0) as f64;
+        if e < 5.0 {
+            pool_obs += o;
+            pool_exp += e;
+        } else {
+            stat += (o - e).powi(2) / e;
+            cells += 1;
+        }
+    }
+    if pool_exp > 0.0 {
+        stat += (pool_obs - pool_exp).powi(2) / pool_exp;
+        cells += 1;
+    }
+    upper_gamma_q((cells - 1) as f64 / 2.0, stat / 2.0)
+}
+
+/// The regularised upper incomplete gamma function Q(a, x) (Numerical Recipes' series and
+/// continued fraction).
+fn upper_gamma_q(a: f64, x: f64) -> f64 {
+    let ln_gamma_a = ln_gamma(a);
+    if x < a + 1.0 {
+        let (mut sum, mut term, mut ap) = (1.0 / a, 1.0 / a, a);
+        for _ in 0..10_000 {
+            ap += 1.0;
+            term *= x / ap;
+            sum += term;
+            if term.abs() < sum.abs() * 1e-15 {
+                break;
+            }
+        }
+        1.0 - sum * (-x + a * x.ln() - ln_gamma_a).exp()
+    } else {
+        let tiny = 1e-300;
+        let mut b = x + 1.0 - a;
+        let mut c = 1.0 / tiny;
+        let mut d = 1.0 / b;
+        let mut h = d;
+        for i in 1..10_000 {
+            let an = -(i as f64) * (i as f64 - a);
+            b += 2.0;
+            d = an * d + b;
+            if d.abs() < tiny {
+                d = tiny;
+            }
+            c = b + an / c;
+            if c.abs() < tiny {
+                c = tiny;
+            }
+            d = 1.0 / d;
+            let del = d * c;
+            h *= del;
+            if (del - 1.0).abs() < 1e-15 {
+                break;
+            }
+        }
+        (-x + a * x.ln() - ln_gamma_a).exp() * h
+    }
+}
+
+/// Lanczos approximation of ln Γ(x), x > 0.
+fn ln_gamma(x: f64) -> f64 {
+    const G: [f64; 6] = [
+        76.18009172947146,
+        -86.50532032941677,
+        24.01409824083091,
+        -1.231739572450155,
+        0.1208650973866179e-2,
+        -0.5395239384953e-5,
+    ];
+    let tmp = x + 5.5;
+    let tmp = tmp - (x + 0.5) * tmp.ln();
+    let mut ser = 1.000000000190015;
+    for (j, g) in G.iter().enumerate() {
+        ser += g / (x + 1.0 + j as f64);
+    }
+    -tmp + (2.5066282746310005 * ser / x).ln()
+}
+
+#[test]
+fn chi_square_helper_is_calibrated() {
+    // Q(1, x) = exp(-x); Q(k/2, x/2) for df 2: exp(-x/2).
+    assert!((upper_gamma_q(1.0, 2.0) - (-2.0f64).exp()).abs() < 1e-10);
+    assert!((upper_gamma_q(2.5, 0.5) - 0.96257).abs() < 1e-4);
+    assert!((ln_gamma(5.0) - 24f64.ln()).abs() < 1e-10);
+}
+
+const RUNS: u64 = 12_000;
+
+#[test]
+fn sampled_output_keeps_the_distribution_with_every_drafter() {
+    for config in sampling_configs() {
+        let expected = exact(&config);
+        for drafting in [
+            Drafting::Plain,
+            Drafting::Lookup,
+            Drafting::FarModel(AcceptRule::Exact),
+        ] {
+            let counts = empirical(&config, drafting, RUNS);
+            let p = chi_square_p(&counts, &expected);
+            println!("{drafting:?} t={}: p = {p:.4}", config.temperature);
+            assert!(
+                p > 0.001,
+                "{drafting:?} with {config:?}: chi-square p = {p}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_wrong_acceptance_rule_fails_the_same_test() {
+    let config = &sampling_configs()[0];
+    let expected = exact(config);
+    let counts = empirical(
+        config,
+        Drafting::FarModel(AcceptRule::ResampleFromTarget),
+        RUNS,
+    );
+    let p = chi_square_p(&counts, &expected);
+    println!("wrong rule: p = {p:e}");
+    assert!(p < 0.001, "the wrong rule passed: p = {p}");
+}
+
+#[test]
+fn bad_settings_are_clear_errors() {
+    let err = Speculator::new(Box::new(PromptLookup::new(2).unwrap()), 0)
+        .err()
+        .unwrap();
+    assert!(matches!(err, GenerateError::InvalidDraft(_)), "{err}");
+    assert!(err.to_string().contains("at least 1"), "{err}");
+    let target = HashModel::target(VOCAB);
+    let mut sampler = SamplerConfig {
+        temperature: 1.0,
+        mirostat: Mirostat::V2 { tau: 5.0, eta: 0.1 },
+        ..SamplerConfig::neutral()
+    }
+    .build()
+    .unwrap();
+    let vocab = letters(VOCAB);
+    let mut session = Session::new(&target, 64).unwrap();
+    let mut spec = Speculator::new(Box::new(PromptLookup::new(2).unwrap()), 2).unwrap();
+    let generator = generate(
+        &target,
+        &mut session,
+        &PROMPT,
+        &mut sampler,
+        &vocab,
+        &GenerationConfig::default(),
+    )
+    .unwrap();
+    let err = generator.with_speculator(&mut spec).err().unwrap();
+    assert!(err.to_string().contains("mirostat"), "{err}");
+}

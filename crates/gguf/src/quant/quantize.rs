@@ -1,0 +1,178 @@
+//! Quantisation of `f32` values to the types `kindle quantize` writes, following ggml's
+//! reference functions (`quantize_row_q4_0_ref`, `quantize_row_q4_1_ref`,
+//! `quantize_row_q8_0_ref`, and the `f16` conversion, round to nearest even) operation by
+//! operation, so the bytes are those ggml writes (without FMA contraction).
+
+use super::{GgmlType, QK32, QuantError};
+
+/// The types [`quantize`] can produce.
+pub const QUANTIZE_TYPES: [GgmlType; 5] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+];
+
+/// Encode `values` as `ty`: whole blocks (`values.len()` a multiple of `ty.block_size()`, else
+/// [`QuantError::SizeMismatch`]); types outside [`QUANTIZE_TYPES`] are
+/// [`QuantError::Unsupported`].
+///
+/// ```
+/// use kindle_gguf::quant::{GgmlType, dequantize, quantize};
+/// let x: Vec<f32> = (0..32).map(|i| i as f32 - 16.0).collect();
+/// let bytes = quantize(GgmlType::Q8_0, &x).unwrap();
+/// assert_eq!(bytes.len(), 34);
+/// let mut back = vec![0.0; 32];
+/// dequantize(GgmlType::Q8_0, &bytes, &mut back).unwrap();
+/// assert!(back.iter().zip(&x).all(|(a, b)| (a - b).abs() < 0.07));
+/// ```
+pub fn quantize(ty: GgmlType, values: &[f32]) -> Result<Vec<u8>, QuantError> {
+    if !QUANTIZE_TYPES.contains(&ty) {
+        return Err(QuantError::Unsupported(ty));
+    }
+    if values.len() % ty.block_size() != 0 {
+        return Err(QuantError::SizeMismatch {
+            ty,
+            bytes: 0,
+            values: values.len(),
+            block: ty.block_size(),
+            block_bytes: ty.type_size(),
+        });
+    }
+    let mut out = Vec::with_capacity(values.len() / ty.block_size() * ty.type_size());
+    match ty {
+        GgmlType::F32 => values
+            .iter()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        GgmlType::F16 => values.iter().for_each(|v| out.extend_from_slice(&f16(*v))),
+        GgmlType::Q8_0 => values.chunks_exact(QK32).for_each(|b| q8_0(b, &mut out)),
+        GgmlType::Q4_0 => values.chunks_exact(QK32).for_each(|b| q4_0(b, &mut out)),
+        _ => values.chunks_exact(QK32).for_each(|b| q4_1(b, &mut out)),
+    }
+    Ok(out)
+}
+
+fn f16(v: f32) -> [u8; 2] {
+    half::f16::from_f32(v).to_le_bytes()
+}
+
+fn q8_0(x: &[f32], out: &mut Vec<u8>) {
+    let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    out.extend_from_slice(&f16(d));
+    out.extend(x.iter().map(|v| (v * id).round() as i8 as u8));
+}
+
+fn q4_0(x: &[f32], out: &mut Vec<u8>) {
+    let (mut amax, mut max) = (0.0f32, 0.0f32);
+    for &v in x {
+        if amax < v.abs() {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    let d = max / -8.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    out.extend_from_slice(&f16(d));
+    for j in 0..QK32 / 2 {
+        let x0 = x[j] * id;
+        let x1 = x[QK32 / 2 + j] * id;
+        let q0 = ((x0 + 8.5) as i8).min(15) as u8;
+        let q1 = ((x1 + 8.5) as i8).min(15) as u8;
+        out.push(q0 | (q1 << 4));
+    }
+}
+
+fn q4_1(x: &[f32], out: &mut Vec<u8>) {
+    let (mut min, mut max) = (f32::MAX, -f32::MAX);
+    for &v in x {
+        min = min.min(v);
+        max = max.max(v);
+    }
+    let d = (max - min) / 15.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    out.extend_from_slice(&f16(d));
+    out.extend_from_slice(&f16(min));
+    for j in 0..QK32 / 2 {
+        let x0 = (x[j] - min) * id;
+        let x1 = (x[QK32 / 2 + j] - min) * id;
+        let q0 = ((x0 + 0.5) as i8).min(15) as u8;
+        let q1 = ((x1 + 0.5) as i8).min(15) as u8;
+        out.push(q0 | (q1 << 4));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::dequantize;
+
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                ((s >> 8) as f32 / (1u32 << 24) as f32 - 0.5) * 3.0
+            })
+            .collect()
+    }
+
+    /// Quantising what a type dequantises to gives back the same bytes (the grid points are
+    /// fixed points), and the error is within half a step.
+    #[test]
+    fn round_trips_and_error_bounds() {
+        for ty in QUANTIZE_TYPES {
+            let x = values(32 * 64, 7);
+            let bytes = quantize(ty, &x).unwrap();
+            assert_eq!(bytes.len(), x.len() / ty.block_size() * ty.type_size());
+            let mut back = vec![0.0; x.len()];
+            dequantize(ty, &bytes, &mut back).unwrap();
+            let again = quantize(ty, &back).unwrap();
+            let mut back2 = vec![0.0; x.len()];
+            dequantize(ty, &again, &mut back2).unwrap();
+            let drift = back
+                .iter()
+                .zip(&back2)
+                .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+            assert!(drift < 1e-2, "{ty}: requantising drifts by {drift}");
+            for (b, (xs, ys)) in x.chunks(32).zip(back.chunks(32)).enumerate() {
+                let range = xs.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                let step = match ty {
+                    GgmlType::F32 => 0.0,
+                    GgmlType::F16 => range * 1e-3,
+                    GgmlType::Q8_0 => range / 127.0,
+                    // -8..=7 times max / -8: the far end is clipped by up to a step.
+                    GgmlType::Q4_0 => 2.0 * range / 8.0,
+                    _ => 2.0 * range / 15.0,
+                };
+                for (a, y) in xs.iter().zip(ys) {
+                    // Half a step, plus the scale's own f16 rounding.
+                    assert!(
+                        (a - y).abs() <= step * 0.5 + range * 2e-3 + 1e-6,
+                        "{ty} block {b}: {a} -> {y}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Hand-worked blocks: a ramp in Q4_0 (d = max / -8) and Q4_1 (d = range / 15).
+    #[test]
+    fn hand_worked_blocks() {
+        let x: Vec<f32> = (0..32).map(|i| i as f32 - 16.0).collect(); // -16 ..= 15
+        let q = quantize(GgmlType::Q4_0, &x).unwrap();
+        assert_eq!(half::f16::from_le_bytes([q[0], q[1]]).to_f32(), 2.0); // -16 / -8
+        // x[0] = -16 -> -8 + 8.5 -> 0; x[16] = 0 -> 8.
+        assert_eq!(q[2], 8 << 4);
+        let q = quantize(GgmlType::Q4_1, &x).unwrap();
+        assert_eq!(half::f16::from_le_bytes([q[2], q[3]]).to_f32(), -16.0);
+        assert_eq!(
+            half::f16::from_le_bytes([q[0], q[1]]),
+            half::f16::from_f32(31.0 / 15.0)
+        );
+        assert!(quantize(GgmlType::Q4_K, &x).is_err());
+        assert!(quantize(GgmlType::Q8_0, &x[..31]).is_err());
+    }
+}
