@@ -6,6 +6,10 @@
 //! ```sh
 //! cargo test --release -p kindle-cli --test serve_bench -- --ignored --nocapture
 //! ```
+//!
+//! With `KINDLE_BENCH_ADDR=127.0.0.1:PORT` the throughput test measures the server already
+//! listening there instead of starting `kindle serve` (llama-server, for a comparison with the
+//! same client).
 
 mod common;
 
@@ -48,12 +52,15 @@ fn stream_request(addr: &str, path: &str, body: &serde_json::Value) -> (Duration
             let chunk: serde_json::Value = serde_json::from_str(data).expect("a JSON chunk");
             let choice = &chunk["choices"][0];
             // Chat streams open with a role-only chunk; count content chunks.
+            // A chunk carrying text is a token (chat streams open with a role-only chunk;
+            // llama-server puts the last token in the chunk with the finish reason).
             let is_token = if chat {
                 choice["delta"]["role"].is_null()
-                    && choice["delta"]["content"].is_string()
-                    && choice["finish_reason"].is_null()
+                    && choice["delta"]["content"]
+                        .as_str()
+                        .is_some_and(|t| !t.is_empty())
             } else {
-                choice["finish_reason"].is_null()
+                choice["text"].as_str().is_some_and(|t| !t.is_empty())
             };
             if is_token && chunk["choices"].as_array().is_some_and(|c| !c.is_empty()) {
                 tokens += 1;
@@ -67,9 +74,6 @@ fn stream_request(addr: &str, path: &str, body: &serde_json::Value) -> (Duration
 #[test]
 #[ignore = "a measurement: run with --ignored --nocapture"]
 fn throughput_by_concurrent_streams() {
-    let Some(model) = common::real_model() else {
-        return;
-    };
     let clients: Vec<usize> = std::env::var("KINDLE_BENCH_CLIENTS")
         .unwrap_or_else(|_| "1,4,16".into())
         .split(',')
@@ -79,31 +83,51 @@ fn throughput_by_concurrent_streams() {
     let threads = std::env::var("KINDLE_BENCH_THREADS").unwrap_or_else(|_| "2".into());
     let parallel = most.to_string();
     let queue = (most * 2).to_string();
-    let server = Served::start(
-        &model,
-        &[
-            "--parallel",
-            &parallel,
-            "--queue",
-            &queue,
-            "-c",
-            "2048",
-            "-t",
-            &threads,
-        ],
+    let external = std::env::var("KINDLE_BENCH_ADDR").ok();
+    let server = match &external {
+        Some(_) => None,
+        None => {
+            let Some(model) = common::real_model() else {
+                return;
+            };
+            Some(Served::start(
+                &model,
+                &[
+                    "--parallel",
+                    &parallel,
+                    "--queue",
+                    &queue,
+                    "-c",
+                    "2048",
+                    "-t",
+                    &threads,
+                ],
+            ))
+        }
+    };
+    let addr = match (&external, &server) {
+        (Some(addr), _) => addr.clone(),
+        (None, Some(served)) => served.addr.clone(),
+        (None, None) => unreachable!("a server was started"),
+    };
+    println!(
+        "server: {}",
+        external
+            .as_deref()
+            .map_or("kindle serve".to_string(), |a| format!("external at {a}"))
     );
     let (name, avx512) = cpu();
     println!("CPU: {name} (avx512f: {avx512}), -t {threads}, {TOKENS} tokens per stream");
     println!("| clients | generated tok/s | median TTFT ms | p95 TTFT ms | wall s |");
     println!("| --- | --- | --- | --- | --- |");
     // Warm up.
-    stream_one(&server.addr, "Warm up");
+    stream_one(&addr, "Warm up");
     for &c in &clients {
         let start = Instant::now();
         let results: Vec<(Duration, usize, Duration)> = std::thread::scope(|scope| {
             let tasks: Vec<_> = (0..c)
                 .map(|i| {
-                    let addr = server.addr.clone();
+                    let addr = addr.clone();
                     scope.spawn(move || stream_one(&addr, &format!("Story number {i}: Once")))
                 })
                 .collect();
@@ -117,7 +141,12 @@ fn throughput_by_concurrent_streams() {
         let mut ttft: Vec<f64> = results.iter().map(|r| r.0.as_secs_f64() * 1e3).collect();
         ttft.sort_by(f64::total_cmp);
         let at = |q: f64| ttft[((ttft.len() as f64 - 1.0) * q).round() as usize];
-        assert_eq!(tokens, c * TOKENS, "every stream ran to {TOKENS} tokens");
+        // Every stream runs to TOKENS tokens (ignore_eos); a token whose text is empty (held
+        // back inside a character) is not seen as a chunk, hence the margin.
+        assert!(
+            tokens <= c * TOKENS && tokens * 10 >= c * TOKENS * 9,
+            "{tokens} tokens for {c} streams of {TOKENS}"
+        );
         println!(
             "| {c} | {:.1} | {:.0} | {:.0} | {wall:.1} |",
             tokens as f64 / wall,
@@ -125,8 +154,10 @@ fn throughput_by_concurrent_streams() {
             at(0.95)
         );
     }
-    let (status, _) = server.terminate();
-    assert!(status.success());
+    if let Some(server) = server {
+        let (status, _) = server.terminate();
+        assert!(status.success());
+    }
 }
 
 /// The CPU's model name and whether it has AVX-512.
