@@ -262,11 +262,8 @@ fn describe<D: TokenDecoder>(
         })
         .collect::<Result<Vec<_>, ExplainError>>()?;
     let probability = raw.probability(token);
-    let rank = 1 + raw
-        .top(raw.kept)
-        .iter()
-        .take_while(|c| c.0 != token)
-        .count();
+    // Only a masked token (fed in a comparison) is out of the raw distribution.
+    let rank = raw.rank(token).unwrap_or(raw.kept + 1);
     Ok(Step {
         token,
         text: text(token)?,

@@ -81,6 +81,18 @@ impl StageTrace {
             .map(|i| self.cands[i].1)
     }
 
+    /// The rank of `id` after this stage (1: the most likely; ties: lower id first), or `None`
+    /// if it is no longer in play. One pass, no sort.
+    pub fn rank(&self, id: u32) -> Option<usize> {
+        let logit = self.logit(id)?;
+        let ahead = self
+            .cands
+            .iter()
+            .filter(|&&(other, l)| l > logit || (l == logit && other < id))
+            .count();
+        Some(ahead + 1)
+    }
+
     /// Shannon entropy of the distribution after this stage, in nats.
     pub fn entropy(&self) -> f64 {
         self.cands
@@ -148,6 +160,8 @@ mod tests {
         let e = std::f64::consts::E;
         assert!((t.probability(0) - e / (e + 1.0)).abs() < 1e-12);
         assert_eq!(t.top(1)[0].0, 0);
+        assert_eq!((t.rank(0), t.rank(1), t.rank(3)), (Some(1), Some(2), None));
+        assert_eq!((raw.rank(0), raw.rank(3)), (Some(1), Some(4)));
         assert_eq!(t.logit(1), Some(0.0));
     }
 }
