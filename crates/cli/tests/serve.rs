@@ -95,16 +95,22 @@ fn concurrent_greedy_requests_equal_single_runs_and_kindle_generate() {
         assert_eq!(chat_task.join().expect("the chat thread"), chat_alone);
         texts
     });
-    let (_, metrics) = server.get("/metrics");
-    let rows = |name: &str| -> f64 {
+    let metric = |name: &str| -> f64 {
+        let (_, metrics) = server.get("/metrics");
         metrics
             .lines()
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
             .unwrap_or_else(|| panic!("{name} in {metrics}"))
     };
     // Batching happened: fewer forward passes than tokens fed one sequence at a time.
-    assert!(rows("kindle_engine_step_rows_total") > rows("kindle_engine_steps_total"));
-    assert_eq!(rows("kindle_sequences_running"), 0.0);
+    assert!(metric("kindle_engine_step_rows_total") > metric("kindle_engine_steps_total"));
+    // The engine updates its gauges at the end of the step in which it answered, which may
+    // come after the answer reached the client: wait for it (up to 5 s).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while metric("kindle_sequences_running") != 0.0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(metric("kindle_sequences_running"), 0.0);
 
     for (i, prompt) in PROMPTS.iter().enumerate() {
         assert_eq!(together[i], alone[i], "{prompt:?}: batched vs alone");
