@@ -34,6 +34,7 @@
 //! ```
 
 pub mod chat;
+pub mod constrain_args;
 pub mod engine;
 pub mod plan;
 pub mod run;

@@ -86,6 +86,15 @@ pub enum GenerateError {
     /// A beam-search setting is out of range (the text says which).
     #[error("invalid beam search setting: {0}")]
     InvalidBeamConfig(String),
+    /// The output constraint failed (a grammar engine error, or a token it does not allow).
+    #[error("the output constraint failed at step {step}")]
+    Constraint {
+        /// Index of the generated token (0 = first).
+        step: usize,
+        /// What the constraint said.
+        #[source]
+        source: BoxError,
+    },
     /// The detokeniser failed.
     #[error("detokenisation failed")]
     Decode(#[source] BoxError),

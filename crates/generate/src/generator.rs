@@ -4,7 +4,7 @@
 use std::iter::FusedIterator;
 use std::time::{Duration, Instant};
 
-use kindle_sampling::Sampler;
+use kindle_sampling::{ConstraintStats, LogitsConstraint, Sampler};
 
 use crate::config::{GenerationConfig, StopConditions};
 use crate::decode::{StreamDecoder, TokenDecoder};
@@ -71,6 +71,8 @@ pub struct Timings {
     pub prefill_tokens: usize,
     /// Tokens generated after the first one (one decode step each).
     pub decode_tokens: usize,
+    /// With an output constraint: masks computed, tokens forced (not sampled), mask times.
+    pub constraint: Option<ConstraintStats>,
 }
 
 impl Timings {
@@ -214,6 +216,13 @@ impl<'a, M: LanguageModel, D: TokenDecoder + ?Sized> Generator<'a, M, D> {
     pub(crate) fn session_mut(&mut self) -> &mut Session<M> {
         self.session
     }
+
+    /// Restrict the output to what `constraint` allows (masked before sampling, advanced after;
+    /// the generation stops with [`FinishReason::Stop`] once it is complete).
+    pub fn with_constraint(mut self, constraint: Box<dyn LogitsConstraint>) -> Self {
+        self.core.constraint = Some(constraint);
+        self
+    }
 }
 
 /// The state of one generation apart from the model, session and sampler it runs with:
@@ -235,6 +244,8 @@ pub(crate) struct Core<D: TokenDecoder> {
     timings: Timings,
     /// The step in flight: whether it is the prefill, and when it started.
     pending: Option<(bool, Instant)>,
+    /// The output constraint, if any.
+    pub(crate) constraint: Option<Box<dyn LogitsConstraint>>,
 }
 
 impl<D: TokenDecoder> Core<D> {
@@ -279,6 +290,7 @@ impl<D: TokenDecoder> Core<D> {
             started: None,
             timings: Timings::default(),
             pending: None,
+            constraint: None,
         })
     }
 
@@ -346,10 +358,21 @@ impl<D: TokenDecoder> Core<D> {
         self.raw.clear();
         self.raw.extend_from_slice(&logits);
         let step = self.generated.len();
-        let id = sampler
-            .sample(&mut logits, history)
-            .map_err(|source| GenerateError::Sampling { step, source })?;
+        let constraint_error = |source| GenerateError::Constraint { step, source };
+        let forced = match &mut self.constraint {
+            Some(c) => c.mask(&mut logits).map_err(constraint_error)?,
+            None => None,
+        };
+        let id = match forced {
+            Some(id) => id,
+            None => sampler
+                .sample(&mut logits, history)
+                .map_err(|source| GenerateError::Sampling { step, source })?,
+        };
         check_vocab(&[id], self.raw.len())?;
+        if let Some(c) = &mut self.constraint {
+            c.advance(id).map_err(constraint_error)?;
+        }
         let lse = log_sum_exp(&self.raw);
         let logprob = logprob(&self.raw, lse, id);
         let top_logprobs = top_n_logprobs(&self.raw, lse, self.top_logprobs);
@@ -364,6 +387,9 @@ impl<D: TokenDecoder> Core<D> {
             let scan = self.stops.push(&delta);
             (scan.text, scan.matched.map(StopMatch::String))
         };
+        if stop.is_none() && self.constraint.as_ref().is_some_and(|c| c.is_complete()) {
+            stop = Some(StopMatch::Constraint);
+        }
 
         let max_new = self.conditions.max_new_tokens.unwrap_or(usize::MAX);
         let reason = if stop.is_some() {
@@ -410,6 +436,7 @@ impl<D: TokenDecoder> Core<D> {
     fn summary(&mut self, finish_reason: FinishReason, stop: Option<StopMatch>) -> Summary {
         let mut timings = self.timings;
         timings.decode_tokens = self.generated.len().saturating_sub(1);
+        timings.constraint = self.constraint.as_ref().map(|c| c.stats());
         Summary {
             finish_reason,
             stop,

@@ -70,6 +70,7 @@
 
 mod candidates;
 mod config;
+mod constraint;
 mod error;
 pub mod logprobs;
 mod order;
@@ -78,6 +79,7 @@ mod sampler;
 mod select;
 
 pub use config::{DryConfig, Mirostat, PenaltyScope, SamplerConfig};
+pub use constraint::{ConstraintError, ConstraintStats, LogitsConstraint};
 pub use error::SamplingError;
 pub use order::{HF_ORDER, LLAMA_CPP_ORDER, OrderPreset, Stage, format_order, parse_order};
 pub use sampler::{History, Sampled, Sampler};
