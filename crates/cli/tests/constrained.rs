@@ -179,15 +179,13 @@ fn greedy_constrained_equals_greedy_where_allowed() {
     let text = free["text"].as_str().unwrap().to_owned();
     let escaped: String = text
         .chars()
-        .map(|c| {
-            if c.is_alphanumeric() || c == ' ' {
-                c.to_string()
-            } else {
-                format!("\\{c}")
-            }
+        .map(|c| match c {
+            '\n' => "\\n".to_owned(),
+            c if c.is_ascii_punctuation() => format!("\\{c}"),
+            c => c.to_string(),
         })
         .collect();
-    let rx = format!("{escaped}.*");
+    let rx = format!("{escaped}(.|\\n)*");
     let constrained = json(&["--regex", &rx, prompt, "-n", "6", "--temp", "0"]);
     assert_eq!(constrained["tokens"], free["tokens"], "{rx}");
     // A regex that forbids the greedy first token changes only what it must: the first token
