@@ -1,7 +1,7 @@
 //! The output-constraint flags of `kindle generate` (`--json-schema`, `--json-object`,
 //! `--regex`, `--choice`, `--grammar`) and the run of a single constrained sequence.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
@@ -57,7 +57,7 @@ impl ConstraintArgs {
     }
 }
 
-fn read(path: &PathBuf) -> Result<String> {
+fn read(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
 }
 
