@@ -35,6 +35,7 @@
 
 pub mod chat;
 pub mod draft;
+pub mod constrain_args;
 pub mod engine;
 pub mod plan;
 pub mod run;

@@ -10,7 +10,7 @@ use kindle_generate::{
     generate_batch, generate_samples,
 };
 use kindle_model::Engine;
-use kindle_sampling::Sampler;
+use kindle_sampling::{LogitsConstraint, Sampler};
 
 use crate::plan::{Prompt, RunPlan};
 
@@ -191,6 +191,7 @@ pub fn run_drafting<'a>(
                 prompt,
                 sink,
                 spec.as_deref_mut(),
+                None,
             )?;
             vec![Sequence {
                 prompt: 0,
@@ -240,6 +241,7 @@ pub fn single(
     prompt: &[u32],
     sink: &mut dyn Sink,
     spec: Option<&mut Speculator>,
+    constraint: Option<Box<dyn LogitsConstraint>>,
 ) -> Result<Summary> {
     let decoder = plan.decoder();
     let mut summary = None;
@@ -253,6 +255,9 @@ pub fn single(
     )?;
     if let Some(spec) = spec {
         generator = generator.with_speculator(spec)?;
+    }
+    if let Some(constraint) = constraint {
+        generator = generator.with_constraint(constraint);
     }
     for event in generator {
         let event = event?;

@@ -335,5 +335,12 @@ pub fn timings_json(timings: &Timings) -> Value {
         "decode_tokens": timings.decode_tokens,
         "prefill_tokens_per_second": timings.prefill_tokens_per_second(),
         "decode_tokens_per_second": timings.decode_tokens_per_second(),
+        "constraint": timings.constraint.map(|c| json!({
+            "masks": c.masks,
+            "forced_tokens": c.forced,
+            "mask_ms": c.mask_total.as_secs_f64() * 1e3,
+            "mask_p50_ms": c.mask_p50.as_secs_f64() * 1e3,
+            "mask_p99_ms": c.mask_p99.as_secs_f64() * 1e3,
+        })),
     })
 }

@@ -130,3 +130,74 @@ fn concurrent_greedy_requests_equal_single_runs_and_kindle_generate() {
     let (status, lines) = server.terminate();
     assert!(status.success(), "exit status {status:?}: {lines:?}");
 }
+
+#[test]
+fn structured_output_fields_constrain_the_answer() {
+    let Some(model) = common::real_model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
+    let server = Served::start(&model, &["--parallel", "2", "-c", "512", "-t", "2"]);
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+        "required": ["name", "age"],
+        "additionalProperties": false
+    });
+    let ask = |extra: serde_json::Value| {
+        let mut body = serde_json::json!({
+            "messages": [{"role": "user", "content": "Describe a person."}],
+            "max_tokens": 200,
+            "temperature": 0.8,
+            "seed": 7,
+        });
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        server.post("/v1/chat/completions", &body)
+    };
+    let (status, out) = ask(
+        serde_json::json!({"response_format": {"type": "json_schema", "json_schema": {"name": "person", "schema": schema}}}),
+    );
+    assert_eq!(status, 200, "{out}");
+    let text = out["choices"][0]["message"]["content"].as_str().unwrap();
+    let value: serde_json::Value =
+        serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert!(
+        value["name"].is_string() && value["age"].as_u64().unwrap() <= 120,
+        "{text}"
+    );
+    assert_eq!(out["choices"][0]["finish_reason"], "stop");
+
+    let (status, out) = ask(serde_json::json!({"response_format": {"type": "json_object"}}));
+    assert_eq!(status, 200, "{out}");
+    let text = out["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(
+        serde_json::from_str::<serde_json::Value>(text)
+            .unwrap()
+            .is_object(),
+        "{text}"
+    );
+
+    let (status, out) = ask(serde_json::json!({"guided_choice": ["red", "green"]}));
+    assert_eq!(status, 200, "{out}");
+    let text = out["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(text == "red" || text == "green", "{text}");
+
+    let (status, out) = ask(serde_json::json!({"guided_regex": "[a-z]{2}[0-9]"}));
+    assert_eq!(status, 200, "{out}");
+    let text = out["choices"][0]["message"]["content"].as_str().unwrap();
+    assert_eq!(text.len(), 3, "{text}");
+
+    let (status, out) = ask(
+        serde_json::json!({"response_format": {"type": "json_schema", "json_schema": {"name": "bad", "schema": {"type": "strange"}}}}),
+    );
+    assert_eq!(status, 400, "{out}");
+    assert_eq!(out["error"]["param"], "response_format", "{out}");
+    assert!(
+        out["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("response_format"),
+        "{out}"
+    );
+}

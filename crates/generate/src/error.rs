@@ -89,6 +89,15 @@ pub enum GenerateError {
     /// A speculative decoding setting or drafter output that cannot work.
     #[error("speculative decoding: {0}")]
     InvalidDraft(String),
+    /// The output constraint failed (a grammar engine error, or a token it does not allow).
+    #[error("the output constraint failed at step {step}")]
+    Constraint {
+        /// Index of the generated token (0 = first).
+        step: usize,
+        /// What the constraint said.
+        #[source]
+        source: BoxError,
+    },
     /// The detokeniser failed.
     #[error("detokenisation failed")]
     Decode(#[source] BoxError),

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::iter::FusedIterator;
 use std::time::{Duration, Instant};
 
-use kindle_sampling::{Mirostat, Sampler};
+use kindle_sampling::{ConstraintStats, LogitsConstraint, Mirostat, Sampler};
 
 use crate::config::{GenerationConfig, StopConditions};
 use crate::decode::{StreamDecoder, TokenDecoder};
@@ -73,6 +73,8 @@ pub struct Timings {
     pub prefill_tokens: usize,
     /// Tokens generated after the first one (one decode step each).
     pub decode_tokens: usize,
+    /// With an output constraint: masks computed, tokens forced (not sampled), mask times.
+    pub constraint: Option<ConstraintStats>,
 }
 
 impl Timings {
@@ -233,6 +235,13 @@ impl<'a, M: LanguageModel, D: TokenDecoder + ?Sized> Generator<'a, M, D> {
     pub(crate) fn session_mut(&mut self) -> &mut Session<M> {
         self.session
     }
+
+    /// Restrict the output to what `constraint` allows (masked before sampling, advanced after;
+    /// the generation stops with [`FinishReason::Stop`] once it is complete).
+    pub fn with_constraint(mut self, constraint: Box<dyn LogitsConstraint>) -> Self {
+        self.core.constraint = Some(constraint);
+        self
+    }
 }
 
 /// The state of one generation apart from the model, session and sampler it runs with:
@@ -254,6 +263,8 @@ pub(crate) struct Core<D: TokenDecoder> {
     timings: Timings,
     /// The step in flight: whether it is the prefill, and when it started.
     pending: Option<(bool, Instant)>,
+    /// The output constraint, if any.
+    pub(crate) constraint: Option<Box<dyn LogitsConstraint>>,
 }
 
 impl<D: TokenDecoder> Core<D> {
@@ -298,6 +309,7 @@ impl<D: TokenDecoder> Core<D> {
             started: None,
             timings: Timings::default(),
             pending: None,
+            constraint: None,
         })
     }
 
@@ -365,17 +377,26 @@ impl<D: TokenDecoder> Core<D> {
         self.raw.clear();
         self.raw.extend_from_slice(&logits);
         let step = self.generated.len();
-        let id = sampler
-            .sample(&mut logits, history)
-            .map_err(|source| GenerateError::Sampling { step, source })?;
-        self.emit(id)
+        let constraint_error = |source| GenerateError::Constraint { step, source };
+        let forced = match &mut self.constraint {
+            Some(c) => c.mask(&mut logits).map_err(constraint_error)?,
+            None => None,
+        };
+        let id = match forced {
+            Some(id) => id,
+            None => sampler
+                .sample(&mut logits, history)
+                .map_err(|source| GenerateError::Sampling { step, source })?,
+        };
+        self.emit(id, true)
     }
 
     /// Emit `id`, chosen from the raw logits `row` (speculative verification).
     pub(crate) fn emit_row(&mut self, row: &[f32], id: u32) -> Result<Event, GenerateError> {
         self.raw.clear();
         self.raw.extend_from_slice(row);
-        self.emit(id)
+        // The verifier advanced the constraint as it kept each token.
+        self.emit(id, false)
     }
 
     /// The token to feed next, when the next step is a decode step.
@@ -411,9 +432,15 @@ impl<D: TokenDecoder> Core<D> {
         self.timings.decode += time;
     }
 
-    /// Record `id` (chosen from the raw row in `self.raw`): logprobs, detokenise, stops.
-    fn emit(&mut self, id: u32) -> Result<Event, GenerateError> {
+    /// Record `id` (chosen from the raw row in `self.raw`): logprobs, detokenise, stops;
+    /// advance the constraint with it when `advance` (the speculative verifier already has).
+    fn emit(&mut self, id: u32, advance: bool) -> Result<Event, GenerateError> {
+        let step = self.generated.len();
+        let constraint_error = |source| GenerateError::Constraint { step, source };
         check_vocab(&[id], self.raw.len())?;
+        if advance && let Some(c) = &mut self.constraint {
+            c.advance(id).map_err(constraint_error)?;
+        }
         let lse = log_sum_exp(&self.raw);
         let logprob = logprob(&self.raw, lse, id);
         let top_logprobs = top_n_logprobs(&self.raw, lse, self.top_logprobs);
@@ -428,6 +455,9 @@ impl<D: TokenDecoder> Core<D> {
             let scan = self.stops.push(&delta);
             (scan.text, scan.matched.map(StopMatch::String))
         };
+        if stop.is_none() && self.constraint.as_ref().is_some_and(|c| c.is_complete()) {
+            stop = Some(StopMatch::Constraint);
+        }
 
         let max_new = self.conditions.max_new_tokens.unwrap_or(usize::MAX);
         let reason = if stop.is_some() {
@@ -474,6 +504,7 @@ impl<D: TokenDecoder> Core<D> {
     fn summary(&mut self, finish_reason: FinishReason, stop: Option<StopMatch>) -> Summary {
         let mut timings = self.timings;
         timings.decode_tokens = self.generated.len().saturating_sub(1);
+        timings.constraint = self.constraint.as_ref().map(|c| c.stats());
         Summary {
             finish_reason,
             stop,
@@ -677,10 +708,14 @@ impl<'a> SpecRun<'a> {
             ));
         }
         let step = core.tokens().len();
-        let out = self
-            .spec
-            .verify(sampler, &rows, vocab, session.tokens())
-            .map_err(|source| GenerateError::Sampling { step, source })?;
+        let out = self.spec.verify(
+            sampler,
+            &rows,
+            vocab,
+            session.tokens(),
+            core.constraint.as_deref_mut(),
+            step,
+        )?;
         session.truncate(base + out.len() - 1);
         for (j, &id) in out.iter().enumerate() {
             self.queue.push_back(Queued {

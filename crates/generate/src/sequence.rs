@@ -2,7 +2,7 @@
 //! scheduler keeps per request, so that sequences can join and leave a running batch between
 //! steps (continuous batching).
 
-use kindle_sampling::Sampler;
+use kindle_sampling::{LogitsConstraint, Sampler};
 
 use crate::generator::{Core, Step};
 use crate::{Event, GenerateError, GenerationConfig, LanguageModel, Session, TokenDecoder};
@@ -95,6 +95,13 @@ impl<M: LanguageModel, D: TokenDecoder> Sequence<M, D> {
             sampler,
             core,
         })
+    }
+
+    /// Restrict the output to what `constraint` allows (see
+    /// [`Generator::with_constraint`](crate::Generator::with_constraint)).
+    pub fn with_constraint(mut self, constraint: Box<dyn LogitsConstraint>) -> Self {
+        self.core.constraint = Some(constraint);
+        self
     }
 
     /// What the next step needs: [`Step::Feed`] tokens to run (then call

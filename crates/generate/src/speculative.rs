@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use kindle_sampling::{Sampler, SamplingError};
+use kindle_sampling::{ConstraintError, LogitsConstraint, Sampler, SamplingError};
 
 use crate::draft::{Draft, Drafter};
 use crate::error::GenerateError;
@@ -182,14 +182,20 @@ impl Speculator {
     /// computed with: it ends with the `k` drafted tokens, and row `i` is sampled with the
     /// history up to drafted token `i` (excluded). Returns the tokens to emit: the accepted
     /// drafted tokens and one more (the target's correction or the token after a fully
-    /// accepted draft). The drafter hears how many were accepted.
+    /// accepted draft). The drafter hears how many were accepted. A `constraint` masks each
+    /// row before the rule and advances with each token returned; `step` (the index of the
+    /// first token returned) names the step in errors.
     pub(crate) fn verify(
         &mut self,
         sampler: &mut Sampler,
         rows: &[f32],
         vocab: usize,
         history: &[u32],
-    ) -> Result<Vec<u32>, SamplingError> {
+        mut constraint: Option<&mut (dyn LogitsConstraint + '_)>,
+        step: usize,
+    ) -> Result<Vec<u32>, GenerateError> {
+        let sampling = |source: SamplingError| GenerateError::Sampling { step, source };
+        let constrained = |source: ConstraintError| GenerateError::Constraint { step, source };
         let k = self.draft.tokens.len();
         let base = history.len() - k;
         let greedy = sampler.config().temperature == 0.0;
@@ -199,17 +205,36 @@ impl Speculator {
             row.clear();
             row.extend_from_slice(&rows[i * vocab..(i + 1) * vocab]);
             let hist = &history[..base + i];
-            if greedy {
-                let t = sampler.sample(&mut row, hist)?;
+            // A constraint masks the row at the state after the tokens accepted so far (a
+            // drafted token it forbids has p = 0 and is rejected) and hears each token kept.
+            let forced = match constraint.as_deref_mut() {
+                Some(c) => c.mask(&mut row).map_err(constrained)?,
+                None => None,
+            };
+            let mut keep = |t: u32, out: &mut Vec<u32>| -> Result<(), GenerateError> {
+                if let Some(c) = constraint.as_deref_mut() {
+                    c.advance(t).map_err(constrained)?;
+                }
                 out.push(t);
+                Ok(())
+            };
+            if greedy || forced.is_some() {
+                let t = match forced {
+                    Some(t) => t,
+                    None => sampler.sample(&mut row, hist).map_err(sampling)?,
+                };
+                keep(t, &mut out)?;
                 if i == k || t != self.draft.tokens[i] {
                     break;
                 }
                 continue;
             }
-            sampler.processed_distribution(&mut row, hist, &mut self.p)?;
+            sampler
+                .processed_distribution(&mut row, hist, &mut self.p)
+                .map_err(sampling)?;
             if i == k {
-                out.push(sampler.draw_from(&self.p)?);
+                let t = sampler.draw_from(&self.p).map_err(sampling)?;
+                keep(t, &mut out)?;
                 break;
             }
             let d = self.draft.tokens[i];
@@ -218,11 +243,12 @@ impl Speculator {
             let pd = self.p[d as usize];
             // Accept with probability min(1, p/q): u * q < p, u in [0, 1).
             if sampler.uniform() * qd < pd {
-                out.push(d);
+                keep(d, &mut out)?;
                 continue;
             }
             if self.rule == AcceptRule::ResampleFromTarget {
-                out.push(sampler.draw_from(&self.p)?);
+                let t = sampler.draw_from(&self.p).map_err(sampling)?;
+                keep(t, &mut out)?;
                 break;
             }
             self.residual.clear();
@@ -242,7 +268,8 @@ impl Speculator {
             } else {
                 &self.p
             };
-            out.push(sampler.draw_from(from)?);
+            let t = sampler.draw_from(from).map_err(sampling)?;
+            keep(t, &mut out)?;
             break;
         }
         let accepted = out.len() - 1;

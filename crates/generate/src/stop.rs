@@ -40,6 +40,8 @@ pub enum StopMatch {
     Token(u32),
     /// A stop string, matched in the decoded text.
     String(String),
+    /// The output constraint (grammar, schema) is complete: nothing more may follow.
+    Constraint,
 }
 
 impl fmt::Display for StopMatch {
@@ -48,6 +50,7 @@ impl fmt::Display for StopMatch {
             StopMatch::Eog(id) => write!(f, "end-of-generation token {id}"),
             StopMatch::Token(id) => write!(f, "stop token {id}"),
             StopMatch::String(s) => write!(f, "stop string {s:?}"),
+            StopMatch::Constraint => write!(f, "end of the output constraint"),
         }
     }
 }

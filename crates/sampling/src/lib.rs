@@ -71,6 +71,7 @@
 mod candidates;
 mod config;
 mod distribution;
+mod constraint;
 mod error;
 pub mod logprobs;
 mod order;
@@ -80,6 +81,7 @@ mod select;
 mod trace;
 
 pub use config::{DryConfig, Mirostat, PenaltyScope, SamplerConfig};
+pub use constraint::{ConstraintError, ConstraintStats, LogitsConstraint};
 pub use error::SamplingError;
 pub use order::{HF_ORDER, LLAMA_CPP_ORDER, OrderPreset, Stage, format_order, parse_order};
 pub use sampler::{History, Sampled, Sampler};

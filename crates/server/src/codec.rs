@@ -2,6 +2,9 @@
 
 use kindle_generate::chat::ChatMessage;
 use kindle_generate::{BoxError, TokenDecoder};
+use kindle_sampling::LogitsConstraint;
+
+use crate::guided::Guided;
 
 /// Text to token ids and back, as the server needs it. Its [`TokenDecoder`] (special tokens
 /// not rendered) decodes generated text; the engine thread and the HTTP handlers share one.
@@ -21,4 +24,11 @@ pub trait TextCodec: TokenDecoder + Send + Sync + 'static {
     fn eog_ids(&self) -> Vec<u32>;
     /// Number of token ids (valid ids are below it).
     fn vocab_size(&self) -> usize;
+    /// A fresh output constraint for one sequence, asked for by request field `field`
+    /// (`response_format`, `guided_*`); the error text names the field and says what is wrong
+    /// and where. By default structured output is not supported.
+    fn constraint(&self, spec: &Guided, field: &str) -> Result<Box<dyn LogitsConstraint>, String> {
+        let _ = (spec, field);
+        Err("structured output is not supported by this server".into())
+    }
 }

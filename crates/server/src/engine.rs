@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use kindle_generate::{
     Event, FinishReason, GenerationConfig, LanguageModel, Sequence, Session, Step,
 };
-use kindle_sampling::Sampler;
+use kindle_sampling::{LogitsConstraint, Sampler};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::codec::TextCodec;
@@ -48,6 +48,8 @@ pub struct Job {
     pub events: UnboundedSender<Update>,
     /// When the request arrived (for time to first token).
     pub arrived: Instant,
+    /// Its output constraint (`response_format`, `guided_*`), if any.
+    pub constraint: Option<Box<dyn LogitsConstraint>>,
 }
 
 /// What the engine tells a handler about one choice.
@@ -274,6 +276,10 @@ impl<M: LanguageModel, C: TextCodec> Engine<M, C> {
                     Arc::clone(&self.codec),
                     &job.config,
                 )
+                .map(|seq| match job.constraint {
+                    Some(constraint) => seq.with_constraint(constraint),
+                    None => seq,
+                })
             });
             match started {
                 Ok(seq) => {

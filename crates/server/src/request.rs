@@ -139,6 +139,8 @@ pub struct GenerationParams {
     pub ignore_eos: bool,
     /// The sampler (its `eog_ids` are filled in later; seed as given).
     pub sampler: SamplerConfig,
+    /// The output constraint and the field that asked for it.
+    pub guided: Option<(crate::guided::Guided, &'static str)>,
 }
 
 /// Most choices per prompt.
@@ -224,6 +226,7 @@ pub fn generation_params(object: &Object, chat: bool) -> Result<GenerationParams
     };
     let ignore_eos = boolean(object, "ignore_eos")?.unwrap_or(false);
     let sampler = sampler_config(object)?;
+    let guided = crate::guided::guided(object)?;
     Ok(GenerationParams {
         model,
         max_tokens,
@@ -234,6 +237,7 @@ pub fn generation_params(object: &Object, chat: bool) -> Result<GenerationParams
         logprobs,
         ignore_eos,
         sampler,
+        guided,
     })
 }
 

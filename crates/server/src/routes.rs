@@ -483,7 +483,17 @@ fn jobs<C: TextCodec>(
             sampler_config.seed = base.seed.map(|s| s.wrapping_add(index as u64));
             let mut sampler = sampler_config.build().map_err(sampling_error)?;
             sampler.set_prompt_len(prompt.len());
+            let constraint = match &params.guided {
+                Some((spec, field)) => Some(
+                    state
+                        .codec
+                        .constraint(spec, field)
+                        .map_err(|message| ApiError::invalid(*field, message))?,
+                ),
+                None => None,
+            };
             out.push(Job {
+                constraint,
                 capacity: prompt.len() + max_new,
                 prompt: prompt.clone(),
                 sampler,

@@ -152,6 +152,7 @@ impl Conversation<'_> {
             &ids,
             sink,
             None,
+            None,
         )?;
         let prompts = [Prompt {
             text: Some(line),

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
+use kindle_cli::constrain_args::{ConstraintArgs, constraint_line, run_constrained};
 use kindle_cli::engine::{ContextMode, parse_bytes};
 use kindle_cli::plan::{
     ContextSettings, GenerationSettings, ModelSettings, PromptEncoding, PromptInput,
@@ -114,11 +115,14 @@ pub struct GenerateArgs {
     pub sampling: SamplingArgs,
     #[command(flatten)]
     pub draft: DraftArgs,
+    #[command(flatten)]
+    pub constraint: ConstraintArgs,
 }
 
 /// Run the command.
 pub fn run(args: GenerateArgs) -> Result<()> {
     let mode = args.mode()?;
+    let constraint = args.constraint.spec()?;
     let inputs = match mode {
         Mode::Batch => args.batch_prompts()?,
         _ => vec![read_prompt(args.prompt.clone())?],
@@ -146,13 +150,28 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         std::io::stdout().lock(),
         args.sampling.logprobs.is_some(),
     );
-    let report = run::run_drafting(&plan, &mode, sink.as_mut(), spec.as_mut())?;
+    let report = match &constraint {
+        Some((constraint, flag)) => run_constrained(
+            &plan,
+            &mode,
+            constraint,
+            flag,
+            sink.as_mut(),
+            spec.as_mut(),
+        )?,
+        None => run::run_drafting(&plan, &mode, sink.as_mut(), spec.as_mut())?,
+    };
     if args.verbose {
         if let Some(spec) = &spec {
             eprintln!("kindle: {}", spec.stats().line());
         }
         for line in report.timing_lines() {
             eprintln!("kindle: {line}");
+        }
+        for sequence in &report.sequences {
+            if let Some(stats) = &sequence.summary.timings.constraint {
+                eprintln!("kindle: {}", constraint_line(stats));
+            }
         }
     }
     Ok(())

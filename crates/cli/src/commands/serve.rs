@@ -16,9 +16,11 @@ use kindle_cli::plan::{
     ContextSettings, GenerationSettings, ModelSettings, PromptEncoding, PromptSettings, RunPlan,
     RunSettings, SamplingSettings,
 };
+use kindle_constrain::{Constrainer, ConstraintSpec};
 use kindle_generate::chat::{ChatMessage, ChatTemplate};
 use kindle_generate::{BoxError, TokenDecoder};
-use kindle_server::{ServerConfig, TextCodec};
+use kindle_sampling::LogitsConstraint;
+use kindle_server::{Guided, ServerConfig, TextCodec};
 use kindle_tokenizer::{Tokenizer, TokenizerError};
 
 use super::{DeviceArgs, ModelArgs};
@@ -92,9 +94,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let template = plan
         .template
         .context("serving chat completions needs the model's chat template")?;
+    let constrainer = Constrainer::new(&plan.loaded.tokenizer)?;
     let codec = ServeCodec {
         tokenizer: plan.loaded.tokenizer,
         template,
+        constrainer,
     };
     let mut config = ServerConfig::new(name, plan.context);
     config.parallel = args.parallel;
@@ -161,6 +165,8 @@ impl ServeArgs {
 struct ServeCodec {
     tokenizer: Tokenizer,
     template: ChatTemplate,
+    /// Structured output (`response_format`, `guided_*`) for the model's vocabulary.
+    constrainer: Constrainer,
 }
 
 impl TokenDecoder for ServeCodec {
@@ -194,5 +200,23 @@ impl TextCodec for ServeCodec {
 
     fn vocab_size(&self) -> usize {
         self.tokenizer.vocab_size()
+    }
+
+    fn constraint(
+        &self,
+        guided: &Guided,
+        field: &str,
+    ) -> Result<Box<dyn LogitsConstraint>, String> {
+        let spec = match guided {
+            Guided::JsonSchema(schema) => ConstraintSpec::JsonSchema(schema.clone()),
+            Guided::JsonObject => ConstraintSpec::JsonObject,
+            Guided::Regex(rx) => ConstraintSpec::Regex(rx.clone()),
+            Guided::Choice(choices) => ConstraintSpec::Choice(choices.clone()),
+            Guided::Grammar(grammar) => ConstraintSpec::Lark(grammar.clone()),
+        };
+        match self.constrainer.constraint(&spec, field) {
+            Ok(constraint) => Ok(Box::new(constraint)),
+            Err(error) => Err(error.to_string()),
+        }
     }
 }

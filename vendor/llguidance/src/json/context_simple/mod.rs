@@ -1,0 +1,5 @@
+mod context;
+mod draft;
+
+pub use context::{Context, PreContext};
+pub use draft::{Draft, ResourceRef};
