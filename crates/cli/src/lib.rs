@@ -34,8 +34,8 @@
 //! ```
 
 pub mod chat;
-pub mod draft;
 pub mod constrain_args;
+pub mod draft;
 pub mod engine;
 pub mod plan;
 pub mod run;

@@ -1,6 +1,6 @@
 //! `kindle explain` on the real model: the same tokens as `kindle generate` with the same
-//! flags, the JSON's numbers hang together, the table and a self-contained page, `--compare`,
-//! and clear errors.
+//! flags, the JSON's numbers hang together, the table, valid SVG/PNG pictures and a
+//! self-contained page, `--compare`, and clear errors.
 
 mod common;
 
@@ -112,17 +112,29 @@ fn explain_chooses_generates_tokens_and_reports_the_chain() {
 }
 
 #[test]
-fn table_and_page() {
+fn table_pictures_and_page() {
     let Some(model) = common::real_model() else {
         return; // KINDLE_SKIP_REAL_MODEL=1
     };
-    let html = Path::new(env!("CARGO_TARGET_TMPDIR")).join("explain.html");
-    let _ = std::fs::remove_file(&html);
-    let html_arg = format!("--html={}", html.display());
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let (svg, png, html) = (
+        dir.join("explain.svg"),
+        dir.join("explain.png"),
+        dir.join("explain.html"),
+    );
+    for path in [&svg, &png, &html] {
+        let _ = std::fs::remove_file(path);
+    }
+    let (svg_arg, png_arg, html_arg) = (
+        format!("--plot={}", svg.display()),
+        format!("--plot={}", png.display()),
+        format!("--html={}", html.display()),
+    );
     let mut args = vec![PROMPT];
     args.extend_from_slice(&FLAGS);
-    args.push(html_arg.as_str());
-    let out = kindle(&model, "explain", &args);
+    let mut with_svg = args.clone();
+    with_svg.extend([svg_arg.as_str(), html_arg.as_str()]);
+    let out = kindle(&model, "explain", &with_svg);
     assert!(
         out.status.success(),
         "{}",
@@ -133,10 +145,34 @@ fn table_and_page() {
         table.contains("step 8:") && table.contains("top_p") && table.contains('*'),
         "{table}"
     );
+    let mut with_png = args.clone();
+    with_png.extend([png_arg.as_str(), "--plot-steps", "1,8"]);
+    let out = kindle(&model, "explain", &with_png);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let doc = roxmltree::Document::parse(&text).expect("the SVG parses");
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    assert!(doc.descendants().filter(|n| n.has_tag_name("rect")).count() > 30);
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&png).unwrap()));
+    let mut reader = decoder.read_info().expect("the PNG decodes");
+    let mut pixels = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut pixels).unwrap();
+    // Two step panels side by side above the per-step series.
+    assert_eq!((info.width, info.height), (1100, 600));
     let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("<svg"));
     assert_eq!(page.matches("<table>").count(), 8);
+    let without_namespace = page.replace("http://www.w3.org/2000/svg", "");
     for needle in ["<script", "<link", "src=", "http://", "https://"] {
-        assert!(!page.contains(needle), "the page loads {needle}");
+        assert!(
+            !without_namespace.contains(needle),
+            "the page loads {needle}"
+        );
     }
 }
 
@@ -184,8 +220,13 @@ fn bad_input_is_named() {
     let Some(model) = common::real_model() else {
         return; // KINDLE_SKIP_REAL_MODEL=1
     };
-    let cases: [(&[&str], &str); 3] = [
+    let cases: [(&[&str], &str); 5] = [
         (&[PROMPT, "-n", "0"], "--max-tokens"),
+        (&[PROMPT, "-n", "2", "--plot", "x.gif"], ".svg or .png"),
+        (
+            &[PROMPT, "-n", "2", "--plot", "x.svg", "--plot-steps", "3"],
+            "--plot-steps",
+        ),
         (&[PROMPT, "-n", "2", "--mirostat", "2"], "mirostat"),
         (
             &[PROMPT, "--compare", "--temperature 0.5", "--bogus 1"],

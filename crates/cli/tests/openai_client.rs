@@ -1,7 +1,8 @@
 //! The official `openai` Python client (from PyPI, in a virtual environment this test makes
 //! under the target directory, reused when present) against `kindle serve` on the real model:
 //! completions and chat completions, streamed and not, `n=2`, `stop`, `seed`, logprobs and
-//! `top_logprobs`, `stream_options.include_usage`, and the client's error classes.
+//! `top_logprobs`, `stream_options.include_usage`, structured output (`parse` with a pydantic
+//! model: `response_format` `json_schema`, strict), and the client's error classes.
 
 mod common;
 
@@ -132,6 +133,30 @@ for chunk in client.chat.completions.create(model=model, messages=messages, max_
         count += len(chunk.choices[0].logprobs.content)
 assert count == 4, count
 
+# Structured output: the client sends the pydantic model's strict JSON schema as
+# response_format and parses the answer back into the model.
+from pydantic import BaseModel
+
+class City(BaseModel):
+    name: str
+    country: str
+    population: int
+
+parse = getattr(client.chat.completions, "parse", None) or client.beta.chat.completions.parse
+parsed = parse(model=model, response_format=City, max_tokens=120, temperature=0,
+               messages=[{"role": "user", "content": "Describe the city of Paris as JSON."}])
+message = parsed.choices[0].message
+assert parsed.choices[0].finish_reason == "stop", parsed.choices[0].finish_reason
+assert message.parsed is not None, message.content
+out["structured"] = message.parsed.model_dump()
+try:
+    client.chat.completions.create(model=model, messages=messages, max_tokens=4,
+        response_format={"type": "json_schema",
+                         "json_schema": {"name": "bad", "schema": {"type": "strange"}}})
+    raise SystemExit("an invalid schema was accepted")
+except openai.BadRequestError as e:
+    assert e.body["param"] == "response_format", e.body
+
 # Errors come back as the client's exception classes.
 try:
     client.completions.create(model=model, prompt="x", temperature=5)
@@ -182,6 +207,11 @@ fn the_official_openai_python_client_works_unchanged() {
         "{result}"
     );
     assert_eq!(result["n2"].as_array().unwrap().len(), 2);
+    let city = &result["structured"];
+    assert!(
+        city["name"].is_string() && city["country"].is_string() && city["population"].is_i64(),
+        "{result}"
+    );
     let (status, lines) = server.terminate();
     assert!(status.success(), "exit status {status:?}: {lines:?}");
 }

@@ -2,10 +2,9 @@
 //! object, a regex, a list of choices or a Lark grammar, by masking the logits of every token
 //! that cannot continue a valid output before each sampling step.
 //!
-//! The grammar engine is [llguidance](https://github.com/guidance-ai/llguidance) (vendored,
-//! see `vendor/llguidance/README.kindle.md`): a [`Constrainer`] builds its token trie once per
-//! vocabulary, then makes one [`Constraint`] (a [`LogitsConstraint`] for the generation loop)
-//! per sequence.
+//! The grammar engine is [llguidance](https://github.com/guidance-ai/llguidance): a
+//! [`Constrainer`] builds its token trie once per vocabulary, then makes one [`Constraint`] (a
+//! [`LogitsConstraint`] for the generation loop) per sequence.
 //!
 //! ```no_run
 //! # fn demo(tokenizer: &kindle_tokenizer::Tokenizer) -> Result<(), kindle_constrain::ConstrainError> {

@@ -36,6 +36,14 @@ pub enum ExplainError {
     /// The decoder failed.
     #[error("decoding a token: {0}")]
     Decode(BoxError),
+    /// Writing a picture failed.
+    #[error("drawing {path}: {message}")]
+    Plot {
+        /// The file.
+        path: String,
+        /// What the plotting library said.
+        message: String,
+    },
     /// The page template failed (a bug).
     #[error("rendering the page: {0}")]
     Page(#[from] minijinja::Error),

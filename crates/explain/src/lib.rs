@@ -3,7 +3,7 @@
 //! this crate turns the traces of a run into an [`Explanation`] (the chosen token, its rank
 //! and probability, the entropy, how many tokens each stage kept, and the candidates with
 //! their probability after every stage), and shows it as a text table ([`table`]), JSON
-//! ([`Explanation::to_json`]) and one HTML page ([`page`]).
+//! ([`Explanation::to_json`]), pictures ([`plot`]: SVG or PNG) and one HTML page ([`page`]).
 //!
 //! It drives the model through [`kindle_generate::LanguageModel`] (no Burn), calling the
 //! sampler exactly as the generation loop does, so a seeded explanation chooses the tokens
@@ -63,6 +63,7 @@
 mod error;
 mod explain;
 pub mod page;
+pub mod plot;
 pub mod table;
 
 pub use error::ExplainError;

@@ -1,16 +1,22 @@
-//! One self-contained HTML page: a table per step, the candidates' raw probability drawn as
-//! bars, no network resources.
+//! One self-contained HTML page: the picture (inline SVG) and a table per step, the
+//! candidates' raw probability drawn as bars, no network resources.
 
 use minijinja::{Environment, context};
 use serde_json::json;
 
 use crate::table::visible;
-use crate::{ExplainError, Explanation};
+use crate::{ExplainError, Explanation, plot};
 
 const TEMPLATE: &str = include_str!("page.html");
 
-/// The page for `explanation`.
-pub fn html(explanation: &Explanation) -> Result<String, ExplainError> {
+/// The page for `explanation`, with bar panels for `steps` (1-based; empty: the first four).
+pub fn html(explanation: &Explanation, steps: &[usize]) -> Result<String, ExplainError> {
+    let picture = plot::svg(explanation, steps)?;
+    // The SVG's own XML prologue is not wanted inside HTML.
+    let picture = match picture.find("<svg") {
+        Some(at) => picture[at..].to_string(),
+        None => picture,
+    };
     let columns = explanation.effective_stages();
     let steps: Vec<_> = explanation
         .steps
@@ -47,6 +53,7 @@ pub fn html(explanation: &Explanation) -> Result<String, ExplainError> {
         settings => explanation.settings.as_str(),
         prompt_tokens => explanation.prompt_tokens,
         text => visible(&explanation.text()),
+        picture => minijinja::Value::from_safe_string(picture),
         columns => columns,
         steps => to_template(&serde_json::Value::Array(steps)),
     })?;

@@ -1,9 +1,9 @@
 //! kindle-explain on a fake model: the same tokens as the generation loop with the same seed,
-//! the trace's numbers in the table and JSON, a self-contained page.
+//! the trace's numbers in the table and JSON, valid SVG and PNG pictures, a self-contained page.
 
 use std::convert::Infallible;
 
-use kindle_explain::{ExplainOptions, Explanation, explain, page, table};
+use kindle_explain::{ExplainOptions, Explanation, explain, page, plot, table};
 use kindle_generate::{GenerationConfig, LanguageModel, ModelCache, Session, TokenDecoder};
 use kindle_sampling::{SamplerConfig, parse_order};
 
@@ -218,13 +218,48 @@ fn a_comparison_feeds_the_first_settings_tokens() {
 #[test]
 fn the_page_is_self_contained() {
     let e = explained(2);
-    let html = page::html(&e).unwrap();
+    let html = page::html(&e, &[]).unwrap();
     assert_eq!(html.matches("<table>").count(), e.steps.len());
     assert_eq!(html.matches("class=\"chosen\"").count(), e.steps.len());
     let first = &e.steps[0];
     assert!(html.contains(&format!("(id {})", first.token)), "{html}");
     assert!(html.contains(&format!("{:.4}", first.probability)));
+    assert!(html.contains("<svg"), "the page has the picture");
+    // The inline SVG names its namespace (http://www.w3.org/2000/svg); nothing else is a URL.
+    let without_namespace = html.replace("http://www.w3.org/2000/svg", "");
     for needle in ["<script", "<link", "src=", "http://", "https://"] {
-        assert!(!html.contains(needle), "the page loads {needle}");
+        assert!(
+            !without_namespace.contains(needle),
+            "the page loads {needle}"
+        );
     }
+}
+
+#[test]
+fn pictures_are_valid_svg_and_png() {
+    let e = explained(2);
+    let svg = plot::svg(&e, &[]).unwrap();
+    let doc = roxmltree::Document::parse(&svg).expect("the SVG parses");
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    let texts = doc.descendants().filter(|n| n.has_tag_name("text")).count();
+    assert!(texts > 10, "labels drawn: {texts}");
+    let rects = doc.descendants().filter(|n| n.has_tag_name("rect")).count();
+    assert!(rects >= 4 * 2 * 6, "bars drawn: {rects}");
+
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let png_path = dir.join("explain-test.png");
+    plot::write(&e, &[1, 2], &png_path).unwrap();
+    let decoder = png::Decoder::new(std::io::BufReader::new(
+        std::fs::File::open(&png_path).unwrap(),
+    ));
+    let mut reader = decoder.read_info().expect("the PNG decodes");
+    let mut pixels = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut pixels).unwrap();
+    assert_eq!((info.width, info.height), (1100, 600));
+    // Not a blank picture: some pixels are the bars' orange.
+    assert!(pixels.chunks(3).any(|p| p == [194, 65, 12]));
+    let err = plot::write(&e, &[], &dir.join("x.gif")).unwrap_err();
+    assert!(err.to_string().contains(".svg or .png"), "{err}");
+    let err = plot::svg(&e, &[99]).unwrap_err();
+    assert!(err.to_string().contains("99"), "{err}");
 }

@@ -388,15 +388,20 @@ impl<D: TokenDecoder> Core<D> {
                 .sample(&mut logits, history)
                 .map_err(|source| GenerateError::Sampling { step, source })?,
         };
-        self.emit(id, true)
+        self.emit(id, None)
     }
 
-    /// Emit `id`, chosen from the raw logits `row` (speculative verification).
-    pub(crate) fn emit_row(&mut self, row: &[f32], id: u32) -> Result<Event, GenerateError> {
+    /// Emit `id`, chosen from the raw logits `row` (speculative verification, which already
+    /// advanced the constraint and says whether it was `complete` after this token).
+    pub(crate) fn emit_row(
+        &mut self,
+        row: &[f32],
+        id: u32,
+        complete: bool,
+    ) -> Result<Event, GenerateError> {
         self.raw.clear();
         self.raw.extend_from_slice(row);
-        // The verifier advanced the constraint as it kept each token.
-        self.emit(id, false)
+        self.emit(id, Some(complete))
     }
 
     /// The token to feed next, when the next step is a decode step.
@@ -432,13 +437,16 @@ impl<D: TokenDecoder> Core<D> {
         self.timings.decode += time;
     }
 
-    /// Record `id` (chosen from the raw row in `self.raw`): logprobs, detokenise, stops;
-    /// advance the constraint with it when `advance` (the speculative verifier already has).
-    fn emit(&mut self, id: u32, advance: bool) -> Result<Event, GenerateError> {
+    /// Record `id` (chosen from the raw row in `self.raw`): logprobs, detokenise, stops.
+    /// `verified`: `None` advances the constraint with `id` here; `Some(complete)` when the
+    /// speculative verifier already has (and whether the constraint was complete after `id`).
+    fn emit(&mut self, id: u32, verified: Option<bool>) -> Result<Event, GenerateError> {
         let step = self.generated.len();
         let constraint_error = |source| GenerateError::Constraint { step, source };
         check_vocab(&[id], self.raw.len())?;
-        if advance && let Some(c) = &mut self.constraint {
+        if verified.is_none()
+            && let Some(c) = &mut self.constraint
+        {
             c.advance(id).map_err(constraint_error)?;
         }
         let lse = log_sum_exp(&self.raw);
@@ -455,7 +463,9 @@ impl<D: TokenDecoder> Core<D> {
             let scan = self.stops.push(&delta);
             (scan.text, scan.matched.map(StopMatch::String))
         };
-        if stop.is_none() && self.constraint.as_ref().is_some_and(|c| c.is_complete()) {
+        let complete =
+            verified.unwrap_or_else(|| self.constraint.as_ref().is_some_and(|c| c.is_complete()));
+        if stop.is_none() && complete {
             stop = Some(StopMatch::Constraint);
         }
 
@@ -578,6 +588,8 @@ struct Queued {
     id: u32,
     row: Vec<f32>,
     session_len: usize,
+    /// The constraint was complete after this token (false without one).
+    complete: bool,
 }
 
 impl<'a> SpecRun<'a> {
@@ -613,7 +625,7 @@ impl<'a> SpecRun<'a> {
     ) -> Option<Result<Event, GenerateError>> {
         if let Some(next) = self.queue.pop_front() {
             let t0 = Instant::now();
-            let event = core.emit_row(&next.row, next.id);
+            let event = core.emit_row(&next.row, next.id, next.complete);
             if event.is_err() || core.is_finished() {
                 self.queue.clear();
                 session.truncate(next.session_len);
@@ -722,6 +734,7 @@ impl<'a> SpecRun<'a> {
                 id,
                 row: rows[j * vocab..(j + 1) * vocab].to_vec(),
                 session_len: base + j,
+                complete: self.spec.complete_after.get(j).copied().unwrap_or(false),
             });
         }
         Ok(())

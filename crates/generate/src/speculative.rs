@@ -115,6 +115,9 @@ pub struct Speculator {
     pub(crate) draft: Draft,
     p: Vec<f64>,
     residual: Vec<f64>,
+    /// For each token the last [`verify`](Self::verify) returned: whether the constraint was
+    /// complete after it (the generator checks completion token by token as it emits).
+    pub(crate) complete_after: Vec<bool>,
 }
 
 impl Speculator {
@@ -134,6 +137,7 @@ impl Speculator {
             draft: Draft::default(),
             p: Vec::new(),
             residual: Vec::new(),
+            complete_after: Vec::new(),
         })
     }
 
@@ -200,6 +204,7 @@ impl Speculator {
         let base = history.len() - k;
         let greedy = sampler.config().temperature == 0.0;
         let mut out = Vec::with_capacity(k + 1);
+        self.complete_after.clear();
         let mut row = Vec::with_capacity(vocab);
         for i in 0..=k {
             row.clear();
@@ -211,20 +216,24 @@ impl Speculator {
                 Some(c) => c.mask(&mut row).map_err(constrained)?,
                 None => None,
             };
-            let mut keep = |t: u32, out: &mut Vec<u32>| -> Result<(), GenerateError> {
+            // Keep `t`; true when the constraint is complete after it (nothing may follow).
+            let complete_after = &mut self.complete_after;
+            let mut keep = |t: u32, out: &mut Vec<u32>| -> Result<bool, GenerateError> {
+                let mut complete = false;
                 if let Some(c) = constraint.as_deref_mut() {
                     c.advance(t).map_err(constrained)?;
+                    complete = c.is_complete();
                 }
+                complete_after.push(complete);
                 out.push(t);
-                Ok(())
+                Ok(complete)
             };
             if greedy || forced.is_some() {
                 let t = match forced {
                     Some(t) => t,
                     None => sampler.sample(&mut row, hist).map_err(sampling)?,
                 };
-                keep(t, &mut out)?;
-                if i == k || t != self.draft.tokens[i] {
+                if keep(t, &mut out)? || i == k || t != self.draft.tokens[i] {
                     break;
                 }
                 continue;
@@ -243,7 +252,9 @@ impl Speculator {
             let pd = self.p[d as usize];
             // Accept with probability min(1, p/q): u * q < p, u in [0, 1).
             if sampler.uniform() * qd < pd {
-                keep(d, &mut out)?;
+                if keep(d, &mut out)? {
+                    break;
+                }
                 continue;
             }
             if self.rule == AcceptRule::ResampleFromTarget {

@@ -12,7 +12,11 @@ use kindle_generate::{
     AcceptRule, Event, GenerateError, GenerationConfig, LanguageModel, ModelCache, ModelDrafter,
     PromptLookup, Session, Speculator, Summary, generate,
 };
-use kindle_sampling::{Mirostat, PenaltyScope, Sampler, SamplerConfig};
+use kindle_generate::{FinishReason, StopMatch};
+use kindle_sampling::{
+    ConstraintError, ConstraintStats, LogitsConstraint, Mirostat, PenaltyScope, Sampler,
+    SamplerConfig,
+};
 
 /// A fake model whose logits are a hash of the last two tokens and the position, so every
 /// context has its own distribution; `far` changes the hash for some contexts (a draft that
@@ -234,6 +238,184 @@ fn greedy_output_is_the_plain_output_with_every_drafter() {
                 }
             }
         }
+    }
+}
+
+/// A toy grammar: a token `t` may not follow `p` when `p + t` is a multiple of 3, every sixth
+/// token is forced to be 5, and the output is complete after 20 tokens. `advance` rejects any
+/// token the mask did not allow, so a run that appends one fails.
+struct NoThrees {
+    last: u32,
+    steps: usize,
+    masks: usize,
+    forced: usize,
+}
+
+impl NoThrees {
+    fn new(last: u32) -> Box<Self> {
+        Box::new(NoThrees {
+            last,
+            steps: 0,
+            masks: 0,
+            forced: 0,
+        })
+    }
+    fn forcing(&self) -> bool {
+        self.steps % 6 == 5
+    }
+}
+
+impl LogitsConstraint for NoThrees {
+    fn mask(&mut self, logits: &mut [f32]) -> Result<Option<u32>, ConstraintError> {
+        self.masks += 1;
+        for (t, logit) in logits.iter_mut().enumerate() {
+            let allowed = if self.forcing() {
+                t == 5
+            } else {
+                (self.last + t as u32) % 3 != 0
+            };
+            if !allowed {
+                *logit = f32::NEG_INFINITY;
+            }
+        }
+        if self.forcing() {
+            self.forced += 1;
+            return Ok(Some(5));
+        }
+        Ok(None)
+    }
+    fn advance(&mut self, t: u32) -> Result<(), ConstraintError> {
+        let allowed = if self.forcing() {
+            t == 5
+        } else {
+            (self.last + t) % 3 != 0
+        };
+        if !allowed {
+            return Err(format!("token {t} after {} at step {}", self.last, self.steps).into());
+        }
+        self.last = t;
+        self.steps += 1;
+        Ok(())
+    }
+    fn is_complete(&self) -> bool {
+        self.steps >= 20
+    }
+    fn stats(&self) -> ConstraintStats {
+        ConstraintStats {
+            masks: self.masks,
+            forced: self.forced,
+            ..ConstraintStats::default()
+        }
+    }
+}
+
+/// A constrained run: tokens, summary, and the session's tokens.
+fn run_constrained(
+    model: &HashModel,
+    prompt: &[u32],
+    sampler: &mut Sampler,
+    spec: Option<&mut Speculator>,
+) -> Result<(Vec<Event>, Summary), GenerateError> {
+    let vocab = letters(model.vocab);
+    let config = GenerationConfig::default().with_max_new_tokens(40);
+    let mut session = Session::new(model, 128).unwrap();
+    let mut generator = generate(model, &mut session, prompt, sampler, &vocab, &config)?
+        .with_constraint(NoThrees::new(*prompt.last().unwrap()));
+    if let Some(spec) = spec {
+        generator = generator.with_speculator(spec)?;
+    }
+    let mut events = Vec::new();
+    for event in generator {
+        match event? {
+            Event::Done(s) => return Ok((events, s)),
+            e => events.push(e),
+        }
+    }
+    unreachable!("a generation ends with Done")
+}
+
+#[test]
+fn drafts_are_checked_against_the_constraint() {
+    let vocab = 12;
+    let target = HashModel::target(vocab);
+    let prompt = [1, 2, 3, 4, 5, 1, 2, 3, 6, 7, 1, 2];
+    for penalties in [false, true] {
+        let sampler = || {
+            if penalties {
+                greedy_with_penalties()
+            } else {
+                Sampler::greedy()
+            }
+        };
+        let plain = run_constrained(&target, &prompt, &mut sampler(), None).unwrap();
+        assert_eq!(plain.1.finish_reason, FinishReason::Stop);
+        assert_eq!(plain.1.stop, Some(StopMatch::Constraint));
+        assert_eq!(plain.1.tokens.len(), 20);
+        let drafters: Vec<(&str, Speculator)> = vec![
+            (
+                "lookup",
+                Speculator::new(Box::new(PromptLookup::new(2).unwrap()), 4).unwrap(),
+            ),
+            (
+                "unconstrained same model",
+                Speculator::new(
+                    Box::new(ModelDrafter::new(target.clone(), 128, sampler()).unwrap()),
+                    5,
+                )
+                .unwrap(),
+            ),
+            (
+                "far model",
+                Speculator::new(
+                    Box::new(
+                        ModelDrafter::new(HashModel::draft(vocab, 3), 128, sampler()).unwrap(),
+                    ),
+                    3,
+                )
+                .unwrap(),
+            ),
+        ];
+        for (name, mut spec) in drafters {
+            let fast = run_constrained(&target, &prompt, &mut sampler(), Some(&mut spec))
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(plain.0, fast.0, "{name}: events");
+            assert_eq!(plain.1.tokens, fast.1.tokens, "{name}");
+            assert_eq!(plain.1.stop, fast.1.stop, "{name}");
+            let stats = spec.stats();
+            assert!(stats.passes > 0, "{name}: {stats:?}");
+            // The unconstrained drafter proposes tokens the grammar forbids: some are rejected.
+            if name == "unconstrained same model" {
+                assert!(stats.accepted < stats.drafted, "{name}: {stats:?}");
+            }
+        }
+    }
+    // Sampled: every token still obeys the grammar (advance would fail the run otherwise).
+    for seed in 0..20 {
+        let config = SamplerConfig {
+            temperature: 1.0,
+            seed: Some(seed),
+            ..SamplerConfig::neutral()
+        };
+        let mut spec = Speculator::new(
+            Box::new(
+                ModelDrafter::new(
+                    HashModel::draft(vocab, 3),
+                    128,
+                    config.clone().build().unwrap(),
+                )
+                .unwrap(),
+            ),
+            4,
+        )
+        .unwrap();
+        let (_, summary) = run_constrained(
+            &target,
+            &prompt,
+            &mut config.build().unwrap(),
+            Some(&mut spec),
+        )
+        .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        assert_eq!(summary.stop, Some(StopMatch::Constraint), "seed {seed}");
     }
 }
 

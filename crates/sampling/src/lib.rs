@@ -70,8 +70,8 @@
 
 mod candidates;
 mod config;
-mod distribution;
 mod constraint;
+mod distribution;
 mod error;
 pub mod logprobs;
 mod order;

@@ -1,7 +1,7 @@
 //! `kindle explain`: generate a few tokens and show every decision: the candidates, their
 //! probability before and after each processor of the chain, the entropy, what each truncation
-//! kept; as a table, JSON and one HTML page; `--compare A B` shows two settings'
-//! distributions along the same text.
+//! kept; as a table, JSON, pictures (SVG/PNG) and one HTML page; `--compare A B` shows two
+//! settings' distributions along the same text.
 
 use std::path::PathBuf;
 
@@ -13,7 +13,7 @@ use kindle_cli::plan::{
     PromptSettings, RunPlan, RunSettings, SamplingSettings,
 };
 use kindle_cli::sampling_args::SamplingArgs;
-use kindle_explain::{ExplainOptions, Explanation, explain, page, table};
+use kindle_explain::{ExplainOptions, Explanation, explain, page, plot, table};
 use kindle_sampling::SamplerConfig;
 use serde_json::json;
 
@@ -43,7 +43,15 @@ pub struct ExplainArgs {
     /// Print the explanation as JSON instead of a table
     #[arg(long)]
     pub json: bool,
-    /// Write one self-contained HTML page (a table per step) to this file
+    /// Draw the distributions before and after the chain, and the entropy and chosen
+    /// probability per step, to this .svg or .png file
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+    /// Steps that get a bar chart in --plot and --html (1-based, comma-separated) [default:
+    /// the first four]
+    #[arg(long, value_delimiter = ',', value_name = "N,...")]
+    pub plot_steps: Vec<usize>,
+    /// Write one self-contained HTML page (tables and pictures) to this file
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
     /// Compare two sampling settings along the same text: the first setting's tokens are fed,
@@ -173,8 +181,12 @@ fn output(args: &ExplainArgs, first: &Explanation, second: Option<&Explanation>)
         (None, true) => println!("{}", first.to_json()),
         (None, false) => print!("{}", table::table(first)),
     }
+    if let Some(path) = &args.plot {
+        plot::write(first, &args.plot_steps, path)?;
+        eprintln!("kindle: wrote {}", path.display());
+    }
     if let Some(path) = &args.html {
-        let html = page::html(first)?;
+        let html = page::html(first, &args.plot_steps)?;
         std::fs::write(path, html).with_context(|| format!("writing {}", path.display()))?;
         eprintln!("kindle: wrote {}", path.display());
     }

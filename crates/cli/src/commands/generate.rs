@@ -151,14 +151,9 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         args.sampling.logprobs.is_some(),
     );
     let report = match &constraint {
-        Some((constraint, flag)) => run_constrained(
-            &plan,
-            &mode,
-            constraint,
-            flag,
-            sink.as_mut(),
-            spec.as_mut(),
-        )?,
+        Some((constraint, flag)) => {
+            run_constrained(&plan, &mode, constraint, flag, sink.as_mut(), spec.as_mut())?
+        }
         None => run::run_drafting(&plan, &mode, sink.as_mut(), spec.as_mut())?,
     };
     if args.verbose {

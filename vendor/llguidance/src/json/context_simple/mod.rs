@@ -1,5 +1,0 @@
-mod context;
-mod draft;
-
-pub use context::{Context, PreContext};
-pub use draft::{Draft, ResourceRef};
