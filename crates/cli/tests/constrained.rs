@@ -188,6 +188,27 @@ fn greedy_constrained_equals_greedy_where_allowed() {
     let rx = format!("{escaped}(.|\\n)*");
     let constrained = json(&["--regex", &rx, prompt, "-n", "6", "--temp", "0"]);
     assert_eq!(constrained["tokens"], free["tokens"], "{rx}");
+    // Drafting (prompt lookup, checked against the mask) leaves a constrained greedy run as
+    // it is, token for token.
+    let schema = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/testdata/schemas");
+    let first = schemas().into_iter().next().unwrap().0;
+    assert!(first.starts_with(&schema));
+    let file = first.to_str().unwrap();
+    let args = [
+        "--json-schema",
+        file,
+        "-n",
+        "200",
+        "--temp",
+        "0",
+        "Answer in JSON:",
+    ];
+    let plain = json(&args);
+    let mut drafted_args = args.to_vec();
+    drafted_args.extend(["--lookup-ngram", "2"]);
+    let drafted = json(&drafted_args);
+    assert_eq!(drafted["tokens"], plain["tokens"], "{file}");
+    assert_eq!(drafted["finish_reason"], "stop", "{drafted}");
     // A regex that forbids the greedy first token changes only what it must: the first token
     // differs, and the output matches.
     let out = json(&["--regex", "[0-9]+", prompt, "-n", "4", "--temp", "0"]);

@@ -135,12 +135,13 @@ assert count == 4, count
 
 # Structured output: the client sends the pydantic model's strict JSON schema as
 # response_format and parses the answer back into the model.
-from pydantic import BaseModel
+# Bounds keep a 135M model from spinning in one field (it repeats digits without them).
+from pydantic import BaseModel, Field
 
 class City(BaseModel):
-    name: str
-    country: str
-    population: int
+    name: str = Field(max_length=40)
+    country: str = Field(max_length=40)
+    population: int = Field(ge=0, le=100_000_000)
 
 parse = getattr(client.chat.completions, "parse", None) or client.beta.chat.completions.parse
 parsed = parse(model=model, response_format=City, max_tokens=120, temperature=0,
