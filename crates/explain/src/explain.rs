@@ -1,7 +1,7 @@
 //! The loop that records every decision, and what it records.
 
 use kindle_generate::{LanguageModel, TokenDecoder};
-use kindle_sampling::{History, Sampler, Trace};
+use kindle_sampling::{History, Sampler, StageSummary, Trace};
 use serde_json::{Value, json};
 
 use crate::ExplainError;
@@ -30,19 +30,6 @@ pub struct Candidate {
     /// Its probability after each stage of the chain, aligned with [`Step::stages`] (0 once
     /// a stage dropped it).
     pub after: Vec<f64>,
-}
-
-/// What one stage did at one step.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StageSummary {
-    /// The stage (`masks`, a chain stage, or `greedy`).
-    pub name: &'static str,
-    /// Tokens left in play after it.
-    pub kept: usize,
-    /// Tokens it changed or dropped.
-    pub changed: usize,
-    /// Entropy of the distribution after it, in nats.
-    pub entropy: f64,
 }
 
 /// One decoding decision.
@@ -217,7 +204,7 @@ pub fn explain<M: LanguageModel, D: TokenDecoder>(
     })
 }
 
-/// One step's record from its trace.
+/// One step's record from its trace (the sampler's [`Trace::summary`], with texts).
 fn describe<D: TokenDecoder>(
     trace: &Trace,
     token: u32,
@@ -225,62 +212,36 @@ fn describe<D: TokenDecoder>(
     top: usize,
     decoder: &D,
 ) -> Result<Step, ExplainError> {
-    let raw = trace.raw().expect("a trace starts with the raw stage");
-    let last = trace.last().expect("a trace has a last stage");
+    let summary = trace
+        .summary(token, top)
+        .expect("a trace starts with the raw stage");
     let text = |id: u32| {
         decoder
             .decode(&[id])
             .map_err(|e| ExplainError::Decode(Box::new(e)))
     };
-    // Candidates: the raw top, the top after the chain, and the token.
-    let mut ids: Vec<u32> = raw.top(top).into_iter().map(|c| c.0).collect();
-    for (id, _) in last.top(top) {
-        if !ids.contains(&id) {
-            ids.push(id);
-        }
-    }
-    if !ids.contains(&token) {
-        ids.push(token);
-    }
-    ids.sort_by(|a, b| {
-        raw.probability(*b)
-            .total_cmp(&raw.probability(*a))
-            .then(a.cmp(b))
-    });
-    let candidates = ids
-        .iter()
-        .map(|&id| {
+    let candidates = summary
+        .candidates
+        .into_iter()
+        .map(|c| {
             Ok(Candidate {
-                id,
-                text: text(id)?,
-                raw_probability: raw.probability(id),
-                after: trace.stages[1..]
-                    .iter()
-                    .map(|s| s.probability(id))
-                    .collect(),
+                id: c.id,
+                text: text(c.id)?,
+                raw_probability: c.raw_probability,
+                after: c.after,
             })
         })
         .collect::<Result<Vec<_>, ExplainError>>()?;
-    let probability = raw.probability(token);
-    // Only a masked token (fed in a comparison) is out of the raw distribution.
-    let rank = raw.rank(token).unwrap_or(raw.kept + 1);
     Ok(Step {
         token,
         text: text(token)?,
-        probability,
-        rank,
-        selected_probability: last.probability(token),
-        entropy: raw.entropy(),
-        vocab: raw.kept,
-        stages: trace.stages[1..]
-            .iter()
-            .map(|s| StageSummary {
-                name: s.name,
-                kept: s.kept,
-                changed: s.changed,
-                entropy: s.entropy(),
-            })
-            .collect(),
+        probability: summary.probability,
+        // Only a masked token (fed in a comparison) is out of the raw distribution.
+        rank: summary.rank.unwrap_or(summary.vocab + 1),
+        selected_probability: summary.selected_probability,
+        entropy: summary.entropy,
+        vocab: summary.vocab,
+        stages: summary.stages,
         candidates,
         forced,
     })

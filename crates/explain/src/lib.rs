@@ -67,4 +67,5 @@ pub mod plot;
 pub mod table;
 
 pub use error::ExplainError;
-pub use explain::{Candidate, ExplainOptions, Explanation, StageSummary, Step, explain};
+pub use explain::{Candidate, ExplainOptions, Explanation, Step, explain};
+pub use kindle_sampling::StageSummary;

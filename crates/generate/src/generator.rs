@@ -5,7 +5,9 @@ use std::collections::VecDeque;
 use std::iter::FusedIterator;
 use std::time::{Duration, Instant};
 
-use kindle_sampling::{ConstraintStats, LogitsConstraint, Mirostat, Sampler};
+use kindle_sampling::{
+    ConstraintStats, History, LogitsConstraint, Mirostat, Sampler, TraceSummary,
+};
 
 use crate::config::{GenerationConfig, StopConditions};
 use crate::decode::{StreamDecoder, TokenDecoder};
@@ -265,6 +267,10 @@ pub(crate) struct Core<D: TokenDecoder> {
     pending: Option<(bool, Instant)>,
     /// The output constraint, if any.
     pub(crate) constraint: Option<Box<dyn LogitsConstraint>>,
+    /// Record a [`TraceSummary`] of each sampled token with this many candidates.
+    pub(crate) trace_top: Option<usize>,
+    /// The summary of the last sampled token (none for a forced one).
+    pub(crate) last_trace: Option<TraceSummary>,
 }
 
 impl<D: TokenDecoder> Core<D> {
@@ -310,6 +316,8 @@ impl<D: TokenDecoder> Core<D> {
             timings: Timings::default(),
             pending: None,
             constraint: None,
+            trace_top: None,
+            last_trace: None,
         })
     }
 
@@ -382,11 +390,21 @@ impl<D: TokenDecoder> Core<D> {
             Some(c) => c.mask(&mut logits).map_err(constraint_error)?,
             None => None,
         };
-        let id = match forced {
-            Some(id) => id,
-            None => sampler
+        self.last_trace = None;
+        let sampling_error = |source| GenerateError::Sampling { step, source };
+        let id = match (forced, self.trace_top) {
+            (Some(id), _) => id,
+            (None, None) => sampler
                 .sample(&mut logits, history)
-                .map_err(|source| GenerateError::Sampling { step, source })?,
+                .map_err(sampling_error)?,
+            (None, Some(top)) => {
+                let history = History::new(history, sampler.prompt_len());
+                let (sampled, trace) = sampler
+                    .sample_traced(&mut logits, history, top)
+                    .map_err(sampling_error)?;
+                self.last_trace = trace.summary(sampled.token, top);
+                sampled.token
+            }
         };
         self.emit(id, None)
     }

@@ -2,7 +2,7 @@
 //! scheduler keeps per request, so that sequences can join and leave a running batch between
 //! steps (continuous batching).
 
-use kindle_sampling::{LogitsConstraint, Sampler};
+use kindle_sampling::{LogitsConstraint, Sampler, TraceSummary};
 
 use crate::generator::{Core, Step};
 use crate::{Event, GenerateError, GenerationConfig, LanguageModel, Session, TokenDecoder};
@@ -102,6 +102,21 @@ impl<M: LanguageModel, D: TokenDecoder> Sequence<M, D> {
     pub fn with_constraint(mut self, constraint: Box<dyn LogitsConstraint>) -> Self {
         self.core.constraint = Some(constraint);
         self
+    }
+
+    /// Record what the sampler's chain did for each sampled token ([`TraceSummary`] with
+    /// `top` candidates; read it with [`take_trace`](Self::take_trace) after each
+    /// [`complete`](Self::complete)). It costs a pass over the vocabulary per stage, so only
+    /// when asked. Mirostat cannot be traced: its steps then fail.
+    pub fn with_trace(mut self, top: usize) -> Self {
+        self.core.trace_top = Some(top);
+        self
+    }
+
+    /// The trace of the token the last [`complete`](Self::complete) sampled, when tracing
+    /// (none for a token a constraint forced).
+    pub fn take_trace(&mut self) -> Option<TraceSummary> {
+        self.core.last_trace.take()
     }
 
     /// What the next step needs: [`Step::Feed`] tokens to run (then call

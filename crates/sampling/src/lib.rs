@@ -85,4 +85,4 @@ pub use constraint::{ConstraintError, ConstraintStats, LogitsConstraint};
 pub use error::SamplingError;
 pub use order::{HF_ORDER, LLAMA_CPP_ORDER, OrderPreset, Stage, format_order, parse_order};
 pub use sampler::{History, Sampled, Sampler};
-pub use trace::{StageTrace, Trace};
+pub use trace::{CandidateSummary, StageSummary, StageTrace, Trace, TraceSummary};

@@ -132,6 +132,55 @@ impl Trace {
         self.stages.last()
     }
 
+    /// What a person is shown about choosing `token`: each stage after `raw` (name, kept,
+    /// changed, entropy) and the candidates (the `top` most likely raw, the `top` most likely
+    /// after the chain, and `token`), most likely raw first, each with its probability after
+    /// every stage. `None` for an empty trace. `kindle explain` and the server's
+    /// `kindle_trace` both read this.
+    pub fn summary(&self, token: u32, top: usize) -> Option<TraceSummary> {
+        let (raw, last) = (self.raw()?, self.last()?);
+        let mut ids: Vec<u32> = raw.top(top).into_iter().map(|c| c.0).collect();
+        for (id, _) in last.top(top) {
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+        if !ids.contains(&token) {
+            ids.push(token);
+        }
+        ids.sort_by(|a, b| {
+            raw.probability(*b)
+                .total_cmp(&raw.probability(*a))
+                .then(a.cmp(b))
+        });
+        let later = &self.stages[1..];
+        Some(TraceSummary {
+            token,
+            vocab: raw.kept,
+            rank: raw.rank(token),
+            probability: raw.probability(token),
+            selected_probability: last.probability(token),
+            entropy: raw.entropy(),
+            stages: later
+                .iter()
+                .map(|s| StageSummary {
+                    name: s.name,
+                    kept: s.kept,
+                    changed: s.changed,
+                    entropy: s.entropy(),
+                })
+                .collect(),
+            candidates: ids
+                .into_iter()
+                .map(|id| CandidateSummary {
+                    id,
+                    raw_probability: raw.probability(id),
+                    after: later.iter().map(|s| s.probability(id)).collect(),
+                })
+                .collect(),
+        })
+    }
+
     pub(crate) fn record(&mut self, name: &'static str, cands: Vec<(u32, f32)>) {
         let stage = StageTrace::new(name, cands, self.stages.last());
         self.stages.push(stage);
@@ -164,4 +213,52 @@ mod tests {
         assert_eq!((raw.rank(0), raw.rank(3)), (Some(1), Some(4)));
         assert_eq!(t.logit(1), Some(0.0));
     }
+}
+
+/// One sampling decision in brief ([`Trace::summary`]): the chosen token, how sure the model
+/// was, what each stage did, and the candidates through the chain.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceSummary {
+    /// The chosen token.
+    pub token: u32,
+    /// Tokens in the raw distribution (the vocabulary).
+    pub vocab: usize,
+    /// The token's rank in the raw distribution (1: the most likely); `None` when it was not
+    /// in it (a masked token imposed from outside).
+    pub rank: Option<usize>,
+    /// Its raw probability (softmax of the logits).
+    pub probability: f64,
+    /// Its probability after the whole chain (what the selection drew from).
+    pub selected_probability: f64,
+    /// Entropy of the raw distribution, in nats.
+    pub entropy: f64,
+    /// Every stage after `raw`, in the order they ran.
+    pub stages: Vec<StageSummary>,
+    /// The candidates, most likely raw first.
+    pub candidates: Vec<CandidateSummary>,
+}
+
+/// What one stage did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StageSummary {
+    /// The stage (`masks`, a chain stage, or `greedy`).
+    pub name: &'static str,
+    /// Tokens left in play after it.
+    pub kept: usize,
+    /// Tokens it changed or dropped.
+    pub changed: usize,
+    /// Entropy of the distribution after it, in nats.
+    pub entropy: f64,
+}
+
+/// One candidate token through the chain.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CandidateSummary {
+    /// Token id.
+    pub id: u32,
+    /// Its raw probability.
+    pub raw_probability: f64,
+    /// Its probability after each stage, aligned with [`TraceSummary::stages`] (0 once a
+    /// stage dropped it).
+    pub after: Vec<f64>,
 }

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use kindle_generate::{
     Event, FinishReason, GenerationConfig, LanguageModel, Sequence, Session, Step,
 };
-use kindle_sampling::{LogitsConstraint, Sampler};
+use kindle_sampling::{LogitsConstraint, Sampler, TraceSummary};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::codec::TextCodec;
@@ -50,7 +50,12 @@ pub struct Job {
     pub arrived: Instant,
     /// Its output constraint (`response_format`, `guided_*`), if any.
     pub constraint: Option<Box<dyn LogitsConstraint>>,
+    /// Trace each sampled token (`kindle_trace`), with [`TRACE_CANDIDATES`] candidates.
+    pub trace: bool,
 }
+
+/// Candidates in a `kindle_trace` (the most likely raw, and after the chain).
+pub const TRACE_CANDIDATES: usize = 5;
 
 /// What the engine tells a handler about one choice.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,6 +72,8 @@ pub enum Update {
         logprob: f32,
         /// The most likely alternatives `(id, logprob)`, as many as asked for.
         top_logprobs: Vec<(u32, f32)>,
+        /// What the sampler's chain did, when the request asked (`kindle_trace`).
+        trace: Option<Box<TraceSummary>>,
     },
     /// The choice finished.
     Done {
@@ -280,6 +287,13 @@ impl<M: LanguageModel, C: TextCodec> Engine<M, C> {
                     Some(constraint) => seq.with_constraint(constraint),
                     None => seq,
                 })
+                .map(|seq| {
+                    if job.trace {
+                        seq.with_trace(TRACE_CANDIDATES)
+                    } else {
+                        seq
+                    }
+                })
             });
             match started {
                 Ok(seq) => {
@@ -387,7 +401,7 @@ impl<M: LanguageModel, C: TextCodec> Engine<M, C> {
                 match r.seq.plan() {
                     Step::Feed(tokens) => r.feed = Some(tokens),
                     Step::Emit(event) => {
-                        send_event(r, event, &self.metrics);
+                        send_event(r, event, None, &self.metrics);
                         continue;
                     }
                     Step::End => {
@@ -454,7 +468,10 @@ impl<M: LanguageModel, C: TextCodec> Engine<M, C> {
                         continue;
                     }
                     match r.seq.complete(row) {
-                        Ok(event) => send_event(r, event, &self.metrics),
+                        Ok(event) => {
+                            let trace = r.seq.take_trace();
+                            send_event(r, event, trace, &self.metrics);
+                        }
                         Err(error) => {
                             let _ = r.events.send(Update::Error {
                                 index: r.index,
@@ -474,6 +491,7 @@ impl<M: LanguageModel, C: TextCodec> Engine<M, C> {
 fn send_event<M: LanguageModel, C: TextCodec>(
     r: &mut Running<M, C>,
     event: Event,
+    trace: Option<TraceSummary>,
     metrics: &Metrics,
 ) {
     let update = match event {
@@ -500,6 +518,7 @@ fn send_event<M: LanguageModel, C: TextCodec>(
                 text,
                 logprob,
                 top_logprobs,
+                trace: trace.map(Box::new),
             }
         }
         Event::Done(summary) => {

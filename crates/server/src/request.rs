@@ -141,6 +141,9 @@ pub struct GenerationParams {
     pub sampler: SamplerConfig,
     /// The output constraint and the field that asked for it.
     pub guided: Option<(crate::guided::Guided, &'static str)>,
+    /// `kindle_trace`: report what the sampler's chain did for each token (inside the
+    /// logprobs, which it needs).
+    pub trace: bool,
 }
 
 /// Most choices per prompt.
@@ -225,7 +228,24 @@ pub fn generation_params(object: &Object, chat: bool) -> Result<GenerationParams
         integer(object, "logprobs", 0, 5)?.map(|n| n as usize)
     };
     let ignore_eos = boolean(object, "ignore_eos")?.unwrap_or(false);
+    let trace = boolean(object, "kindle_trace")?.unwrap_or(false);
+    if trace && logprobs.is_none() {
+        return Err(ApiError::invalid(
+            "kindle_trace",
+            if chat {
+                "'kindle_trace' is reported inside the logprobs: set 'logprobs' to true."
+            } else {
+                "'kindle_trace' is reported inside the logprobs: set 'logprobs' (0-5)."
+            },
+        ));
+    }
     let sampler = sampler_config(object)?;
+    if trace && sampler.mirostat != kindle_sampling::Mirostat::Off {
+        return Err(ApiError::invalid(
+            "kindle_trace",
+            "'kindle_trace' cannot trace mirostat (its truncation happens in its selection).",
+        ));
+    }
     let guided = crate::guided::guided(object)?;
     Ok(GenerationParams {
         model,
@@ -238,6 +258,7 @@ pub fn generation_params(object: &Object, chat: bool) -> Result<GenerationParams
         ignore_eos,
         sampler,
         guided,
+        trace,
     })
 }
 

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use kindle_sampling::TraceSummary;
 use serde_json::{Map, Value, json};
 
 use crate::codec::TextCodec;
@@ -92,6 +93,31 @@ pub struct TokenReport {
     pub logprob: f32,
     /// The alternatives.
     pub top: Vec<(u32, f32)>,
+    /// What the sampler's chain did (`kindle_trace`).
+    pub trace: Option<Box<TraceSummary>>,
+}
+
+/// A token's `kindle_trace`: its rank, raw and after-chain probability and the raw entropy;
+/// each stage of the chain (`name`, `kept`, `changed`); the candidates (`token`, `id`, `raw`,
+/// `after`: the probability after each stage, `final`: after the chain).
+pub fn trace_json<C: TextCodec>(codec: &C, trace: &TraceSummary) -> Value {
+    json!({
+        "rank": trace.rank,
+        "probability": trace.probability,
+        "selected_probability": trace.selected_probability,
+        "entropy": trace.entropy,
+        "vocab": trace.vocab,
+        "stages": trace.stages.iter().map(|s| json!({
+            "name": s.name, "kept": s.kept, "changed": s.changed,
+        })).collect::<Vec<_>>(),
+        "candidates": trace.candidates.iter().map(|c| json!({
+            "token": codec.token_text(c.id),
+            "id": c.id,
+            "raw": c.raw_probability,
+            "after": c.after,
+            "final": c.after.last().copied().unwrap_or(c.raw_probability),
+        })).collect::<Vec<_>>(),
+    })
 }
 
 /// Token logprobs in the endpoint's shape: completions' parallel arrays (`tokens`,
@@ -122,12 +148,23 @@ pub fn logprobs_json<C: TextCodec>(
                     .collect();
                 tops.push(Value::Object(top));
             }
-            json!({
+            let mut value = json!({
                 "tokens": texts,
                 "token_logprobs": logprobs,
                 "top_logprobs": tops,
                 "text_offset": offsets,
-            })
+            });
+            if tokens.iter().any(|t| t.trace.is_some()) {
+                value["kindle_trace"] = tokens
+                    .iter()
+                    .map(|t| {
+                        t.trace
+                            .as_ref()
+                            .map_or(Value::Null, |x| trace_json(codec, x))
+                    })
+                    .collect();
+            }
+            value
         }
         Endpoint::Chat => {
             let entry = |id: u32, logprob: f32| {
@@ -141,6 +178,9 @@ pub fn logprobs_json<C: TextCodec>(
                     let mut value = entry(token.id, token.logprob);
                     let top: Vec<Value> = token.top.iter().map(|&(id, lp)| entry(id, lp)).collect();
                     value["top_logprobs"] = Value::Array(top);
+                    if let Some(trace) = &token.trace {
+                        value["kindle_trace"] = trace_json(codec, trace);
+                    }
                     value
                 })
                 .collect();
@@ -320,6 +360,7 @@ impl<C: TextCodec> ChunkWriter<C> {
                 text,
                 logprob,
                 top_logprobs,
+                trace,
             } => {
                 if index >= self.offsets.len() || (text.is_empty() && !self.meta.logprobs) {
                     return None;
@@ -329,6 +370,7 @@ impl<C: TextCodec> ChunkWriter<C> {
                         id,
                         logprob,
                         top: top_logprobs,
+                        trace,
                     };
                     let value = logprobs_json(
                         self.codec.as_ref(),

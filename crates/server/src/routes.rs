@@ -494,6 +494,7 @@ fn jobs<C: TextCodec>(
             };
             out.push(Job {
                 constraint,
+                trace: params.trace,
                 capacity: prompt.len() + max_new,
                 prompt: prompt.clone(),
                 sampler,
@@ -590,6 +591,7 @@ async fn collect(
                 text,
                 logprob,
                 top_logprobs,
+                trace,
             }) => {
                 if let Some(choice) = choices.get_mut(index) {
                     choice.text.push_str(&text);
@@ -597,6 +599,7 @@ async fn collect(
                         id,
                         logprob,
                         top: top_logprobs,
+                        trace,
                     });
                 }
             }

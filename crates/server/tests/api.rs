@@ -320,6 +320,108 @@ async fn logprobs_in_both_shapes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kindle_trace_reports_the_chain_per_token() {
+    let server = TestServer::start(config(), Duration::ZERO).await;
+    let request = json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": 4,
+        "temperature": 0.8, "top_k": 3, "seed": 5, "logprobs": true, "ignore_eos": true,
+        "kindle_trace": true});
+    let (status, body) = server.post("/v1/chat/completions", &request).await;
+    assert_eq!(status, 200, "{body}");
+    let content = body["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .unwrap();
+    assert_eq!(content.len(), 4);
+    for entry in content {
+        let trace = &entry["kindle_trace"];
+        let stages: Vec<&str> = trace["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap())
+            .collect();
+        assert!(
+            stages.contains(&"top_k") && stages.contains(&"temperature"),
+            "{trace}"
+        );
+        let top_k = trace["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == "top_k")
+            .unwrap();
+        assert_eq!(top_k["kept"], 3, "{trace}");
+        // The token's raw probability is its logprob; after the chain it was one of three.
+        let p = trace["probability"].as_f64().unwrap();
+        let logprob = entry["logprob"].as_f64().unwrap();
+        assert!((p.ln() - logprob).abs() < 1e-4, "{p} vs {logprob}");
+        let candidates = trace["candidates"].as_array().unwrap();
+        let kept: Vec<&Value> = candidates
+            .iter()
+            .filter(|c| c["final"].as_f64().unwrap() > 0.0)
+            .collect();
+        assert_eq!(kept.len(), 3, "{trace}");
+        let total: f64 = kept.iter().map(|c| c["final"].as_f64().unwrap()).sum();
+        assert!((total - 1.0).abs() < 1e-6, "{total}");
+        let chosen = candidates
+            .iter()
+            .find(|c| c["token"] == entry["token"])
+            .expect("the chosen token is a candidate");
+        assert!(chosen["final"].as_f64().unwrap() > 0.0);
+        assert_eq!(
+            chosen["final"].as_f64().unwrap(),
+            trace["selected_probability"].as_f64().unwrap()
+        );
+    }
+    // The same request without the trace chooses the same tokens (tracing changes nothing).
+    let mut plain = request.clone();
+    plain.as_object_mut().unwrap().remove("kindle_trace");
+    let (_, untraced) = server.post("/v1/chat/completions", &plain).await;
+    assert_eq!(
+        untraced["choices"][0]["message"]["content"],
+        body["choices"][0]["message"]["content"]
+    );
+
+    // Completions, streamed: a one-element kindle_trace array beside each chunk's logprobs.
+    let events = server
+        .stream(
+            "/v1/completions",
+            &json!({"prompt": "abc", "max_tokens": 3, "temperature": 0, "logprobs": 1,
+                    "stream": true, "ignore_eos": true, "kindle_trace": true}),
+        )
+        .await;
+    let traces: Vec<Vec<Value>> = events
+        .iter()
+        .filter(|e| *e != "[DONE]")
+        .map(|e| serde_json::from_str::<Value>(e).unwrap())
+        .filter_map(|c| {
+            c["choices"][0]["logprobs"]["kindle_trace"]
+                .as_array()
+                .cloned()
+        })
+        .collect();
+    assert_eq!(traces.len(), 3);
+    for trace in &traces {
+        assert_eq!(trace.len(), 1);
+        // Greedy: the last stage puts all the mass on the argmax.
+        let stages = trace[0]["stages"].as_array().unwrap();
+        assert_eq!(stages.last().unwrap()["name"], "greedy", "{trace:?}");
+        assert_eq!(trace[0]["rank"], 1);
+        assert_eq!(trace[0]["selected_probability"], 1.0);
+    }
+
+    // The trace rides in the logprobs: without them it is a named error.
+    let (status, body) = server
+        .post(
+            "/v1/chat/completions",
+            &json!({"messages": [{"role": "user", "content": "x"}], "kindle_trace": true}),
+        )
+        .await;
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["param"], "kindle_trace", "{body}");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_disconnects_is_removed_and_its_cache_freed() {
     let server = TestServer::start(config(), Duration::from_millis(20)).await;
     // Streamed: read two chunks, then drop the response.

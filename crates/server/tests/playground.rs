@@ -328,11 +328,28 @@ async fn playground_streams_colours_tokens_and_stops_in_a_real_browser() {
             bg.starts_with("rgb") && bg != "rgba(0, 0, 0, 0)",
             "uncoloured: {token}"
         );
+        // The sampler's trace: how sure, what the chain kept (greedy here), the candidates
+        // (at least the top 5) before and after the chain.
         let top = token["top"].as_str().unwrap();
-        assert!(top.starts_with("p = ") && top.lines().count() == 6, "{top}");
+        let lines: Vec<&str> = top.lines().collect();
+        assert!(lines[0].starts_with("p = ") && lines.len() >= 9, "{top}");
+        assert!(
+            lines[1].starts_with("rank 1, after the chain p = 1.000"),
+            "{top}"
+        );
+        // The page's default top-p and min-p run before greedy's argmax.
+        assert!(
+            lines[2].contains(" tokens → top_p kept ") && lines[2].ends_with("→ greedy kept 1"),
+            "{top}"
+        );
+        assert_eq!(
+            lines[4..].iter().filter(|l| l.ends_with("1.000")).count(),
+            1,
+            "one candidate has all the mass after greedy: {top}"
+        );
     }
 
-    // Hovering a token shows its top 5 in the tooltip.
+    // Hovering a token shows its trace in the tooltip.
     page.hover("#output .tok").await;
     wait_until(
         &page,
@@ -341,7 +358,9 @@ async fn playground_streams_colours_tokens_and_stops_in_a_real_browser() {
     )
     .await;
     let tip = js(&page, "return document.getElementById('tip').textContent").await;
-    assert_eq!(tip.as_str().unwrap().lines().count(), 6, "{tip}");
+    let tip = tip.as_str().unwrap();
+    assert!(tip.starts_with("p = ") && tip.lines().count() >= 9, "{tip}");
+    assert!(tip.contains("greedy kept 1"), "{tip}");
 
     // Stop: the request is aborted, the server drops the sequence.
     page.click("#stop").await;
