@@ -1,0 +1,302 @@
+//! A Hugging Face model directory, and its conversion to GGUF.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use kindle_gguf::quant::{QUANTIZE_TYPES, quantize};
+use kindle_gguf::{GgmlType, GgufFile, GgufWriter, MetadataValue};
+use safetensors::Dtype;
+use serde_json::Value;
+
+use crate::config::ModelConfig;
+use crate::error::{HfError, Result, io_error};
+use crate::json::JsonObject;
+use crate::names::{self, Transform};
+use crate::safetensors_file::{SafetensorsFile, decode_f32};
+use crate::vocab_import::{self, TokenizerFiles};
+
+/// How [`HfDir::to_gguf`] writes tensors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToGgufOptions {
+    /// The type of the weight matrices. `None` keeps them: F32 stays F32, F16 stays F16,
+    /// BF16 becomes F32 (exact). `Some(t)` (F32, F16, Q8_0, Q4_0 or Q4_1) encodes every
+    /// two-dimensional tensor whose rows are whole blocks of `t` with kindle-gguf's
+    /// quantizers, as `kindle quantize` does. One-dimensional tensors (norms, biases) are
+    /// always F32, as llama.cpp writes them.
+    pub tensor_type: Option<GgmlType>,
+    /// Write the `tokenizer.*` metadata (from tokenizer.json); an error when the directory
+    /// has no tokenizer.json or one that cannot be converted.
+    pub tokenizer: bool,
+}
+
+impl Default for ToGgufOptions {
+    fn default() -> Self {
+        Self {
+            tensor_type: None,
+            tokenizer: true,
+        }
+    }
+}
+
+/// A Hugging Face model directory: `config.json`, `model.safetensors` or the shards of
+/// `model.safetensors.index.json` (memory-mapped and checked), and the tokenizer files.
+#[derive(Debug)]
+pub struct HfDir {
+    dir: PathBuf,
+    config: ModelConfig,
+    config_json: JsonObject,
+    shards: Vec<SafetensorsFile>,
+    /// Tensor name → shard index, in the order the tensors were found.
+    tensors: Vec<(String, usize)>,
+    tokenizer: Option<TokenizerFiles>,
+}
+
+impl HfDir {
+    /// Opens the directory `dir`: reads config.json (an unknown architecture, a missing key
+    /// or a key of the wrong type is an error naming it), maps and checks every shard, reads
+    /// the tokenizer files when present.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
+        let dir = dir.as_ref().to_owned();
+        let config_path = dir.join("config.json");
+        let config_json = JsonObject::read(&config_path)?;
+        let config = ModelConfig::from_json(&config_json)?;
+        let (shards, tensors) = open_weights(&dir)?;
+        Ok(Self {
+            config,
+            config_json,
+            shards,
+            tensors,
+            tokenizer: TokenizerFiles::read(&dir)?,
+            dir,
+        })
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The model's configuration (from config.json).
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// The safetensors files.
+    pub fn shards(&self) -> &[SafetensorsFile] {
+        &self.shards
+    }
+
+    /// Whether the directory has a tokenizer.json.
+    pub fn has_tokenizer(&self) -> bool {
+        self.tokenizer.is_some()
+    }
+
+    /// The tensor called `name` (Hugging Face name): its shard and entry.
+    fn find(&self, name: &str) -> Option<(&SafetensorsFile, &crate::SafetensorsTensor)> {
+        let (_, shard) = self.tensors.iter().find(|(n, _)| n == name)?;
+        let file = self.shards.get(*shard)?;
+        Some((file, file.tensor(name)?))
+    }
+
+    /// The model as a GGUF file's contents: `general.architecture`, `{arch}.*` hyperparameters,
+    /// the tokenizer metadata (unless `options` says not to), and every tensor under its GGUF
+    /// name (llama.cpp's names and transforms).
+    pub fn to_gguf(&self, options: &ToGgufOptions) -> Result<GgufWriter> {
+        if let Some(t) = options.tensor_type.filter(|t| !QUANTIZE_TYPES.contains(t)) {
+            return Err(HfError::Unsupported {
+                key: "tensor type".into(),
+                reason: format!(
+                    "{} is not a type kindle quantizes to (f32, f16, q8_0, q4_0, q4_1)",
+                    t.name()
+                ),
+            });
+        }
+        let mut meta: Vec<(String, MetadataValue)> = Vec::new();
+        let mut arch_meta = self.config.to_metadata().into_iter();
+        meta.extend(arch_meta.next());
+        if let Some(name) = self.dir.file_name().and_then(|n| n.to_str()) {
+            meta.push(("general.name".into(), name.into()));
+        }
+        meta.extend(arch_meta);
+        let tokenizer = if options.tokenizer {
+            let files = self.tokenizer.as_ref().ok_or_else(|| {
+                HfError::Tokenizer(format!("{}: no tokenizer.json", self.dir.display()))
+            })?;
+            vocab_import::metadata(files, self.config.vocab_size, Some(&self.config_json))?
+        } else {
+            Vec::new()
+        };
+
+        let mut planned = Vec::new();
+        for (name, _) in &self.tensors {
+            if let Some((gguf, t)) = names::hf_to_gguf(&self.config, name)? {
+                planned.push((order_key(&gguf), gguf, name.clone(), t));
+            }
+        }
+        planned.sort_by(|a, b| a.0.cmp(&b.0));
+        if let Some(w) = planned.windows(2).find(|w| w[0].1 == w[1].1) {
+            return Err(HfError::Unsupported {
+                key: w[1].2.clone(),
+                reason: format!("`{}` and `{}` both map to `{}`", w[0].2, w[1].2, w[1].1),
+            });
+        }
+        let mut tensors = Vec::with_capacity(planned.len());
+        let mut any_f16 = false;
+        for (_, gguf, hf, transform) in planned {
+            let (ty, dims, bytes) =
+                self.convert_tensor(&hf, &gguf, transform, options.tensor_type)?;
+            any_f16 |= ty == GgmlType::F16;
+            tensors.push((gguf, dims, ty, bytes));
+        }
+        let file_type = match options.tensor_type {
+            Some(t) => file_type(t),
+            None if any_f16 => 1,
+            None => 0,
+        };
+        meta.push(("general.file_type".into(), MetadataValue::U32(file_type)));
+        meta.extend(tokenizer);
+        let mut w = GgufWriter::new();
+        for (k, v) in meta {
+            w = w.metadata(k, v);
+        }
+        for (name, dims, ty, bytes) in tensors {
+            w = w.tensor(name, &dims, ty, bytes);
+        }
+        Ok(w)
+    }
+
+    /// One tensor: values as `f32`, the transform, then the output type; the GGUF dims.
+    fn convert_tensor(
+        &self,
+        hf: &str,
+        gguf: &str,
+        transform: Transform,
+        target: Option<GgmlType>,
+    ) -> Result<(GgmlType, Vec<u64>, Vec<u8>)> {
+        let (file, info) = self.find(hf).ok_or_else(|| HfError::MissingTensor {
+            tensor: hf.to_owned(),
+        })?;
+        let values = decode_f32(hf, info.dtype, file.data(info))?;
+        let (values, shape) = names::apply(transform, false, hf, values, &info.shape)?;
+        let dims: Vec<u64> = shape.iter().rev().copied().collect();
+        let ty = if dims.len() < 2 {
+            GgmlType::F32
+        } else {
+            match target {
+                Some(t) if dims[0] % t.block_size() as u64 == 0 => t,
+                Some(_) => GgmlType::F32,
+                None if info.dtype == Dtype::F16 => GgmlType::F16,
+                None => GgmlType::F32,
+            }
+        };
+        let bytes = quantize(ty, &values).map_err(|source| HfError::Quant {
+            tensor: gguf.to_owned(),
+            ty,
+            source,
+        })?;
+        Ok((ty, dims, bytes))
+    }
+
+    /// The GGUF file's bytes (see [`to_gguf`](Self::to_gguf)), read back as a [`GgufFile`].
+    pub fn to_gguf_file(&self, options: &ToGgufOptions) -> Result<GgufFile> {
+        let bytes = self.to_gguf(options)?.to_bytes();
+        Ok(GgufFile::from_bytes(bytes)?)
+    }
+
+    /// Writes the GGUF file to `path` and reads it back to check it
+    /// ([`GgufWriter::write_checked`]).
+    pub fn write_gguf(&self, path: impl AsRef<Path>, options: &ToGgufOptions) -> Result<()> {
+        let path = path.as_ref();
+        self.to_gguf(options)?
+            .write_checked(path)
+            .map_err(io_error(path))
+    }
+}
+
+/// llama.cpp's `LlamaFileType` of a weight type.
+fn file_type(t: GgmlType) -> u32 {
+    match t {
+        GgmlType::F16 => 1,
+        GgmlType::Q4_0 => 2,
+        GgmlType::Q4_1 => 3,
+        GgmlType::Q8_0 => 7,
+        _ => 0,
+    }
+}
+
+/// Sort key of a GGUF tensor: embeddings, then blocks in order, then the output.
+fn order_key(name: &str) -> (u8, u64, String) {
+    if let Some(rest) = name.strip_prefix("blk.") {
+        let (block, suffix) = rest.split_once('.').unwrap_or((rest, ""));
+        return (1, block.parse().unwrap_or(u64::MAX), suffix.to_owned());
+    }
+    let group = if name.starts_with("output") { 2 } else { 0 };
+    (group, 0, name.to_owned())
+}
+
+/// The safetensors files of `dir` and where each tensor is.
+fn open_weights(dir: &Path) -> Result<(Vec<SafetensorsFile>, Vec<(String, usize)>)> {
+    let single = dir.join("model.safetensors");
+    let index_path = dir.join("model.safetensors.index.json");
+    if !index_path.is_file() {
+        if !single.is_file() {
+            return Err(HfError::NoWeights {
+                dir: dir.to_owned(),
+            });
+        }
+        let file = SafetensorsFile::open(&single)?;
+        let tensors = file.tensors().iter().map(|t| (t.name.clone(), 0)).collect();
+        return Ok((vec![file], tensors));
+    }
+    let index = JsonObject::read(&index_path)?;
+    let map = index
+        .object("weight_map")?
+        .ok_or_else(|| index.missing("weight_map"))?;
+    let mut shard_of: HashMap<String, usize> = HashMap::new();
+    let mut shard_names: Vec<String> = Vec::new();
+    let mut tensors = Vec::with_capacity(map.map.len());
+    for (tensor, shard) in &map.map {
+        let Value::String(shard) = shard else {
+            return Err(map.wrong(&format!("weight_map.{tensor}"), "a file name", shard));
+        };
+        if shard.contains('/') || shard.contains('\\') || shard.starts_with('.') {
+            return Err(map.wrong(
+                &format!("weight_map.{tensor}"),
+                "a file name in the directory",
+                &Value::String(shard.clone()),
+            ));
+        }
+        let next = shard_names.len();
+        let i = *shard_of.entry(shard.clone()).or_insert_with(|| {
+            shard_names.push(shard.clone());
+            next
+        });
+        tensors.push((tensor.clone(), i));
+    }
+    let mut files = Vec::with_capacity(shard_names.len());
+    for (i, shard) in shard_names.iter().enumerate() {
+        let path = dir.join(shard);
+        if !path.is_file() {
+            let tensor = tensors
+                .iter()
+                .find(|t| t.1 == i)
+                .map(|t| t.0.clone())
+                .unwrap_or_default();
+            return Err(HfError::MissingShard {
+                index: index_path.clone(),
+                shard: shard.clone(),
+                tensor,
+            });
+        }
+        files.push(SafetensorsFile::open(&path)?);
+    }
+    for (tensor, i) in &tensors {
+        if files[*i].tensor(tensor).is_none() {
+            return Err(HfError::TensorNotInShard {
+                shard: files[*i].path().to_owned(),
+                tensor: tensor.clone(),
+            });
+        }
+    }
+    Ok((files, tensors))
+}
