@@ -7,7 +7,8 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use kindle_generate::TokenDecoder;
-use kindle_gguf::GgufFile;
+use kindle_gguf::quant::{GgmlType, QUANTIZE_TYPES, quantize};
+use kindle_gguf::{ALIGNMENT_KEY, GgufFile, GgufWriter};
 use kindle_model::{
     ActivationFormat, DeviceKind, Dtype, Engine, EngineOptions, KvType, LlamaConfig,
 };
@@ -159,21 +160,104 @@ pub struct Loaded {
     pub tokenizer: Tokenizer,
 }
 
-/// Read a GGUF file (metadata and tensor table; the data stays memory-mapped): a missing path,
-/// a directory or a malformed file is an error naming the path.
+/// Read a model: a GGUF file (metadata and tensor table; the data stays memory-mapped) or a
+/// Hugging Face directory (`config.json`, safetensors, `tokenizer.json`), converted in memory
+/// into the GGUF file llama.cpp's converter would write (see [`kindle_hf`]). A missing path,
+/// a directory without `config.json` or a malformed file is an error naming the path.
 pub fn open_file(path: &Path) -> Result<GgufFile> {
+    open_file_with(path, None)
+}
+
+/// [`open_file`], with the dense (`f32`, `f16`, `bf16`) weight matrices quantized to
+/// `quantize` (`q8_0`, `q4_0`, `q4_1`, ...) in memory when it is given, as `kindle quantize`
+/// would write them: the CPU kernels then multiply them as they do a quantized file's.
+pub fn open_file_with(path: &Path, quantize: Option<GgmlType>) -> Result<GgufFile> {
     if !path.exists() {
         bail!("model file {} does not exist", path.display());
     }
     if path.is_dir() {
-        bail!("{} is a directory, not a GGUF model file", path.display());
+        if !kindle_hf::is_hf_dir(path) {
+            bail!(
+                "{} is a directory without a config.json: neither a GGUF model file nor a \
+                 Hugging Face model directory",
+                path.display()
+            );
+        }
+        let options = kindle_hf::ToGgufOptions {
+            tensor_type: quantize,
+            tokenizer: true,
+        };
+        return kindle_hf::HfDir::open(path)
+            .and_then(|dir| dir.to_gguf_file(&options))
+            .with_context(|| format!("reading the Hugging Face directory {}", path.display()));
     }
-    GgufFile::open(path).with_context(|| format!("reading {}", path.display()))
+    let file = GgufFile::open(path).with_context(|| format!("reading {}", path.display()))?;
+    match quantize {
+        None => Ok(file),
+        Some(ty) => requantize(&file, ty, false)
+            .and_then(|writer| Ok(GgufFile::from_bytes(writer.to_bytes())?))
+            .with_context(|| {
+                format!(
+                    "quantizing the weights of {} to {}",
+                    path.display(),
+                    ty.name()
+                )
+            }),
+    }
 }
 
-/// Open a GGUF file and build its tokenizer.
+/// The types `--quantize` and `kindle quantize` write.
+pub fn quantize_type(name: &str) -> Result<GgmlType> {
+    QUANTIZE_TYPES
+        .into_iter()
+        .find(|t| t.name().eq_ignore_ascii_case(name))
+        .with_context(|| {
+            format!("{name}: not a type kindle quantizes to (f32, f16, q8_0, q4_0, q4_1)")
+        })
+}
+
+/// `file` with its weight matrices encoded as `ty`: every two-dimensional tensor whose rows
+/// are whole blocks of `ty` (the others, norms and biases among them, as `f32`), every
+/// metadata entry kept. With `all`, quantized matrices are re-encoded too (`kindle quantize`);
+/// without, only dense ones (`f32`, `f16`, `bf16`: `--quantize`).
+pub fn requantize(file: &GgufFile, ty: GgmlType, all: bool) -> Result<GgufWriter> {
+    let mut writer = GgufWriter::new();
+    for (key, value) in file.metadata() {
+        writer = writer.metadata(key.clone(), value.clone());
+    }
+    if file.get(ALIGNMENT_KEY).is_none() {
+        writer = writer.alignment(file.alignment());
+    }
+    for info in file.tensors() {
+        let dense = matches!(info.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
+        if !all && !dense {
+            let bytes = file.tensor_bytes(info).to_vec();
+            writer = writer.tensor(info.name.clone(), &info.dims, info.ty, bytes);
+            continue;
+        }
+        let values = file
+            .dequantize(&info.name)
+            .with_context(|| format!("reading tensor {}", info.name))?;
+        let to = if info.dims.len() >= 2 && (info.dims[0] as usize).is_multiple_of(ty.block_size())
+        {
+            ty
+        } else {
+            GgmlType::F32
+        };
+        let bytes = quantize(to, &values).with_context(|| format!("quantizing {}", info.name))?;
+        writer = writer.tensor(info.name.clone(), &info.dims, to, bytes);
+    }
+    Ok(writer)
+}
+
+/// Open a model file (or Hugging Face directory) and build its tokenizer.
 pub fn open(path: &Path) -> Result<Loaded> {
-    let file = open_file(path)?;
+    open_with(path, None)
+}
+
+/// [`open`] with the dense weights quantized to `quantize` (see [`open_file_with`]).
+pub fn open_with(path: &Path, quantize: Option<GgmlType>) -> Result<Loaded> {
+    let file = open_file_with(path, quantize)?;
     let tokenizer = Tokenizer::from_gguf(&file)
         .with_context(|| format!("building the tokenizer of {}", path.display()))?;
     Ok(Loaded { file, tokenizer })

@@ -13,6 +13,7 @@
 //! let settings = RunSettings {
 //!     model: ModelSettings {
 //!         path: "model.gguf".into(),
+//!         quantize: None,
 //!         engine: Default::default(),
 //!     },
 //!     prompts: PromptSettings {

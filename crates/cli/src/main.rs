@@ -4,7 +4,7 @@ mod commands;
 
 use clap::{Args, Parser, Subcommand};
 use commands::{
-    bench, chat, devices, explain, generate, inspect, quantize, score, serve, tokenize,
+    bench, chat, convert, devices, explain, generate, inspect, quantize, score, serve, tokenize,
 };
 use kindle_fetch::{FetchableModel, Fetcher};
 
@@ -42,6 +42,9 @@ enum Command {
     /// Re-encode a GGUF model's weight matrices (f32, f16, q8_0, q4_0, q4_1), keeping its
     /// metadata and tokenizer (to make a draft model, for instance)
     Quantize(quantize::QuantizeArgs),
+    /// Convert a GGUF file to a Hugging Face directory (safetensors, config.json,
+    /// tokenizer.json) or a Hugging Face directory to a GGUF file
+    Convert(convert::ConvertArgs),
     /// List the compute devices (--device) and whether each opens on this machine.
     Devices(devices::DevicesArgs),
     /// Download a model (by name; the default is SmolLM2-135M-Instruct, Q4_1) into the cache
@@ -78,6 +81,7 @@ fn main() {
         Command::Tokenize(args) => tokenize::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Quantize(args) => quantize::run(args),
+        Command::Convert(args) => convert::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Devices(args) => devices::run(args),
         Command::FetchModel(args) => Fetcher::new()

@@ -102,7 +102,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         bail!("thread counts must be at least 1");
     }
     let path = args.model.path()?;
-    let loaded = engine::open(&path)?;
+    let loaded = engine::open_with(&path, args.model.quantize)?;
     let mut model = engine::load_model(&loaded, &args.device)?;
     let config = model.llama.config().clone();
     let vocab = config.vocab_size;

@@ -94,6 +94,7 @@ impl ChatArgs {
         Ok(RunSettings {
             model: ModelSettings {
                 path: self.model.path()?,
+                quantize: self.model.quantize,
                 engine: self.device.options(),
             },
             prompts: PromptSettings {

@@ -108,6 +108,7 @@ pub fn run(args: ExplainArgs) -> Result<()> {
         Ok(RunSettings {
             model: ModelSettings {
                 path: args.model.path()?,
+                quantize: args.model.quantize,
                 engine: args.device.options(),
             },
             prompts: PromptSettings {

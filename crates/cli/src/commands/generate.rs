@@ -255,6 +255,7 @@ impl GenerateArgs {
         Ok(RunSettings {
             model: ModelSettings {
                 path: self.model.path()?,
+                quantize: self.model.quantize,
                 engine: self.device.options(),
             },
             prompts: PromptSettings {

@@ -58,7 +58,7 @@ fn describe(value: &MetadataValue) -> serde_json::Value {
 /// Run the command.
 pub fn run(args: InspectArgs) -> Result<()> {
     let path = args.model.path()?;
-    let file = engine::open_file(&path)?;
+    let file = engine::open_file_with(&path, args.model.quantize)?;
     let config = LlamaConfig::from_gguf(&file);
     let problems = load_problems(&file);
     let kv = config.as_ref().ok().map(|c| {
@@ -74,7 +74,14 @@ pub fn run(args: InspectArgs) -> Result<()> {
         out["problems"] = json!(problems);
         println!("{out}");
     } else {
-        println!("{} (GGUF v{})", path.display(), file.version());
+        if path.is_dir() {
+            println!(
+                "{} (Hugging Face directory, shown as the GGUF file it converts to)",
+                path.display()
+            );
+        } else {
+            println!("{} (GGUF v{})", path.display(), file.version());
+        }
         print_file(&file);
         if let (Ok(c), Some(kv)) = (&config, kv) {
             print_model(c, &kv);

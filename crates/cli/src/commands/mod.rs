@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod chat;
+pub mod convert;
 pub mod devices;
 pub mod draft_args;
 pub mod explain;
@@ -15,16 +16,27 @@ pub mod tokenize;
 use std::path::PathBuf;
 
 use kindle_fetch::FetchableModel;
+use kindle_gguf::quant::GgmlType;
 
 pub use kindle_cli::engine::DeviceArgs;
 
 #[derive(clap::Args, Debug)]
 /// `-m/--model`: which model file a command runs.
 pub struct ModelArgs {
-    /// GGUF model file, or the name of a fetchable model (smollm2-135m-instruct, gemma3-270m),
+    /// GGUF model file, Hugging Face model directory (config.json, safetensors,
+    /// tokenizer.json), or the name of a fetchable model (smollm2-135m-instruct, gemma3-270m),
     /// fetched on first use [default: smollm2-135m-instruct]
-    #[arg(short, long, value_name = "PATH|NAME")]
+    #[arg(short, long, value_name = "PATH|DIR|NAME")]
     pub model: Option<PathBuf>,
+    /// Quantize the model's dense (f32, f16, bf16) weight matrices at load, for the CPU
+    /// kernels: q8_0, q4_0 or q4_1 (also f16, f32); quantized matrices stay as they are
+    #[arg(long, value_name = "TYPE", value_parser = quantize_type)]
+    pub quantize: Option<GgmlType>,
+}
+
+/// `--quantize`'s parser.
+fn quantize_type(name: &str) -> Result<GgmlType, String> {
+    kindle_cli::engine::quantize_type(name).map_err(|e| e.to_string())
 }
 
 impl ModelArgs {

@@ -44,6 +44,7 @@ pub fn run(args: ScoreArgs) -> Result<()> {
     let settings = RunSettings {
         model: ModelSettings {
             path: args.model.path()?,
+            quantize: args.model.quantize,
             engine: args.device.options(),
         },
         prompts: PromptSettings {

@@ -138,6 +138,7 @@ impl ServeArgs {
         Ok(RunSettings {
             model: ModelSettings {
                 path: self.model.path()?,
+                quantize: self.model.quantize,
                 engine: self.device.options(),
             },
             prompts: PromptSettings {

@@ -24,7 +24,7 @@ pub struct TokenizeArgs {
 /// Run the command.
 pub fn run(args: TokenizeArgs) -> Result<()> {
     let path = args.model.path()?;
-    let loaded = engine::open(&path)?;
+    let loaded = engine::open_with(&path, args.model.quantize)?;
     let ids = loaded.tokenizer.encode(&args.text, args.special)?;
     let pieces: Vec<String> = ids
         .iter()

@@ -68,7 +68,7 @@ impl RunPlan {
         settings: &RunSettings,
         check: impl FnOnce(&[Prompt]) -> Result<()>,
     ) -> Result<RunPlan> {
-        let loaded = engine::open(&settings.model.path)?;
+        let loaded = engine::open_with(&settings.model.path, settings.model.quantize)?;
         let tokenizer = &loaded.tokenizer;
         let template = settings.prompts.template(tokenizer)?;
         let prompts = settings.prompts.encode(tokenizer, template.as_ref())?;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow, bail};
 use kindle_generate::GenerationConfig;
 use kindle_generate::chat::ChatTemplate;
+use kindle_gguf::quant::GgmlType;
 use kindle_model::{Engine, EngineOptions};
 use kindle_sampling::SamplerConfig;
 use kindle_tokenizer::Tokenizer;
@@ -18,8 +19,10 @@ use crate::engine::{ContextMode, show_bytes};
 /// Which model file runs, and where and how.
 #[derive(Debug, Clone)]
 pub struct ModelSettings {
-    /// The GGUF file.
+    /// The GGUF file or Hugging Face directory.
     pub path: PathBuf,
+    /// The type dense weight matrices are quantized to at load (`--quantize`), if any.
+    pub quantize: Option<GgmlType>,
     /// Device, float type, threads, activations, KV type.
     pub engine: EngineOptions,
 }
