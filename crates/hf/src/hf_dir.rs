@@ -230,7 +230,11 @@ fn order_key(name: &str) -> (u8, u64, String) {
         let (block, suffix) = rest.split_once('.').unwrap_or((rest, ""));
         return (1, block.parse().unwrap_or(u64::MAX), suffix.to_owned());
     }
-    let group = if name.starts_with("output") { 2 } else { 0 };
+    let group = match name {
+        n if n.starts_with("output_norm") => 2,
+        n if n.starts_with("output") => 3,
+        _ => 0,
+    };
     (group, 0, name.to_owned())
 }
 
