@@ -183,7 +183,7 @@ impl HfDir {
             GgmlType::F32
         } else {
             match target {
-                Some(t) if dims[0] % t.block_size() as u64 == 0 => t,
+                Some(t) if dims[0].is_multiple_of(t.block_size() as u64) => t,
                 Some(_) => GgmlType::F32,
                 None if info.dtype == Dtype::F16 => GgmlType::F16,
                 None => GgmlType::F32,
@@ -238,8 +238,11 @@ fn order_key(name: &str) -> (u8, u64, String) {
     (group, 0, name.to_owned())
 }
 
+/// Tensor name → index of its shard.
+type TensorPlaces = Vec<(String, usize)>;
+
 /// The safetensors files of `dir` and where each tensor is.
-fn open_weights(dir: &Path) -> Result<(Vec<SafetensorsFile>, Vec<(String, usize)>)> {
+fn open_weights(dir: &Path) -> Result<(Vec<SafetensorsFile>, TensorPlaces)> {
     let single = dir.join("model.safetensors");
     let index_path = dir.join("model.safetensors.index.json");
     if !index_path.is_file() {
