@@ -161,7 +161,7 @@ pub enum HfError {
     },
     /// A tensor's byte length does not match its dtype and shape.
     #[error(
-        "{}: tensor `{tensor}`: dtype {dtype} and shape {shape:?} need {expected} bytes, its offsets span {actual}",
+        "{}: tensor `{tensor}`: {layout} needs {expected} bytes, its offsets span {actual}",
         file.display()
     )]
     SizeMismatch {
@@ -169,11 +169,9 @@ pub enum HfError {
         file: PathBuf,
         /// The tensor.
         tensor: String,
-        /// Its dtype.
-        dtype: String,
-        /// Its shape.
-        shape: Vec<u64>,
-        /// Bytes the dtype and shape need (`None` when the count overflows).
+        /// Its dtype and shape, as `F16 [3, 4]`.
+        layout: String,
+        /// Bytes the dtype and shape need (or why they cannot be counted).
         expected: String,
         /// Bytes its offsets span.
         actual: u64,

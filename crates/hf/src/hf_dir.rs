@@ -183,7 +183,7 @@ impl HfDir {
             GgmlType::F32
         } else {
             match target {
-                Some(t) if dims[0] % t.block_size() as u64 == 0 => t,
+                Some(t) if dims[0].is_multiple_of(t.block_size() as u64) => t,
                 Some(_) => GgmlType::F32,
                 None if info.dtype == Dtype::F16 => GgmlType::F16,
                 None => GgmlType::F32,
@@ -230,12 +230,19 @@ fn order_key(name: &str) -> (u8, u64, String) {
         let (block, suffix) = rest.split_once('.').unwrap_or((rest, ""));
         return (1, block.parse().unwrap_or(u64::MAX), suffix.to_owned());
     }
-    let group = if name.starts_with("output") { 2 } else { 0 };
+    let group = match name {
+        n if n.starts_with("output_norm") => 2,
+        n if n.starts_with("output") => 3,
+        _ => 0,
+    };
     (group, 0, name.to_owned())
 }
 
+/// Tensor name → index of its shard.
+type TensorPlaces = Vec<(String, usize)>;
+
 /// The safetensors files of `dir` and where each tensor is.
-fn open_weights(dir: &Path) -> Result<(Vec<SafetensorsFile>, Vec<(String, usize)>)> {
+fn open_weights(dir: &Path) -> Result<(Vec<SafetensorsFile>, TensorPlaces)> {
     let single = dir.join("model.safetensors");
     let index_path = dir.join("model.safetensors.index.json");
     if !index_path.is_file() {

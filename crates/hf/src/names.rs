@@ -87,13 +87,11 @@ const GPT2_GLOBAL: &[(&str, &str)] = &[
     ("lm_head.weight", "output.weight"),
 ];
 
-fn tables(
-    arch: Arch,
-) -> (
-    &'static [(&'static str, &'static str)],
-    &'static [(&'static str, &'static str)],
-    &'static str,
-) {
+/// (Hugging Face name, GGUF name) pairs.
+type NameTable = &'static [(&'static str, &'static str)];
+
+/// The global names, the block names and the block prefix of `arch`.
+fn tables(arch: Arch) -> (NameTable, NameTable, &'static str) {
     match arch {
         Arch::Llama | Arch::Qwen2 => (LLAMA_GLOBAL, LLAMA_LAYER, "model.layers."),
         Arch::Gemma3 => (LLAMA_GLOBAL, GEMMA3_LAYER, "model.layers."),
@@ -242,7 +240,7 @@ fn reorder(
     heads: usize,
     inverse: bool,
 ) -> Option<Vec<f32>> {
-    if heads == 0 || rows % (2 * heads) != 0 || values.len() != rows.checked_mul(cols)? {
+    if heads == 0 || !rows.is_multiple_of(2 * heads) || values.len() != rows.checked_mul(cols)? {
         return None;
     }
     let half = rows / heads / 2;
@@ -292,13 +290,11 @@ pub(crate) fn apply(
     let (rows, cols) = match shape {
         [n] => (*n as usize, 1),
         [r, c] => (*r as usize, *c as usize),
+        _ if t == Transform::Keep => return Ok((values, shape.to_vec())),
         _ => {
-            return Ok((values, shape.to_vec())).and_then(|v| match t {
-                Transform::Keep => Ok(v),
-                _ => Err(bad(format!(
-                    "shape {shape:?}: expected one or two dimensions"
-                ))),
-            });
+            return Err(bad(format!(
+                "shape {shape:?}: expected one or two dimensions"
+            )));
         }
     };
     Ok(match t {

@@ -262,14 +262,13 @@ fn check(path: &Path, bytes: &[u8]) -> Result<Checked> {
             .iter()
             .try_fold(1u64, |acc, &d| acc.checked_mul(d))
             .and_then(|n| n.checked_mul(dtype.bitsize() as u64));
-        if bits.is_none_or(|b| b % 8 != 0 || b / 8 != end - start) {
+        if bits.is_none_or(|b| !b.is_multiple_of(8) || b / 8 != end - start) {
             return Err(HfError::SizeMismatch {
                 file: file(),
                 tensor: name,
-                dtype: info.dtype,
-                shape: info.shape,
+                layout: format!("dtype {} and shape {:?}", info.dtype, info.shape),
                 expected: bits.map_or("more than 2^64".into(), |b| {
-                    if b % 8 == 0 {
+                    if b.is_multiple_of(8) {
                         (b / 8).to_string()
                     } else {
                         format!("{b} bits, not whole")

@@ -1,0 +1,205 @@
+//! GGUF → Hugging Face → GGUF on tiny random models of every architecture: the same tensors
+//! (bit-exact through F32), the same metadata, and tensor types as asked.
+
+mod common;
+
+use common::{TempDir, tiny_gguf};
+use kindle_gguf::{GgmlType, GgufFile};
+use kindle_hf::{HfDir, HfDtype, ModelConfig, ToGgufOptions, write_hf};
+
+const ARCHS: [(&str, &str); 4] = [
+    ("llama", "llama-bpe"),
+    ("qwen2", "qwen2"),
+    ("gpt2", "gpt-2"),
+    ("gemma3", "smollm"),
+];
+
+fn round_trip(gguf: &GgufFile, dtype: HfDtype, options: &ToGgufOptions) -> (TempDir, GgufFile) {
+    let dir = TempDir::new("rt");
+    write_hf(gguf, dir.path(), dtype).unwrap();
+    let back = HfDir::open(dir.path())
+        .unwrap()
+        .to_gguf_file(options)
+        .unwrap();
+    (dir, back)
+}
+
+#[test]
+fn every_architecture_round_trips_bit_exact_through_f32() {
+    for (arch, pre) in ARCHS {
+        let gguf = tiny_gguf(arch, pre);
+        let (_dir, back) = round_trip(&gguf, HfDtype::F32, &ToGgufOptions::default());
+        let names = |f: &GgufFile| {
+            f.tensors()
+                .iter()
+                .map(|t| t.name.clone())
+                .collect::<Vec<_>>()
+        };
+        let mut want = names(&gguf);
+        let mut got = names(&back);
+        want.sort();
+        got.sort();
+        assert_eq!(got, want, "{arch}: tensor names");
+        for info in gguf.tensors() {
+            let b = back.tensor(&info.name).unwrap();
+            assert_eq!(b.dims, info.dims, "{arch} {}: dims", info.name);
+            assert_eq!(b.ty, GgmlType::F32, "{arch} {}", info.name);
+            assert_eq!(
+                back.tensor_bytes(b),
+                gguf.tensor_bytes(info),
+                "{arch} {}: bytes",
+                info.name
+            );
+        }
+        // Every key of the original reads back with its value.
+        for (key, value) in gguf.metadata() {
+            assert_eq!(back.get(key), Some(value), "{arch}: metadata {key}");
+        }
+        assert_eq!(
+            ModelConfig::from_gguf(&back).unwrap(),
+            ModelConfig::from_gguf(&gguf).unwrap()
+        );
+    }
+}
+
+#[test]
+fn half_precision_outputs_round_to_the_nearest_and_stay_f16() {
+    for (arch, pre) in ARCHS {
+        let gguf = tiny_gguf(arch, pre);
+        for dtype in [HfDtype::F16, HfDtype::BF16] {
+            let (dir, back) = round_trip(&gguf, dtype, &ToGgufOptions::default());
+            let config: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(dir.path().join("config.json")).unwrap(),
+            )
+            .unwrap();
+            assert_eq!(config["torch_dtype"], dtype.torch_name());
+            for info in gguf.tensors() {
+                let b = back.tensor(&info.name).unwrap();
+                // F16 matrices stay F16; BF16 ones become F32 (exact); 1-D tensors are F32.
+                let want = if dtype == HfDtype::F16 && info.dims.len() == 2 {
+                    GgmlType::F16
+                } else {
+                    GgmlType::F32
+                };
+                assert_eq!(b.ty, want, "{arch} {dtype:?} {}", info.name);
+                let orig = gguf.dequantize(&info.name).unwrap();
+                let got = back.dequantize(&info.name).unwrap();
+                let tol = if dtype == HfDtype::F16 { 1e-3 } else { 1.6e-2 };
+                for (a, b) in orig.iter().zip(&got) {
+                    assert!(
+                        (a - b).abs() <= tol * a.abs().max(1.0),
+                        "{arch} {}: {a} vs {b}",
+                        info.name
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_target_type_quantizes_matrices_whose_rows_are_whole_blocks() {
+    let gguf = tiny_gguf("llama", "llama-bpe");
+    let options = ToGgufOptions {
+        tensor_type: Some(GgmlType::Q8_0),
+        tokenizer: false,
+    };
+    let (_dir, back) = round_trip(&gguf, HfDtype::F32, &options);
+    // Rows of 8 are not whole Q8_0 blocks (32): everything stays F32 here ...
+    assert!(back.tensors().iter().all(|t| t.ty == GgmlType::F32));
+    assert_eq!(back.get_u64("general.file_type").unwrap(), 7);
+    assert!(back.get("tokenizer.ggml.tokens").is_none());
+    // ... but 2-D tensors with rows of 32 are quantized: the embedding of a wide model.
+    let dir = TempDir::new("q8");
+    let v = common::values(9, 32 * 4, -1.0, 1.0);
+    let config = serde_json::json!({
+        "architectures": ["Qwen2ForCausalLM"], "hidden_size": 32, "intermediate_size": 32,
+        "num_hidden_layers": 0, "num_attention_heads": 2, "num_key_value_heads": 2,
+        "max_position_embeddings": 8, "rms_norm_eps": 1e-6, "tie_word_embeddings": true,
+    });
+    common::write_hf_dir(
+        dir.path(),
+        &config,
+        &[
+            (
+                "model.embed_tokens.weight".into(),
+                safetensors::Dtype::BF16,
+                vec![4, 32],
+                v.clone(),
+            ),
+            (
+                "model.norm.weight".into(),
+                safetensors::Dtype::F16,
+                vec![32],
+                v[..32].to_vec(),
+            ),
+        ],
+    );
+    for ty in [
+        GgmlType::Q8_0,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::F16,
+    ] {
+        let options = ToGgufOptions {
+            tensor_type: Some(ty),
+            tokenizer: false,
+        };
+        let file = HfDir::open(dir.path())
+            .unwrap()
+            .to_gguf_file(&options)
+            .unwrap();
+        assert_eq!(file.tensor("token_embd.weight").unwrap().ty, ty);
+        assert_eq!(file.tensor("output_norm.weight").unwrap().ty, GgmlType::F32);
+        let back = file.dequantize("token_embd.weight").unwrap();
+        let bf16: Vec<f32> = v
+            .iter()
+            .map(|x| half::bf16::from_f32(*x).to_f32())
+            .collect();
+        let want_bytes = kindle_gguf::quant::quantize(ty, &bf16).unwrap();
+        assert_eq!(file.tensor_data("token_embd.weight").unwrap(), want_bytes);
+        assert_eq!(back.len(), 128);
+    }
+    let err = HfDir::open(dir.path())
+        .unwrap()
+        .to_gguf(&ToGgufOptions {
+            tensor_type: Some(GgmlType::Q6_K),
+            tokenizer: false,
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("Q6_K"), "{err}");
+}
+
+#[test]
+fn written_directories_hold_what_transformers_reads() {
+    let gguf = tiny_gguf("gpt2", "gpt-2");
+    let dir = TempDir::new("files");
+    write_hf(&gguf, dir.path(), HfDtype::F32).unwrap();
+    for f in [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "generation_config.json",
+    ] {
+        assert!(dir.path().join(f).is_file(), "{f}");
+    }
+    let st = kindle_hf::SafetensorsFile::open(dir.path().join("model.safetensors")).unwrap();
+    assert_eq!(st.metadata(), [("format".to_owned(), "pt".to_owned())]);
+    // GPT-2 names carry the `transformer.` prefix and Conv1D weights are [in, out].
+    let qkv = st.tensor("transformer.h.0.attn.c_attn.weight").unwrap();
+    assert_eq!(qkv.shape, [common::D, 3 * common::D]);
+    assert!(st.tensor("lm_head.weight").is_none());
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("config.json")).unwrap())
+            .unwrap();
+    assert_eq!(config["architectures"][0], "GPT2LMHeadModel");
+    assert_eq!(config["n_embd"], common::D);
+    assert_eq!(config["layer_norm_epsilon"], 1e-5);
+    let generation: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("generation_config.json")).unwrap(),
+    )
+    .unwrap();
+    let v = common::vocab();
+    assert_eq!(generation["eos_token_id"], common::id_of(&v, "<|im_end|>"));
+}
