@@ -74,12 +74,15 @@ impl DraftSettings {
     }
 
     /// The speculator for one sequence of `plan` (a prompt of `prompt_len` tokens), loading a
-    /// draft model with `options` when one is asked for; `None` without a drafter.
+    /// draft model with `options` when one is asked for, its cache holding `capacity` tokens
+    /// (the target's: `plan.capacity` for one generation, `plan.context` for a conversation);
+    /// `None` without a drafter.
     pub fn speculator(
         &self,
         plan: &RunPlan,
         options: &EngineOptions,
         prompt_len: usize,
+        capacity: usize,
     ) -> Result<Option<Speculator>> {
         self.check()?;
         let draft_max = self.draft_max.unwrap_or(DEFAULT_DRAFT_MAX);
@@ -101,7 +104,7 @@ impl DraftSettings {
             }
             Box::new(ModelDrafter::new(
                 engine,
-                plan.capacity,
+                capacity,
                 self.draft_sampler(plan, prompt_len)?,
             )?)
         } else if let Some(layers) = self.self_speculative {
@@ -114,7 +117,7 @@ impl DraftSettings {
             }
             Box::new(ModelDrafter::new(
                 engine,
-                plan.capacity,
+                capacity,
                 self.draft_sampler(plan, prompt_len)?,
             )?)
         } else {

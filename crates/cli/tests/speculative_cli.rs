@@ -128,6 +128,54 @@ fn greedy_output_is_unchanged_by_each_drafter() {
     }
 }
 
+/// `kindle chat` fed `lines` on standard input, with `extra` flags: the replies as printed.
+fn chat(model: &Path, lines: &str, extra: &[&str]) -> (String, String) {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kindle"))
+        .args(["chat", "-m", model.to_str().unwrap(), "-n", "40", "-v"])
+        .args(extra)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running kindle chat");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(lines.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "kindle chat {extra:?}: {err}");
+    (String::from_utf8_lossy(&out.stdout).into_owned(), err)
+}
+
+#[test]
+fn chat_replies_are_unchanged_by_drafting() {
+    let Some(model) = common::real_model() else {
+        return;
+    };
+    // The second turn repeats the first reply's words: prompt lookup finds them in the
+    // conversation the cache holds.
+    let lines = "List the planets of the solar system.\nRepeat that list, in the same order.\n";
+    let (plain, _) = chat(&model, lines, &[]);
+    for extra in [
+        &["--lookup-ngram", "2", "--draft-max", "6"][..],
+        &["--self-speculative", "10", "--draft-max", "4"],
+    ] {
+        let (drafted, log) = chat(&model, lines, extra);
+        assert_eq!(drafted, plain, "{extra:?}");
+        // -v reports the drafting after each turn, with something drafted.
+        let stats: Vec<&str> = log.lines().filter(|l| l.contains("speculative:")).collect();
+        assert_eq!(stats.len(), 2, "{extra:?}: {log}");
+        assert!(
+            !stats[1].contains("speculative: 0 drafted"),
+            "{extra:?}: {log}"
+        );
+    }
+}
+
 fn fails_with(args: &[&str], needle: &str) {
     let out = kindle(args);
     let err = String::from_utf8_lossy(&out.stderr);

@@ -21,10 +21,11 @@ use kindle_cli::run::{self, Mode, Report, Sequence};
 use kindle_cli::sampling_args::SamplingArgs;
 use kindle_cli::sink::{Sink, TextSink};
 use kindle_generate::chat::{ChatMessage, ChatTemplate};
-use kindle_generate::{Session, Summary};
+use kindle_generate::{Session, Speculator, Summary};
 use kindle_model::Engine;
 use kindle_sampling::Sampler;
 
+use super::draft_args::DraftArgs;
 use super::{DeviceArgs, ModelArgs};
 
 #[derive(Args, Debug)]
@@ -47,11 +48,27 @@ pub struct ChatArgs {
     pub verbose: bool,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub draft: DraftArgs,
 }
 
 /// Run the command.
 pub fn run(args: ChatArgs) -> Result<()> {
-    let plan = RunPlan::build(&args.settings()?)?;
+    let draft = args.draft.settings();
+    draft.check()?;
+    let settings = args.settings()?;
+    let plan = RunPlan::build(&settings)?;
+    // One drafter for the whole conversation: a draft model's cache follows the conversation
+    // as the target's does (each proposal reuses the common prefix).
+    let speculator = draft
+        .speculator(&plan, &settings.model.engine, 0, plan.context)?
+        .map(|s| {
+            if args.verbose {
+                s.with_timing_step()
+            } else {
+                s
+            }
+        });
     let template = plan
         .template
         .as_ref()
@@ -68,6 +85,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
             .map(ChatMessage::system)
             .collect(),
         verbose: args.verbose,
+        speculator,
     };
     let stdin = std::io::stdin();
     let interactive = stdin.is_terminal();
@@ -127,6 +145,8 @@ struct Conversation<'p> {
     sampler: Sampler,
     messages: Vec<ChatMessage>,
     verbose: bool,
+    /// The drafter, when a drafting flag was given.
+    speculator: Option<Speculator>,
 }
 
 impl Conversation<'_> {
@@ -152,7 +172,7 @@ impl Conversation<'_> {
             &mut self.sampler,
             &ids,
             sink,
-            None,
+            self.speculator.as_mut(),
             None,
         )?;
         let prompts = [Prompt {
@@ -179,6 +199,9 @@ impl Conversation<'_> {
             .summary;
         if self.verbose {
             log_turn(prompts[0].ids.len(), reused, &summary);
+            if let Some(spec) = &self.speculator {
+                eprintln!("kindle: {}", spec.stats().line());
+            }
         }
         self.messages.push(ChatMessage::assistant(summary.text));
         Ok(())

@@ -134,7 +134,12 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     }
     let settings = args.settings(inputs)?;
     let plan = RunPlan::build(&settings)?;
-    let mut spec = draft.speculator(&plan, &settings.model.engine, plan.prompts[0].ids.len())?;
+    let mut spec = draft.speculator(
+        &plan,
+        &settings.model.engine,
+        plan.prompts[0].ids.len(),
+        plan.capacity,
+    )?;
     if args.verbose {
         spec = spec.map(|s| s.with_timing_step());
     }
