@@ -92,6 +92,18 @@ pub fn is_hf_dir(path: impl AsRef<Path>) -> bool {
     path.is_dir() && path.join("config.json").is_file()
 }
 
+/// The pieces of a SentencePiece `tokenizer.model` (the `ModelProto` protobuf) as
+/// `(piece, score, type)` with sentencepiece's type codes (1 normal, 2 unknown, 3 control,
+/// 4 user-defined, 5 unused, 6 byte); a malformed file is an [`HfError::Tokenizer`] naming
+/// the problem and its byte offset.
+pub fn read_tokenizer_model(bytes: &[u8]) -> Result<Vec<(String, f32, i32)>> {
+    Ok(spm_proto::parse(bytes)?
+        .pieces
+        .into_iter()
+        .map(|p| (p.piece, p.score, p.ty))
+        .collect())
+}
+
 /// Opens the Hugging Face directory `dir` and converts it to an in-memory GGUF file with the
 /// default options (tensors kept as F32/F16, BF16 as F32; tokenizer included).
 pub fn load_gguf(dir: impl AsRef<Path>) -> Result<kindle_gguf::GgufFile> {

@@ -418,4 +418,36 @@ mod tests {
             let _ = parse(&bytes[..n]);
         }
     }
+
+    #[test]
+    fn random_bytes_and_mutations_never_panic() {
+        let good = write(&SpmModel {
+            pieces: vec![Piece {
+                piece: "▁ab".into(),
+                score: -2.0,
+                ty: piece_type::CONTROL,
+            }],
+            ..SpmModel::default()
+        });
+        let mut s = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        for _ in 0..20_000 {
+            let mut bytes = good.clone();
+            for _ in 0..(next() % 4 + 1) {
+                let at = (next() as usize) % bytes.len();
+                bytes[at] = next() as u8;
+            }
+            let _ = parse(&bytes);
+            let len = (next() % 24) as usize;
+            let random: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            if let Ok(m) = parse(&random) {
+                assert!(m.pieces.len() * 2 <= random.len());
+            }
+        }
+    }
 }

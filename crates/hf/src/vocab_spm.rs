@@ -138,6 +138,13 @@ pub(crate) fn metadata(
     if let Some(e) = add_eos {
         out.push(("tokenizer.ggml.add_eos_token".into(), e.into()));
     }
+    // `add_sep_token` from tokenizer_config.json only (llama.cpp also infers it from a
+    // tokenizer.json's pair template; Gemma's says false).
+    if let Some(c) = &files.config
+        && let Some(sep) = c.opt_bool("add_sep_token")?
+    {
+        out.push(("tokenizer.ggml.add_sep_token".into(), sep.into()));
+    }
     // Gemma: always false (llama.cpp). Others: tokenizer_config.json's add_prefix_space
     // (llama.cpp), else the normalizer's add_dummy_prefix when false (llama.cpp's default is
     // true, and it does not read the normalizer).
@@ -228,7 +235,7 @@ pub(crate) fn export(file: &GgufFile, arch: Arch) -> Result<(Vec<u8>, Value)> {
     config.insert("tokenizer_class".into(), json!(class));
     config.insert("clean_up_tokenization_spaces".into(), json!(false));
     config.insert("legacy".into(), json!(false));
-    for key in ["add_bos_token", "add_eos_token"] {
+    for key in ["add_bos_token", "add_eos_token", "add_sep_token"] {
         if let Some(b) = file.opt_bool(&format!("tokenizer.ggml.{key}"))? {
             config.insert(key.into(), json!(b));
         }
