@@ -60,8 +60,9 @@ impl HfDtype {
 pub struct HfWriteOptions {
     /// The weights' dtype.
     pub dtype: HfDtype,
-    /// Write tokenizer.json, tokenizer_config.json and generation_config.json (when the file
-    /// has tokenizer metadata; an error, before anything is written, when it cannot be
+    /// Write the tokenizer: tokenizer.json (byte-level BPE) or tokenizer.model
+    /// (SentencePiece), tokenizer_config.json and generation_config.json (when the file has
+    /// tokenizer metadata; an error, before anything is written, when it cannot be
     /// converted).
     pub tokenizer: bool,
 }
@@ -70,8 +71,9 @@ pub struct HfWriteOptions {
 /// model.safetensors (every tensor dequantised, un-permuted, GPT-2's Conv1D weights
 /// transposed back, Gemma-3's norms minus one, in `dtype`), and the tokenizer files.
 ///
-/// A vocabulary that cannot be written as tokenizer.json (SentencePiece) is an error before
-/// anything is written; [`write_hf_with`] can leave the tokenizer out.
+/// Byte-level BPE vocabularies are written as tokenizer.json, SentencePiece ones (`llama`) as
+/// tokenizer.model; another vocabulary is an error before anything is written
+/// ([`write_hf_with`] can leave the tokenizer out).
 pub fn write_hf(file: &GgufFile, out_dir: impl AsRef<Path>, dtype: HfDtype) -> Result<()> {
     write_hf_with(
         file,
@@ -93,7 +95,7 @@ pub fn write_hf_with(
     let config = ModelConfig::from_gguf(file)?;
     let with_tokenizer = options.tokenizer && vocab_export::has_vocab(file);
     let tokenizer = if with_tokenizer {
-        Some(vocab_export::export(file)?)
+        Some(vocab_export::export(file, config.arch)?)
     } else {
         None
     };
@@ -132,13 +134,24 @@ pub fn write_hf_with(
             source,
         }
     })?;
-    write_json(
-        &out_dir.join("config.json"),
-        &config.to_json(dtype.torch_name()),
-    )?;
+    let config_path = out_dir.join("config.json");
+    write_json(&config_path, &config.to_json(dtype.torch_name()))?;
+    // The safetensors crate persists a temporary file (mode 0600): give the weights the
+    // mode `std::fs::write` gave config.json (0666 less the umask).
+    let mode = std::fs::metadata(&config_path)
+        .map_err(io_error(&config_path))?
+        .permissions();
+    std::fs::set_permissions(&weights, mode).map_err(io_error(&weights))?;
     if let Some(t) = tokenizer {
-        let path = out_dir.join("tokenizer.json");
-        std::fs::write(&path, t.tokenizer_json).map_err(io_error(&path))?;
+        for (name, bytes) in [
+            ("tokenizer.json", t.tokenizer_json.map(String::into_bytes)),
+            ("tokenizer.model", t.tokenizer_model),
+        ] {
+            if let Some(bytes) = bytes {
+                let path = out_dir.join(name);
+                std::fs::write(&path, bytes).map_err(io_error(&path))?;
+            }
+        }
         write_json(&out_dir.join("tokenizer_config.json"), &t.tokenizer_config)?;
         write_json(
             &out_dir.join("generation_config.json"),

@@ -14,6 +14,7 @@ use crate::json::JsonObject;
 use crate::names::{self, Transform};
 use crate::safetensors_file::{SafetensorsFile, decode_f32};
 use crate::vocab_import::{self, TokenizerFiles};
+use crate::vocab_spm;
 
 /// How [`HfDir::to_gguf`] writes tensors.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,8 +25,9 @@ pub struct ToGgufOptions {
     /// quantizers, as `kindle quantize` does. One-dimensional tensors (norms, biases) are
     /// always F32, as llama.cpp writes them.
     pub tensor_type: Option<GgmlType>,
-    /// Write the `tokenizer.*` metadata (from tokenizer.json); an error when the directory
-    /// has no tokenizer.json or one that cannot be converted.
+    /// Write the `tokenizer.*` metadata (from tokenizer.json, or tokenizer.model for
+    /// SentencePiece vocabularies); an error when the directory has neither or one that
+    /// cannot be converted.
     pub tokenizer: bool,
 }
 
@@ -86,7 +88,7 @@ impl HfDir {
         &self.shards
     }
 
-    /// Whether the directory has a tokenizer.json.
+    /// Whether the directory has a tokenizer.json or a tokenizer.model.
     pub fn has_tokenizer(&self) -> bool {
         self.tokenizer.is_some()
     }
@@ -120,9 +122,23 @@ impl HfDir {
         meta.extend(arch_meta);
         let tokenizer = if options.tokenizer {
             let files = self.tokenizer.as_ref().ok_or_else(|| {
-                HfError::Tokenizer(format!("{}: no tokenizer.json", self.dir.display()))
+                HfError::Tokenizer(format!(
+                    "{}: no tokenizer.json or tokenizer.model",
+                    self.dir.display()
+                ))
             })?;
-            vocab_import::metadata(files, self.config.vocab_size, Some(&self.config_json))?
+            match &files.model {
+                Some(model) if files.is_sentencepiece() => vocab_spm::metadata(
+                    files,
+                    model,
+                    self.config.arch,
+                    self.config.vocab_size,
+                    Some(&self.config_json),
+                )?,
+                _ => {
+                    vocab_import::metadata(files, self.config.vocab_size, Some(&self.config_json))?
+                }
+            }
         } else {
             Vec::new()
         };

@@ -9,10 +9,14 @@
 //!
 //! Architectures: `LlamaForCausalLM` and `MistralForCausalLM` (GGUF `llama`),
 //! `Qwen2ForCausalLM` (`qwen2`), `GPT2LMHeadModel` (`gpt2`), `Gemma3ForCausalLM` and the text
-//! model of `Gemma3ForConditionalGeneration` (`gemma3`). Tokenizers: byte-level BPE both ways
-//! (pre-tokenizers `gpt-2`, `smollm`, `llama-bpe`, `qwen2`); SentencePiece vocabularies are
-//! refused with [`HfError::Tokenizer`] in both directions (convert without the tokenizer with
-//! [`ToGgufOptions::tokenizer`] / [`HfWriteOptions::tokenizer`]).
+//! model of `Gemma3ForConditionalGeneration` (`gemma3`). Tokenizers, both ways: byte-level BPE
+//! through tokenizer.json (pre-tokenizers `gpt-2`, `smollm`, `llama-bpe`, `qwen2`), and
+//! SentencePiece (`llama`: Gemma, Llama-2, Mistral) through tokenizer.model, the
+//! SentencePiece `ModelProto` llama.cpp reads (pieces, scores and types; added tokens from
+//! added_tokens.json and tokenizer_config.json's `added_tokens_decoder`; special ids from
+//! tokenizer_config.json, config.json, then the trainer spec), read and written here by a
+//! small strict protobuf codec. tokenizer.model is preferred when the tokenizer.json beside it
+//! is not byte-level BPE, as llama.cpp does.
 //!
 //! Safetensors files are memory-mapped and checked before use ([`SafetensorsFile`]): a
 //! malformed file is an [`HfError`] naming the file and tensor, never a panic or an
@@ -68,8 +72,10 @@ mod json;
 pub mod names;
 mod pre_tokenizer;
 mod safetensors_file;
+mod spm_proto;
 mod vocab_export;
 mod vocab_import;
+mod vocab_spm;
 
 use std::path::Path;
 
@@ -84,6 +90,18 @@ pub use safetensors_file::{MAX_HEADER_LEN, SafetensorsFile, SafetensorsTensor};
 pub fn is_hf_dir(path: impl AsRef<Path>) -> bool {
     let path = path.as_ref();
     path.is_dir() && path.join("config.json").is_file()
+}
+
+/// The pieces of a SentencePiece `tokenizer.model` (the `ModelProto` protobuf) as
+/// `(piece, score, type)` with sentencepiece's type codes (1 normal, 2 unknown, 3 control,
+/// 4 user-defined, 5 unused, 6 byte); a malformed file is an [`HfError::Tokenizer`] naming
+/// the problem and its byte offset.
+pub fn read_tokenizer_model(bytes: &[u8]) -> Result<Vec<(String, f32, i32)>> {
+    Ok(spm_proto::parse(bytes)?
+        .pieces
+        .into_iter()
+        .map(|p| (p.piece, p.score, p.ty))
+        .collect())
 }
 
 /// Opens the Hugging Face directory `dir` and converts it to an in-memory GGUF file with the

@@ -1,5 +1,6 @@
-//! GGUF `tokenizer.*` metadata → tokenizer.json (built with the `tokenizers` crate),
-//! tokenizer_config.json and generation_config.json.
+//! GGUF `tokenizer.*` metadata → tokenizer.json (byte-level BPE, built with the `tokenizers`
+//! crate) or tokenizer.model (SentencePiece, [`crate::vocab_spm`]), tokenizer_config.json and
+//! generation_config.json.
 
 use std::collections::HashSet;
 
@@ -10,14 +11,17 @@ use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
 use tokenizers::models::bpe::BPE;
 use tokenizers::processors::template::TemplateProcessing;
 
+use crate::config::Arch;
 use crate::error::{HfError, Result};
 use crate::pre_tokenizer;
 use crate::vocab_import::{CONTROL, UNKNOWN, UNUSED, USER_DEFINED};
+use crate::vocab_spm;
 
-/// The three tokenizer files of a GGUF vocabulary, as text.
+/// The tokenizer files of a GGUF vocabulary.
 #[derive(Debug, Clone)]
 pub(crate) struct TokenizerOut {
-    pub(crate) tokenizer_json: String,
+    pub(crate) tokenizer_json: Option<String>,
+    pub(crate) tokenizer_model: Option<Vec<u8>>,
     pub(crate) tokenizer_config: Value,
     pub(crate) generation_config: Value,
 }
@@ -33,17 +37,26 @@ pub(crate) fn check(file: &GgufFile) -> Result<()> {
     let model = file.get_str("tokenizer.ggml.model")?;
     if model != "gpt2" {
         return Err(HfError::Tokenizer(format!(
-            "tokenizer.ggml.model `{model}` (SentencePiece) is not converted to tokenizer.json: \
-             the tokenizers crate's BPE does not merge as llama.cpp's SentencePiece does \
-             (only byte-level BPE, `gpt2`, is)"
+            "tokenizer.ggml.model `{model}` is not converted (byte-level BPE, `gpt2`, is \
+             written as tokenizer.json, SentencePiece, `llama`, as tokenizer.model)"
         )));
     }
     pre_tokenizer::build(file.opt_str("tokenizer.ggml.pre")?.unwrap_or("default"))?;
     Ok(())
 }
 
-/// The tokenizer files of `file`'s vocabulary (byte-level BPE only, see [`check`]).
-pub(crate) fn export(file: &GgufFile) -> Result<TokenizerOut> {
+/// The tokenizer files of `file`'s vocabulary: SentencePiece (`llama`) as tokenizer.model,
+/// byte-level BPE as tokenizer.json (see [`check`]).
+pub(crate) fn export(file: &GgufFile, arch: Arch) -> Result<TokenizerOut> {
+    if file.get_str("tokenizer.ggml.model")? == "llama" {
+        let (model, config) = vocab_spm::export(file, arch)?;
+        return Ok(TokenizerOut {
+            tokenizer_json: None,
+            tokenizer_model: Some(model),
+            tokenizer_config: config,
+            generation_config: generation_config(file)?,
+        });
+    }
     check(file)?;
     let pre_name = file.opt_str("tokenizer.ggml.pre")?.unwrap_or("default");
     let (pre, ignore_merges) = pre_tokenizer::build(pre_name)?;
@@ -167,19 +180,26 @@ pub(crate) fn export(file: &GgufFile) -> Result<TokenizerOut> {
     if let Some(t) = file.opt_str("tokenizer.chat_template")? {
         config.insert("chat_template".into(), json!(t));
     }
+    Ok(TokenizerOut {
+        tokenizer_json: Some(tokenizer_json),
+        tokenizer_model: None,
+        tokenizer_config: Value::Object(config),
+        generation_config: generation_config(file)?,
+    })
+}
+
+/// generation_config.json: the BOS, EOS and padding ids.
+fn generation_config(file: &GgufFile) -> Result<Value> {
+    let n = file.get_str_array("tokenizer.ggml.tokens")?.len();
     let mut generation = Map::new();
-    for (key, token) in [
-        ("bos_token_id", &bos),
-        ("eos_token_id", &eos),
-        ("pad_token_id", &pad),
+    for (key, gguf) in [
+        ("bos_token_id", "tokenizer.ggml.bos_token_id"),
+        ("eos_token_id", "tokenizer.ggml.eos_token_id"),
+        ("pad_token_id", "tokenizer.ggml.padding_token_id"),
     ] {
-        if let Some((id, _)) = token {
+        if let Some(id) = file.opt_u32(gguf)?.filter(|&id| (id as usize) < n) {
             generation.insert(key.into(), json!(id));
         }
     }
-    Ok(TokenizerOut {
-        tokenizer_json,
-        tokenizer_config: Value::Object(config),
-        generation_config: Value::Object(generation),
-    })
+    Ok(Value::Object(generation))
 }

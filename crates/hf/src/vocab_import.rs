@@ -1,7 +1,8 @@
 //! tokenizer.json (+ tokenizer_config.json, config.json, chat_template.jinja) → GGUF
-//! `tokenizer.*` metadata, as llama.cpp's `_set_vocab_gpt2` and `SpecialVocab` write it.
+//! `tokenizer.*` metadata, as llama.cpp's `_set_vocab_gpt2` and `SpecialVocab` write it;
+//! SentencePiece directories (tokenizer.model) go to [`crate::vocab_spm`].
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use kindle_gguf::MetadataValue;
 use serde_json::Value;
@@ -20,17 +21,29 @@ pub(crate) const UNUSED: i32 = 5;
 /// The tokenizer files of a Hugging Face directory.
 #[derive(Debug, Clone)]
 pub(crate) struct TokenizerFiles {
-    pub(crate) json: JsonObject,
+    /// tokenizer.json.
+    pub(crate) json: Option<JsonObject>,
+    /// tokenizer.model's bytes (SentencePiece).
+    pub(crate) model: Option<Vec<u8>>,
+    /// added_tokens.json.
+    pub(crate) added_tokens: Option<JsonObject>,
     pub(crate) config: Option<JsonObject>,
     pub(crate) chat_template: Option<String>,
 }
 
 impl TokenizerFiles {
-    /// The tokenizer files in `dir`; `None` without a tokenizer.json.
+    /// The tokenizer files in `dir`; `None` without a tokenizer.json or tokenizer.model.
     pub(crate) fn read(dir: &Path) -> Result<Option<Self>> {
-        let Some(json) = JsonObject::read_opt(&dir.join("tokenizer.json"))? else {
-            return Ok(None);
+        let json = JsonObject::read_opt(&dir.join("tokenizer.json"))?;
+        let model_path = dir.join("tokenizer.model");
+        let model = if model_path.is_file() {
+            Some(std::fs::read(&model_path).map_err(io_error(&model_path))?)
+        } else {
+            None
         };
+        if json.is_none() && model.is_none() {
+            return Ok(None);
+        }
         let jinja = dir.join("chat_template.jinja");
         let chat_template = if jinja.is_file() {
             Some(std::fs::read_to_string(&jinja).map_err(io_error(&jinja))?)
@@ -39,18 +52,30 @@ impl TokenizerFiles {
         };
         Ok(Some(Self {
             json,
+            model,
+            added_tokens: JsonObject::read_opt(&dir.join("added_tokens.json"))?,
             config: JsonObject::read_opt(&dir.join("tokenizer_config.json"))?,
             chat_template,
         }))
     }
 
-    fn path(&self) -> PathBuf {
-        self.json.path.clone()
+    /// Whether the vocabulary is read from tokenizer.model: there is one, and no
+    /// tokenizer.json or one that is not byte-level BPE (llama.cpp reads SentencePiece
+    /// vocabularies, Gemma's and Llama-2's byte-fallback BPE tokenizer.json included, from
+    /// tokenizer.model).
+    pub(crate) fn is_sentencepiece(&self) -> bool {
+        let byte_level = |j: &JsonObject| {
+            let model = j.map.get("model");
+            let ty = model.and_then(|m| m.get("type")).and_then(Value::as_str);
+            let fallback = model.and_then(|m| m.get("byte_fallback"));
+            ty.is_none_or(|t| t == "BPE") && fallback.and_then(Value::as_bool) != Some(true)
+        };
+        self.model.is_some() && !self.json.as_ref().is_some_and(byte_level)
     }
 }
 
 /// llama.cpp's `does_token_look_special`.
-fn looks_special(t: &str) -> bool {
+pub(crate) fn looks_special(t: &str) -> bool {
     matches!(t, "<pad>" | "<mask>" | "<2mass>" | "[@BOS@]")
         || (t.starts_with("<|") && t.ends_with("|>"))
         || (t.starts_with("<｜") && t.ends_with("｜>"))
@@ -64,8 +89,10 @@ pub(crate) fn metadata(
     vocab_size: Option<u64>,
     model_config: Option<&JsonObject>,
 ) -> Result<Vec<(String, MetadataValue)>> {
-    let tj = &files.json;
-    let bad = |what: String| HfError::Tokenizer(format!("{}: {what}", files.path().display()));
+    let Some(tj) = &files.json else {
+        return Err(HfError::Tokenizer("no tokenizer.json".into()));
+    };
+    let bad = |what: String| HfError::Tokenizer(format!("{}: {what}", tj.path.display()));
     let model = tj.object("model")?.ok_or_else(|| tj.missing("model"))?;
     let kind = model.opt_str("type")?.unwrap_or("BPE");
     if kind != "BPE" {
@@ -222,15 +249,15 @@ fn merges(model: &JsonObject) -> Result<Vec<String>> {
 /// Whether BOS and EOS are added: the post-processor first (a TemplateProcessing's leading
 /// and trailing special tokens; ByteLevel: neither), then tokenizer_config.json's
 /// `add_bos_token` / `add_eos_token`.
-fn add_special(
+pub(crate) fn add_special(
     files: &TokenizerFiles,
     special_id: &dyn Fn(&str) -> Option<u64>,
 ) -> Result<(Option<bool>, Option<bool>)> {
     let (mut bos, mut eos) = (None, None);
     let post = files
         .json
-        .map
-        .get("post_processor")
+        .as_ref()
+        .and_then(|j| j.map.get("post_processor"))
         .cloned()
         .unwrap_or(Value::Null);
     let processors = match post.get("processors").and_then(Value::as_array) {
@@ -277,7 +304,7 @@ fn add_special(
 }
 
 /// tokenizer_config.json's `chat_template` (a list: its `default`), else chat_template.jinja.
-fn chat_template(files: &TokenizerFiles) -> Result<Option<String>> {
+pub(crate) fn chat_template(files: &TokenizerFiles) -> Result<Option<String>> {
     let from_config = match files
         .config
         .as_ref()

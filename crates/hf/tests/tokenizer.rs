@@ -241,7 +241,7 @@ fn gguf_to_tokenizer_json_encodes_as_the_gguf() {
 }
 
 #[test]
-fn unknown_pre_tokenizers_and_sentencepiece_are_named_errors() {
+fn unknown_pre_tokenizers_and_vocabularies_are_named_errors() {
     let v = vocab();
     let dir = hf_dir_with_tokenizer("gpt2", v.tokens.len());
     let mut tj = hf_tokenizer_json("gpt2");
@@ -273,12 +273,12 @@ fn unknown_pre_tokenizers_and_sentencepiece_are_named_errors() {
     };
     assert!(HfDir::open(dir.path()).unwrap().to_gguf(&options).is_ok());
 
-    // A SentencePiece GGUF vocabulary: refused before anything is written.
+    // A vocabulary kindle does not convert (`t5`): refused before anything is written.
     let model = common::tiny_gguf("gemma3", "smollm");
     let mut w = GgufWriter::new();
     for (k, val) in model.metadata() {
         let val = if k == "tokenizer.ggml.model" {
-            "llama".into()
+            "t5".into()
         } else {
             val.clone()
         };
@@ -295,7 +295,7 @@ fn unknown_pre_tokenizers_and_sentencepiece_are_named_errors() {
     let spm = GgufFile::from_bytes(w.to_bytes()).unwrap();
     let out = TempDir::new("spm");
     let err = write_hf(&spm, out.path().join("x"), HfDtype::F32).unwrap_err();
-    assert!(err.to_string().contains("SentencePiece"), "{err}");
+    assert!(err.to_string().contains("`t5` is not converted"), "{err}");
     assert!(!out.path().join("x").exists());
     let options = HfWriteOptions {
         dtype: HfDtype::F32,
