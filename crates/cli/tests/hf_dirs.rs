@@ -330,3 +330,62 @@ fn bad_hf_directories_are_named_errors() {
     let message = fail(&["generate", "-m", path_str(truncated.path()), "Hi"]);
     assert!(message.contains("model.safetensors"), "{message}");
 }
+
+#[test]
+fn gemma3_as_an_hf_directory_runs_as_the_gguf_file() {
+    let Some(path) = gemma3_model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = GgufFile::open(&path).unwrap();
+    kindle_hf::write_hf(&gguf, dir.path(), HfDtype::F32).expect("writing Gemma-3 as HF");
+    // SentencePiece goes through tokenizer.model (no tokenizer.json).
+    assert!(dir.path().join("tokenizer.model").is_file());
+    let hf = engine::open(dir.path()).unwrap();
+    let original = engine::open(&path).unwrap();
+    assert_eq!(
+        hf.tokenizer.chat_template(),
+        original.tokenizer.chat_template()
+    );
+    let text = "The capital of France is Paris. Ünïcödé ☃ and <start_of_turn>user\nhi";
+    for special in [false, true] {
+        assert_eq!(
+            hf.tokenizer.encode(text, special).unwrap(),
+            original.tokenizer.encode(text, special).unwrap()
+        );
+    }
+    // The f32 directory holds the dequantised weights exactly: the same logits as the same
+    // values in an f32 GGUF file, bit for bit; the Q4_K/Q5_0/Q6_K/Q8_0 file's within rounding.
+    let gguf_f32 = GgufFile::from_bytes(
+        engine::requantize(&gguf, GgmlType::F32, true)
+            .unwrap()
+            .to_bytes(),
+    )
+    .unwrap();
+    let tokens = original
+        .tokenizer
+        .encode("The capital of France is", true)
+        .unwrap();
+    let (m_hf, m_f32, m_q) = (load(&hf.file), load(&gguf_f32), load(&gguf));
+    let (hf_prefill, hf_decode) = prefill_and_decode(&m_hf, &tokens);
+    let (f32_prefill, f32_decode) = prefill_and_decode(&m_f32, &tokens);
+    assert_eq!(max_diff(&hf_prefill, &f32_prefill), 0.0);
+    assert_eq!(max_diff(&hf_decode, &f32_decode), 0.0);
+    let (q_prefill, q_decode) = prefill_and_decode(&m_q, &tokens);
+    let worst = max_diff(&hf_prefill, &q_prefill).max(max_diff(&hf_decode, &q_decode));
+    eprintln!("Gemma-3 f32 HF directory vs the Q4_K_M file: largest logit difference {worst:.2e}");
+    assert!(worst < 1e-3, "logits differ by {worst}");
+    let greedy = |m: &str| {
+        stdout(&kindle(&[
+            "generate",
+            "-m",
+            m,
+            "The capital of France is",
+            "-n",
+            "16",
+            "--temperature",
+            "0",
+        ]))
+    };
+    assert_eq!(greedy(path_str(dir.path())), greedy(path_str(&path)));
+}
