@@ -24,7 +24,7 @@ pub enum ModelError {
     #[error(transparent)]
     Cache(#[from] KvCacheError),
     /// `general.architecture` names an architecture kindle cannot run.
-    #[error("unsupported model architecture '{0}' (kindle runs: llama, gemma3)")]
+    #[error("unsupported model architecture '{0}' (kindle runs: llama, qwen2, gemma3)")]
     UnsupportedArchitecture(String),
     /// A hyperparameter is missing, out of range or inconsistent with another.
     #[error("bad hyperparameter {key}: {problem}")]

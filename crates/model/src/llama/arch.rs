@@ -26,8 +26,9 @@ use super::LlamaConfig;
 ///   `1 / sqrt(key_length)` ([`LlamaConfig::attention_scale`]), and its norms' `1 + weight`
 ///   is already in the GGUF weights (llama.cpp's converter adds the 1), so its RMSNorm is
 ///   Llama's.
-/// - Qwen2 would be: `qkv_bias` (the loader attaches `attn_{q,k,v}.bias` with
-///   [`QLinear::with_bias`](crate::linear::QLinear::with_bias)); otherwise Llama's values.
+/// - Qwen2: `qkv_bias` (the loader attaches `attn_{q,k,v}.bias` with
+///   [`QLinear::with_bias`](crate::linear::QLinear::with_bias)) and RoPE on halves;
+///   otherwise Llama's values.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ArchSpec {
     /// `general.architecture` of the files it reads.
@@ -135,8 +136,22 @@ impl ArchSpec {
         ffn_activation: FfnActivation::GeluTanh,
     };
 
+    /// Qwen2 (and Qwen2.5): Llama's layer with biases on the q, k and v projections and RoPE
+    /// on halves (llama.cpp's "NeoX" type).
+    pub const QWEN2: ArchSpec = ArchSpec {
+        name: "qwen2",
+        layers: LayerPattern::Uniform,
+        rope_style: RopeStyle::Halves,
+        embedding_scale: EmbeddingScale::One,
+        qkv_bias: true,
+        qk_norm: false,
+        post_norms: false,
+        ffn_activation: FfnActivation::Silu,
+    };
+
     /// Every architecture the loader reads.
-    pub const SUPPORTED: &'static [ArchSpec] = &[ArchSpec::LLAMA, ArchSpec::GEMMA3];
+    pub const SUPPORTED: &'static [ArchSpec] =
+        &[ArchSpec::LLAMA, ArchSpec::GEMMA3, ArchSpec::QWEN2];
 
     /// The description of architecture `name` (`general.architecture`), if supported.
     pub fn named(name: &str) -> Option<&'static ArchSpec> {
