@@ -18,17 +18,21 @@ use kindle_gguf::quant::GgmlType;
 use kindle_hf::{HfDir, HfDtype, ToGgufOptions};
 use kindle_model::{Llama, LogitsFor, OpenDevice};
 
-/// The real model written as an f32 Hugging Face directory once per test binary.
+/// The real model written as an f32 Hugging Face directory once per test binary (under the
+/// target's temporary folder, replaced on every run: a static is never dropped, so a
+/// `TempDir` here would leak 0.5 GB per run).
 fn hf_dir() -> Option<&'static Path> {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
     let path = real_model()?;
     let dir = DIR.get_or_init(|| {
-        let dir = tempfile::tempdir().expect("a temporary directory");
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("hf_dirs/smollm2-f32");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
         let file = GgufFile::open(&path).expect("opening the real model");
-        kindle_hf::write_hf(&file, dir.path(), HfDtype::F32).expect("writing the HF directory");
+        kindle_hf::write_hf(&file, &dir, HfDtype::F32).expect("writing the HF directory");
         dir
     });
-    Some(dir.path())
+    Some(dir.as_path())
 }
 
 fn load(file: &GgufFile) -> Llama {
