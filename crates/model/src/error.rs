@@ -24,8 +24,18 @@ pub enum ModelError {
     #[error(transparent)]
     Cache(#[from] KvCacheError),
     /// `general.architecture` names an architecture kindle cannot run.
-    #[error("unsupported model architecture '{0}' (kindle runs: llama, qwen2, gemma3)")]
+    #[error("unsupported model architecture '{0}' (kindle runs: llama, qwen2, gemma3, gpt2)")]
     UnsupportedArchitecture(String),
+    /// A position past the last learned position embedding (GPT-2's context length).
+    #[error(
+        "position {position} is past the model's {limit} learned positions (its context length)"
+    )]
+    PastLearnedPositions {
+        /// The position asked for.
+        position: usize,
+        /// How many positions the model has embeddings for.
+        limit: usize,
+    },
     /// A hyperparameter is missing, out of range or inconsistent with another.
     #[error("bad hyperparameter {key}: {problem}")]
     Hyperparameter {

@@ -91,6 +91,12 @@ impl QLinear {
         self.host_bias.as_deref()
     }
 
+    /// Its number of parameters: the weight's and the bias's.
+    pub fn parameter_count(&self) -> u64 {
+        let bias = self.bias.as_ref().map_or(0, |b| b.dims()[0]);
+        (self.d_out() * self.d_in() + bias) as u64
+    }
+
     /// Whether the layer has no bias or has one the host can read.
     pub(crate) fn bias_on_host_if_any(&self) -> bool {
         self.bias.is_none() || self.host_bias.is_some()

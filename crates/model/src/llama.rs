@@ -10,7 +10,7 @@
 //! (`burn_ops`, any device) and plain loops with the quantized kernels on host buffers
 //! (`host_ops`, CPU devices, when [`Llama::forward_batch`] finds it applies). Modules:
 //! `config` ([`LlamaConfig`], [`AttentionShape`]), `arch` ([`ArchSpec`]), `rope`
-//! ([`RopeTable`]), `weights` ([`RmsNorm`], [`Block`]).
+//! ([`RopeTable`]), `weights` ([`Norm`], [`Block`]).
 
 use burn::prelude::*;
 use kindle_kernels::Kernels;
@@ -29,11 +29,14 @@ mod recipe;
 mod rope;
 mod weights;
 
-pub use arch::{ArchSpec, EmbeddingScale, FfnActivation, LayerPattern, LayerSpec, RopeStyle};
+pub use arch::{
+    ArchSpec, EmbeddingScale, FfnActivation, LayerPattern, LayerSpec, NormKind, Positions,
+    RopeStyle,
+};
 pub use config::{AttentionShape, LlamaConfig};
 pub use recipe::{BatchSequence, LogitsFor};
 pub use rope::RopeTable;
-pub use weights::{Block, RmsNorm};
+pub use weights::{Block, Norm};
 
 /// A Llama-family model.
 #[derive(Module, Debug)]
@@ -41,8 +44,10 @@ pub struct Llama {
     /// The token embedding `[vocab, d_model]`, also the output head when tied.
     embedding: QLinear,
     layers: Vec<Block>,
-    norm: RmsNorm,
+    norm: Norm,
     output: Option<QLinear>,
+    /// Learned position embeddings `[context, d_model]` (GPT-2), added to the token embeddings.
+    positions: Option<QLinear>,
     #[module(skip)]
     config: LlamaConfig,
     /// What the architecture does differently from Llama (nothing, for Llama).
@@ -64,7 +69,7 @@ impl Llama {
         config: LlamaConfig,
         embedding: QLinear,
         layers: Vec<Block>,
-        norm: RmsNorm,
+        norm: Norm,
         output: Option<QLinear>,
     ) -> Self {
         let parts = Parts {
@@ -74,6 +79,7 @@ impl Llama {
             layers,
             norm,
             output,
+            positions: None,
         };
         Self::assemble(parts, Kernels::default())
     }
@@ -87,13 +93,20 @@ impl Llama {
             layers,
             norm,
             output,
+            positions,
         } = parts;
-        let host_ready = host_ops::host_ready(&embedding, &layers, &norm, output.as_ref());
+        let host_ready = host_ops::host_ready(
+            &embedding,
+            &layers,
+            &norm,
+            [output.as_ref(), positions.as_ref()],
+        );
         Llama {
             embedding,
             layers,
             norm,
             output,
+            positions,
             config,
             arch,
             host_ready,
@@ -111,6 +124,31 @@ impl Llama {
         self.layers.truncate(n);
         self.config.n_layers = n;
         true
+    }
+
+    /// The number of weights the model holds (embeddings, every block's matrices, biases and
+    /// norms, the final norm, an untied head), counted from the weights themselves.
+    pub fn parameter_count(&self) -> u64 {
+        let linears = [
+            Some(&self.embedding),
+            self.output.as_ref(),
+            self.positions.as_ref(),
+        ];
+        let blocks: u64 = self
+            .layers
+            .iter()
+            .map(|b| {
+                b.linears().map(QLinear::parameter_count).sum::<u64>()
+                    + b.norms().map(Norm::parameter_count).sum::<u64>()
+            })
+            .sum();
+        linears
+            .into_iter()
+            .flatten()
+            .map(QLinear::parameter_count)
+            .sum::<u64>()
+            + blocks
+            + self.norm.parameter_count()
     }
 
     /// The model's hyperparameters.
@@ -340,6 +378,7 @@ impl Llama {
             layers: &self.layers,
             norm: &self.norm,
             output: self.output.as_ref(),
+            positions: self.positions.as_ref(),
         }
     }
 }
@@ -368,12 +407,12 @@ impl LlamaConfig {
         let layers = (0..self.n_layers)
             .map(|_| {
                 Block::new(
-                    RmsNorm::new(Tensor::ones([d], device), self.rms_eps),
+                    Norm::new(Tensor::ones([d], device), self.rms_eps),
                     QLinear::new(tensor([q, d], w)),
                     QLinear::new(tensor([kv, d], w)),
                     QLinear::new(tensor([kv, d], w)),
                     QLinear::new(tensor([d, q], w)),
-                    RmsNorm::new(Tensor::ones([d], device), self.rms_eps),
+                    Norm::new(Tensor::ones([d], device), self.rms_eps),
                     QLinear::new(tensor([self.d_ff, d], w)),
                     QLinear::new(tensor([self.d_ff, d], w)),
                     QLinear::new(tensor([d, self.d_ff], 1.0 / (self.d_ff as f32).sqrt())),
@@ -385,7 +424,7 @@ impl LlamaConfig {
             self.clone(),
             embedding,
             layers,
-            RmsNorm::new(Tensor::ones([d], device), self.rms_eps),
+            Norm::new(Tensor::ones([d], device), self.rms_eps),
             output,
         )
     }
@@ -397,6 +436,7 @@ pub(crate) struct Parts {
     pub(crate) arch: ArchSpec,
     pub(crate) embedding: QLinear,
     pub(crate) layers: Vec<Block>,
-    pub(crate) norm: RmsNorm,
+    pub(crate) norm: Norm,
     pub(crate) output: Option<QLinear>,
+    pub(crate) positions: Option<QLinear>,
 }

@@ -6,7 +6,9 @@ use burn::tensor::{DType, TensorData};
 
 use crate::error::ModelError;
 use crate::linear::QLinear;
-use crate::llama::{ArchSpec, Block, LayerPattern, Llama, LlamaConfig, Parts, RmsNorm};
+use crate::llama::{
+    ArchSpec, Block, LayerPattern, Llama, LlamaConfig, Norm, NormKind, Parts, Positions,
+};
 use kindle_gguf::GgufFile;
 use kindle_kernels::{self, KernelOptions, Kernels, QuantMatrix};
 
@@ -155,9 +157,12 @@ impl LlamaConfig {
             n_kv_heads,
             d_ff: usize_of("feed_forward_length")?,
             rope_theta: file.opt_f64(&key("rope.freq_base"))?.unwrap_or(10000.0),
-            rms_eps: file
-                .opt_f64(&key("attention.layer_norm_rms_epsilon"))?
-                .unwrap_or(1e-5),
+            // RMSNorm's epsilon, or LayerNorm's (GPT-2), as llama.cpp reads them.
+            rms_eps: match spec.norm {
+                NormKind::Rms => file.opt_f64(&key("attention.layer_norm_rms_epsilon"))?,
+                NormKind::Layer => file.opt_f64(&key("attention.layer_norm_epsilon"))?,
+            }
+            .unwrap_or(1e-5),
             context_length: usize_of("context_length")?,
             tied_embeddings: file.tensor("output.weight").is_none(),
             key_length,
@@ -268,33 +273,53 @@ impl LlamaConfig {
             self.vocab_size as u64,
         );
         let (q, kv) = (shape.q_width() as u64, shape.kv_width() as u64);
-        let mut tensors = vec![
-            ("token_embd.weight".to_string(), vec![d, v]),
-            ("output_norm.weight".to_string(), vec![d]),
-        ];
+        let layer_norm = arch.norm == NormKind::Layer;
+        // A norm's weight, and its bias for a LayerNorm.
+        let norm = |tensors: &mut Vec<(String, Vec<u64>)>, name: &str, width: u64| {
+            tensors.push((format!("{name}.weight"), vec![width]));
+            if layer_norm {
+                tensors.push((format!("{name}.bias"), vec![width]));
+            }
+        };
+        // A matrix (GGUF dims `[d_in, d_out]`), and its bias when it has one.
+        let matrix = |tensors: &mut Vec<(String, Vec<u64>)>, name: &str, dims: [u64; 2], bias| {
+            tensors.push((format!("{name}.weight"), dims.to_vec()));
+            if bias {
+                tensors.push((format!("{name}.bias"), vec![dims[1]]));
+            }
+        };
+        let mut tensors = vec![("token_embd.weight".to_string(), vec![d, v])];
+        norm(&mut tensors, "output_norm", d);
+        if arch.positions == Positions::Learned {
+            let context = self.context_length as u64;
+            tensors.push(("position_embd.weight".to_string(), vec![d, context]));
+        }
         if !self.tied_embeddings {
             tensors.push(("output.weight".to_string(), vec![d, v]));
         }
+        let bias = arch.linear_bias;
         for l in 0..self.n_layers {
             let p = format!("blk.{l}.");
-            tensors.extend([
-                (format!("{p}attn_norm.weight"), vec![d]),
-                (format!("{p}attn_q.weight"), vec![d, q]),
-                (format!("{p}attn_k.weight"), vec![d, kv]),
-                (format!("{p}attn_v.weight"), vec![d, kv]),
-                (format!("{p}attn_output.weight"), vec![q, d]),
-                (format!("{p}ffn_norm.weight"), vec![d]),
-                (format!("{p}ffn_gate.weight"), vec![d, ff]),
-                (format!("{p}ffn_up.weight"), vec![d, ff]),
-                (format!("{p}ffn_down.weight"), vec![ff, d]),
-            ]);
-            if arch.qkv_bias {
-                tensors.extend([
-                    (format!("{p}attn_q.bias"), vec![q]),
-                    (format!("{p}attn_k.bias"), vec![kv]),
-                    (format!("{p}attn_v.bias"), vec![kv]),
-                ]);
+            norm(&mut tensors, &format!("{p}attn_norm"), d);
+            if arch.fused_qkv {
+                matrix(
+                    &mut tensors,
+                    &format!("{p}attn_qkv"),
+                    [d, q + 2 * kv],
+                    arch.qkv_bias,
+                );
+            } else {
+                matrix(&mut tensors, &format!("{p}attn_q"), [d, q], arch.qkv_bias);
+                matrix(&mut tensors, &format!("{p}attn_k"), [d, kv], arch.qkv_bias);
+                matrix(&mut tensors, &format!("{p}attn_v"), [d, kv], arch.qkv_bias);
             }
+            matrix(&mut tensors, &format!("{p}attn_output"), [q, d], bias);
+            norm(&mut tensors, &format!("{p}ffn_norm"), d);
+            if arch.ffn_gated {
+                matrix(&mut tensors, &format!("{p}ffn_gate"), [d, ff], bias);
+            }
+            matrix(&mut tensors, &format!("{p}ffn_up"), [d, ff], bias);
+            matrix(&mut tensors, &format!("{p}ffn_down"), [ff, d], bias);
             if arch.qk_norm {
                 tensors.extend([
                     (format!("{p}attn_q_norm.weight"), vec![hd]),
@@ -415,23 +440,70 @@ fn load_linear(
     format: WeightFormat,
     device: &Device,
 ) -> Result<QLinear, ModelError> {
+    load_rows(file, name, 0..d_out, d_in, format, device)
+}
+
+/// Rows `rows` of the matrix `name` (rows of `d_in` values) as a layer in `format`: a fused
+/// matrix's part (GPT-2's q, k and v). Quantized rows are read in place.
+fn load_rows(
+    file: &GgufFile,
+    name: &str,
+    rows: std::ops::Range<usize>,
+    d_in: usize,
+    format: WeightFormat,
+    device: &Device,
+) -> Result<QLinear, ModelError> {
     let info = file
         .tensor(name)
         .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
     if format == WeightFormat::Quantized && kindle_kernels::supports(info.ty) {
-        // The shape was checked against the hyperparameters, so this cannot fail; fall back
-        // to a dense weight all the same rather than panic.
-        if let Ok(matrix) = QuantMatrix::from_gguf(file, info)
-            && matrix.rows() == d_out
+        // Rows of whole blocks lie one after another: the part is a range of the tensor's
+        // bytes. The shape was checked against the hyperparameters, so this cannot fail; fall
+        // back to a dense weight all the same rather than panic.
+        let row_bytes = (d_in / info.ty.block_size() * info.ty.type_size()) as u64;
+        let part = kindle_gguf::TensorInfo {
+            name: info.name.clone(),
+            dims: vec![d_in as u64, rows.len() as u64],
+            ty: info.ty,
+            offset: info.offset + rows.start as u64 * row_bytes,
+        };
+        if let Ok(matrix) = QuantMatrix::from_gguf(file, &part)
+            && matrix.rows() == rows.len()
             && matrix.cols() == d_in
         {
             return Ok(QLinear::quantized(matrix));
         }
     }
     let dtype = format.dense_dtype().unwrap_or(DType::F32);
-    let values = file.dequantize(name)?;
-    let data = TensorData::new(values, [d_out, d_in]).convert_dtype(dtype);
+    let mut values = file.dequantize(name)?;
+    if values.len() < rows.end * d_in {
+        return Err(ModelError::MissingTensor(format!(
+            "{name} (rows {rows:?} of {d_in} values)"
+        )));
+    }
+    values.truncate(rows.end * d_in);
+    values.drain(..rows.start * d_in);
+    let data = TensorData::new(values, [rows.len(), d_in]).convert_dtype(dtype);
     Ok(QLinear::new(Tensor::from_data(data, (device, dtype))))
+}
+
+/// Part `range` of the vector `name`.
+fn load_part(
+    file: &GgufFile,
+    name: &str,
+    range: std::ops::Range<usize>,
+    device: &Device,
+) -> Result<Tensor<1>, ModelError> {
+    let mut values = file.dequantize(name)?;
+    if values.len() < range.end {
+        return Err(ModelError::MissingTensor(format!(
+            "{name} (values {range:?})"
+        )));
+    }
+    values.truncate(range.end);
+    values.drain(..range.start);
+    let len = values.len();
+    Ok(Tensor::from_data(TensorData::new(values, [len]), device))
 }
 
 impl Llama {
@@ -468,65 +540,102 @@ impl Llama {
             shape.kv_width(),
         );
         let format = options.weights;
-        let linear = |name: String, d_out: usize, d_in: usize| -> Result<QLinear, ModelError> {
-            load_linear(file, &name, [d_out, d_in], format, device)
-        };
-        // A projection, with its bias when the architecture has one.
-        let projection = |p: &str, name: &str, d_out: usize| -> Result<QLinear, ModelError> {
-            let layer = linear(format!("{p}{name}.weight"), d_out, d)?;
-            if !arch.qkv_bias {
-                return Ok(layer);
+        // The matrix `{name}.weight` (`[d_out, d_in]`), with `{name}.bias` when `bias`.
+        let linear = |name: &str, d_out: usize, d_in: usize, bias: bool| {
+            let layer = load_linear(
+                file,
+                &format!("{name}.weight"),
+                [d_out, d_in],
+                format,
+                device,
+            )?;
+            if !bias {
+                return Ok::<_, ModelError>(layer);
             }
-            Ok(layer.with_bias(load(file, &format!("{p}{name}.bias"), [d_out], device)?))
+            Ok(layer.with_bias(load(file, &format!("{name}.bias"), [d_out], device)?))
         };
-        let norm_of = |name: String, width: usize| -> Result<RmsNorm, ModelError> {
-            Ok(RmsNorm::new(
-                load(file, &name, [width], device)?,
-                config.rms_eps,
-            ))
+        // The norm `{name}` (`.weight`, and `.bias` for a LayerNorm).
+        let norm_of = |name: &str, width: usize| -> Result<Norm, ModelError> {
+            let gamma = load(file, &format!("{name}.weight"), [width], device)?;
+            Ok(match arch.norm {
+                NormKind::Rms => Norm::new(gamma, config.rms_eps),
+                NormKind::Layer => {
+                    let beta = load(file, &format!("{name}.bias"), [width], device)?;
+                    Norm::layer_norm(gamma, beta, config.rms_eps)
+                }
+            })
         };
-        let norm = |name: String| norm_of(name, d);
+        let norm = |name: &str| norm_of(name, d);
+        // q, k and v: their own matrices, or rows of the fused `attn_qkv` (q, then k, then v).
+        let qkv = |p: &str| -> Result<[QLinear; 3], ModelError> {
+            if !arch.fused_qkv {
+                return Ok([
+                    linear(&format!("{p}attn_q"), q, d, arch.qkv_bias)?,
+                    linear(&format!("{p}attn_k"), kv, d, arch.qkv_bias)?,
+                    linear(&format!("{p}attn_v"), kv, d, arch.qkv_bias)?,
+                ]);
+            }
+            let name = format!("{p}attn_qkv");
+            let part = |rows: std::ops::Range<usize>| {
+                let w = format!("{name}.weight");
+                let layer = load_rows(file, &w, rows.clone(), d, format, device)?;
+                if !arch.qkv_bias {
+                    return Ok::<_, ModelError>(layer);
+                }
+                Ok(layer.with_bias(load_part(file, &format!("{name}.bias"), rows, device)?))
+            };
+            Ok([part(0..q)?, part(q..q + kv)?, part(q + kv..q + 2 * kv)?])
+        };
+        let bias = arch.linear_bias;
         let mut layers = Vec::with_capacity(config.n_layers);
         for l in 0..config.n_layers {
             let p = format!("blk.{l}.");
-            let mut block = Block::new(
-                norm(format!("{p}attn_norm.weight"))?,
-                projection(&p, "attn_q", q)?,
-                projection(&p, "attn_k", kv)?,
-                projection(&p, "attn_v", kv)?,
-                linear(format!("{p}attn_output.weight"), d, q)?,
-                norm(format!("{p}ffn_norm.weight"))?,
-                linear(format!("{p}ffn_gate.weight"), ff, d)?,
-                linear(format!("{p}ffn_up.weight"), ff, d)?,
-                linear(format!("{p}ffn_down.weight"), d, ff)?,
+            let [wq, wk, wv] = qkv(&p)?;
+            let wo = linear(&format!("{p}attn_output"), d, q, bias)?;
+            let (attn_norm, ffn_norm) = (
+                norm(&format!("{p}attn_norm"))?,
+                norm(&format!("{p}ffn_norm"))?,
             );
+            let w_up = linear(&format!("{p}ffn_up"), ff, d, bias)?;
+            let w_down = linear(&format!("{p}ffn_down"), d, ff, bias)?;
+            let mut block = if arch.ffn_gated {
+                let w_gate = linear(&format!("{p}ffn_gate"), ff, d, bias)?;
+                Block::new(attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down)
+            } else {
+                Block::sequential(attn_norm, wq, wk, wv, wo, ffn_norm, w_up, w_down)
+            };
             if arch.qk_norm {
                 block = block.with_qk_norms(
-                    norm_of(format!("{p}attn_q_norm.weight"), shape.head_dim)?,
-                    norm_of(format!("{p}attn_k_norm.weight"), shape.head_dim)?,
+                    norm_of(&format!("{p}attn_q_norm"), shape.head_dim)?,
+                    norm_of(&format!("{p}attn_k_norm"), shape.head_dim)?,
                 );
             }
             if arch.post_norms {
                 block = block.with_post_norms(
-                    norm(format!("{p}post_attention_norm.weight"))?,
-                    norm(format!("{p}post_ffw_norm.weight"))?,
+                    norm(&format!("{p}post_attention_norm"))?,
+                    norm(&format!("{p}post_ffw_norm"))?,
                 );
             }
             layers.push(block);
         }
-        let embedding = linear("token_embd.weight".into(), config.vocab_size, d)?;
+        let embedding = linear("token_embd", config.vocab_size, d, false)?;
         let output = if config.tied_embeddings {
             None
         } else {
-            Some(linear("output.weight".into(), config.vocab_size, d)?)
+            Some(linear("output", config.vocab_size, d, false)?)
+        };
+        let positions = match arch.positions {
+            Positions::Rotary => None,
+            Positions::Learned => Some(linear("position_embd", config.context_length, d, false)?),
         };
         let parts = Parts {
-            norm: norm("output_norm.weight".into())?,
+            norm: norm("output_norm")?,
             config,
             arch,
             embedding,
             layers,
             output,
+            positions,
         };
         Ok(Llama::assemble(parts, Kernels::new(options.kernels)))
     }

@@ -13,7 +13,7 @@ use kindle_gguf::quant::GgmlType;
 use kindle_gguf::{GgufFile, GgufWriter, MetadataValue};
 use kindle_kernels::{QuantMatrix, WeightBytes};
 use kindle_model::linear::QLinear;
-use kindle_model::llama::{ArchSpec, Block, LayerPattern, RmsNorm};
+use kindle_model::llama::{ArchSpec, Block, LayerPattern, Norm};
 use kindle_model::{KvType, Llama, LlamaConfig, LogitsFor, ModelError};
 
 const VOCAB: usize = 96;
@@ -41,7 +41,7 @@ fn tiny_gemma3(layers: usize, window: Option<usize>, period: usize) -> Llama {
     };
     let norm = |seed: u64, width: usize| {
         let g: Vec<f32> = values(seed, width, 0.3).iter().map(|v| 1.0 + v).collect();
-        RmsNorm::new(
+        Norm::new(
             Tensor::from_data(TensorData::new(g, [width]), &device),
             1e-6,
         )

@@ -12,7 +12,7 @@ use common::real_model;
 use kindle_gguf::quant::GgmlType;
 use kindle_kernels::{QuantMatrix, WeightBytes};
 use kindle_model::linear::QLinear;
-use kindle_model::llama::{ArchSpec, Block, EmbeddingScale, LayerPattern, RmsNorm};
+use kindle_model::llama::{ArchSpec, Block, EmbeddingScale, LayerPattern, Norm};
 use kindle_model::{
     BatchSequence, KvType, Llama, LlamaConfig, LoadOptions, LogitsFor, WeightFormat,
 };
@@ -38,7 +38,7 @@ fn tiny_model_with(tied: bool, up: GgmlType) -> Llama {
     };
     let norm = |seed: u64| {
         let g: Vec<f32> = values(seed, d, 0.3).iter().map(|v| 1.0 + v).collect();
-        RmsNorm::new(Tensor::from_data(TensorData::new(g, [d]), &device), 1e-5)
+        Norm::new(Tensor::from_data(TensorData::new(g, [d]), &device), 1e-5)
     };
     let layers = (0..2)
         .map(|l| {
@@ -240,7 +240,7 @@ fn host_and_burn_paths_agree_on_the_recipe_steps_llama_does_not_use() {
     };
     let norm = |seed: u64, width: usize| {
         let g: Vec<f32> = values(seed, width, 0.3).iter().map(|v| 1.0 + v).collect();
-        RmsNorm::new(
+        Norm::new(
             Tensor::from_data(TensorData::new(g, [width]), &device),
             1e-5,
         )

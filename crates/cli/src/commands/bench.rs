@@ -189,7 +189,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             rows.push(json!({
                 "model": path.file_name().map(|f| f.to_string_lossy().into_owned()),
                 "size_bytes": file_bytes,
-                "params": config.parameter_count(),
+                "params": model.llama.parameter_count(),
                 "device": args.device.device.name(),
                 // On a GPU the products run in --dtype; on the CPU in --activations.
                 "activations": if args.device.device.is_host() {

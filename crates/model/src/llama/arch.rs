@@ -26,6 +26,8 @@ use super::LlamaConfig;
 ///   `1 / sqrt(key_length)` ([`LlamaConfig::attention_scale`]), and its norms' `1 + weight`
 ///   is already in the GGUF weights (llama.cpp's converter adds the 1), so its RMSNorm is
 ///   Llama's.
+/// - GPT-2: [`Positions::Learned`], [`NormKind::Layer`], `fused_qkv`, `linear_bias`, a plain
+///   (not gated) GELU feed-forward network.
 /// - Qwen2: `qkv_bias` (the loader attaches `attn_{q,k,v}.bias` with
 ///   [`QLinear::with_bias`](crate::linear::QLinear::with_bias)) and RoPE on halves;
 ///   otherwise Llama's values.
@@ -46,8 +48,41 @@ pub struct ArchSpec {
     /// Whether the attention's and the feed-forward network's outputs are RMS-normed before
     /// their residual adds (Gemma-2/3's "sandwich" norms).
     pub post_norms: bool,
-    /// The gated feed-forward network's activation: `act(gate) * up`.
+    /// The feed-forward network's activation: `act(gate) * up` for a gated one, `act(up)`
+    /// for a plain one (see [`ffn_gated`](Self::ffn_gated)).
     pub ffn_activation: FfnActivation,
+    /// Whether the feed-forward network is gated (`ffn_gate`: Llama, Gemma, Qwen2) or plain
+    /// (`down(act(up(x)))`: GPT-2).
+    pub ffn_gated: bool,
+    /// How positions enter the model: rotary embeddings on q and k, or learned position
+    /// embeddings added to the token embeddings (GPT-2).
+    pub positions: Positions,
+    /// RMSNorm (Llama, Gemma, Qwen2) or LayerNorm with a bias (GPT-2).
+    pub norm: NormKind,
+    /// Whether the fused `attn_qkv` matrix holds q, k and v (GPT-2), split at load.
+    pub fused_qkv: bool,
+    /// Whether every projection has a bias: q/k/v (fused or not), the attention's output and
+    /// the feed-forward network's matrices (GPT-2).
+    pub linear_bias: bool,
+}
+
+/// How a model knows where a token is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Positions {
+    /// Rotary embeddings applied to each query and key head ([`ArchSpec::rope_style`]).
+    Rotary,
+    /// A learned embedding per position (`position_embd.weight`, as many rows as the context
+    /// length) added to the token embeddings; no rotation.
+    Learned,
+}
+
+/// Which normalisation the model's norms are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NormKind {
+    /// `x / sqrt(mean(x^2) + eps) * w`.
+    Rms,
+    /// `(x - mean) / sqrt(var + eps) * w + b`.
+    Layer,
 }
 
 /// What the embedding rows are multiplied by.
@@ -119,6 +154,11 @@ impl ArchSpec {
         qk_norm: false,
         post_norms: false,
         ffn_activation: FfnActivation::Silu,
+        ffn_gated: true,
+        positions: Positions::Rotary,
+        norm: NormKind::Rms,
+        fused_qkv: false,
+        linear_bias: false,
     };
 
     /// Gemma-3 (see the type's docs for what differs from Llama).
@@ -134,6 +174,7 @@ impl ArchSpec {
         qk_norm: true,
         post_norms: true,
         ffn_activation: FfnActivation::GeluTanh,
+        ..ArchSpec::LLAMA
     };
 
     /// Qwen2 (and Qwen2.5): Llama's layer with biases on the q, k and v projections and RoPE
@@ -144,14 +185,30 @@ impl ArchSpec {
         rope_style: RopeStyle::Halves,
         embedding_scale: EmbeddingScale::One,
         qkv_bias: true,
-        qk_norm: false,
-        post_norms: false,
-        ffn_activation: FfnActivation::Silu,
+        ..ArchSpec::LLAMA
+    };
+
+    /// GPT-2: learned positions, LayerNorms with biases, a fused q/k/v matrix, biases on
+    /// every projection, a plain GELU (tanh) feed-forward network, multi-head attention.
+    pub const GPT2: ArchSpec = ArchSpec {
+        name: "gpt2",
+        qkv_bias: true,
+        ffn_activation: FfnActivation::GeluTanh,
+        ffn_gated: false,
+        positions: Positions::Learned,
+        norm: NormKind::Layer,
+        fused_qkv: true,
+        linear_bias: true,
+        ..ArchSpec::LLAMA
     };
 
     /// Every architecture the loader reads.
-    pub const SUPPORTED: &'static [ArchSpec] =
-        &[ArchSpec::LLAMA, ArchSpec::GEMMA3, ArchSpec::QWEN2];
+    pub const SUPPORTED: &'static [ArchSpec] = &[
+        ArchSpec::LLAMA,
+        ArchSpec::GEMMA3,
+        ArchSpec::QWEN2,
+        ArchSpec::GPT2,
+    ];
 
     /// The description of architecture `name` (`general.architecture`), if supported.
     pub fn named(name: &str) -> Option<&'static ArchSpec> {

@@ -9,7 +9,7 @@ use burn::tensor::ops::AttentionModuleOptions;
 use kindle_kernels::Kernels;
 
 use super::recipe::{Attention, LayerOps, Pass};
-use super::{AttentionShape, FfnActivation, RmsNorm, RopeStyle, RopeTable};
+use super::{AttentionShape, FfnActivation, Norm, RopeStyle, RopeTable};
 use crate::error::ModelError;
 use crate::linear::QLinear;
 
@@ -86,7 +86,7 @@ impl LayerOps for BurnOps<'_> {
         }
     }
 
-    fn rms_norm(&mut self, x: &BurnAct, norm: &RmsNorm, out: &mut BurnAct) {
+    fn norm(&mut self, x: &BurnAct, norm: &Norm, out: &mut BurnAct) {
         out.0 = Some(norm.forward(x.get().clone()));
     }
 
@@ -157,11 +157,15 @@ impl LayerOps for BurnOps<'_> {
     }
 
     fn gated(&mut self, activation: FfnActivation, gate: &mut BurnAct, up: &BurnAct) {
-        let activated = match activation {
-            FfnActivation::Silu => silu(gate.take()),
-            FfnActivation::GeluTanh => gelu_approximate(gate.take()),
-        };
-        gate.0 = Some(activated * up.get().clone());
+        self.activate(activation, gate);
+        gate.0 = Some(gate.take() * up.get().clone());
+    }
+
+    fn activate(&mut self, activation: FfnActivation, x: &mut BurnAct) {
+        x.0 = Some(match activation {
+            FfnActivation::Silu => silu(x.take()),
+            FfnActivation::GeluTanh => gelu_approximate(x.take()),
+        });
     }
 
     fn add(&mut self, x: &mut BurnAct, y: &BurnAct) {

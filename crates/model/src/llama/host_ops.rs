@@ -16,7 +16,7 @@ use kindle_kernels::{ActivationFormat, Kernels, QuantMatrix};
 use kindle_kv_cache::HostKvLayer;
 
 use super::recipe::{self, Attention, BatchSequence, LayerOps, LogitsFor, Model, Pass};
-use super::{Block, FfnActivation, RmsNorm, RopeTable};
+use super::{Block, FfnActivation, Norm, RopeTable};
 use crate::error::ModelError;
 use crate::linear::{DENSE_PREFILL_ROWS, LinearWeight, QLinear};
 
@@ -24,21 +24,22 @@ use crate::linear::{DENSE_PREFILL_ROWS, LinearWeight, QLinear};
 pub(super) const HOST_UBATCH: usize = 128;
 
 /// Whether the host executor can run a model of these weights: every matrix (and the
-/// embedding) quantized, every norm scale and bias with a host copy (a CPU device).
+/// embeddings, `extra`: the output head and learned positions when there are) quantized,
+/// every norm scale and bias with a host copy (a CPU device).
 pub(super) fn host_ready(
     embedding: &QLinear,
     layers: &[Block],
-    norm: &RmsNorm,
-    output: Option<&QLinear>,
+    norm: &Norm,
+    extra: [Option<&QLinear>; 2],
 ) -> bool {
     let linear_ok =
         |l: &QLinear| matches!(l.weight(), LinearWeight::Quantized(_)) && l.bias_on_host_if_any();
     linear_ok(embedding)
-        && output.is_none_or(linear_ok)
-        && norm.host_gamma().is_some()
-        && layers.iter().all(|b| {
-            b.linears().into_iter().all(linear_ok) && b.norms().all(|n| n.host_gamma().is_some())
-        })
+        && extra.into_iter().flatten().all(linear_ok)
+        && norm.on_host()
+        && layers
+            .iter()
+            .all(|b| b.linears().all(linear_ok) && b.norms().all(Norm::on_host))
 }
 
 /// The quantized matrix of a layer [`host_ready`] checked.
@@ -91,18 +92,31 @@ impl LayerOps for HostOps<'_> {
         table
     }
 
-    /// `x / sqrt(mean(x^2) + eps) * gamma` for each `gamma.len()`-wide group of `x`.
-    fn rms_norm(&mut self, x: &Vec<f32>, norm: &RmsNorm, out: &mut Vec<f32>) {
+    /// `x / sqrt(mean(x^2) + eps) * gamma` for each `gamma.len()`-wide group of `x`, or for a
+    /// LayerNorm `(x - mean) / sqrt(var + eps) * gamma + beta`.
+    fn norm(&mut self, x: &Vec<f32>, norm: &Norm, out: &mut Vec<f32>) {
         let gamma = norm
             .host_gamma()
             .expect("host_ready checked the norms' host copies");
         let (d, eps) = (gamma.len(), norm.eps as f32);
         out.resize(x.len(), 0.0);
         for (row, out) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
-            let mean_square = dot(row, row) / d as f32;
-            let inv_rms = 1.0 / (mean_square + eps).sqrt();
-            for ((o, &v), &g) in out.iter_mut().zip(row).zip(gamma) {
-                *o = v * inv_rms * g;
+            if norm.centered {
+                let mean = row.iter().sum::<f32>() / d as f32;
+                out.iter_mut().zip(row).for_each(|(o, &v)| *o = v - mean);
+                let inv_std = 1.0 / (dot(out, out) / d as f32 + eps).sqrt();
+                out.iter_mut()
+                    .zip(gamma)
+                    .for_each(|(o, &g)| *o = *o * inv_std * g);
+            } else {
+                let mean_square = dot(row, row) / d as f32;
+                let inv_rms = 1.0 / (mean_square + eps).sqrt();
+                for ((o, &v), &g) in out.iter_mut().zip(row).zip(gamma) {
+                    *o = v * inv_rms * g;
+                }
+            }
+            if let Some(beta) = norm.host_beta() {
+                add(out, beta);
             }
         }
     }
@@ -168,20 +182,27 @@ impl LayerOps for HostOps<'_> {
     }
 
     fn gated(&mut self, activation: FfnActivation, gate: &mut Vec<f32>, up: &Vec<f32>) {
+        self.activate(activation, gate);
+        for (g, &u) in gate.iter_mut().zip(up) {
+            *g *= u;
+        }
+    }
+
+    fn activate(&mut self, activation: FfnActivation, x: &mut Vec<f32>) {
         match activation {
             FfnActivation::Silu => {
-                for (g, &u) in gate.iter_mut().zip(up) {
-                    *g = *g / (1.0 + (-*g).exp()) * u;
+                for g in x.iter_mut() {
+                    *g = *g / (1.0 + (-*g).exp());
                 }
             }
             FfnActivation::GeluTanh => {
                 // sqrt(2 / pi), as Burn's `gelu_approximate` computes it.
                 const SQRT_2_OVER_PI: f32 =
                     (std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2) as f32;
-                for (g, &u) in gate.iter_mut().zip(up) {
-                    let x = *g;
-                    let inner = (x + x * x * x * 0.044715) * SQRT_2_OVER_PI;
-                    *g = x * (inner.tanh() + 1.0) * 0.5 * u;
+                for g in x.iter_mut() {
+                    let v = *g;
+                    let inner = (v + v * v * v * 0.044715) * SQRT_2_OVER_PI;
+                    *g = v * (inner.tanh() + 1.0) * 0.5;
                 }
             }
         }

@@ -7,7 +7,9 @@
 
 use kindle_kv_cache::KvStore;
 
-use super::{ArchSpec, AttentionShape, Block, FfnActivation, LlamaConfig, RmsNorm, RopeTable};
+use super::{
+    ArchSpec, AttentionShape, Block, FfnActivation, LlamaConfig, Norm, Positions, RopeTable,
+};
 use crate::error::ModelError;
 use crate::linear::QLinear;
 
@@ -34,8 +36,10 @@ pub(super) struct Model<'m> {
     pub(super) arch: &'m ArchSpec,
     pub(super) embedding: &'m QLinear,
     pub(super) layers: &'m [Block],
-    pub(super) norm: &'m RmsNorm,
+    pub(super) norm: &'m Norm,
     pub(super) output: Option<&'m QLinear>,
+    /// The learned position embeddings (`[context, d_model]`), for [`Positions::Learned`].
+    pub(super) positions: Option<&'m QLinear>,
 }
 
 /// What one layer's attention computes: its heads, the factor its scores are scaled by,
@@ -75,8 +79,9 @@ pub(super) trait LayerOps {
     fn scale(&mut self, x: &mut Self::Act, factor: f32);
     /// `table` made ready for [`rope`](Self::rope).
     fn rope_table(&mut self, table: RopeTable) -> Self::Rope;
-    /// `out = rms_norm(x) * gamma`, per `gamma`-wide group of each row.
-    fn rms_norm(&mut self, x: &Self::Act, norm: &RmsNorm, out: &mut Self::Act);
+    /// `out = norm(x)` (RMSNorm or LayerNorm, [`Norm::centered`]), per `gamma`-wide group of
+    /// each row.
+    fn norm(&mut self, x: &Self::Act, norm: &Norm, out: &mut Self::Act);
     /// `out = x W^T (+ bias)`.
     fn linear(&mut self, layer: &QLinear, x: &Self::Act, out: &mut Self::Act);
     /// Rotate every head of each row of `x` by the row's angles.
@@ -95,6 +100,8 @@ pub(super) trait LayerOps {
     ) -> Result<(), ModelError>;
     /// `gate = act(gate) * up`.
     fn gated(&mut self, activation: FfnActivation, gate: &mut Self::Act, up: &Self::Act);
+    /// `x = act(x)`.
+    fn activate(&mut self, activation: FfnActivation, x: &mut Self::Act);
     /// `x += y`.
     fn add(&mut self, x: &mut Self::Act, y: &Self::Act);
     /// Rows `rows` of `x` (`width` wide), in that order.
@@ -164,39 +171,48 @@ pub(super) fn forward<O: LayerOps>(
     if let Some(factor) = arch.embedding_factor(config) {
         ops.scale(&mut x, factor);
     }
+    if let Some(table) = model.positions {
+        // Learned positions: one embedding row per position, none past the last.
+        let limit = table.d_out();
+        if let Some(&position) = pass.positions.iter().find(|&&p| p >= limit) {
+            return Err(ModelError::PastLearnedPositions { position, limit });
+        }
+        let ids: Vec<u32> = pass.positions.iter().map(|&p| p as u32).collect();
+        let embedded = ops.embed(table, &ids);
+        ops.add(&mut x, &embedded);
+    }
     let mut buffers = Buffers::default();
     // The rotation table of the current rotary base (one for the whole pass unless the
-    // architecture changes bases between layers).
+    // architecture changes bases between layers); none with learned positions.
     let mut rope: Option<(f64, O::Rope)> = None;
     for (index, block) in model.layers.iter().enumerate() {
         let spec = arch.layer(config, index);
         let theta = spec.rope_theta;
-        if rope.as_ref().is_none_or(|&(current, _)| current != theta) {
+        let rotary = arch.positions == Positions::Rotary;
+        if rotary && rope.as_ref().is_none_or(|&(current, _)| current != theta) {
             let table =
                 RopeTable::new(pass.positions, shape.head_dim, theta).with_style(arch.rope_style);
             rope = Some((theta, ops.rope_table(table)));
         }
-        if let Some((_, rope)) = &rope {
-            let layer = Layer {
-                index,
-                block,
-                arch,
-                attention: Attention {
-                    shape,
-                    scale: config.attention_scale(),
-                    window: spec.window,
-                },
-                rope,
-            };
-            layer_forward(ops, pass, &layer, &mut x, &mut buffers)?;
-        }
+        let layer = Layer {
+            index,
+            block,
+            arch,
+            attention: Attention {
+                shape,
+                scale: config.attention_scale(),
+                window: spec.window,
+            },
+            rope: rope.as_ref().map(|(_, rope)| rope),
+        };
+        layer_forward(ops, pass, &layer, &mut x, &mut buffers)?;
     }
     pass.advance()?;
 
     if let Some(rows) = pass.output_rows() {
         x = ops.select_rows(x, &rows, config.d_model);
     }
-    ops.rms_norm(&x, model.norm, &mut buffers.normed);
+    ops.norm(&x, model.norm, &mut buffers.normed);
     let head = model.output.unwrap_or(model.embedding);
     let mut logits = O::Act::default();
     ops.linear(head, &buffers.normed, &mut logits);
@@ -209,7 +225,8 @@ struct Layer<'l, R> {
     block: &'l Block,
     arch: &'l ArchSpec,
     attention: Attention,
-    rope: &'l R,
+    /// The rotation of q and k (`None`: learned positions, nothing rotates).
+    rope: Option<&'l R>,
 }
 
 /// One decoder layer on the residual stream `x` (`[rows, d_model]`), in place.
@@ -223,36 +240,47 @@ fn layer_forward<O: LayerOps>(
     let block = layer.block;
 
     // Attention.
-    ops.rms_norm(x, &block.attn_norm, &mut s.normed);
+    ops.norm(x, &block.attn_norm, &mut s.normed);
     ops.linear(&block.wq, &s.normed, &mut s.q);
     ops.linear(&block.wk, &s.normed, &mut s.k);
     ops.linear(&block.wv, &s.normed, &mut s.v);
     if let Some([q_norm, k_norm]) = &block.qk_norms {
         // `normed` is free until the feed-forward norm: it takes each result, then swaps.
-        ops.rms_norm(&s.q, q_norm, &mut s.normed);
+        ops.norm(&s.q, q_norm, &mut s.normed);
         std::mem::swap(&mut s.q, &mut s.normed);
-        ops.rms_norm(&s.k, k_norm, &mut s.normed);
+        ops.norm(&s.k, k_norm, &mut s.normed);
         std::mem::swap(&mut s.k, &mut s.normed);
     }
-    ops.rope(&mut s.q, layer.rope);
-    ops.rope(&mut s.k, layer.rope);
+    if let Some(rope) = layer.rope {
+        ops.rope(&mut s.q, rope);
+        ops.rope(&mut s.k, rope);
+    }
     let qkv = [&s.q, &s.k, &s.v];
     ops.attend_with_cache(pass, layer.index, layer.attention, qkv, &mut s.context)?;
     ops.linear(&block.wo, &s.context, &mut s.projected);
     residual(ops, x, &s.projected, post_norm(block, 0), &mut s.normed);
 
     // Feed-forward.
-    ops.rms_norm(x, &block.ffn_norm, &mut s.normed);
-    ops.linear(&block.w_gate, &s.normed, &mut s.gate);
-    ops.linear(&block.w_up, &s.normed, &mut s.up);
-    ops.gated(layer.arch.ffn_activation, &mut s.gate, &s.up);
+    ops.norm(x, &block.ffn_norm, &mut s.normed);
+    let activation = layer.arch.ffn_activation;
+    match &block.w_gate {
+        Some(w_gate) => {
+            ops.linear(w_gate, &s.normed, &mut s.gate);
+            ops.linear(&block.w_up, &s.normed, &mut s.up);
+            ops.gated(activation, &mut s.gate, &s.up);
+        }
+        None => {
+            ops.linear(&block.w_up, &s.normed, &mut s.gate);
+            ops.activate(activation, &mut s.gate);
+        }
+    }
     ops.linear(&block.w_down, &s.gate, &mut s.projected);
     residual(ops, x, &s.projected, post_norm(block, 1), &mut s.normed);
     Ok(())
 }
 
 /// The block's norm after its attention (`0`) or feed-forward network (`1`), if any.
-fn post_norm(block: &Block, which: usize) -> Option<&RmsNorm> {
+fn post_norm(block: &Block, which: usize) -> Option<&Norm> {
     block.post_norms.as_ref().map(|norms| &norms[which])
 }
 
@@ -261,12 +289,12 @@ fn residual<O: LayerOps>(
     ops: &mut O,
     x: &mut O::Act,
     y: &O::Act,
-    norm: Option<&RmsNorm>,
+    norm: Option<&Norm>,
     scratch: &mut O::Act,
 ) {
     match norm {
         Some(norm) => {
-            ops.rms_norm(y, norm, scratch);
+            ops.norm(y, norm, scratch);
             ops.add(x, scratch);
         }
         None => ops.add(x, y),
