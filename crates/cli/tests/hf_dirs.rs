@@ -140,6 +140,18 @@ fn an_f32_hf_directory_gives_the_logits_of_the_gguf_file_it_came_from() {
 }
 
 #[test]
+fn the_hf_directory_gives_llama_cpps_tokens_on_the_reference_prompts() {
+    let Some(dir) = hf_dir() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
+    // llama.cpp's greedy tokens on the Q4_1 file, up to the first close call (margin 0.5),
+    // and its teacher-forced distributions, from the f32 directory.
+    let model = load(&engine::open_file(dir).unwrap());
+    common::reference::check_free_running(&model, Passes::One);
+    common::reference::check_teacher_forced(&model);
+}
+
+#[test]
 fn the_hf_directory_keeps_the_tokenizer_and_the_chat_template() {
     let Some(dir) = hf_dir() else {
         return; // KINDLE_SKIP_REAL_MODEL=1
