@@ -7,6 +7,7 @@
 pub mod reference;
 pub mod server;
 pub mod tiny;
+pub mod tiny_hf;
 
 use serde_json::Value;
 use std::path::PathBuf;

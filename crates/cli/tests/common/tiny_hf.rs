@@ -1,0 +1,88 @@
+//! Tiny random models for the architecture tests (`tests/tiny_archs.rs`, `tests/tiny_gpt2.rs`):
+//! weights, a safetensors writer, and running a model over a prompt both ways.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use kindle_model::{Llama, LogitsFor};
+
+/// A deterministic generator of weights in [-scale, scale).
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> f32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+
+    pub fn values(&mut self, n: usize, scale: f32, offset: f32) -> Vec<f32> {
+        (0..n).map(|_| offset + scale * self.next()).collect()
+    }
+}
+
+/// The model's tensors by HF name: row-major, `[out, in]` for matrices.
+pub type Tensors = BTreeMap<String, (Vec<usize>, Vec<f32>)>;
+
+/// A safetensors file, written as the format says: an 8-byte little-endian header length, the
+/// JSON header (dtype, shape, data offsets), the data.
+pub fn write_safetensors(path: &Path, tensors: &Tensors) {
+    let mut header = serde_json::Map::new();
+    let mut data = Vec::new();
+    for (name, (shape, values)) in tensors {
+        let start = data.len();
+        data.extend(values.iter().flat_map(|v| v.to_le_bytes()));
+        header.insert(
+            name.clone(),
+            serde_json::json!({ "dtype": "F32", "shape": shape, "data_offsets": [start, data.len()] }),
+        );
+    }
+    let mut header = serde_json::Value::Object(header).to_string().into_bytes();
+    while header.len() % 8 != 0 {
+        header.push(b' ');
+    }
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend(header);
+    bytes.extend(data);
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// `W x` for a row-major `[out, in]` matrix, summed in `f64`.
+pub fn matvec(w: &(Vec<usize>, Vec<f32>), x: &[f32]) -> Vec<f32> {
+    let (rows, cols) = (w.0[0], w.0[1]);
+    assert_eq!(x.len(), cols);
+    (0..rows)
+        .map(|r| {
+            let row = &w.1[r * cols..(r + 1) * cols];
+            row.iter()
+                .zip(x)
+                .map(|(a, b)| (*a as f64) * (*b as f64))
+                .sum::<f64>() as f32
+        })
+        .collect()
+}
+
+/// Logits of every position: one pass over the whole prompt, and the same tokens fed one at
+/// a time.
+pub fn run(model: &Llama, tokens: &[u32]) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
+    let vocab = model.config().vocab_size;
+    let mut cache = model.new_cache(tokens.len());
+    let all = model.forward(tokens, &mut cache, LogitsFor::All).unwrap();
+    let mut cache = model.new_cache(tokens.len());
+    let steps = tokens
+        .iter()
+        .map(|&t| model.forward(&[t], &mut cache, LogitsFor::Last).unwrap())
+        .collect();
+    (all.chunks(vocab).map(<[f32]>::to_vec).collect(), steps)
+}
+
+pub fn worst(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .flat_map(|(x, y)| x.iter().zip(y).map(|(p, q)| (p - q).abs()))
+        .fold(0.0, f32::max)
+}
