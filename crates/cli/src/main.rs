@@ -71,6 +71,10 @@ fn fetchable_model() -> impl clap::builder::TypedValueParser<Value = &'static Fe
 }
 
 fn main() {
+    if let Err(message) = kindle_model::simd_cap_name() {
+        eprintln!("kindle: error: {message}");
+        std::process::exit(1);
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Generate(args) => generate::run(args),

@@ -501,3 +501,31 @@ fn control_characters_and_unusual_unicode_are_fine() {
         Some(format!("\u{0}{odd}").as_bytes()),
     );
 }
+
+/// A `KINDLE_SIMD` the kernels do not know is an error naming the value and the choices, before
+/// any work; a known one is accepted (a cap above the CPU's level changes nothing).
+#[test]
+fn an_unknown_simd_cap_is_an_error() {
+    let run = |value: &str| {
+        Command::new(env!("CARGO_BIN_EXE_kindle"))
+            .args(["tokenize", "--help"])
+            .env("KINDLE_SIMD", value)
+            .output()
+            .expect("running kindle")
+    };
+    let out = run("avx1024");
+    let err = stderr(&out);
+    assert!(!out.status.success(), "KINDLE_SIMD=avx1024 was accepted");
+    assert!(
+        err.contains("KINDLE_SIMD=\"avx1024\"") && err.contains("avx512, vnni, avx2, scalar"),
+        "{err}"
+    );
+    for value in ["avx2", "AVX512", "scalar"] {
+        let out = run(value);
+        assert!(
+            out.status.success(),
+            "KINDLE_SIMD={value}: {}",
+            stderr(&out)
+        );
+    }
+}

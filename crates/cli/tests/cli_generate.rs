@@ -191,6 +191,8 @@ fn bench_json_rows() {
         "8",
         "-n",
         "4",
+        "-d",
+        "0,16",
         "-r",
         "1",
         "--threads-list",
@@ -214,10 +216,19 @@ fn bench_json_rows() {
         [
             ("pp8".into(), 1),
             ("tg4".into(), 1),
+            ("pp8 @ d16".into(), 1),
+            ("tg4 @ d16".into(), 1),
             ("pp8".into(), 2),
-            ("tg4".into(), 2)
+            ("tg4".into(), 2),
+            ("pp8 @ d16".into(), 2),
+            ("tg4 @ d16".into(), 2)
         ]
     );
+    let depths: Vec<u64> = rows
+        .iter()
+        .map(|r| r["n_depth"].as_u64().unwrap())
+        .collect();
+    assert_eq!(depths, [0, 0, 16, 16, 0, 0, 16, 16]);
     for row in rows {
         assert_eq!(row["device"], "flex");
         assert!(row["tokens_per_second"].as_f64().unwrap() > 0.0);
@@ -227,6 +238,20 @@ fn bench_json_rows() {
             "the weights are mapped"
         );
     }
+}
+
+/// `kindle bench -d` past the model's context: an error naming both, before any work.
+#[test]
+fn bench_depth_past_the_context_is_an_error() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
+    let (ok, _, stderr) = kindle(&["bench", "-p", "512", "-n", "0", "-d", "8000", "-r", "1"]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("at depth 8000 does not fit the model's context of 8192"),
+        "{stderr}"
+    );
 }
 
 /// `kindle bench --output csv`: a header, then one line per test with the same columns.

@@ -98,6 +98,26 @@ impl Kernels {
         }
     }
 
+    /// Run `task(i)` for every `i` in `0..n_tasks` on this handle's threads (the caller
+    /// among them), returning when all have finished. Tasks are handed out one at a time in
+    /// index order to whichever thread is free, so put the longest first. For work beside the
+    /// products that should obey the same thread count (a model's attention, for one).
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use kindle_kernels::{KernelOptions, Kernels};
+    ///
+    /// let kernels = Kernels::new(KernelOptions::threads(2));
+    /// let sum = AtomicUsize::new(0);
+    /// kernels.parallel_for(100, &|i| {
+    ///     sum.fetch_add(i, Ordering::Relaxed);
+    /// });
+    /// assert_eq!(sum.into_inner(), 4950);
+    /// ```
+    pub fn parallel_for(&self, n_tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+        self.pool.run(n_tasks, task);
+    }
+
     /// The thread pool.
     pub(crate) fn pool(&self) -> &Pool {
         &self.pool

@@ -75,27 +75,43 @@ pub(crate) enum Simd {
 }
 
 impl Simd {
-    /// The best level this CPU runs.
+    /// The best level this CPU runs, capped by `KINDLE_SIMD` (see [`crate::simd_cap_name`]).
     pub fn detect() -> Simd {
         #[cfg(target_arch = "x86_64")]
         {
             use std::sync::OnceLock;
             static DETECTED: OnceLock<Simd> = OnceLock::new();
             *DETECTED.get_or_init(|| {
-                let avx2 = is_x86_feature_detected!("avx2")
-                    && is_x86_feature_detected!("fma")
-                    && is_x86_feature_detected!("f16c");
-                let vnni = avx2 && is_x86_feature_detected!("avxvnni");
-                if vnni && is_x86_feature_detected!("avx512f") {
-                    Simd::Avx512
-                } else if vnni {
-                    Simd::Vnni
-                } else if avx2 {
-                    Simd::Avx2
-                } else {
-                    Simd::Scalar
+                let cpu = Simd::detect_cpu();
+                match crate::simd_cap() {
+                    Ok(Some(cap)) if (cap as u8) < cpu as u8 => cap,
+                    _ => cpu,
                 }
             })
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            Simd::Scalar
+        }
+    }
+
+    /// The best level this CPU runs.
+    fn detect_cpu() -> Simd {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let avx2 = is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c");
+            let vnni = avx2 && is_x86_feature_detected!("avxvnni");
+            if vnni && is_x86_feature_detected!("avx512f") {
+                Simd::Avx512
+            } else if vnni {
+                Simd::Vnni
+            } else if avx2 {
+                Simd::Avx2
+            } else {
+                Simd::Scalar
+            }
         }
         #[cfg(not(target_arch = "x86_64"))]
         {

@@ -87,6 +87,43 @@ pub fn simd_level() -> &'static str {
 }
 pub use q8::{BlockQ8, quantize_row_q8};
 
+/// The SIMD level `KINDLE_SIMD` caps the kernels at (`avx512`, `vnni`, `avx2` or `scalar`):
+/// `Ok(None)` when it is unset, an error naming the value when it is none of those. A cap
+/// above what the CPU runs has no effect. For measuring a narrower CPU's kernels on a wider
+/// one (the AVX2 kernels on an AVX-512 machine); the kernels read it once, at their first use.
+///
+/// ```
+/// // Unset in the doctest's environment.
+/// assert!(kindle_kernels::simd_cap_name().unwrap().is_none());
+/// ```
+pub fn simd_cap_name() -> Result<Option<&'static str>, String> {
+    simd_cap().map(|cap| {
+        cap.map(|s| match s {
+            dot::Simd::Avx512 => "avx512",
+            dot::Simd::Vnni => "vnni",
+            dot::Simd::Avx2 => "avx2",
+            dot::Simd::Scalar => "scalar",
+        })
+    })
+}
+
+/// `KINDLE_SIMD` parsed (see [`simd_cap_name`]).
+pub(crate) fn simd_cap() -> Result<Option<dot::Simd>, String> {
+    let Ok(value) = std::env::var("KINDLE_SIMD") else {
+        return Ok(None);
+    };
+    match value.trim().to_ascii_lowercase().as_str() {
+        "" => Ok(None),
+        "avx512" | "avx-512" => Ok(Some(dot::Simd::Avx512)),
+        "vnni" | "avx-vnni" | "avxvnni" => Ok(Some(dot::Simd::Vnni)),
+        "avx2" => Ok(Some(dot::Simd::Avx2)),
+        "scalar" | "portable" => Ok(Some(dot::Simd::Scalar)),
+        other => Err(format!(
+            "KINDLE_SIMD={other:?} is not one of avx512, vnni, avx2, scalar"
+        )),
+    }
+}
+
 /// Why a [`QuantMatrix`] could not be built.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum KernelError {
@@ -368,14 +405,23 @@ impl QuantMatrix {
         };
         let (permuted, block_sums) = if kernel.wants_permuted(self.packing.is_some()) {
             let (order, scale, width) = kernel.permutation();
-            let permuted: Vec<f32> = x
-                .chunks_exact(32)
-                .flat_map(|b| std::array::from_fn::<f32, 32, _>(|k| b[order[k]] * scale[k]))
-                .collect();
+            // Cache-line aligned: the kernels load it 64 bytes at a time, and a load split
+            // over two lines was measured to cost 10-12% of a prefill where the allocator
+            // happened to return a misaligned buffer.
+            let mut permuted = AlignedF32::zeroed(x.len());
+            for (dst, b) in permuted
+                .as_mut_slice()
+                .chunks_exact_mut(32)
+                .zip(x.chunks_exact(32))
+            {
+                for k in 0..32 {
+                    dst[k] = b[order[k]] * scale[k];
+                }
+            }
             let sums = x.chunks_exact(width).map(|b| b.iter().sum()).collect();
             (permuted, sums)
         } else {
-            (Vec::new(), Vec::new())
+            (AlignedF32::zeroed(0), Vec::new())
         };
         let acts = dot::Activations {
             f32: x,
@@ -383,7 +429,7 @@ impl QuantMatrix {
             q8_d: &q8.iter().map(|b| b.d).collect::<Vec<_>>(),
             q8_s: &q8.iter().map(|b| b.s).collect::<Vec<_>>(),
             q8k: &q8k,
-            permuted: &permuted,
+            permuted: permuted.as_slice(),
             block_sums: &block_sums,
             cols: self.cols,
             m,
@@ -479,6 +525,38 @@ impl QuantMatrix {
                 out[j * self.rows + r] = dot as f32;
             }
         }
+    }
+}
+
+/// `f32`s in 64-byte aligned storage (a cache line, an AVX-512 vector).
+struct AlignedF32 {
+    lines: Vec<Line>,
+    len: usize,
+}
+
+/// One cache line of `f32`s.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Line([f32; 16]);
+
+impl AlignedF32 {
+    /// `len` zeros.
+    fn zeroed(len: usize) -> Self {
+        AlignedF32 {
+            lines: vec![Line([0.0; 16]); len.div_ceil(16)],
+            len,
+        }
+    }
+
+    fn as_slice(&self) -> &[f32] {
+        // SAFETY: `Line` is 16 `f32`s with no padding (`repr(C)`, 64 bytes), and `len` is
+        // within the `16 * lines.len()` of them.
+        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<f32>(), self.len) }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [f32] {
+        // SAFETY: as in `as_slice`, borrowed mutably.
+        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<f32>(), self.len) }
     }
 }
 

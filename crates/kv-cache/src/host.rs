@@ -197,6 +197,12 @@ impl<'a> HostKvLayer<'a> {
         self.head_dim
     }
 
+    /// Whether keys and values are stored as `f32`, so that [`keys`](Self::keys) and
+    /// [`values`](Self::values) borrow the cache's memory instead of decoding.
+    pub fn stores_f32(&self) -> bool {
+        matches!(self.buffer(0), HostBuffer::Float(data) if data.dtype() == DType::F32)
+    }
+
     /// Store the keys and values of the pass's new token number `offset` (position
     /// `len + offset`), each `[n_kv_heads * head_dim]`, heads one after another (the layout a
     /// key or value projection produces for one token).
@@ -254,6 +260,34 @@ impl<'a> HostKvLayer<'a> {
         self.read(1, head, n, scratch)
     }
 
+    /// The keys of `head` at positions `start..start + n`, as [`keys`](Self::keys).
+    ///
+    /// # Panics
+    /// If `head >= n_kv_heads` or `start + n > capacity`.
+    pub fn keys_at<'s>(
+        &'s self,
+        head: usize,
+        start: usize,
+        n: usize,
+        scratch: &'s mut Vec<f32>,
+    ) -> &'s [f32] {
+        self.read_at(0, head, start, n, scratch)
+    }
+
+    /// The values of `head` at positions `start..start + n`, as [`keys`](Self::keys).
+    ///
+    /// # Panics
+    /// If `head >= n_kv_heads` or `start + n > capacity`.
+    pub fn values_at<'s>(
+        &'s self,
+        head: usize,
+        start: usize,
+        n: usize,
+        scratch: &'s mut Vec<f32>,
+    ) -> &'s [f32] {
+        self.read_at(1, head, start, n, scratch)
+    }
+
     fn read<'s>(
         &'s self,
         which: usize,
@@ -261,9 +295,23 @@ impl<'a> HostKvLayer<'a> {
         n: usize,
         scratch: &'s mut Vec<f32>,
     ) -> &'s [f32] {
-        assert!(head < self.n_kv_heads && n <= self.capacity, "cache range");
+        self.read_at(which, head, 0, n, scratch)
+    }
+
+    fn read_at<'s>(
+        &'s self,
+        which: usize,
+        head: usize,
+        start: usize,
+        n: usize,
+        scratch: &'s mut Vec<f32>,
+    ) -> &'s [f32] {
+        assert!(
+            head < self.n_kv_heads && start + n <= self.capacity,
+            "cache range"
+        );
         self.buffer(which)
-            .read(head * self.capacity, n, self.head_dim, scratch)
+            .read(head * self.capacity + start, n, self.head_dim, scratch)
     }
 }
 
@@ -382,6 +430,11 @@ mod tests {
                         assert_eq!(k, tk[h * 3 * DIM..(h + 1) * 3 * DIM], "{kv_type}");
                         let v = view.values(h, 3, &mut scratch).to_vec();
                         assert_eq!(v, tv[h * 3 * DIM..(h + 1) * 3 * DIM], "{kv_type}");
+                        // A range from position 1 is the same values.
+                        let k1 = view.keys_at(h, 1, 2, &mut scratch).to_vec();
+                        assert_eq!(k1, tk[(h * 3 + 1) * DIM..(h + 1) * 3 * DIM], "{kv_type}");
+                        let v1 = view.values_at(h, 1, 2, &mut scratch).to_vec();
+                        assert_eq!(v1, tv[(h * 3 + 1) * DIM..(h + 1) * 3 * DIM], "{kv_type}");
                     }
                 }
             }

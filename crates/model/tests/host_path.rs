@@ -14,7 +14,8 @@ use kindle_kernels::{QuantMatrix, WeightBytes};
 use kindle_model::linear::QLinear;
 use kindle_model::llama::{ArchSpec, Block, EmbeddingScale, LayerPattern, Norm};
 use kindle_model::{
-    BatchSequence, KvType, Llama, LlamaConfig, LoadOptions, LogitsFor, WeightFormat,
+    BatchSequence, KernelOptions, Kernels, KvType, Llama, LlamaConfig, LoadOptions, LogitsFor,
+    WeightFormat,
 };
 
 /// A tiny GQA model (4 query heads over 2 KV heads) whose matrices are quantized in a mix of
@@ -285,5 +286,39 @@ fn host_and_burn_paths_agree_on_the_recipe_steps_llama_does_not_use() {
             || model.new_cache(40),
             &format!("optional steps, prompt {prompt_len}"),
         );
+    }
+}
+
+/// A decode step over a long context (256 positions or more) splits attention
+/// over positions and columns instead of heads: its logits have the same bits as the same
+/// rows of a short multi-row pass (attention by head), on one thread and on two, for every KV
+/// type.
+#[test]
+fn long_context_decode_has_the_bits_of_a_multi_row_pass_on_any_thread_count() {
+    let model = tiny_model(true);
+    for kv_type in [KvType::F32, KvType::F16, KvType::Int8] {
+        let mut context = model.new_cache_typed(400, kv_type);
+        model
+            .forward(&tokens(21, 300, 96), &mut context, LogitsFor::Last)
+            .unwrap();
+        let next = tokens(22, 3, 96);
+        let mut cache = context.fork();
+        let rows = model.forward(&next, &mut cache, LogitsFor::All).unwrap();
+        for threads in [1, 2] {
+            let model = model
+                .clone()
+                .with_kernels(Kernels::new(KernelOptions::threads(threads)));
+            let mut cache = context.fork();
+            for (i, &token) in next.iter().enumerate() {
+                let logits = model
+                    .forward(&[token], &mut cache, LogitsFor::Last)
+                    .unwrap();
+                assert_eq!(
+                    logits,
+                    rows[i * 96..(i + 1) * 96],
+                    "{kv_type}, {threads} threads, step {i}"
+                );
+            }
+        }
     }
 }

@@ -45,6 +45,15 @@ pub struct BenchArgs {
         default_value = "128"
     )]
     pub generate: Vec<usize>,
+    /// Depths to time each test at, comma-separated, as llama-bench's `-d`: the test runs
+    /// after this many tokens are already in the KV cache (prefilled once, untimed)
+    #[arg(
+        short = 'd',
+        long = "n-depth",
+        value_delimiter = ',',
+        default_value = "0"
+    )]
+    pub depth: Vec<usize>,
     /// Repetitions of each test
     #[arg(short = 'r', long, default_value_t = 5)]
     pub repetitions: usize,
@@ -129,9 +138,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
         .copied()
         .max()
         .unwrap_or(0);
-    if longest + 1 > config.context_length {
+    let deepest = args.depth.iter().copied().max().unwrap_or(0);
+    if deepest + longest + 1 > config.context_length {
         bail!(
-            "a test of {longest} tokens does not fit the model's context of {}",
+            "a test of {longest} tokens at depth {deepest} does not fit the model's context of {}",
             config.context_length
         );
     }
@@ -154,61 +164,81 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 .filter(|&&n| n > 0)
                 .map(|&n| (format!("tg{n}"), n, false)),
         );
-        for (name, n, prefill) in tests {
-            let input = tokens(n.max(1), vocab, n as u64);
-            // One untimed warm-up run, then the timed repetitions.
-            let mut samples = Vec::with_capacity(args.repetitions);
-            let mut first_token_ms = Vec::new();
-            for rep in 0..=args.repetitions {
-                let mut cache = llama.new_cache_typed(n + 1, args.device.kv_type);
-                let elapsed = if prefill {
-                    let start = Instant::now();
-                    llama.forward(&input, &mut cache, LogitsFor::Last)?;
-                    start.elapsed()
-                } else {
-                    let mut token = input[0];
-                    let start = Instant::now();
-                    for i in 0..n {
-                        llama.forward(&[token], &mut cache, LogitsFor::Last)?;
-                        if i == 0 && rep > 0 {
-                            first_token_ms.push(start.elapsed().as_secs_f64() * 1e3);
+        for &depth in &args.depth {
+            // The context before every test at this depth: prefilled once (untimed), then
+            // rolled back to `depth` before each repetition, as llama-bench does.
+            let capacity = depth + longest + 1;
+            let mut cache = llama.new_cache_typed(capacity, args.device.kv_type);
+            if depth > 0 {
+                let context = tokens(depth, vocab, 0x5eed_0000 + depth as u64);
+                llama.forward(&context, &mut cache, LogitsFor::Last)?;
+            }
+            for (name, n, prefill) in &tests {
+                let (n, prefill) = (*n, *prefill);
+                let input = tokens(n.max(1), vocab, n as u64);
+                // One untimed warm-up run, then the timed repetitions.
+                let mut samples = Vec::with_capacity(args.repetitions);
+                let mut first_token_ms = Vec::new();
+                for rep in 0..=args.repetitions {
+                    cache.truncate(depth);
+                    let elapsed = if prefill {
+                        let start = Instant::now();
+                        llama.forward(&input, &mut cache, LogitsFor::Last)?;
+                        start.elapsed()
+                    } else {
+                        let mut token = input[0];
+                        let start = Instant::now();
+                        for i in 0..n {
+                            llama.forward(&[token], &mut cache, LogitsFor::Last)?;
+                            if i == 0 && rep > 0 {
+                                first_token_ms.push(start.elapsed().as_secs_f64() * 1e3);
+                            }
+                            token = input[(i + 1) % input.len()];
                         }
-                        token = input[(i + 1) % input.len()];
-                    }
-                    start.elapsed()
-                };
-                if rep > 0 {
-                    samples.push(n as f64 / elapsed.as_secs_f64());
-                    if prefill {
-                        first_token_ms.push(elapsed.as_secs_f64() * 1e3);
+                        start.elapsed()
+                    };
+                    if rep > 0 {
+                        samples.push(n as f64 / elapsed.as_secs_f64());
+                        if prefill {
+                            first_token_ms.push(elapsed.as_secs_f64() * 1e3);
+                        }
                     }
                 }
-            }
-            let (mean, stddev) = mean_stddev(&samples);
-            let (ttft, _) = mean_stddev(&first_token_ms);
-            rows.push(json!({
-                "model": path.file_name().map(|f| f.to_string_lossy().into_owned()),
-                "size_bytes": file_bytes,
-                "params": model.llama.parameter_count(),
-                "device": args.device.device.name(),
-                // On a GPU the products run in --dtype; on the CPU in --activations.
-                "activations": if args.device.device.is_host() {
-                    format!("{:?}", args.device.activations).to_lowercase()
+                let (mean, stddev) = mean_stddev(&samples);
+                let (ttft, _) = mean_stddev(&first_token_ms);
+                // llama-bench's name for a test at depth: `tg128 @ d4096`.
+                let test = if depth > 0 {
+                    format!("{name} @ d{depth}")
                 } else {
-                    args.device.dtype.name().to_string()
-                },
-                "dtype": args.device.dtype.name(),
-                "kv_type": args.device.kv_type.to_string(),
-                "threads": t,
-                "test": name,
-                "n_tokens": n,
-                "repetitions": args.repetitions,
-                "tokens_per_second": mean,
-                "stddev": stddev,
-                "samples": samples,
-                "time_to_first_token_ms": ttft,
-                "peak_rss_bytes": peak_rss(),
-            }));
+                    name.clone()
+                };
+                rows.push(json!({
+                    "model": path.file_name().map(|f| f.to_string_lossy().into_owned()),
+                    "size_bytes": file_bytes,
+                    "params": model.llama.parameter_count(),
+                    "device": args.device.device.name(),
+                    // On a GPU the products run in --dtype; on the CPU in --activations.
+                    "activations": if args.device.device.is_host() {
+                        format!("{:?}", args.device.activations).to_lowercase()
+                    } else {
+                        args.device.dtype.name().to_string()
+                    },
+                    "dtype": args.device.dtype.name(),
+                    "kv_type": args.device.kv_type.to_string(),
+                    "threads": t,
+                    // The kernels' SIMD level (`KINDLE_SIMD` may cap it).
+                    "simd": kindle_model::simd_level(),
+                    "test": test,
+                    "n_tokens": n,
+                    "n_depth": depth,
+                    "repetitions": args.repetitions,
+                    "tokens_per_second": mean,
+                    "stddev": stddev,
+                    "samples": samples,
+                    "time_to_first_token_ms": ttft,
+                    "peak_rss_bytes": peak_rss(),
+                }));
+            }
         }
     }
     let output = if args.json {

@@ -53,20 +53,11 @@ fn matrix(layer: &QLinear) -> &QuantMatrix {
 /// Runs the recipe on host buffers; the products are the quantized kernels'.
 pub(super) struct HostOps<'m> {
     kernels: &'m Kernels,
-    /// Attention's scratch: scores, and keys and values decoded from an f16/int8 cache.
-    scores: Vec<f32>,
-    keys: Vec<f32>,
-    values: Vec<f32>,
 }
 
 impl<'m> HostOps<'m> {
     fn new(kernels: &'m Kernels) -> Self {
-        HostOps {
-            kernels,
-            scores: Vec::new(),
-            keys: Vec::new(),
-            values: Vec::new(),
-        }
+        HostOps { kernels }
     }
 }
 
@@ -158,6 +149,11 @@ impl LayerOps for HostOps<'_> {
         let shape = attention.shape;
         let (qw, kvw) = (shape.q_width(), shape.kv_width());
         out.resize(pass.ids.len() * qw, 0.0);
+        // Every sequence's new keys and values written first, then one parallel job over
+        // (sequence, query head, block of rows), so that attention obeys the thread count as
+        // the products do. Each output row of each head is computed by one task with the same
+        // arithmetic whatever the split: the logits do not depend on the thread count.
+        let mut views = Vec::with_capacity(pass.seqs.len());
         for (seq, &(start, len)) in pass.seqs.iter_mut().zip(pass.spans) {
             let mut view = seq
                 .cache
@@ -167,17 +163,20 @@ impl LayerOps for HostOps<'_> {
                 let row = (start + i) * kvw..(start + i + 1) * kvw;
                 view.write(i, &k[row.clone()], &v[row])?;
             }
-            let held = view.len();
-            let rows = start * qw..(start + len) * qw;
-            attend(
-                &view,
-                &q[rows.clone()],
-                &mut out[rows],
-                held,
-                attention,
-                (&mut self.scores, &mut self.keys, &mut self.values),
-            );
+            views.push((view, start, len));
         }
+        let jobs: Vec<AttendJob<'_, '_>> = views
+            .iter()
+            .map(|(view, start, len)| AttendJob {
+                view,
+                q: &q[start * qw..(start + len) * qw],
+                out_row: *start,
+                rows: *len,
+            })
+            .collect();
+        attend_all(&jobs, out, qw, attention, self.kernels);
+        drop(jobs);
+        drop(views);
         Ok(())
     }
 
@@ -329,27 +328,304 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
-/// The caller's scratch buffers for [`attend`]: scores, decoded keys, decoded values.
-type AttendScratch<'s> = (&'s mut Vec<f32>, &'s mut Vec<f32>, &'s mut Vec<f32>);
+/// One sequence's part of a pass's attention: its cache view (the pass's keys and values
+/// already written) and its new rows' queries.
+struct AttendJob<'v, 'c> {
+    view: &'v HostKvLayer<'c>,
+    /// `[rows, h * hd]` queries.
+    q: &'v [f32],
+    /// The pass row of this sequence's first new token (where its output rows start).
+    out_row: usize,
+    /// New tokens of this sequence.
+    rows: usize,
+}
 
-/// Causal grouped-query attention of one sequence's new rows `q` (`[T, h * hd]`, already
-/// written to `view` at positions `held..held + T`) over the cache, into `context`
-/// (`[T, h * hd]`). Query head `head` reads KV head `head / (h / hkv)`; row `i` sees positions
-/// `0..=held + i`, or of a local layer only the last `window` of them.
-fn attend(
-    view: &HostKvLayer<'_>,
-    q: &[f32],
-    context: &mut [f32],
-    held: usize,
+/// Rows of one sequence, of one head, that one attention task computes.
+const ATTEND_ROWS: usize = 16;
+
+/// Causal grouped-query attention of every job's new rows into `out` (`[pass rows, q_width]`),
+/// split over `kernels`' threads by (sequence, query head, block of [`ATTEND_ROWS`] rows),
+/// the longest blocks (the last rows, which see the most positions) handed out first.
+fn attend_all(
+    jobs: &[AttendJob<'_, '_>],
+    out: &mut [f32],
+    q_width: usize,
     attention: Attention,
-    scratch: AttendScratch<'_>,
+    kernels: &Kernels,
+) {
+    let heads = attention.shape.heads;
+    if let [job] = jobs
+        && job.rows == 1
+        && job.view.len() + 1 - attention.first_seen(job.view.len()) >= SPLIT_ROW_FROM
+    {
+        let at = job.out_row * q_width;
+        return attend_long_row(job, &mut out[at..at + q_width], attention, kernels);
+    }
+    // (job, head, first row, rows) for every task, in the order they are handed out.
+    let mut tasks: Vec<(usize, usize, usize, usize)> = Vec::new();
+    for (j, job) in jobs.iter().enumerate() {
+        let blocks = job.rows.div_ceil(ATTEND_ROWS);
+        for b in (0..blocks).rev() {
+            let first = b * ATTEND_ROWS;
+            let n = ATTEND_ROWS.min(job.rows - first);
+            tasks.extend((0..heads).map(|head| (j, head, first, n)));
+        }
+    }
+    // Longest first: a task's cost grows with the positions its rows see.
+    tasks.sort_by_key(|&(j, _, first, n)| std::cmp::Reverse(jobs[j].view.len() + first + n));
+    let out_ptr = SyncPtr(out.as_mut_ptr());
+    let run = |task: usize| {
+        let (j, head, first, n) = tasks[task];
+        let job = &jobs[j];
+        let hd = job.view.head_dim();
+        // SAFETY: each (row, head) slot of `out` is written by exactly one task, and `out`
+        // outlives the job.
+        let mut contexts: Vec<&mut [f32]> = (first..first + n)
+            .map(|i| unsafe {
+                std::slice::from_raw_parts_mut(
+                    out_ptr.get().add((job.out_row + i) * q_width + head * hd),
+                    hd,
+                )
+            })
+            .collect();
+        SCRATCH.with_borrow_mut(|scratch| {
+            attend(job, head, first, &mut contexts, attention, scratch);
+        });
+    };
+    kernels.parallel_for(tasks.len(), &run);
+}
+
+/// Positions from which the attention of a pass's only row (a decode step) is split over
+/// positions and columns instead of query heads: a long context read once per KV head, by
+/// every thread.
+const SPLIT_ROW_FROM: usize = 256;
+
+/// Positions of one score task of [`attend_long_row`].
+const POSITION_BLOCK: usize = 256;
+
+/// Columns of one weighted-sum task ([`weighted_sum_cols`]'s width).
+const LANES: usize = 16;
+
+/// One row's attention over a long context, in three parallel stages with the arithmetic of
+/// [`attend_body`] for every output (the same bits whatever the split or thread count):
+/// scores by (KV head, block of positions), decoding an f16/int8 cache's values on the way;
+/// the softmax by query head; the weighted sum by (KV head, 16 columns). Every key and value
+/// is read once per KV head, not once per query head.
+fn attend_long_row(
+    job: &AttendJob<'_, '_>,
+    out: &mut [f32],
+    attention: Attention,
+    kernels: &Kernels,
+) {
+    let view = job.view;
+    let (h, hkv, hd) = (attention.shape.heads, view.n_kv_heads(), view.head_dim());
+    let held = view.len();
+    let first = attention.first_seen(held);
+    let n = held + 1 - first;
+    LONG_ROW.with_borrow_mut(|LongRowScratch { scores, values }| {
+        scores.resize(h * n, 0.0);
+        let borrowed = view.stores_f32();
+        if !borrowed {
+            values.resize(hkv * n * hd, 0.0);
+        }
+        let row = LongRow {
+            view,
+            q: &job.q[..h * hd],
+            first,
+            n,
+            scale: attention.scale,
+            rep: h / hkv,
+            borrowed,
+            scores: SyncPtr(scores.as_mut_ptr()),
+            values: SyncPtr(values.as_mut_ptr()),
+            out: SyncPtr(out.as_mut_ptr()),
+        };
+        let blocks = n.div_ceil(POSITION_BLOCK);
+        kernels.parallel_for(hkv * blocks, &|task| row.run(Stage::Scores, task));
+        kernels.parallel_for(h, &|task| row.run(Stage::Softmax, task));
+        kernels.parallel_for(hkv * hd.div_ceil(LANES), &|task| row.run(Stage::Sum, task));
+    });
+}
+
+/// The stages of [`attend_long_row`].
+#[derive(Clone, Copy)]
+enum Stage {
+    Scores,
+    Softmax,
+    Sum,
+}
+
+/// What the tasks of [`attend_long_row`] share.
+struct LongRow<'v, 'c> {
+    view: &'v HostKvLayer<'c>,
+    /// `[h * hd]` queries.
+    q: &'v [f32],
+    /// First position seen, and how many.
+    first: usize,
+    n: usize,
+    scale: f32,
+    /// Query heads per KV head.
+    rep: usize,
+    /// Whether the cache's values are read in place (f32), else decoded into `values`.
+    borrowed: bool,
+    /// `[h, n]` scores, then probabilities.
+    scores: SyncPtr,
+    /// `[hkv, n, hd]` decoded values (unused when `borrowed`).
+    values: SyncPtr,
+    /// `[h * hd]` context.
+    out: SyncPtr,
+}
+
+impl LongRow<'_, '_> {
+    fn run(&self, stage: Stage, task: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU has the features the function is compiled for.
+            return unsafe { self.run_avx2(stage, task) };
+        }
+        self.run_body(stage, task)
+    }
+
+    /// [`Self::run_body`] compiled for AVX2 and FMA (the same arithmetic: Rust does not fuse
+    /// multiplies and adds).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    fn run_avx2(&self, stage: Stage, task: usize) {
+        self.run_body(stage, task)
+    }
+
+    #[inline(always)]
+    fn run_body(&self, stage: Stage, task: usize) {
+        let (view, n) = (self.view, self.n);
+        let hd = view.head_dim();
+        match stage {
+            Stage::Scores => {
+                let blocks = n.div_ceil(POSITION_BLOCK);
+                let (g, b) = (task / blocks, task % blocks);
+                let start = b * POSITION_BLOCK;
+                let len = POSITION_BLOCK.min(n - start);
+                SCRATCH.with_borrow_mut(|scratch| {
+                    let keys = view.keys_at(g, self.first + start, len, &mut scratch.keys);
+                    for head in g * self.rep..(g + 1) * self.rep {
+                        let qv = &self.q[head * hd..(head + 1) * hd];
+                        // SAFETY: task (g, b) alone writes these scores of g's heads.
+                        let scores = unsafe {
+                            std::slice::from_raw_parts_mut(
+                                self.scores.get().add(head * n + start),
+                                len,
+                            )
+                        };
+                        for (s, k) in scores.iter_mut().zip(keys.chunks_exact(hd)) {
+                            *s = dot(qv, k) * self.scale;
+                        }
+                    }
+                    if !self.borrowed {
+                        let values =
+                            view.values_at(g, self.first + start, len, &mut scratch.values);
+                        // SAFETY: task (g, b) alone writes these decoded values.
+                        let dst = unsafe {
+                            std::slice::from_raw_parts_mut(
+                                self.values.get().add((g * n + start) * hd),
+                                len * hd,
+                            )
+                        };
+                        dst.copy_from_slice(values);
+                    }
+                });
+            }
+            Stage::Softmax => {
+                // SAFETY: task `head` alone owns this head's scores now.
+                let scores =
+                    unsafe { std::slice::from_raw_parts_mut(self.scores.get().add(task * n), n) };
+                softmax(scores);
+            }
+            Stage::Sum => {
+                // Each value line is read once per KV head: the query heads that share it
+                // run one after another while its columns are in the cache.
+                let per_group = hd.div_ceil(LANES);
+                let (g, c) = (task / per_group, task % per_group);
+                let col = c * LANES;
+                let mut unused = Vec::new();
+                let rows = if self.borrowed {
+                    &view.values(g, self.first + n, &mut unused)[self.first * hd..]
+                } else {
+                    // SAFETY: the decoded values are final (the score stage has returned).
+                    unsafe { std::slice::from_raw_parts(self.values.get().add(g * n * hd), n * hd) }
+                };
+                for head in g * self.rep..(g + 1) * self.rep {
+                    // SAFETY: the scores are final (the previous stage has returned).
+                    let weights =
+                        unsafe { std::slice::from_raw_parts(self.scores.get().add(head * n), n) };
+                    // SAFETY: task (g, c) alone writes these columns of g's heads.
+                    let out = unsafe {
+                        std::slice::from_raw_parts_mut(
+                            self.out.get().add(head * hd + col),
+                            LANES.min(hd - col),
+                        )
+                    };
+                    weighted_sum_cols(weights, rows, hd, col, out);
+                }
+            }
+        }
+    }
+}
+
+/// The calling thread's buffers for [`attend_long_row`].
+#[derive(Default)]
+struct LongRowScratch {
+    scores: Vec<f32>,
+    values: Vec<f32>,
+}
+
+thread_local! {
+    static LONG_ROW: std::cell::RefCell<LongRowScratch> = std::cell::RefCell::default();
+}
+
+/// A raw pointer to the attention output, written at disjoint places by the tasks.
+#[derive(Clone, Copy)]
+struct SyncPtr(*mut f32);
+
+impl SyncPtr {
+    /// The pointer (a method, so that closures capture the whole `Sync` wrapper).
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+// SAFETY: only used to write disjoint slots from the pool's threads while the owner waits.
+unsafe impl Send for SyncPtr {}
+// SAFETY: as above.
+unsafe impl Sync for SyncPtr {}
+
+/// A thread's attention scratch: scores, and keys and values decoded from an f16/int8 cache.
+#[derive(Default)]
+struct AttendScratch {
+    scores: Vec<f32>,
+    keys: Vec<f32>,
+    values: Vec<f32>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<AttendScratch> = std::cell::RefCell::default();
+}
+
+/// Attention of new rows `first..first + contexts.len()` of `job`, query head `head`, over the
+/// cache, into `contexts` (one `head_dim`-wide slot per row). The head reads KV head
+/// `head / (h / hkv)`; row `i` sees positions `0..=held + i`, or of a local layer only the
+/// last `window` of them.
+fn attend(
+    job: &AttendJob<'_, '_>,
+    head: usize,
+    first: usize,
+    contexts: &mut [&mut [f32]],
+    attention: Attention,
+    scratch: &mut AttendScratch,
 ) {
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
         // SAFETY: the CPU has the features the function is compiled for.
-        return unsafe { attend_avx2(view, q, context, held, attention, scratch) };
+        return unsafe { attend_avx2(job, head, first, contexts, attention, scratch) };
     }
-    attend_body(view, q, context, held, attention, scratch)
+    attend_body(job, head, first, contexts, attention, scratch)
 }
 
 /// [`attend`] compiled for AVX2 and FMA: the loops of [`attend_body`] (inlined) vectorize
@@ -357,84 +633,97 @@ fn attend(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn attend_avx2(
-    view: &HostKvLayer<'_>,
-    q: &[f32],
-    context: &mut [f32],
-    held: usize,
+    job: &AttendJob<'_, '_>,
+    head: usize,
+    first: usize,
+    contexts: &mut [&mut [f32]],
     attention: Attention,
-    scratch: AttendScratch<'_>,
+    scratch: &mut AttendScratch,
 ) {
-    attend_body(view, q, context, held, attention, scratch)
+    attend_body(job, head, first, contexts, attention, scratch)
 }
 
 #[inline(always)]
 fn attend_body(
-    view: &HostKvLayer<'_>,
-    q: &[f32],
-    context: &mut [f32],
-    held: usize,
+    job: &AttendJob<'_, '_>,
+    head: usize,
+    first_row: usize,
+    contexts: &mut [&mut [f32]],
     attention: Attention,
-    (scores, key_scratch, value_scratch): AttendScratch<'_>,
+    scratch: &mut AttendScratch,
 ) {
+    let view = job.view;
     let (h, hkv, hd) = (attention.shape.heads, view.n_kv_heads(), view.head_dim());
-    let rep = h / hkv;
-    let t = q.len() / (h * hd);
-    let total = held + t;
-    let scale = attention.scale;
-    for g in 0..hkv {
-        let keys = view.keys(g, total, key_scratch);
-        let values = view.values(g, total, value_scratch);
-        for head in g * rep..(g + 1) * rep {
-            for i in 0..t {
-                let seen = held + i + 1;
-                let first = attention.first_seen(held + i);
-                let qv = &q[(i * h + head) * hd..][..hd];
-                scores.clear();
-                scores.extend(
-                    keys[first * hd..seen * hd]
-                        .chunks_exact(hd)
-                        .map(|k| dot(qv, k) * scale),
-                );
-                let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let mut sum = 0.0;
-                for s in scores.iter_mut() {
-                    *s = (*s - max).exp();
-                    sum += *s;
-                }
-                let inv_sum = 1.0 / sum;
-                for p in scores.iter_mut() {
-                    *p *= inv_sum;
-                }
-                let values = &values[first * hd..];
-                weighted_sum(scores, values, &mut context[(i * h + head) * hd..][..hd]);
-            }
-        }
+    let g = head / (h / hkv);
+    let held = view.len();
+    let AttendScratch {
+        scores,
+        keys,
+        values,
+    } = scratch;
+    // Every position the last row sees, decoded once for the task's rows (borrowed from an
+    // f32 cache).
+    let most = held + first_row + contexts.len();
+    let keys = view.keys(g, most, keys);
+    let values = view.values(g, most, values);
+    for (offset, context) in contexts.iter_mut().enumerate() {
+        let i = first_row + offset;
+        let seen = held + i + 1;
+        let first = attention.first_seen(held + i);
+        let qv = &job.q[(i * h + head) * hd..][..hd];
+        scores.clear();
+        scores.extend(
+            keys[first * hd..seen * hd]
+                .chunks_exact(hd)
+                .map(|k| dot(qv, k) * attention.scale),
+        );
+        softmax(scores);
+        weighted_sum(scores, &values[first * hd..seen * hd], context);
     }
 }
 
-/// `out = sum_j weights[j] * rows[j]` for the `out.len()`-wide rows of `rows`, 16 columns at a
-/// time so that the partial sums stay in registers.
+/// Scores into probabilities, in place: `exp(s - max)`, summed in order, times `1 / sum`.
+#[inline(always)]
+fn softmax(scores: &mut [f32]) {
+    let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0;
+    for s in scores.iter_mut() {
+        *s = (*s - max).exp();
+        sum += *s;
+    }
+    let inv_sum = 1.0 / sum;
+    for p in scores.iter_mut() {
+        *p *= inv_sum;
+    }
+}
+
+/// `out = sum_j weights[j] * rows[j]` for the `out.len()`-wide rows of `rows`, [`LANES`]
+/// columns at a time so that the partial sums stay in registers.
 #[inline(always)]
 fn weighted_sum(weights: &[f32], rows: &[f32], out: &mut [f32]) {
-    const LANES: usize = 16;
     let width = out.len();
-    let mut col = 0;
-    while col < width {
-        let n = LANES.min(width - col);
-        let mut acc = [0f32; LANES];
-        for (&w, row) in weights.iter().zip(rows.chunks_exact(width)) {
-            let row = &row[col..col + n];
-            if n == LANES {
-                for l in 0..LANES {
-                    acc[l] += w * row[l];
-                }
-            } else {
-                for (a, &x) in acc.iter_mut().zip(row) {
-                    *a += w * x;
-                }
+    for (c, out) in out.chunks_mut(LANES).enumerate() {
+        weighted_sum_cols(weights, rows, width, c * LANES, out);
+    }
+}
+
+/// Columns `col..col + out.len()` (at most [`LANES`]) of `sum_j weights[j] * rows[j]`, the
+/// rows `width` wide: each column summed over `j` in order, whatever else is computed.
+#[inline(always)]
+fn weighted_sum_cols(weights: &[f32], rows: &[f32], width: usize, col: usize, out: &mut [f32]) {
+    let n = out.len();
+    let mut acc = [0f32; LANES];
+    for (&w, row) in weights.iter().zip(rows.chunks_exact(width)) {
+        let row = &row[col..col + n];
+        if n == LANES {
+            for l in 0..LANES {
+                acc[l] += w * row[l];
+            }
+        } else {
+            for (a, &x) in acc.iter_mut().zip(row) {
+                *a += w * x;
             }
         }
-        out[col..col + n].copy_from_slice(&acc[..n]);
-        col += n;
     }
+    out.copy_from_slice(&acc[..n]);
 }
