@@ -161,7 +161,8 @@ pub enum KernelError {
 /// The default is `F32`: a row's product is then the same whether it runs alone (decode) or
 /// with others (prefill, which may use a dense product), so a cached prefix gives the same
 /// logits as a fresh prefill. `Int8` is llama.cpp's scheme: faster, about as exact as
-/// llama.cpp, but decode and prefill then differ by up to a few tenths of a logit.
+/// llama.cpp; where a prefill runs as a dense `f32` product instead of the batched kernels
+/// (below AVX-512), its decode and prefill differ by up to a few tenths of a logit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ActivationFormat {
     /// 8-bit activations per 32-value block, integer dot products (falls back to `F32` for

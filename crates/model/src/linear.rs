@@ -14,7 +14,7 @@ use burn::module::Param;
 use burn::prelude::*;
 use burn::tensor::{DType, TensorData};
 
-use kindle_kernels::{ActivationFormat, Kernels, QuantMatrix};
+use kindle_kernels::{Kernels, QuantMatrix};
 
 /// A linear layer `y = x W^T`, with a bias `y = x W^T + b` if one is attached
 /// ([`with_bias`](Self::with_bias): Qwen2's q/k/v projections).
@@ -170,15 +170,10 @@ impl QLinear {
                 let x = host_f32(input);
                 debug_assert_eq!(x.len(), b * t * d_in);
                 let mut out = vec![0f32; b * t * q.rows()];
-                // Prefill keeps f32 activations, as the dense path does, whatever the format:
-                // 8-bit ones there moved teacher-forced logprobs past the llama.cpp reference
-                // tolerance.
-                let format = if b * t >= DENSE_PREFILL_ROWS {
-                    ActivationFormat::F32
-                } else {
-                    kernels.activations()
-                };
-                q.matmul_with(&x, b * t, &mut out, format, kernels);
+                // The kernels' format for every row count, as the host executor: a prefill
+                // reaches here only where the batched kernels run (the dense path above is
+                // always f32).
+                q.matmul(&x, b * t, &mut out, kernels);
                 Tensor::from_data(TensorData::new(out, [b, t, q.rows()]), &device)
             }
         }

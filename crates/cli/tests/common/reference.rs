@@ -40,8 +40,9 @@ pub fn model_of(which: RealModel) -> Option<&'static Llama> {
 /// How a sequence of tokens goes through the model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Passes {
-    /// One forward pass. Sixteen rows or more are a prefill, which the CPU kernels run with
-    /// `f32` activations whatever the activation format.
+    /// One forward pass. Sixteen rows or more are a prefill, which runs in the selected
+    /// activation format where the batched kernels apply (AVX-512), and otherwise as a dense
+    /// `f32` product of dequantised weights.
     One,
     /// Forward passes of at most this many rows, each attending to what the ones before it
     /// cached (under 16 rows, every row goes through the selected activation format).
