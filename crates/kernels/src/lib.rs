@@ -54,6 +54,8 @@ mod config;
 mod dot;
 mod packed;
 mod pool;
+#[cfg(target_arch = "x86_64")]
+mod prefetch;
 mod q8;
 #[cfg(test)]
 mod tests;

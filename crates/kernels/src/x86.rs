@@ -3,26 +3,8 @@
 
 use std::arch::x86_64::*;
 
+pub(crate) use super::prefetch::prefetch_ahead;
 use super::q8::BlockQ8;
-
-/// How many block columns ahead of the one being multiplied [`prefetch_ahead`] asks for.
-const PREFETCH_COLUMNS: usize = 8;
-
-/// Ask for the block column [`PREFETCH_COLUMNS`] past `col` (each `bytes` long) to be brought
-/// into L1. The hardware prefetchers alone were measured to leave the packed kernels waiting
-/// on their weight loads on an Intel Xeon (Sapphire Rapids) VM: one-thread decode went from
-/// about 53 to 80 tok/s with this. A prefetch past the end of the weights does nothing (it
-/// never faults).
-#[inline(always)]
-pub(crate) fn prefetch_ahead(col: *const u8, bytes: usize) {
-    let ahead = col.wrapping_add(PREFETCH_COLUMNS * bytes);
-    let mut offset = 0;
-    while offset < bytes {
-        // SAFETY: a prefetch is a hint: it reads nothing architecturally and never faults.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(offset).cast::<i8>()) };
-        offset += 64;
-    }
-}
 
 /// A little-endian `f16` at `p`, widened with F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -651,7 +633,8 @@ pub(crate) const Q4_SCALE_AVX512: [f32; 32] = {
 
 /// The `f32` group kernels again with 16-lane AVX-512 vectors and 32 registers: half the
 /// instructions, and room to keep each row's partial sums in lanes until the end instead of
-/// reducing them per block (the `f32` kernels are bound by the vector pipes, not by memory).
+/// reducing them per block (the `f32` kernels are bound by the vector pipes on a Zen 4; on
+/// an Intel Sapphire Rapids VM by their weight loads, hence [`prefetch_ahead`]).
 /// The 8-bit kernels gain nothing from it and are not repeated.
 pub(crate) mod avx512 {
     use std::arch::x86_64::*;

@@ -128,7 +128,7 @@ pub(crate) unsafe fn q5_q8<const JN: usize, const ONE: bool, Y: Q8Block>(
         // SAFETY: block column `b` lies within the group; activation block `b` exists.
         unsafe {
             let col = w.add(b * bytes);
-            super::x86::prefetch_ahead(col, bytes);
+            super::prefetch::prefetch_ahead(col, bytes);
             let (d, m) = scales::<ONE>(col);
             let qh = _mm256_loadu_si256(col.add(sb) as *const __m256i);
             let mut lo = [_mm256_setzero_si256(); 4];
@@ -187,7 +187,7 @@ pub(crate) unsafe fn q5_f32<const JN: usize, const ONE: bool>(
         // `32 * nb` values and `nb` sums.
         unsafe {
             let col = w.add(b * bytes);
-            super::x86::prefetch_ahead(col, bytes);
+            super::prefetch::prefetch_ahead(col, bytes);
             let (d, m) = scales::<ONE>(col);
             let qh = _mm256_loadu_si256(col.add(sb) as *const __m256i);
             let mut p = [[_mm256_setzero_ps(); 4]; JN];
