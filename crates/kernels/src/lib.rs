@@ -95,8 +95,12 @@ pub use q8::{BlockQ8, quantize_row_q8};
 /// one (the AVX2 kernels on an AVX-512 machine); the kernels read it once, at their first use.
 ///
 /// ```
-/// // Unset in the doctest's environment.
-/// assert!(kindle_kernels::simd_cap_name().unwrap().is_none());
+/// let cap = kindle_kernels::simd_cap_name();
+/// match std::env::var("KINDLE_SIMD") {
+///     Err(_) => assert_eq!(cap, Ok(None)),
+///     Ok(v) if v.eq_ignore_ascii_case("avx2") => assert_eq!(cap, Ok(Some("avx2"))),
+///     Ok(_) => {}
+/// }
 /// ```
 pub fn simd_cap_name() -> Result<Option<&'static str>, String> {
     simd_cap().map(|cap| {
@@ -164,7 +168,8 @@ pub enum KernelError {
 /// with others (prefill, which may use a dense product), so a cached prefix gives the same
 /// logits as a fresh prefill. `Int8` is llama.cpp's scheme: faster, about as exact as
 /// llama.cpp; where a prefill runs as a dense `f32` product instead of the batched kernels
-/// (below AVX-512), its decode and prefill differ by up to a few tenths of a logit.
+/// (weights that are not packed, or no SIMD), its decode and prefill differ by up to a few
+/// tenths of a logit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ActivationFormat {
     /// 8-bit activations per 32-value block, integer dot products (falls back to `F32` for
@@ -323,14 +328,15 @@ impl QuantMatrix {
         self.row_bytes * self.rows
     }
 
-    /// Whether a product with many activation rows (prefill) with `f32` activations is
-    /// faster here than dequantising the weight for Burn's dense `f32` matmul, as measured
-    /// (see ARCHITECTURE.md): for packed `Q4_1`/`Q8_0` on AVX-512, at any thread count since
-    /// the host path runs a prefill in 128-row slices (one thread: 333-388 tok/s at pp512
-    /// against the Burn path's 327, which also uses every core whatever the thread setting).
-    /// The AVX2 kernels only tie with Burn's matmul.
+    /// Whether a product with many activation rows (prefill) runs in the batched kernels
+    /// rather than as Burn's dense `f32` matmul of the dequantised weight: for packed
+    /// `Q4_1`/`Q8_0`/`Q5_0`/`Q5_1` with any SIMD level. On AVX-512 they are faster at any
+    /// thread count. With the AVX2 kernels (measured on an AVX-512 machine with
+    /// `KINDLE_SIMD=avx2`, pp512 tok/s at 1 / 2 threads): `f32` 190 / 345 and `int8` 357-387 /
+    /// 645-681, against Burn's 267 / 268 (f32 and int8 alike), which also uses every core
+    /// whatever `-t` says: so `-t` bounds a prefill too, and two threads are faster.
     pub fn prefers_batched_kernel(&self) -> bool {
-        self.packing.is_some() && dot::Simd::detect() == dot::Simd::Avx512
+        self.packing.is_some() && dot::Simd::detect() != dot::Simd::Scalar
     }
 
     /// Dequantise row `r` into `out` (`cols` values).

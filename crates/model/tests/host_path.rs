@@ -189,8 +189,8 @@ fn host_and_burn_paths_agree_on_the_real_model() {
 /// A prompt longer than the host path's micro-batch (128 rows) runs in slices, each attending
 /// to what the slices before it wrote to the cache: its logits (every row) match the Burn
 /// path's single pass, for each cache type, and decoding goes on from that cache. (The host
-/// path takes a long prefill where the batched kernels win, on AVX-512; elsewhere
-/// both sides run the Burn path.)
+/// path takes a long prefill of packed weights with any SIMD level; without SIMD both sides
+/// run the Burn path.)
 #[test]
 fn host_path_slices_a_long_prompt_like_one_pass() {
     let model = tiny_model_with(true, GgmlType::Q8_0);

@@ -41,8 +41,8 @@ pub fn model_of(which: RealModel) -> Option<&'static Llama> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Passes {
     /// One forward pass. Sixteen rows or more are a prefill, which runs in the selected
-    /// activation format where the batched kernels apply (AVX-512), and otherwise as a dense
-    /// `f32` product of dequantised weights.
+    /// activation format where the batched kernels apply (packed weights, a SIMD level), and
+    /// otherwise as a dense `f32` product of dequantised weights.
     One,
     /// Forward passes of at most this many rows, each attending to what the ones before it
     /// cached (under 16 rows, every row goes through the selected activation format).

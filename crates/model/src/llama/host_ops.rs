@@ -113,7 +113,7 @@ impl LayerOps for HostOps<'_> {
     }
 
     /// In the kernels' activation format, prefill included: with `--activations int8` a
-    /// prefill runs llama.cpp's scheme too (measured 1.9x the `f32` prefill on AVX-512), and a
+    /// prefill runs llama.cpp's scheme too (measured 1.9x the `f32` prefill), and a
     /// row's result has the same bits in a prefill as in a decode step.
     fn linear(&mut self, layer: &QLinear, x: &Vec<f32>, out: &mut Vec<f32>) {
         let q = matrix(layer);
