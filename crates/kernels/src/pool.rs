@@ -31,8 +31,11 @@ struct Shared {
     /// The current job, valid while some of its tasks are unfinished (lifetime erased; the
     /// caller waits).
     job: UnsafeCell<Option<*const Job<'static>>>,
-    /// Number of tasks in the current job.
-    n_tasks: AtomicUsize,
+    /// `(job number << 32) | number of tasks` of the current job: a claimer checks its index
+    /// against the count of the job number it saw, so a worker still looping over a finished
+    /// job can never claim (and run, and count as done) a task of the next one, whatever
+    /// their task counts.
+    tasks: AtomicU64,
     /// Tasks of the current job finished.
     done: AtomicUsize,
     shutdown: AtomicBool,
@@ -59,7 +62,7 @@ impl Pool {
         let shared = Arc::new(Shared {
             state: AtomicU64::new(0),
             job: UnsafeCell::new(None),
-            n_tasks: AtomicUsize::new(0),
+            tasks: AtomicU64::new(0),
             done: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
             lock: Mutex::new(()),
@@ -101,9 +104,10 @@ impl Pool {
             let erased: *const Job<'static> = std::mem::transmute::<&Job<'_>, &Job<'static>>(job);
             *s.job.get() = Some(erased);
         }
-        s.n_tasks.store(n_tasks, Ordering::Relaxed);
         s.done.store(0, Ordering::Relaxed);
         let number = (s.state.load(Ordering::Relaxed) >> INDEX_BITS).wrapping_add(1);
+        s.tasks
+            .store((number << INDEX_BITS) | n_tasks as u64, Ordering::Release);
         s.state.store(number << INDEX_BITS, Ordering::Release);
         {
             let _l = s.lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -131,10 +135,13 @@ fn take_tasks(s: &Shared, number: u64) {
         if state >> INDEX_BITS != number & (u64::MAX >> INDEX_BITS) {
             return;
         }
-        let index = (state & INDEX_MASK) as usize;
-        if index >= s.n_tasks.load(Ordering::Relaxed) {
+        let index = state & INDEX_MASK;
+        let tasks = s.tasks.load(Ordering::Acquire);
+        if tasks >> INDEX_BITS != state >> INDEX_BITS || index >= tasks & INDEX_MASK {
+            // All claimed, or `state` is of a job that has finished (its count replaced).
             return;
         }
+        let index = index as usize;
         match s
             .state
             .compare_exchange_weak(state, state + 1, Ordering::AcqRel, Ordering::Acquire)
@@ -189,8 +196,10 @@ impl Drop for Pool {
     fn drop(&mut self) {
         self.shared.shutdown.store(true, Ordering::Release);
         // A new job number with no tasks wakes every worker, which then sees the flag.
-        self.shared.n_tasks.store(0, Ordering::Relaxed);
         let number = (self.shared.state.load(Ordering::Relaxed) >> INDEX_BITS).wrapping_add(1);
+        self.shared
+            .tasks
+            .store(number << INDEX_BITS, Ordering::Release);
         self.shared
             .state
             .store(number << INDEX_BITS, Ordering::Release);

@@ -375,6 +375,42 @@ fn the_pool_runs_every_task_once_across_many_jobs() {
     }
 }
 
+/// Jobs of changing task counts one after another (the attention's 9 or 72 tasks between a
+/// product's 2): every task runs once per job and every job returns; a watchdog turns a hang
+/// into a failure. A stress test: the race it guards against (a worker still looping over a
+/// finished job claimed a task of the next, larger one between the caller's two stores, ran
+/// it and left the done count past the total: `kindle serve` hung in CI) has a window of a
+/// few nanoseconds, and this loop did not reproduce it before the fix.
+#[test]
+fn the_pool_survives_jobs_of_changing_task_counts() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let pool = pool::shared(3);
+        let mut bad = None;
+        'jobs: for round in 0..4000 {
+            for n in [2, 9, 3, 17, 2, 64, 5] {
+                let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+                pool.run(n, &|i| {
+                    hits[i].fetch_add(1, Ordering::Relaxed);
+                });
+                if !hits.iter().all(|h| h.load(Ordering::Relaxed) == 1) {
+                    bad = Some(format!(
+                        "round {round}, {n} tasks: a task ran twice or never"
+                    ));
+                    break 'jobs;
+                }
+            }
+        }
+        let _ = sender.send(bad);
+    });
+    match receiver.recv_timeout(std::time::Duration::from_secs(120)) {
+        Ok(None) => {}
+        Ok(Some(message)) => panic!("{message}"),
+        Err(_) => panic!("a job did not return within 120 s: the pool hangs"),
+    }
+}
+
 #[test]
 fn handles_with_the_same_thread_count_share_a_pool() {
     let (a, b) = (
