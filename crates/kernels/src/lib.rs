@@ -414,23 +414,14 @@ impl QuantMatrix {
         };
         let (permuted, block_sums) = if kernel.wants_permuted(self.packing.is_some()) {
             let (order, scale, width) = kernel.permutation();
-            // Cache-line aligned: the kernels load it 64 bytes at a time, and a load split
-            // over two lines was measured to cost 10-12% of a prefill where the allocator
-            // happened to return a misaligned buffer.
-            let mut permuted = AlignedF32::zeroed(x.len());
-            for (dst, b) in permuted
-                .as_mut_slice()
-                .chunks_exact_mut(32)
-                .zip(x.chunks_exact(32))
-            {
-                for k in 0..32 {
-                    dst[k] = b[order[k]] * scale[k];
-                }
-            }
+            let permuted: Vec<f32> = x
+                .chunks_exact(32)
+                .flat_map(|b| std::array::from_fn::<f32, 32, _>(|k| b[order[k]] * scale[k]))
+                .collect();
             let sums = x.chunks_exact(width).map(|b| b.iter().sum()).collect();
             (permuted, sums)
         } else {
-            (AlignedF32::zeroed(0), Vec::new())
+            (Vec::new(), Vec::new())
         };
         let acts = dot::Activations {
             f32: x,
@@ -438,7 +429,7 @@ impl QuantMatrix {
             q8_d: &q8.iter().map(|b| b.d).collect::<Vec<_>>(),
             q8_s: &q8.iter().map(|b| b.s).collect::<Vec<_>>(),
             q8k: &q8k,
-            permuted: permuted.as_slice(),
+            permuted: &permuted,
             block_sums: &block_sums,
             cols: self.cols,
             m,
@@ -534,38 +525,6 @@ impl QuantMatrix {
                 out[j * self.rows + r] = dot as f32;
             }
         }
-    }
-}
-
-/// `f32`s in 64-byte aligned storage (a cache line, an AVX-512 vector).
-struct AlignedF32 {
-    lines: Vec<Line>,
-    len: usize,
-}
-
-/// One cache line of `f32`s.
-#[repr(C, align(64))]
-#[derive(Clone, Copy)]
-struct Line([f32; 16]);
-
-impl AlignedF32 {
-    /// `len` zeros.
-    fn zeroed(len: usize) -> Self {
-        AlignedF32 {
-            lines: vec![Line([0.0; 16]); len.div_ceil(16)],
-            len,
-        }
-    }
-
-    fn as_slice(&self) -> &[f32] {
-        // SAFETY: `Line` is 16 `f32`s with no padding (`repr(C)`, 64 bytes), and `len` is
-        // within the `16 * lines.len()` of them.
-        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<f32>(), self.len) }
-    }
-
-    fn as_mut_slice(&mut self) -> &mut [f32] {
-        // SAFETY: as in `as_slice`, borrowed mutably.
-        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<f32>(), self.len) }
     }
 }
 

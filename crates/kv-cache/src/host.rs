@@ -249,7 +249,7 @@ impl<'a> HostKvLayer<'a> {
     /// # Panics
     /// If `head >= n_kv_heads` or `n > capacity`.
     pub fn keys<'s>(&'s self, head: usize, n: usize, scratch: &'s mut Vec<f32>) -> &'s [f32] {
-        self.read(0, head, n, scratch)
+        self.keys_at(head, 0, n, scratch)
     }
 
     /// The values of `head` at positions `0..n`, as [`keys`](Self::keys).
@@ -257,7 +257,7 @@ impl<'a> HostKvLayer<'a> {
     /// # Panics
     /// If `head >= n_kv_heads` or `n > capacity`.
     pub fn values<'s>(&'s self, head: usize, n: usize, scratch: &'s mut Vec<f32>) -> &'s [f32] {
-        self.read(1, head, n, scratch)
+        self.values_at(head, 0, n, scratch)
     }
 
     /// The keys of `head` at positions `start..start + n`, as [`keys`](Self::keys).
@@ -286,16 +286,6 @@ impl<'a> HostKvLayer<'a> {
         scratch: &'s mut Vec<f32>,
     ) -> &'s [f32] {
         self.read_at(1, head, start, n, scratch)
-    }
-
-    fn read<'s>(
-        &'s self,
-        which: usize,
-        head: usize,
-        n: usize,
-        scratch: &'s mut Vec<f32>,
-    ) -> &'s [f32] {
-        self.read_at(which, head, 0, n, scratch)
     }
 
     fn read_at<'s>(

@@ -171,8 +171,6 @@ impl LayerOps for HostOps<'_> {
             })
             .collect();
         attend_all(&jobs, out, qw, attention, self.kernels);
-        drop(jobs);
-        drop(views);
         Ok(())
     }
 
