@@ -141,5 +141,37 @@ fn memory_baseline(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, kernels, same_shape, memory_baseline);
+/// Gemma-3-270M's prefill shapes (one 128-row slice of a prompt, as the host executor runs
+/// it), in multiply-adds per second: `cargo bench -p kindle-kernels --bench kernels -- prefill`.
+fn prefill(c: &mut Criterion) {
+    use ActivationFormat::{F32, Int8};
+    let m = 128;
+    for (ty, rows, cols) in [
+        (GgmlType::Q5_0, 2048, 640),
+        (GgmlType::Q5_0, 1024, 640),
+        (GgmlType::Q4_K, 640, 1024),
+        (GgmlType::Q6_K, 640, 2048),
+        (GgmlType::Q8_0, 256, 640),
+        (GgmlType::Q4_1, 1536, 576),
+    ] {
+        let w = matrix(ty, rows, cols);
+        let x: Vec<f32> = (0..m * cols)
+            .map(|i| ((i % 97) as f32 - 48.0) / 50.0)
+            .collect();
+        let mut y = vec![0f32; m * rows];
+        let kernels = Kernels::default();
+        let name = format!("prefill_{}_{rows}x{cols}_m{m}", ty.name().to_lowercase());
+        let mut group = c.benchmark_group(name);
+        group.throughput(Throughput::Elements((rows * cols * m) as u64));
+        group.sample_size(20);
+        for format in [F32, Int8] {
+            group.bench_function(format!("{format:?}"), |b| {
+                b.iter(|| w.matmul_with(black_box(&x), m, &mut y, format, &kernels))
+            });
+        }
+        group.finish();
+    }
+}
+
+criterion_group!(benches, kernels, same_shape, prefill, memory_baseline);
 criterion_main!(benches);

@@ -258,12 +258,18 @@ impl Kernel {
             if let Kernel::F32 { ty, simd } = self
                 && !fused_f32(ty)
             {
-                // Dequantise the row once and reuse it for every activation row.
-                buf.resize(acts.cols, 0.0);
-                quant::dequantize(ty, row, &mut buf).expect("shape checked at construction");
-                for (j, o) in out.iter_mut().enumerate() {
-                    *o = dot_f32(simd, &buf, &acts.f32[j * acts.cols..(j + 1) * acts.cols]);
-                }
+                // Dequantise the row once (an aligned `F32` row is read in place) and reuse
+                // it for every activation row.
+                let dense = match in_place(ty, row) {
+                    Some(dense) => dense,
+                    None => {
+                        buf.resize(acts.cols, 0.0);
+                        quant::dequantize(ty, row, &mut buf)
+                            .expect("shape checked at construction");
+                        Dense::F32(&buf[..])
+                    }
+                };
+                dot_rows(simd, dense, acts.f32, out);
             } else {
                 self.row(row, acts, out);
             }
@@ -584,6 +590,114 @@ fn dot_fused_f32(ty: GgmlType, simd: Simd, row: &[u8], x: &[f32]) -> f32 {
     }
     let _ = simd;
     scalar::dot_blocks_f32(ty, row, x)
+}
+
+/// A dense weight row read in place.
+#[derive(Clone, Copy)]
+enum Dense<'a> {
+    /// `f32` values.
+    F32(&'a [f32]),
+    /// `f16` values (their bits).
+    F16(&'a [u16]),
+}
+
+impl Dense<'_> {
+    fn len(self) -> usize {
+        match self {
+            Dense::F32(a) => a.len(),
+            Dense::F16(a) => a.len(),
+        }
+    }
+}
+
+/// An `F32` or `F16` row read in place (little-endian bytes, aligned for the element type),
+/// or `None` (another type, or a misaligned row: then it is dequantised).
+fn in_place(ty: GgmlType, row: &[u8]) -> Option<Dense<'_>> {
+    if cfg!(target_endian = "big") {
+        return None;
+    }
+    match ty {
+        GgmlType::F32 => {
+            // SAFETY: every bit pattern is a valid `f32`; `align_to` keeps the alignment.
+            let (head, values, tail) = unsafe { row.align_to::<f32>() };
+            (head.is_empty() && tail.is_empty()).then_some(Dense::F32(values))
+        }
+        GgmlType::F16 if cfg!(target_arch = "x86_64") => {
+            // SAFETY: every bit pattern is a valid `u16`; `align_to` keeps the alignment.
+            let (head, values, tail) = unsafe { row.align_to::<u16>() };
+            (head.is_empty() && tail.is_empty()).then_some(Dense::F16(values))
+        }
+        _ => None,
+    }
+}
+
+/// How many activation rows one call of the dense multi-row kernels takes: their
+/// accumulators (four vectors per row) fill 16 vector registers at three rows, 32 (AVX-512)
+/// at six.
+#[cfg(target_arch = "x86_64")]
+fn dense_batch() -> usize {
+    static WIDE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let wide = *WIDE
+        .get_or_init(|| Simd::detect() == Simd::Avx512 && is_x86_feature_detected!("avx512vl"));
+    if wide { 6 } else { 3 }
+}
+
+/// `out[j] = a . x[j]` for every activation row `j` of `xs` (`out.len()` rows of `a.len()`
+/// values), each with the bits of [`dot_f32`] over `a`'s `f32` values: the SIMD kernels read
+/// `a` once for several rows (and widen `f16` in registers).
+fn dot_rows(simd: Simd, a: Dense<'_>, xs: &[f32], out: &mut [f32]) {
+    let cols = a.len();
+    #[cfg(target_arch = "x86_64")]
+    if simd.any() {
+        use super::x86;
+        let wide = dense_batch() == 6;
+        let mut j = 0;
+        while j < out.len() {
+            let jn = (out.len() - j).min(dense_batch());
+            let o = &mut out[j..j + jn];
+            let x = |jj: usize| &xs[(j + jj) * cols..(j + jj + 1) * cols];
+            macro_rules! call {
+                ($n:literal) => {{
+                    let bs: [&[f32]; $n] = std::array::from_fn(x);
+                    // SAFETY: a SIMD level is only chosen when AVX2, FMA and F16C were
+                    // detected (and the wide kernels when AVX-512F and VL were); every
+                    // activation row holds `cols` values and `o` holds `$n`.
+                    unsafe {
+                        match (a, wide) {
+                            (Dense::F32(a), true) => x86::dot_f32_rows_avx512::<$n>(a, bs, o),
+                            (Dense::F32(a), false) => x86::dot_f32_rows::<$n>(a, bs, o),
+                            (Dense::F16(a), true) => x86::dot_f16_rows_avx512::<$n>(a, bs, o),
+                            (Dense::F16(a), false) => x86::dot_f16_rows::<$n>(a, bs, o),
+                        }
+                    }
+                }};
+            }
+            match jn {
+                1 => call!(1),
+                2 => call!(2),
+                3 => call!(3),
+                4 => call!(4),
+                5 => call!(5),
+                _ => call!(6),
+            }
+            j += jn;
+        }
+        return;
+    }
+    let widened: Vec<f32>;
+    let a = match a {
+        Dense::F32(a) => a,
+        Dense::F16(a) => {
+            widened = a
+                .iter()
+                .map(|&h| half::f16::from_bits(h).to_f32())
+                .collect();
+            &widened
+        }
+    };
+    for (j, o) in out.iter_mut().enumerate() {
+        *o = dot_f32(simd, a, &xs[j * cols..(j + 1) * cols]);
+    }
 }
 
 /// `a . b` in `f32`.

@@ -259,16 +259,27 @@ fn batched_products_give_the_bits_of_single_rows() {
         GgmlType::Q8_0,
         GgmlType::Q5_0,
         GgmlType::Q5_1,
+        GgmlType::F32,
+        GgmlType::F16,
     ] {
-        let w = random_matrix(ty, 29, 192, &mut rng);
+        // Dense rows of 203 values: whole 32-value chunks, an 8-value one and 3 left over.
+        let cols = if ty.block_size() == 1 { 203 } else { 192 };
+        let w = random_matrix(ty, 29, cols, &mut rng);
+        // Nine rows: more than one call of every multi-row kernel, and a partial one.
         let m = 9;
-        let x: Vec<f32> = (0..m * 192).map(|_| rng.float()).collect();
+        let x: Vec<f32> = (0..m * cols).map(|_| rng.float()).collect();
         for format in [ActivationFormat::Int8, ActivationFormat::F32] {
             let mut all = vec![f32::NAN; m * 29];
             w.matmul_with(&x, m, &mut all, format, &threads());
             for j in 0..m {
                 let mut one = vec![f32::NAN; 29];
-                w.matmul_with(&x[j * 192..(j + 1) * 192], 1, &mut one, format, &threads());
+                w.matmul_with(
+                    &x[j * cols..(j + 1) * cols],
+                    1,
+                    &mut one,
+                    format,
+                    &threads(),
+                );
                 assert_eq!(
                     &all[j * 29..(j + 1) * 29],
                     &one[..],
