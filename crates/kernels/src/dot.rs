@@ -61,6 +61,9 @@ const MAX_JN: usize = 8;
 #[cfg(target_arch = "x86_64")]
 const K_MAX_JN: usize = 4;
 
+/// Bytes of activations a K-quant tile keeps in L1 (see `Kernel::k_rows`).
+const K_TILE_BYTES: usize = 24 * 1024;
+
 /// Which instruction set a kernel uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Simd {
@@ -293,24 +296,35 @@ impl Kernel {
             return false;
         }
         let m = acts.m;
-        for r in start..end {
-            let row = &w.data[r * w.row_bytes..(r + 1) * w.row_bytes];
-            let out = &mut out[(r - start) * m..(r - start + 1) * m];
-            let mut j = 0;
-            while j < m {
-                let jn = (m - j).min(K_MAX_JN);
-                let o = &mut out[j..j + jn];
-                // SAFETY: a SIMD level is only chosen when AVX2, FMA and F16C were detected;
-                // `row` is whole super-blocks and every activation row as long.
-                unsafe {
-                    match jn {
-                        1 => self.k_row_jn::<1>(ty, row, acts, j, o),
-                        2 => self.k_row_jn::<2>(ty, row, acts, j, o),
-                        3 => self.k_row_jn::<3>(ty, row, acts, j, o),
-                        _ => self.k_row_jn::<4>(ty, row, acts, j, o),
+        // Activation rows in tiles that stay in L1 while every weight row of the range
+        // passes over them (each output's arithmetic is the same in any order).
+        let act_bytes = if self.int8() {
+            acts.cols
+        } else {
+            4 * acts.cols
+        };
+        let tile = (K_TILE_BYTES / act_bytes.max(1)).max(K_MAX_JN) / K_MAX_JN * K_MAX_JN;
+        for j0 in (0..m).step_by(tile) {
+            let j_end = (j0 + tile).min(m);
+            for r in start..end {
+                let row = &w.data[r * w.row_bytes..(r + 1) * w.row_bytes];
+                let out = &mut out[(r - start) * m..(r - start + 1) * m];
+                let mut j = j0;
+                while j < j_end {
+                    let jn = (j_end - j).min(K_MAX_JN);
+                    let o = &mut out[j..j + jn];
+                    // SAFETY: a SIMD level is only chosen when AVX2, FMA and F16C were detected;
+                    // `row` is whole super-blocks and every activation row as long.
+                    unsafe {
+                        match jn {
+                            1 => self.k_row_jn::<1>(ty, row, acts, j, o),
+                            2 => self.k_row_jn::<2>(ty, row, acts, j, o),
+                            3 => self.k_row_jn::<3>(ty, row, acts, j, o),
+                            _ => self.k_row_jn::<4>(ty, row, acts, j, o),
+                        }
                     }
+                    j += jn;
                 }
-                j += jn;
             }
         }
         true
