@@ -175,30 +175,17 @@ impl LayerOps for HostOps<'_> {
     }
 
     fn gated(&mut self, activation: FfnActivation, gate: &mut Vec<f32>, up: &Vec<f32>) {
-        self.activate(activation, gate);
-        for (g, &u) in gate.iter_mut().zip(up) {
-            *g *= u;
-        }
+        assert_eq!(gate.len(), up.len(), "gate and up widths");
+        elementwise(self.kernels, gate, &|chunk, at| {
+            activate(activation, chunk);
+            for (g, &u) in chunk.iter_mut().zip(&up[at..]) {
+                *g *= u;
+            }
+        });
     }
 
     fn activate(&mut self, activation: FfnActivation, x: &mut Vec<f32>) {
-        match activation {
-            FfnActivation::Silu => {
-                for g in x.iter_mut() {
-                    *g = *g / (1.0 + (-*g).exp());
-                }
-            }
-            FfnActivation::GeluTanh => {
-                // sqrt(2 / pi), as Burn's `gelu_approximate` computes it.
-                const SQRT_2_OVER_PI: f32 =
-                    (std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2) as f32;
-                for g in x.iter_mut() {
-                    let v = *g;
-                    let inner = (v + v * v * v * 0.044715) * SQRT_2_OVER_PI;
-                    *g = v * (inner.tanh() + 1.0) * 0.5;
-                }
-            }
-        }
+        elementwise(self.kernels, x, &|chunk, _| activate(activation, chunk));
     }
 
     fn add(&mut self, x: &mut Vec<f32>, y: &Vec<f32>) {
@@ -294,6 +281,50 @@ fn forward_host_slice(
             chunks.by_ref().take(n).flatten().copied().collect()
         })
         .collect())
+}
+
+/// Values per task of [`elementwise`]: a few microseconds of `exp` or `tanh`.
+const ELEMENTWISE_CHUNK: usize = 8192;
+
+/// `f(chunk, offset)` over `x` in chunks on the kernels' threads (a prefill's activations are
+/// millions of `exp`/`tanh`); each value is computed alone, so the bits do not depend on the
+/// split.
+fn elementwise(kernels: &Kernels, x: &mut [f32], f: &(dyn Fn(&mut [f32], usize) + Sync)) {
+    let n = x.len();
+    let tasks = n.div_ceil(ELEMENTWISE_CHUNK);
+    if tasks <= 1 {
+        f(x, 0);
+        return;
+    }
+    let ptr = SyncPtr(x.as_mut_ptr());
+    kernels.parallel_for(tasks, &|task| {
+        let at = task * ELEMENTWISE_CHUNK;
+        let len = ELEMENTWISE_CHUNK.min(n - at);
+        // SAFETY: tasks cover disjoint chunks of `x`, which outlives the call.
+        let chunk = unsafe { std::slice::from_raw_parts_mut(ptr.get().add(at), len) };
+        f(chunk, at);
+    });
+}
+
+/// The feed-forward activation of every value of `x`, in place.
+fn activate(activation: FfnActivation, x: &mut [f32]) {
+    match activation {
+        FfnActivation::Silu => {
+            for g in x.iter_mut() {
+                *g = *g / (1.0 + (-*g).exp());
+            }
+        }
+        FfnActivation::GeluTanh => {
+            // sqrt(2 / pi), as Burn's `gelu_approximate` computes it.
+            const SQRT_2_OVER_PI: f32 =
+                (std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2) as f32;
+            for g in x.iter_mut() {
+                let v = *g;
+                let inner = (v + v * v * v * 0.044715) * SQRT_2_OVER_PI;
+                *g = v * (inner.tanh() + 1.0) * 0.5;
+            }
+        }
+    }
 }
 
 /// `x += y`.
