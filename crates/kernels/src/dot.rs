@@ -198,10 +198,15 @@ impl Kernel {
     /// [`wants_permuted`](Kernel::wants_permuted).
     pub fn permutation(self) -> ([usize; 32], [f32; 32], usize) {
         #[cfg(target_arch = "x86_64")]
-        if let Kernel::F32 { ty, .. } = self
+        if let Kernel::F32 { ty, simd } = self
             && q5(ty)
         {
-            return (super::x86_q5::Q5_ORDER, super::x86_q5::Q5_SCALE, 32);
+            use super::x86_q5 as q;
+            return if simd == Simd::Avx512 {
+                (q::Q5_ORDER_AVX512, q::Q5_SCALE_AVX512, 32)
+            } else {
+                (q::Q5_ORDER, q::Q5_SCALE, 32)
+            };
         }
         #[cfg(target_arch = "x86_64")]
         if let Kernel::F32 { ty, .. } = self
@@ -453,6 +458,7 @@ impl Kernel {
     #[cfg(target_arch = "x86_64")]
     fn max_batch(self, simd: Simd) -> usize {
         match (self, simd) {
+            (Kernel::F32 { ty, .. }, Simd::Avx512) if q5(ty) => 6,
             (Kernel::F32 { .. }, Simd::Avx512) => 4,
             _ => MAX_JN,
         }
@@ -507,10 +513,15 @@ impl Kernel {
                     let sums: [&[f32]; JN] = std::array::from_fn(|jj| {
                         &acts.block_sums[(j0 + jj) * nb..(j0 + jj + 1) * nb]
                     });
-                    if ty == GgmlType::Q5_0 {
-                        x86_q5::q5_f32::<JN, false>(w, nb, xs, sums, out)
-                    } else {
-                        x86_q5::q5_f32::<JN, true>(w, nb, xs, sums, out)
+                    match (ty == GgmlType::Q5_0, simd) {
+                        (true, Simd::Avx512) => {
+                            x86_q5::q5_f32_avx512::<JN, false>(w, nb, xs, sums, out)
+                        }
+                        (false, Simd::Avx512) => {
+                            x86_q5::q5_f32_avx512::<JN, true>(w, nb, xs, sums, out)
+                        }
+                        (true, _) => x86_q5::q5_f32::<JN, false>(w, nb, xs, sums, out),
+                        (false, _) => x86_q5::q5_f32::<JN, true>(w, nb, xs, sums, out),
                     }
                 }
                 (Kernel::Int8 { .. }, _) => {

@@ -227,3 +227,122 @@ pub(crate) unsafe fn q5_f32<const JN: usize, const ONE: bool>(
         unsafe { _mm256_storeu_ps(out[j].as_mut_ptr(), _mm256_add_ps(acc[j], acc_min[j])) };
     }
 }
+
+/// The order of a block's 32 activations that the AVX-512 `f32` kernel reads: position
+/// `p = 8k + 4h + l` holds value `16h + 4l + k`, so that the eight values byte `k` of a row's
+/// two halves meet lie together (one 256-bit broadcast for both rows of a pair).
+pub(crate) const Q5_ORDER_AVX512: [usize; 32] = {
+    let mut order = [0; 32];
+    let mut p = 0;
+    while p < 32 {
+        let (k, h, l) = (p / 8, p % 8 / 4, p % 4);
+        order[p] = 16 * h + 4 * l + k;
+        p += 1;
+    }
+    order
+};
+
+/// [`Q5_SCALE`] for [`Q5_ORDER_AVX512`]: position `8k + ...` was converted at bit `8k`.
+pub(crate) const Q5_SCALE_AVX512: [f32; 32] = {
+    let mut scale = [0f32; 32];
+    let mut p = 0;
+    while p < 32 {
+        scale[p] = 1.0 / (1u32 << (8 * (p / 8))) as f32;
+        p += 1;
+    }
+    scale
+};
+
+/// [`q5_f32`] with 16-lane AVX-512 vectors. A pair's two rows sit in one vector (values
+/// `0..16` and `16..32` of row `2k` in the low half, of row `2k + 1` in the high half); per
+/// block and activation row the four products of a lane are summed, scaled by the row's `d`
+/// as they are added to the lane's partial sum, and the lanes are reduced once, at the end
+/// (measured against multiplying `d` into the quants first: as fast in a prefill, 10% faster
+/// in decode). Activations in [`Q5_ORDER_AVX512`] scaled by [`Q5_SCALE_AVX512`].
+///
+/// # Safety
+/// As [`q5_f32`]; the CPU must have AVX-512F.
+#[target_feature(enable = "avx2,fma,f16c,avx512f")]
+pub(crate) unsafe fn q5_f32_avx512<const JN: usize, const ONE: bool>(
+    w: *const u8,
+    nb: usize,
+    xs: [&[f32]; JN],
+    sums: [&[f32]; JN],
+    out: &mut [[f32; 8]; JN],
+) {
+    let masks: [__m512i; 4] = std::array::from_fn(|k| _mm512_set1_epi32(0x1F << (8 * k)));
+    // Qwords [lo.0 lo.1 hi.0 hi.1 lo.2 lo.3 hi.2 hi.3]: row 2k's 32 quants, then row 2k + 1's.
+    let rows_of_pair = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
+    // Lanes 0..8 take the scale of lane k of the eight (row 2k), lanes 8..16 of lane 4 + k.
+    let scale_of_pair: [__m512i; 4] = std::array::from_fn(|k| {
+        let (a, b) = (k as i32, 4 + k as i32);
+        _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
+    });
+    let (bytes, sb) = (column_bytes(ONE), scale_bytes(ONE));
+    let mut acc = [[_mm512_setzero_ps(); 4]; JN];
+    let mut acc_min = [_mm256_setzero_ps(); JN];
+    for b in 0..nb {
+        // SAFETY: block column `b` lies within the group; activation block `b` within
+        // `32 * nb` values and `nb` sums.
+        unsafe {
+            let col = w.add(b * bytes);
+            super::prefetch::prefetch_ahead(col, bytes);
+            let (d, m) = scales::<ONE>(col);
+            let d512 = _mm512_castps256_ps512(d);
+            let qh = _mm256_loadu_si256(col.add(sb) as *const __m256i);
+            for k in 0..4 {
+                let (lo, hi) = pair_quants(col, sb, qh, k);
+                let v = _mm512_permutex2var_epi64(
+                    _mm512_castsi256_si512(lo),
+                    rows_of_pair,
+                    _mm512_castsi256_si512(hi),
+                );
+                let ds = _mm512_permutexvar_ps(scale_of_pair[k], d512);
+                let wq: [__m512; 4] =
+                    std::array::from_fn(|i| _mm512_cvtepi32_ps(_mm512_and_si512(v, masks[i])));
+                for j in 0..JN {
+                    let x = xs[j].as_ptr().add(32 * b);
+                    // (`f64x4`: the same 256 bits, and AVX-512F, where `f32x8` needs DQ.)
+                    let xv = |i: usize| {
+                        _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd(
+                            x.add(8 * i) as *const f64
+                        )))
+                    };
+                    let mut t = _mm512_mul_ps(wq[0], xv(0));
+                    for i in 1..4 {
+                        t = _mm512_fmadd_ps(wq[i], xv(i), t);
+                    }
+                    acc[j][k] = _mm512_fmadd_ps(t, ds, acc[j][k]);
+                }
+            }
+            for j in 0..JN {
+                let sum = _mm256_set1_ps(*sums[j].get_unchecked(b));
+                acc_min[j] = _mm256_fmadd_ps(m, sum, acc_min[j]);
+            }
+        }
+    }
+    for j in 0..JN {
+        let mut mins = [0f32; 8];
+        // SAFETY: `mins` holds eight floats.
+        unsafe { _mm256_storeu_ps(mins.as_mut_ptr(), acc_min[j]) };
+        for k in 0..4 {
+            let v = acc[j][k];
+            let halves = [
+                _mm512_castps512_ps256(v),
+                _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))),
+            ];
+            // Lanes of row 2k (lane k of the eight) then of row 2k + 1 (lane 4 + k).
+            out[j][k] = hsum8(halves[0]) + mins[k];
+            out[j][4 + k] = hsum8(halves[1]) + mins[4 + k];
+        }
+    }
+}
+
+/// The sum of eight lanes, in a fixed order.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn hsum8(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
