@@ -185,7 +185,7 @@ impl Kernel {
     pub fn wants_permuted(self, packed: bool) -> bool {
         match self {
             Kernel::F32 {
-                ty: GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1,
+                ty: GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1,
                 simd,
             } => packed && simd.any(),
             Kernel::F32 { ty, simd } => k_quant(ty) && simd.any(),
@@ -527,26 +527,32 @@ impl Kernel {
                 (Kernel::Int8 { .. }, _) => {
                     let ys: [&[BlockQ8]; JN] =
                         std::array::from_fn(|jj| &acts.q8[(j0 + jj) * nb..(j0 + jj + 1) * nb]);
-                    match (ty, simd) {
-                        (GgmlType::Q4_1, Simd::Vnni | Simd::Avx512) => {
-                            vnni::q4_1_q8(w, nb, ys, out)
-                        }
-                        (GgmlType::Q4_1, _) => avx2::q4_1_q8(w, nb, ys, out),
-                        (_, Simd::Vnni | Simd::Avx512) => vnni::q8_0_q8(w, nb, ys, out),
-                        _ => avx2::q8_0_q8(w, nb, ys, out),
+                    let wide = matches!(simd, Simd::Vnni | Simd::Avx512);
+                    match (ty, wide) {
+                        (GgmlType::Q4_1, true) => vnni::q4_1_q8::<JN, false>(w, nb, ys, out),
+                        (GgmlType::Q4_1, false) => avx2::q4_1_q8::<JN, false>(w, nb, ys, out),
+                        (GgmlType::Q4_0, true) => vnni::q4_1_q8::<JN, true>(w, nb, ys, out),
+                        (GgmlType::Q4_0, false) => avx2::q4_1_q8::<JN, true>(w, nb, ys, out),
+                        (_, true) => vnni::q8_0_q8(w, nb, ys, out),
+                        (_, false) => avx2::q8_0_q8(w, nb, ys, out),
                     }
                 }
-                (Kernel::F32 { .. }, _) if ty == GgmlType::Q4_1 => {
+                (Kernel::F32 { .. }, _) if matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1) => {
                     let xs: [&[f32]; JN] = std::array::from_fn(|jj| {
                         &acts.permuted[(j0 + jj) * cols..(j0 + jj + 1) * cols]
                     });
                     let sums: [&[f32]; JN] = std::array::from_fn(|jj| {
                         &acts.block_sums[(j0 + jj) * nb..(j0 + jj + 1) * nb]
                     });
-                    match simd {
-                        Simd::Avx512 => avx512::q4_1_f32(w, nb, xs, sums, out),
-                        Simd::Vnni => vnni::q4_1_f32(w, nb, xs, sums, out),
-                        _ => avx2::q4_1_f32(w, nb, xs, sums, out),
+                    match (simd, ty == GgmlType::Q4_0) {
+                        (Simd::Avx512, false) => {
+                            avx512::q4_1_f32::<JN, false>(w, nb, xs, sums, out)
+                        }
+                        (Simd::Avx512, true) => avx512::q4_1_f32::<JN, true>(w, nb, xs, sums, out),
+                        (Simd::Vnni, false) => vnni::q4_1_f32::<JN, false>(w, nb, xs, sums, out),
+                        (Simd::Vnni, true) => vnni::q4_1_f32::<JN, true>(w, nb, xs, sums, out),
+                        (_, false) => avx2::q4_1_f32::<JN, false>(w, nb, xs, sums, out),
+                        (_, true) => avx2::q4_1_f32::<JN, true>(w, nb, xs, sums, out),
                     }
                 }
                 _ => match simd {

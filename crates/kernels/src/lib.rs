@@ -8,7 +8,7 @@
 //! bytes stream from memory (or, for the `f32` kernels, by the vector pipes), so reading
 //! 4.5-bit blocks instead of 32-bit floats is the win.
 //!
-//! `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0` matrices are repacked once at load into groups of eight
+//! `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0` matrices are repacked once at load into groups of eight
 //! rows interleaved block column by block column (see `packed.rs`): the same bytes, moved, so
 //! that one load gives eight rows' `f16` scales and eight rows' dot products land in the lanes
 //! of one vector. The file's pages are then released, so resident memory stays near the file
@@ -231,14 +231,14 @@ pub struct QuantMatrix {
     cols: usize,
     row_bytes: usize,
     data: WeightBytes,
-    /// For `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0`: `data` is in the interleaved layout of [`packed`].
+    /// For `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0`: `data` is in the interleaved layout of [`packed`].
     packing: Option<packed::Packing>,
 }
 
 impl QuantMatrix {
     /// A matrix of `rows` rows of `cols` values of type `ty`, stored row after row in `data`.
     ///
-    /// `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0` data is copied into the interleaved layout the group
+    /// `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0` data is copied into the interleaved layout the group
     /// kernels read
     /// (and a mapped range's pages are released: it is not read again); other types keep
     /// `data` as it is.
@@ -293,7 +293,7 @@ impl QuantMatrix {
     }
 
     /// The 2-D tensor `info` of `file` (GGUF dims `[cols, rows]`): its bytes read in place,
-    /// or for `Q4_1`/`Q5_0`/`Q5_1`/`Q8_0` repacked (see [`QuantMatrix::new`]).
+    /// or for `Q4_0`/`Q4_1`/`Q5_0`/`Q5_1`/`Q8_0` repacked (see [`QuantMatrix::new`]).
     pub fn from_gguf(file: &GgufFile, info: &TensorInfo) -> Result<Self, KernelError> {
         let (rows, cols) = info.shape_rows_cols();
         let (rows, cols) = (
@@ -330,7 +330,7 @@ impl QuantMatrix {
 
     /// Whether a product with many activation rows (prefill) runs in the batched kernels
     /// rather than as Burn's dense `f32` matmul of the dequantised weight: for packed
-    /// `Q4_1`/`Q8_0`/`Q5_0`/`Q5_1` with any SIMD level. On AVX-512 they are faster at any
+    /// `Q4_0`/`Q4_1`/`Q8_0`/`Q5_0`/`Q5_1` with any SIMD level. On AVX-512 they are faster at any
     /// thread count. With the AVX2 kernels (measured on an AVX-512 machine with
     /// `KINDLE_SIMD=avx2`, pp512 tok/s at 1 / 2 threads): `f32` 190 / 345 and `int8` 357-387 /
     /// 645-681, against Burn's 267 / 268 (f32 and int8 alike), which also uses every core

@@ -1,5 +1,5 @@
-//! The load-time layout of `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0` matrices: rows interleaved in
-//! groups of eight.
+//! The load-time layout of `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0` matrices: rows
+//! interleaved in groups of eight.
 //!
 //! A GGUF row stores its blocks one after another, each block with its own `f16` scale. A
 //! kernel that walks one row at a time must convert one scale per block with scalar code and
@@ -10,6 +10,7 @@
 //! ```text
 //! group g (rows 8g..8g+8), block column b, for Q4_1 (160 bytes = 8 blocks of 20):
 //!   [d of rows P[0..8], f16 x 8] [m of rows P[0..8], f16 x 8] [qs of row 0] ... [qs of row 7]
+//! for Q4_0 (144 bytes = 8 blocks of 18): the same without the m row;
 //! for Q8_0 (272 bytes = 8 blocks of 34):
 //!   [d of rows P[0..8], f16 x 8] [qs of row 0] ... [qs of row 7]
 //! for Q5_0 (176 bytes = 8 blocks of 22) and Q5_1 (192 = 8 x 24, with the m row):
@@ -38,7 +39,7 @@ pub(crate) const LANE_ROWS: [usize; GROUP] = [0, 2, 4, 6, 1, 3, 5, 7];
 /// Whether matrices of `ty` are stored interleaved.
 pub(crate) fn packs(ty: GgmlType) -> bool {
     use GgmlType::*;
-    matches!(ty, Q4_1 | Q8_0 | Q5_0 | Q5_1)
+    matches!(ty, Q4_0 | Q4_1 | Q8_0 | Q5_0 | Q5_1)
 }
 
 /// `f16` fields at the start of a block: `d`, and `m` for `Q4_1`/`Q5_1`.

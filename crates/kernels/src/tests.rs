@@ -220,6 +220,7 @@ fn vnni_and_avx2_agree_exactly() {
 fn packed_rows_dequantize_to_the_file_rows() {
     let mut rng = Rng(11);
     for ty in [
+        GgmlType::Q4_0,
         GgmlType::Q4_1,
         GgmlType::Q8_0,
         GgmlType::Q5_0,
@@ -255,6 +256,7 @@ fn batched_products_give_the_bits_of_single_rows() {
     // activation format, so a cached prefix sees exactly what a fresh prefill computed.
     let mut rng = Rng(21);
     for ty in [
+        GgmlType::Q4_0,
         GgmlType::Q4_1,
         GgmlType::Q8_0,
         GgmlType::Q5_0,

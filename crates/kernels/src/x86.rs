@@ -280,6 +280,33 @@ macro_rules! dot_rows_kernel {
     };
 }
 
+/// Bytes of a packed `Q4_1` block column (eight blocks of 20), or of a `Q4_0` one (`ZERO`:
+/// eight blocks of 18, no `m` row).
+pub(crate) const fn q4_column_bytes(zero: bool) -> usize {
+    if zero { 144 } else { 160 }
+}
+
+/// Where a packed `Q4_1` (or, `ZERO`, `Q4_0`) block column's quants start.
+pub(crate) const fn q4_quants_at(zero: bool) -> usize {
+    if zero { 16 } else { 32 }
+}
+
+/// The eight rows' `m` of a block column: `Q4_1`'s stored `m`, or for `Q4_0` (`ZERO`) the
+/// offset `-8 d` (its quants are `0..16` less 8: an offset like `Q4_1`'s min).
+///
+/// # Safety
+/// AVX2, FMA and F16C; `col` points to a whole block column.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn q4_mins<const ZERO: bool>(col: *const u8, d: __m256) -> __m256 {
+    if ZERO {
+        _mm256_mul_ps(d, _mm256_set1_ps(-8.0))
+    } else {
+        // SAFETY: the `m` row follows the `d` row in a `Q4_1` column (caller).
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(col.add(16) as *const __m128i)) }
+    }
+}
+
 /// `f32` weights: eight values per load.
 #[inline(always)]
 unsafe fn load_f32(p: *const f32, i: usize) -> __m256 {
@@ -428,7 +455,7 @@ macro_rules! group_kernels {
             /// # Safety
             /// `w` holds `nb * 160` bytes and every `ys[j]` at least `nb` blocks.
             #[target_feature(enable = $features)]
-            pub(crate) unsafe fn q4_1_q8<const JN: usize>(
+            pub(crate) unsafe fn q4_1_q8<const JN: usize, const ZERO: bool>(
                 w: *const u8,
                 nb: usize,
                 ys: [&[BlockQ8]; JN],
@@ -441,15 +468,18 @@ macro_rules! group_kernels {
                     // SAFETY: block column `b` lies within the caller's `nb * 160` bytes, and
                     // each activation row has block `b`.
                     unsafe {
-                        let col = w.add(b * 160);
-                        prefetch_ahead(col, 160);
+                        let bytes = super::q4_column_bytes(ZERO);
+                        let col = w.add(b * bytes);
+                        prefetch_ahead(col, bytes);
                         let d = _mm256_cvtph_ps(_mm_loadu_si128(col as *const __m128i));
-                        let m = _mm256_cvtph_ps(_mm_loadu_si128(col.add(16) as *const __m128i));
+                        let m = super::q4_mins::<ZERO>(col, d);
                         // Rows (2k, 2k+1) in the two 128-bit lanes.
                         let mut lo = [_mm256_setzero_si256(); 4];
                         let mut hi = [_mm256_setzero_si256(); 4];
                         for k in 0..4 {
-                            let v = _mm256_loadu_si256(col.add(32 + 32 * k) as *const __m256i);
+                            let v = _mm256_loadu_si256(
+                                col.add(super::q4_quants_at(ZERO) + 32 * k) as *const __m256i
+                            );
                             lo[k] = _mm256_and_si256(v, mask);
                             hi[k] = _mm256_and_si256(_mm256_srli_epi16::<4>(v), mask);
                         }
@@ -543,7 +573,7 @@ macro_rules! group_kernels {
             /// `w` holds `nb * 160` bytes, every `xs[j]` at least `32 * nb` values and every
             /// `sums[j]` at least `nb`.
             #[target_feature(enable = $features)]
-            pub(crate) unsafe fn q4_1_f32<const JN: usize>(
+            pub(crate) unsafe fn q4_1_f32<const JN: usize, const ZERO: bool>(
                 w: *const u8,
                 nb: usize,
                 xs: [&[f32]; JN],
@@ -566,12 +596,13 @@ macro_rules! group_kernels {
                     // SAFETY: block column `b` lies within `nb * 160` bytes; activation block
                     // `b` within `32 * nb` values.
                     unsafe {
-                        let col = w.add(b * 160);
-                        prefetch_ahead(col, 160);
+                        let bytes = super::q4_column_bytes(ZERO);
+                        let col = w.add(b * bytes);
+                        prefetch_ahead(col, bytes);
                         let d = _mm256_cvtph_ps(_mm_loadu_si128(col as *const __m128i));
-                        let m = _mm256_cvtph_ps(_mm_loadu_si128(col.add(16) as *const __m128i));
+                        let m = super::q4_mins::<ZERO>(col, d);
                         let decode = |row: usize| -> [__m256; 4] {
-                            let p = col.add(32 + 16 * row) as *const __m128i;
+                            let p = col.add(super::q4_quants_at(ZERO) + 16 * row) as *const __m128i;
                             let lo = _mm256_broadcastsi128_si256(_mm_loadu_si128(p));
                             let hi = _mm256_srli_epi32::<4>(lo);
                             [
@@ -777,7 +808,7 @@ pub(crate) mod avx512 {
     /// # Safety
     /// As there; the CPU must have AVX-512F.
     #[target_feature(enable = "avx2,fma,f16c,avx512f")]
-    pub(crate) unsafe fn q4_1_f32<const JN: usize>(
+    pub(crate) unsafe fn q4_1_f32<const JN: usize, const ZERO: bool>(
         w: *const u8,
         nb: usize,
         xs: [&[f32]; JN],
@@ -798,13 +829,15 @@ pub(crate) mod avx512 {
             // SAFETY: block column `b` lies within `nb * 160` bytes; activation block `b`
             // within `32 * nb` values.
             unsafe {
-                let col = w.add(b * 160);
-                prefetch_ahead(col, 160);
+                let bytes = super::q4_column_bytes(ZERO);
+                let col = w.add(b * bytes);
+                prefetch_ahead(col, bytes);
+                let dv = _mm256_cvtph_ps(_mm_loadu_si128(col as _));
                 let mut d = [0f32; 8];
-                _mm256_storeu_ps(d.as_mut_ptr(), _mm256_cvtph_ps(_mm_loadu_si128(col as _)));
-                let m = _mm256_cvtph_ps(_mm_loadu_si128(col.add(16) as *const __m128i));
+                _mm256_storeu_ps(d.as_mut_ptr(), dv);
+                let m = super::q4_mins::<ZERO>(col, dv);
                 for (s, &row) in LANE_ROWS.iter().enumerate() {
-                    let p = col.add(32 + 16 * row) as *const __m128i;
+                    let p = col.add(super::q4_quants_at(ZERO) + 16 * row) as *const __m128i;
                     let v = _mm512_broadcast_i32x4(_mm_loadu_si128(p));
                     let wv = [
                         _mm512_cvtepu32_ps(_mm512_and_si512(v, mask)),
