@@ -50,6 +50,7 @@
 //! assert!((y[0] - 16.0).abs() < 0.1 && (y[1] - 32.0).abs() < 0.2);
 //! ```
 
+mod block;
 mod config;
 mod dot;
 mod packed;
@@ -57,10 +58,13 @@ mod pool;
 #[cfg(target_arch = "x86_64")]
 mod prefetch;
 mod q8;
+mod scalar;
 #[cfg(test)]
 mod tests;
 #[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+mod x86_dense;
 #[cfg(target_arch = "x86_64")]
 mod x86_k;
 #[cfg(target_arch = "x86_64")]

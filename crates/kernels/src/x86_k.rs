@@ -49,10 +49,10 @@ unsafe fn f16_at(p: *const u8) -> f32 {
     }
 }
 
-/// Sum of the eight lanes.
+/// Sum of the eight lanes (in the order every 8-lane reduction of the crate uses).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn hsum(v: __m256) -> f32 {
+pub(crate) fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))

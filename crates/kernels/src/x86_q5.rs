@@ -24,7 +24,7 @@
 
 use std::arch::x86_64::*;
 
-use super::x86_k::{Q8Block, Q8Rows};
+use super::x86_k::{Q8Block, Q8Rows, hsum};
 
 /// Bytes of one packed block column: eight blocks of 22 (`Q5_0`) or 24 (`Q5_1`) bytes.
 const fn column_bytes(one: bool) -> usize {
@@ -309,8 +309,8 @@ pub(crate) unsafe fn q5_f32_avx512<const JN: usize, const ONE: bool>(
                         )))
                     };
                     let mut t = _mm512_mul_ps(wq[0], xv(0));
-                    for i in 1..4 {
-                        t = _mm512_fmadd_ps(wq[i], xv(i), t);
+                    for (i, &wv) in wq.iter().enumerate().skip(1) {
+                        t = _mm512_fmadd_ps(wv, xv(i), t);
                     }
                     acc[j][k] = _mm512_fmadd_ps(t, ds, acc[j][k]);
                 }
@@ -332,17 +332,8 @@ pub(crate) unsafe fn q5_f32_avx512<const JN: usize, const ONE: bool>(
                 _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))),
             ];
             // Lanes of row 2k (lane k of the eight) then of row 2k + 1 (lane 4 + k).
-            out[j][k] = hsum8(halves[0]) + mins[k];
-            out[j][4 + k] = hsum8(halves[1]) + mins[4 + k];
+            out[j][k] = hsum(halves[0]) + mins[k];
+            out[j][4 + k] = hsum(halves[1]) + mins[4 + k];
         }
     }
-}
-
-/// The sum of eight lanes, in a fixed order.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-fn hsum8(v: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
 }
