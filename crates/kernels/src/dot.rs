@@ -194,6 +194,18 @@ impl Kernel {
         }
     }
 
+    /// Whether [`Activations::permuted`] has each 64 values' pieces interleaved
+    /// (`x86_k::interleave_k_pairs`): the AVX-512 `f32` kernel of `Q4_K` and `Q5_K`.
+    pub fn interleaves_k_pairs(self) -> bool {
+        matches!(
+            self,
+            Kernel::F32 {
+                ty: GgmlType::Q4_K | GgmlType::Q5_K,
+                simd: Simd::Avx512,
+            }
+        )
+    }
+
     /// The order and scaling of each 32-value block of [`Activations::permuted`], and the
     /// values per sum in [`Activations::block_sums`], for a kernel that
     /// [`wants_permuted`](Kernel::wants_permuted).
@@ -309,7 +321,13 @@ impl Kernel {
         } else {
             4 * acts.cols
         };
-        let tile = (K_TILE_BYTES / act_bytes.max(1)).max(K_MAX_JN) / K_MAX_JN * K_MAX_JN;
+        // The AVX-512 kernel's 32 registers hold six rows' partial sums.
+        let most = if self.interleaves_k_pairs() {
+            6
+        } else {
+            K_MAX_JN
+        };
+        let tile = (K_TILE_BYTES / act_bytes.max(1)).max(most) / most * most;
         for j0 in (0..m).step_by(tile) {
             let j_end = (j0 + tile).min(m);
             for r in start..end {
@@ -317,7 +335,7 @@ impl Kernel {
                 let out = &mut out[(r - start) * m..(r - start + 1) * m];
                 let mut j = j0;
                 while j < j_end {
-                    let jn = (j_end - j).min(K_MAX_JN);
+                    let jn = (j_end - j).min(most);
                     let o = &mut out[j..j + jn];
                     // SAFETY: a SIMD level is only chosen when AVX2, FMA and F16C were detected;
                     // `row` is whole super-blocks and every activation row as long.
@@ -326,7 +344,9 @@ impl Kernel {
                             1 => self.k_row_jn::<1>(ty, row, acts, j, o),
                             2 => self.k_row_jn::<2>(ty, row, acts, j, o),
                             3 => self.k_row_jn::<3>(ty, row, acts, j, o),
-                            _ => self.k_row_jn::<4>(ty, row, acts, j, o),
+                            4 => self.k_row_jn::<4>(ty, row, acts, j, o),
+                            5 => self.k_row_jn::<5>(ty, row, acts, j, o),
+                            _ => self.k_row_jn::<6>(ty, row, acts, j, o),
                         }
                     }
                     j += jn;
@@ -385,7 +405,10 @@ impl Kernel {
             let sums: [&[f32]; JN] = std::array::from_fn(|jj| {
                 &acts.block_sums[(j0 + jj) * per_row..(j0 + jj + 1) * per_row]
             });
+            let avx512 = self.interleaves_k_pairs();
             match ty {
+                GgmlType::Q4_K if avx512 => k::q45_k_f32_avx512::<JN, false>(row, xs, sums, out),
+                GgmlType::Q5_K if avx512 => k::q45_k_f32_avx512::<JN, true>(row, xs, sums, out),
                 GgmlType::Q4_K => k::q45_k_f32::<JN, false>(row, xs, sums, out),
                 GgmlType::Q5_K => k::q45_k_f32::<JN, true>(row, xs, sums, out),
                 _ => k::q6_k_f32::<JN>(row, xs, sums, out),

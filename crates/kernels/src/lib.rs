@@ -418,10 +418,15 @@ impl QuantMatrix {
         };
         let (permuted, block_sums) = if kernel.wants_permuted(self.packing.is_some()) {
             let (order, scale, width) = kernel.permutation();
-            let permuted: Vec<f32> = x
+            #[allow(unused_mut)]
+            let mut permuted: Vec<f32> = x
                 .chunks_exact(32)
                 .flat_map(|b| std::array::from_fn::<f32, 32, _>(|k| b[order[k]] * scale[k]))
                 .collect();
+            #[cfg(target_arch = "x86_64")]
+            if kernel.interleaves_k_pairs() {
+                x86_k::interleave_k_pairs(&mut permuted);
+            }
             let sums = x.chunks_exact(width).map(|b| b.iter().sum()).collect();
             (permuted, sums)
         } else {

@@ -245,6 +245,83 @@ pub(crate) unsafe fn q45_k_f32<const JN: usize, const FIVE: bool>(
     }
 }
 
+/// [`q45_k_f32`] with 16-lane AVX-512 vectors: a sub-block pair's 64 values in one vector
+/// (sub-block `2g` in the low eight lanes, `2g + 1` in the high); per pair and activation
+/// row the four products of a lane are summed and scaled by the lane's `d * scale` as they
+/// are added to its partial sum, and the lanes are reduced once, at the end. Activations in [`K_ORDER`] scaled by [`K_SCALE`], then each 64 values' 8-value pieces
+/// interleaved by [`interleave_k_pairs`].
+///
+/// # Safety
+/// As [`q45_k_f32`]; the CPU must have AVX-512F.
+#[target_feature(enable = "avx2,fma,f16c,avx512f")]
+pub(crate) unsafe fn q45_k_f32_avx512<const JN: usize, const FIVE: bool>(
+    row: &[u8],
+    xs: [&[f32]; JN],
+    sums: [&[f32]; JN],
+    out: &mut [f32],
+) {
+    let bytes = if FIVE { Q5_K_BYTES } else { Q4_K_BYTES };
+    let mask = if FIVE { 0x1F } else { 0x0F };
+    let masks: [__m512i; 4] = std::array::from_fn(|k| _mm512_set1_epi32(mask << (8 * k)));
+    let pair_scale: [__m512i; 4] = std::array::from_fn(|g| {
+        let (a, b) = (2 * g as i32, 2 * g as i32 + 1);
+        _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
+    });
+    let mut acc = [[_mm512_setzero_ps(); 2]; JN];
+    let mut acc_min = [_mm256_setzero_ps(); JN];
+    for (i, b) in row.chunks_exact(bytes).enumerate() {
+        // SAFETY: `b` is one super-block; activation super-block `i` lies within `xs[j]`
+        // (`256 * i + 256` values) and `sums[j]` (`8 * i + 8`).
+        unsafe {
+            let b = b.as_ptr();
+            let (scales, mins) = k45_scales(b);
+            let scales = _mm512_castps256_ps512(scales);
+            for j in 0..JN {
+                let s = _mm256_loadu_ps(sums[j].as_ptr().add(8 * i));
+                acc_min[j] = _mm256_fmadd_ps(mins, s, acc_min[j]);
+            }
+            for g in 0..4 {
+                let (lo, hi) = if FIVE {
+                    k45_pair::<true>(b, g)
+                } else {
+                    let v = _mm256_loadu_si256(b.add(16 + 32 * g) as *const __m256i);
+                    (v, _mm256_srli_epi32::<4>(v))
+                };
+                let v = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
+                let s = _mm512_permutexvar_ps(pair_scale[g], scales);
+                let w: [__m512; 4] =
+                    std::array::from_fn(|k| _mm512_cvtepi32_ps(_mm512_and_si512(v, masks[k])));
+                for j in 0..JN {
+                    let x = xs[j].as_ptr().add(256 * i + 64 * g);
+                    let mut t = _mm512_mul_ps(w[0], _mm512_loadu_ps(x));
+                    for (k, &wk) in w.iter().enumerate().skip(1) {
+                        t = _mm512_fmadd_ps(wk, _mm512_loadu_ps(x.add(16 * k)), t);
+                    }
+                    acc[j][g % 2] = _mm512_fmadd_ps(t, s, acc[j][g % 2]);
+                }
+            }
+        }
+    }
+    for j in 0..JN {
+        let total = _mm512_add_ps(acc[j][0], acc[j][1]);
+        out[j] = _mm512_reduce_add_ps(total) - hsum(acc_min[j]);
+    }
+}
+
+/// Reorder each 64 [`K_ORDER`]ed activations (two sub-blocks) for [`q45_k_f32_avx512`]:
+/// position `16k + 8h + l` takes position `32h + 8k + l`, so that the values byte `k` of both
+/// sub-blocks meets lie in one 16-lane load.
+pub(crate) fn interleave_k_pairs(x: &mut [f32]) {
+    for chunk in x.chunks_exact_mut(64) {
+        let old: [f32; 64] = std::array::from_fn(|p| chunk[p]);
+        for k in 0..4 {
+            for h in 0..2 {
+                chunk[16 * k + 8 * h..][..8].copy_from_slice(&old[32 * h + 8 * k..][..8]);
+            }
+        }
+    }
+}
+
 /// `JN` rows of 8-bit activation blocks, with their scales `d` and sums `s` also laid out
 /// as plain `f32` rows (one per block), so that eight blocks' come in one load each.
 pub(crate) struct Q8Rows<'a, Y, const JN: usize> {
