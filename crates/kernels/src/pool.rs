@@ -13,8 +13,12 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// How long an idle worker spins before parking.
-const SPIN: Duration = Duration::from_millis(2);
+/// How long an idle worker spins before parking: longer than the serial work between two
+/// products of a pass, short enough that a worker waiting for the next token (or on a
+/// machine with more runnable threads than cores) soon stops taking CPU time from the
+/// threads that have work. Measured against 2 ms (2-thread decode, alternating, six rounds):
+/// the same when the machine is quiet, 64 against 55 tok/s on average beside two busy loops.
+const SPIN: Duration = Duration::from_micros(100);
 
 /// A job: called once with each task index in `0..n_tasks`.
 type Job<'a> = dyn Fn(usize) + Sync + 'a;
