@@ -195,12 +195,12 @@ impl Kernel {
     }
 
     /// Whether [`Activations::permuted`] has each 64 values' pieces interleaved
-    /// (`x86_k::interleave_k_pairs`): the AVX-512 `f32` kernel of `Q4_K` and `Q5_K`.
+    /// (`x86_k::interleave_k_pairs`): the AVX-512 `f32` kernels of the K-quants.
     pub fn interleaves_k_pairs(self) -> bool {
         matches!(
             self,
             Kernel::F32 {
-                ty: GgmlType::Q4_K | GgmlType::Q5_K,
+                ty: GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K,
                 simd: Simd::Avx512,
             }
         )
@@ -411,6 +411,7 @@ impl Kernel {
                 GgmlType::Q5_K if avx512 => k::q45_k_f32_avx512::<JN, true>(row, xs, sums, out),
                 GgmlType::Q4_K => k::q45_k_f32::<JN, false>(row, xs, sums, out),
                 GgmlType::Q5_K => k::q45_k_f32::<JN, true>(row, xs, sums, out),
+                _ if avx512 => k::q6_k_f32_avx512::<JN>(row, xs, sums, out),
                 _ => k::q6_k_f32::<JN>(row, xs, sums, out),
             }
         }

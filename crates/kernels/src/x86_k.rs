@@ -588,6 +588,76 @@ pub(crate) unsafe fn q6_k_f32<const JN: usize>(
     }
 }
 
+/// [`q6_k_f32`] with 16-lane AVX-512 vectors, as [`q45_k_f32_avx512`]: two 32-value
+/// sub-blocks per vector, activations interleaved per 64 by [`interleave_k_pairs`], each
+/// lane's four products summed and scaled by its 16 values' `d * scale` as they are added.
+///
+/// # Safety
+/// As [`q6_k_f32`]; the CPU must have AVX-512F.
+#[target_feature(enable = "avx2,fma,f16c,avx512f")]
+pub(crate) unsafe fn q6_k_f32_avx512<const JN: usize>(
+    row: &[u8],
+    xs: [&[f32]; JN],
+    sums: [&[f32]; JN],
+    out: &mut [f32],
+) {
+    let masks: [__m512i; 4] = std::array::from_fn(|k| _mm512_set1_epi32(0x3F << (8 * k)));
+    // Sub-blocks 2p and 2p + 1 of a half take its 16-value scales 4p .. 4p + 4, four lanes each.
+    let picks: [__m512i; 2] = std::array::from_fn(|p| {
+        let a = 4 * p as i32;
+        let (b, c, d) = (a + 1, a + 2, a + 3);
+        _mm512_setr_epi32(a, a, a, a, b, b, b, b, c, c, c, c, d, d, d, d)
+    });
+    let mut acc = [[_mm512_setzero_ps(); 2]; JN];
+    let mut acc_offset = [_mm256_setzero_ps(); JN];
+    for (i, b) in row.chunks_exact(Q6_K_BYTES).enumerate() {
+        // SAFETY: `b` is one super-block; activation super-block `i` lies within `xs[j]`
+        // and `sums[j]` (`16 * i + 16`).
+        unsafe {
+            let p = b.as_ptr();
+            let d = _mm256_set1_ps(f16_at(p.add(208)));
+            let i8x8 = |q: *const u8| {
+                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(q as *const __m128i)))
+            };
+            let halves = [
+                _mm256_mul_ps(d, i8x8(p.add(192))),
+                _mm256_mul_ps(d, i8x8(p.add(200))),
+            ];
+            for j in 0..JN {
+                let s = sums[j].as_ptr().add(16 * i);
+                acc_offset[j] = _mm256_fmadd_ps(halves[0], _mm256_loadu_ps(s), acc_offset[j]);
+                acc_offset[j] =
+                    _mm256_fmadd_ps(halves[1], _mm256_loadu_ps(s.add(8)), acc_offset[j]);
+            }
+            for (h, &scales) in halves.iter().enumerate() {
+                let q = q6_half(p, h);
+                let scales = _mm512_castps256_ps512(scales);
+                for (pair, &pick) in picks.iter().enumerate() {
+                    let v = _mm512_inserti64x4::<1>(
+                        _mm512_castsi256_si512(q[2 * pair]),
+                        q[2 * pair + 1],
+                    );
+                    let scale = _mm512_permutexvar_ps(pick, scales);
+                    let w: [__m512; 4] =
+                        std::array::from_fn(|k| _mm512_cvtepi32_ps(_mm512_and_si512(v, masks[k])));
+                    for j in 0..JN {
+                        let x = xs[j].as_ptr().add(256 * i + 128 * h + 64 * pair);
+                        let mut t = _mm512_mul_ps(w[0], _mm512_loadu_ps(x));
+                        for (k, &wk) in w.iter().enumerate().skip(1) {
+                            t = _mm512_fmadd_ps(wk, _mm512_loadu_ps(x.add(16 * k)), t);
+                        }
+                        acc[j][pair] = _mm512_fmadd_ps(t, scale, acc[j][pair]);
+                    }
+                }
+            }
+        }
+    }
+    for j in 0..JN {
+        let total = _mm512_add_ps(acc[j][0], acc[j][1]);
+        out[j] = _mm512_reduce_add_ps(total) - 32.0 * hsum(acc_offset[j]);
+    }
+}
+
 /// A `Q6_K` row times `JN` rows of 8-bit activation blocks (the 16-value scales applied in
 /// the integer `madd`, the eight blocks' sums gathered as in [`q45_k_q8`]).
 ///
