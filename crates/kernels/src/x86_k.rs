@@ -529,6 +529,41 @@ unsafe fn q6_half(b: *const u8, h: usize) -> [__m256i; 4] {
     }
 }
 
+/// The sixteen `d * scale` of a `Q6_K` super-block at `p`, eight per half (one per 16 values).
+///
+/// # Safety
+/// `p` points to a whole super-block.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn q6_scales(p: *const u8) -> [__m256; 2] {
+    // SAFETY: the scales (bytes 192..208) and `d` (208..210) lie within the super-block.
+    unsafe {
+        let d = _mm256_set1_ps(f16_at(p.add(208)));
+        let i8x8 = |q: *const u8| {
+            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(q as *const __m128i)))
+        };
+        [
+            _mm256_mul_ps(d, i8x8(p.add(192))),
+            _mm256_mul_ps(d, i8x8(p.add(200))),
+        ]
+    }
+}
+
+/// `acc += scales . sums` for a super-block's sixteen activation sums at `s` (what the `-32`
+/// offset of its quants multiplies).
+///
+/// # Safety
+/// `s` points to sixteen readable floats.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn q6_offsets(scales: &[__m256; 2], s: *const f32, acc: &mut __m256) {
+    // SAFETY: the caller passes sixteen readable floats.
+    unsafe {
+        *acc = _mm256_fmadd_ps(scales[0], _mm256_loadu_ps(s), *acc);
+        *acc = _mm256_fmadd_ps(scales[1], _mm256_loadu_ps(s.add(8)), *acc);
+    }
+}
+
 /// A `Q6_K` row times `JN` rows of `f32` activations in [`K_ORDER`] scaled by [`K_SCALE`]
 /// (`xs`), with their sums per 16 values (`sums`).
 ///
@@ -556,19 +591,9 @@ pub(crate) unsafe fn q6_k_f32<const JN: usize>(
         // and `sums[j]` (`16 * i + 16`).
         unsafe {
             let p = b.as_ptr();
-            let d = _mm256_set1_ps(f16_at(p.add(208)));
-            let i8x8 = |q: *const u8| {
-                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(q as *const __m128i)))
-            };
-            let halves = [
-                _mm256_mul_ps(d, i8x8(p.add(192))),
-                _mm256_mul_ps(d, i8x8(p.add(200))),
-            ];
+            let halves = q6_scales(p);
             for j in 0..JN {
-                let s = sums[j].as_ptr().add(16 * i);
-                acc_offset[j] = _mm256_fmadd_ps(halves[0], _mm256_loadu_ps(s), acc_offset[j]);
-                acc_offset[j] =
-                    _mm256_fmadd_ps(halves[1], _mm256_loadu_ps(s.add(8)), acc_offset[j]);
+                q6_offsets(&halves, sums[j].as_ptr().add(16 * i), &mut acc_offset[j]);
             }
             for (h, &scales) in halves.iter().enumerate() {
                 let q = q6_half(p, h);
@@ -615,19 +640,9 @@ pub(crate) unsafe fn q6_k_f32_avx512<const JN: usize>(
         // and `sums[j]` (`16 * i + 16`).
         unsafe {
             let p = b.as_ptr();
-            let d = _mm256_set1_ps(f16_at(p.add(208)));
-            let i8x8 = |q: *const u8| {
-                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(q as *const __m128i)))
-            };
-            let halves = [
-                _mm256_mul_ps(d, i8x8(p.add(192))),
-                _mm256_mul_ps(d, i8x8(p.add(200))),
-            ];
+            let halves = q6_scales(p);
             for j in 0..JN {
-                let s = sums[j].as_ptr().add(16 * i);
-                acc_offset[j] = _mm256_fmadd_ps(halves[0], _mm256_loadu_ps(s), acc_offset[j]);
-                acc_offset[j] =
-                    _mm256_fmadd_ps(halves[1], _mm256_loadu_ps(s.add(8)), acc_offset[j]);
+                q6_offsets(&halves, sums[j].as_ptr().add(16 * i), &mut acc_offset[j]);
             }
             for (h, &scales) in halves.iter().enumerate() {
                 let q = q6_half(p, h);
