@@ -281,7 +281,7 @@ impl Kernel {
             {
                 // Dequantise the row once (an aligned `F32` row is read in place) and reuse
                 // it for every activation row.
-                let dense = match in_place(ty, row) {
+                let dense = match in_place(ty, simd, row) {
                     Some(dense) => dense,
                     None => {
                         buf.resize(acts.cols, 0.0);
@@ -667,8 +667,9 @@ impl Dense<'_> {
 }
 
 /// An `F32` or `F16` row read in place (little-endian bytes, aligned for the element type),
-/// or `None` (another type, or a misaligned row: then it is dequantised).
-fn in_place(ty: GgmlType, row: &[u8]) -> Option<Dense<'_>> {
+/// or `None` (another type, a misaligned row, or `F16` without the SIMD kernels that widen
+/// it in registers: then it is dequantised into the caller's reused buffer).
+fn in_place(ty: GgmlType, simd: Simd, row: &[u8]) -> Option<Dense<'_>> {
     if cfg!(target_endian = "big") {
         return None;
     }
@@ -678,7 +679,7 @@ fn in_place(ty: GgmlType, row: &[u8]) -> Option<Dense<'_>> {
             let (head, values, tail) = unsafe { row.align_to::<f32>() };
             (head.is_empty() && tail.is_empty()).then_some(Dense::F32(values))
         }
-        GgmlType::F16 if cfg!(target_arch = "x86_64") => {
+        GgmlType::F16 if cfg!(target_arch = "x86_64") && simd.any() => {
             // SAFETY: every bit pattern is a valid `u16`; `align_to` keeps the alignment.
             let (head, values, tail) = unsafe { row.align_to::<u16>() };
             (head.is_empty() && tail.is_empty()).then_some(Dense::F16(values))
@@ -740,6 +741,7 @@ fn dot_rows(simd: Simd, a: Dense<'_>, xs: &[f32], out: &mut [f32]) {
         }
         return;
     }
+    // (`in_place` gives `F16` rows only with SIMD; widening here keeps this path total.)
     let widened: Vec<f32>;
     let a = match a {
         Dense::F32(a) => a,
