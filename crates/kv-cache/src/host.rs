@@ -10,6 +10,7 @@ use burn::prelude::*;
 use burn::tensor::{DType, TensorData};
 use half::f16;
 
+use crate::paged::PoolBuffer;
 use crate::storage::{Buffer, placeholder};
 use crate::{KvCacheConfig, KvCacheError};
 
@@ -74,7 +75,7 @@ impl Buffer {
 
 impl HostBuffer {
     /// Store vector `index` (`head * capacity + position`) from `x` (`head_dim` values).
-    fn write(&mut self, index: usize, x: &[f32]) {
+    pub(crate) fn write(&mut self, index: usize, x: &[f32]) {
         let d = x.len();
         let range = index * d..(index + 1) * d;
         match self {
@@ -97,9 +98,22 @@ impl HostBuffer {
         }
     }
 
+    /// Vectors `start..start + n` (`d` wide) of an f32 buffer, borrowed.
+    ///
+    /// # Panics
+    /// If the buffer does not store f32.
+    fn f32_run(&self, start: usize, n: usize, d: usize) -> &[f32] {
+        match self {
+            HostBuffer::Float(data) if data.dtype() == DType::F32 => {
+                &slice::<f32>(data)[start * d..(start + n) * d]
+            }
+            _ => panic!("f32_run on a buffer that does not store f32"),
+        }
+    }
+
     /// Vectors `start..start + n` (`head_dim` = `d` wide) as f32: borrowed when stored as f32,
     /// decoded into `scratch` otherwise.
-    fn read<'s>(
+    pub(crate) fn read<'s>(
         &'s self,
         start: usize,
         n: usize,
@@ -138,15 +152,31 @@ impl HostBuffer {
 /// [`KvStore::update`](crate::KvStore::update), the length moves on only with
 /// [`KvStore::advance`](crate::KvStore::advance).
 pub struct HostKvLayer<'a> {
-    slots: [&'a mut Buffer; 2],
-    /// Keys and values, moved out of `slots` until drop.
-    host: [Option<HostBuffer>; 2],
-    device: Device,
+    store: Store<'a>,
     layer: usize,
     n_kv_heads: usize,
     head_dim: usize,
     capacity: usize,
     len: usize,
+}
+
+/// Where a [`HostKvLayer`]'s vectors are.
+enum Store<'a> {
+    /// A contiguous cache's buffers, moved out of their tensors until drop: vector
+    /// `head * capacity + position`.
+    Owned {
+        slots: [&'a mut Buffer; 2],
+        host: [Option<HostBuffer>; 2],
+        device: Device,
+    },
+    /// A paged pool's layer, read through a sequence's block table: vector
+    /// `(blocks[position / block_size] * n_kv_heads + head) * block_size + position %
+    /// block_size`.
+    Paged {
+        buffers: &'a [PoolBuffer; 2],
+        blocks: &'a [usize],
+        block_size: usize,
+    },
 }
 
 impl<'a> HostKvLayer<'a> {
@@ -160,9 +190,11 @@ impl<'a> HostKvLayer<'a> {
     ) -> Self {
         let host = [Some(keys.take_host()), Some(values.take_host())];
         HostKvLayer {
-            slots: [keys, values],
-            host,
-            device,
+            store: Store::Owned {
+                slots: [keys, values],
+                host,
+                device,
+            },
             layer,
             n_kv_heads: config.n_kv_heads,
             head_dim: config.head_dim,
@@ -171,10 +203,56 @@ impl<'a> HostKvLayer<'a> {
         }
     }
 
+    /// View a paged pool's `layer` through a sequence's block table (see
+    /// [`PagedCache`](crate::PagedCache)); `config.capacity` is the sequence's.
+    pub(crate) fn paged(
+        buffers: &'a [PoolBuffer; 2],
+        blocks: &'a [usize],
+        block_size: usize,
+        layer: usize,
+        config: &KvCacheConfig,
+        len: usize,
+    ) -> Self {
+        HostKvLayer {
+            store: Store::Paged {
+                buffers,
+                blocks,
+                block_size,
+            },
+            layer,
+            n_kv_heads: config.n_kv_heads,
+            head_dim: config.head_dim,
+            capacity: config.capacity.min(blocks.len() * block_size),
+            len,
+        }
+    }
+
+    /// Vector index of `head` at `position`, and how many positions from there on are
+    /// stored one after another.
+    fn locate(&self, head: usize, position: usize) -> (usize, usize) {
+        match &self.store {
+            Store::Owned { .. } => (head * self.capacity + position, self.capacity - position),
+            Store::Paged {
+                blocks, block_size, ..
+            } => {
+                let (block, offset) = (blocks[position / block_size], position % block_size);
+                (
+                    (block * self.n_kv_heads + head) * block_size + offset,
+                    block_size - offset,
+                )
+            }
+        }
+    }
+
     fn buffer(&self, which: usize) -> &HostBuffer {
-        self.host[which]
-            .as_ref()
-            .expect("host buffers are present until drop")
+        match &self.store {
+            Store::Owned { host, .. } => host[which]
+                .as_ref()
+                .expect("host buffers are present until drop"),
+            // SAFETY: reading while no write runs: a pass writes its tokens through its views
+            // before any view is read (see `PoolBuffer`).
+            Store::Paged { buffers, .. } => unsafe { buffers[which].get() },
+        }
     }
 
     /// Tokens held before this pass (the position of the first new token).
@@ -233,18 +311,25 @@ impl<'a> HostKvLayer<'a> {
             });
         }
         for (which, x) in [keys, values].into_iter().enumerate() {
-            let buffer = self.host[which]
-                .as_mut()
-                .expect("host buffers are present until drop");
             for (head, vector) in x.chunks_exact(d).enumerate() {
-                buffer.write(head * self.capacity + position, vector);
+                let (index, _) = self.locate(head, position);
+                match &mut self.store {
+                    Store::Owned { host, .. } => host[which]
+                        .as_mut()
+                        .expect("host buffers are present until drop")
+                        .write(index, vector),
+                    // SAFETY: the cache made the blocks at `len..` its own before the pass
+                    // (`PagedCache::prepare`), and nothing reads them while the pass writes.
+                    Store::Paged { buffers, .. } => unsafe { buffers[which].get_mut() }
+                        .write(index, vector),
+                }
             }
         }
         Ok(())
     }
 
     /// The keys of `head` at positions `0..n` as f32 `[n, head_dim]`: the cache's own memory
-    /// when it stores f32, otherwise decoded into `scratch`.
+    /// when it stores f32 contiguously, otherwise decoded or gathered into `scratch`.
     ///
     /// # Panics
     /// If `head >= n_kv_heads` or `n > capacity`.
@@ -288,6 +373,68 @@ impl<'a> HostKvLayer<'a> {
         self.read_at(1, head, start, n, scratch)
     }
 
+    /// The keys of `head` at positions `start..start + n` as runs of whole `head_dim`-wide
+    /// vectors, in position order: when the cache stores f32, slices of its own memory, one
+    /// per stretch stored together (one for a contiguous cache, one per block for a paged
+    /// one), so nothing is copied; otherwise one run decoded into `scratch`.
+    ///
+    /// # Panics
+    /// If `head >= n_kv_heads` or `start + n > capacity`.
+    pub fn key_runs<'s>(
+        &'s self,
+        head: usize,
+        start: usize,
+        n: usize,
+        scratch: &'s mut Vec<f32>,
+    ) -> Vec<&'s [f32]> {
+        self.runs(0, head, start, n, scratch)
+    }
+
+    /// The values of `head` at positions `start..start + n`, as [`key_runs`](Self::key_runs).
+    ///
+    /// # Panics
+    /// If `head >= n_kv_heads` or `start + n > capacity`.
+    pub fn value_runs<'s>(
+        &'s self,
+        head: usize,
+        start: usize,
+        n: usize,
+        scratch: &'s mut Vec<f32>,
+    ) -> Vec<&'s [f32]> {
+        self.runs(1, head, start, n, scratch)
+    }
+
+    fn runs<'s>(
+        &'s self,
+        which: usize,
+        head: usize,
+        start: usize,
+        n: usize,
+        scratch: &'s mut Vec<f32>,
+    ) -> Vec<&'s [f32]> {
+        if !self.stores_f32() {
+            return vec![self.read_at(which, head, start, n, scratch)];
+        }
+        self.check_range(head, start, n);
+        let (d, buffer) = (self.head_dim, self.buffer(which));
+        let mut out = Vec::new();
+        let mut position = start;
+        while position < start + n {
+            let (index, run) = self.locate(head, position);
+            let take = run.min(start + n - position);
+            out.push(buffer.f32_run(index, take, d));
+            position += take;
+        }
+        out
+    }
+
+    fn check_range(&self, head: usize, start: usize, n: usize) {
+        assert!(
+            head < self.n_kv_heads && start + n <= self.capacity,
+            "cache range"
+        );
+    }
+
     fn read_at<'s>(
         &'s self,
         which: usize,
@@ -296,20 +443,39 @@ impl<'a> HostKvLayer<'a> {
         n: usize,
         scratch: &'s mut Vec<f32>,
     ) -> &'s [f32] {
-        assert!(
-            head < self.n_kv_heads && start + n <= self.capacity,
-            "cache range"
-        );
-        self.buffer(which)
-            .read(head * self.capacity + start, n, self.head_dim, scratch)
+        self.check_range(head, start, n);
+        let (index, run) = self.locate(head, start);
+        let buffer = self.buffer(which);
+        if n <= run {
+            return buffer.read(index, n, self.head_dim, scratch);
+        }
+        // A range over several blocks of a paged pool: gathered.
+        let mut decoded = Vec::new();
+        scratch.clear();
+        let mut position = start;
+        while position < start + n {
+            let (index, run) = self.locate(head, position);
+            let take = run.min(start + n - position);
+            let part = buffer.read(index, take, self.head_dim, &mut decoded);
+            scratch.extend_from_slice(part);
+            position += take;
+        }
+        scratch
     }
 }
 
 impl Drop for HostKvLayer<'_> {
     fn drop(&mut self) {
-        for (slot, host) in self.slots.iter_mut().zip(&mut self.host) {
-            if let Some(host) = host.take() {
-                slot.put_host(host, &self.device);
+        if let Store::Owned {
+            slots,
+            host,
+            device,
+        } = &mut self.store
+        {
+            for (slot, host) in slots.iter_mut().zip(host) {
+                if let Some(host) = host.take() {
+                    slot.put_host(host, device);
+                }
             }
         }
     }

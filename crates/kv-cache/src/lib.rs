@@ -52,7 +52,8 @@ mod storage;
 
 pub use contiguous::KvCache;
 pub use host::HostKvLayer;
-pub use paged::{PagedPool, SeqId};
+pub use kindle_blocks::BlockStats;
+pub use paged::{PagedCache, PagedPool};
 pub use sliding::SlidingWindowCache;
 pub use storage::KvType;
 
@@ -120,18 +121,12 @@ pub enum KvCacheError {
         block_size: usize,
     },
     /// The paged pool has too few free blocks.
-    #[error("paged KV pool out of blocks: {needed} needed, {free} free")]
+    #[error("paged KV pool out of blocks: {needed} needed, {free} free or cached")]
     OutOfBlocks {
         /// Blocks the operation needs.
         needed: usize,
-        /// Blocks free.
+        /// Blocks free or cached (evictable).
         free: usize,
-    },
-    /// A sequence id the paged pool does not hold (never made, or freed).
-    #[error("paged KV pool holds no sequence {seq}")]
-    NoSuchSequence {
-        /// The id asked for.
-        seq: usize,
     },
 }
 

@@ -1,113 +1,185 @@
-//! Many sequences in one pool of fixed-size blocks (paged attention's storage).
+//! Many sequences in one pool of fixed-size blocks (paged attention's storage), with prefix
+//! caching.
 
-use std::collections::BTreeMap;
+use std::cell::UnsafeCell;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use burn::prelude::*;
+use burn::tensor::TensorData;
+use half::f16;
+use half::vec::HalfBitsVecExt;
+use kindle_blocks::{BlockError, BlockManager, BlockStats};
 
-use crate::{KvCacheConfig, KvCacheError};
+use crate::host::HostBuffer;
+use crate::{HostKvLayer, KvCacheConfig, KvCacheError, KvStore, KvType};
 
-/// A sequence held by a [`PagedPool`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct SeqId(usize);
+/// One layer's keys or values for every block: vector `(block * n_kv_heads + head) *
+/// block_size + offset` is `head_dim` elements.
+pub(crate) struct PoolBuffer(UnsafeCell<HostBuffer>);
 
-impl SeqId {
-    /// The id as a number (for messages).
-    pub fn index(self) -> usize {
-        self.0
+// SAFETY: a block is written only by the one cache that holds it alone (`PagedCache::prepare`
+// copies or unindexes any other first), from the thread running the forward pass, before the
+// pass's attention reads; reads of shared blocks only ever read. See `HostKvLayer`'s paged
+// storage for the accesses.
+unsafe impl Sync for PoolBuffer {}
+// SAFETY: the buffer owns its memory; nothing in it is tied to a thread.
+unsafe impl Send for PoolBuffer {}
+
+impl PoolBuffer {
+    fn zeros(kv_type: KvType, vectors: usize, head_dim: usize) -> Self {
+        let shape = [vectors, head_dim];
+        // Zeroed allocations: pages are touched (resident) only once a block is written.
+        let host = match kv_type {
+            KvType::F32 => HostBuffer::Float(TensorData::new(vec![0f32; vectors * head_dim], shape)),
+            KvType::F16 => {
+                let zeros: Vec<f16> = vec![0u16; vectors * head_dim].reinterpret_into();
+                HostBuffer::Float(TensorData::new(zeros, shape))
+            }
+            KvType::Int8 => HostBuffer::Int8 {
+                data: TensorData::new(vec![0i8; vectors * head_dim], shape),
+                scales: TensorData::new(vec![0f32; vectors], [vectors, 1]),
+            },
+        };
+        PoolBuffer(UnsafeCell::new(host))
+    }
+
+    /// The buffer, for reading.
+    ///
+    /// # Safety
+    /// No write to the vectors read may run at the same time (see the type's `Sync`).
+    pub(crate) unsafe fn get(&self) -> &HostBuffer {
+        // SAFETY: as the caller promises.
+        unsafe { &*self.0.get() }
+    }
+
+    /// The buffer, for writing.
+    ///
+    /// # Safety
+    /// The caller holds the blocks written alone, and nothing reads them meanwhile.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn get_mut(&self) -> &mut HostBuffer {
+        // SAFETY: as the caller promises.
+        unsafe { &mut *self.0.get() }
     }
 }
 
-/// One sequence: its blocks in order, and its length in tokens.
-#[derive(Debug, Clone, Default)]
-struct Sequence {
-    blocks: Vec<usize>,
-    len: usize,
-}
-
-/// One layer's pool: `[n_blocks, n_kv_heads, block_size, head_dim]` keys and values.
-#[derive(Debug, Clone)]
-struct LayerPool {
-    keys: Tensor<4>,
-    values: Tensor<4>,
-}
-
 /// Key/value storage for many sequences: every layer has one pool of `n_blocks` blocks of
-/// `block_size` tokens, and each sequence a table of the blocks it uses, so sequences of any
-/// lengths share one allocation.
+/// `block_size` tokens in host memory, stored as f32, f16 or int8, and each sequence (a
+/// [`PagedCache`], which implements [`KvStore`]) a table of the blocks it holds, so sequences
+/// of any lengths share one allocation.
 ///
-/// [`fork`](Self::fork) shares all the blocks of a sequence (refcounted); a block is copied
-/// only when a sequence writes into one it shares (copy-on-write), so a common prompt is
-/// stored once. Storage is f32. Every sequence's tokens sit at positions `0..len`: its length
-/// is the RoPE position of its next token.
+/// The blocks are kept with a [`BlockManager`]: a cache reserves the blocks for its whole
+/// capacity when it is made (so a running sequence never runs out), forks share blocks
+/// (refcounted), and a block is copied only when a cache writes into one it shares
+/// (copy-on-write). **Prefix caching:** [`publish`](Self::publish) indexes a cache's full
+/// blocks by the tokens they hold; [`cache_for`](Self::cache_for) starts a new cache with the
+/// longest published run of blocks its prompt begins with, so a shared system prompt or chat
+/// history is computed once. Published blocks outlive their sequences (cached) until the pool
+/// needs the room, least recently released first.
 ///
-/// Writes follow the model's pattern: [`append`](Self::append) (or [`update`](Self::update))
-/// for every layer at positions `len..len + T`, then [`advance`](Self::advance)`(seq, T)`.
+/// The memory is allocated zeroed and untouched: pages become resident as blocks are first
+/// written, and blocks are handed out most recently freed first.
 ///
 /// ```
 /// use burn::prelude::*;
-/// use kindle_kv_cache::{KvCacheConfig, PagedPool};
+/// use kindle_kv_cache::{KvCacheConfig, KvStore, KvType, PagedPool};
 ///
 /// let device = Device::flex();
 /// let config = KvCacheConfig { n_layers: 1, n_kv_heads: 1, head_dim: 2, capacity: 0 };
-/// let mut pool = PagedPool::new(config, 8, 4, &device).unwrap();
-/// let a = pool.new_sequence();
+/// let pool = PagedPool::new(config, KvType::F32, 8, 4, &device).unwrap();
+/// let prompt = [5, 6, 7, 8, 9, 10];
+/// let (mut a, reused) = pool.cache_for(&prompt, 8).unwrap();
+/// assert_eq!((reused, pool.stats().used), (0, 2)); // blocks for 8 tokens reserved
+/// a.prepare(6).unwrap();
 /// let x = Tensor::<4>::ones([1, 1, 6, 2], &device);
-/// pool.append(a, 0, x.clone(), x).unwrap();
-/// pool.advance(a, 6).unwrap();
-/// let b = pool.fork(a).unwrap(); // shares both blocks
-/// assert_eq!(pool.blocks_in_use(), 2);
-/// let y = Tensor::<4>::zeros([1, 1, 1, 2], &device);
-/// pool.append(b, 0, y.clone(), y).unwrap(); // copies the shared, partly filled block
-/// pool.advance(b, 1).unwrap();
-/// assert_eq!(pool.blocks_in_use(), 3);
-/// let (keys, _) = pool.gather(b, 0).unwrap();
-/// assert_eq!(keys.dims(), [1, 1, 7, 2]);
+/// a.update(0, x.clone(), x).unwrap();
+/// a.advance(6).unwrap();
+/// pool.publish(&a, &prompt); // the first block (4 tokens) is full: indexed
+///
+/// // A prompt starting with the same 4 tokens shares that block.
+/// let (b, reused) = pool.cache_for(&[5, 6, 7, 8, 1, 2], 8).unwrap();
+/// assert_eq!((b.len(), reused), (4, 4));
+/// assert_eq!(pool.stats().used, 3);
+/// drop((a, b));
+/// assert_eq!(pool.stats().cached, 1);
 /// ```
-#[derive(Debug, Clone)]
 pub struct PagedPool {
     config: KvCacheConfig,
+    kv_type: KvType,
     block_size: usize,
-    layers: Vec<LayerPool>,
-    refcounts: Vec<usize>,
-    free: Vec<usize>,
-    sequences: BTreeMap<SeqId, Sequence>,
-    next_id: usize,
+    manager: Mutex<BlockManager>,
+    /// Per layer: keys, values.
+    layers: Vec<[PoolBuffer; 2]>,
     device: Device,
 }
 
+impl std::fmt::Debug for PagedPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PagedPool")
+            .field("config", &self.config)
+            .field("kv_type", &self.kv_type)
+            .field("block_size", &self.block_size)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+fn block_error(e: BlockError) -> KvCacheError {
+    match e {
+        BlockError::BadPool {
+            n_blocks,
+            block_size,
+        } => KvCacheError::BadPool {
+            n_blocks,
+            block_size,
+        },
+        BlockError::OutOfBlocks { needed, available } => KvCacheError::OutOfBlocks {
+            needed,
+            free: available,
+        },
+    }
+}
+
 impl PagedPool {
-    /// A zeroed pool of `n_blocks` blocks of `block_size` tokens per layer
-    /// (`config.capacity` is not used).
+    /// A pool of `n_blocks` blocks of `block_size` tokens per layer, stored as `kv_type`
+    /// (`config.capacity` is not used), for caches whose tensors go to `device`.
     pub fn new(
         config: KvCacheConfig,
+        kv_type: KvType,
         n_blocks: usize,
         block_size: usize,
         device: &Device,
-    ) -> Result<Self, KvCacheError> {
-        if n_blocks == 0 || block_size == 0 {
-            return Err(KvCacheError::BadPool {
+    ) -> Result<Arc<Self>, KvCacheError> {
+        let manager = BlockManager::new(n_blocks, block_size).map_err(block_error)?;
+        let vectors = n_blocks
+            .checked_mul(block_size)
+            .and_then(|v| v.checked_mul(config.n_kv_heads))
+            .ok_or(KvCacheError::BadPool {
                 n_blocks,
                 block_size,
-            });
-        }
-        let shape = [n_blocks, config.n_kv_heads, block_size, config.head_dim];
+            })?;
         let layers = (0..config.n_layers)
-            .map(|_| LayerPool {
-                keys: Tensor::zeros(shape, device),
-                values: Tensor::zeros(shape, device),
+            .map(|_| {
+                [
+                    PoolBuffer::zeros(kv_type, vectors, config.head_dim),
+                    PoolBuffer::zeros(kv_type, vectors, config.head_dim),
+                ]
             })
             .collect();
-        Ok(PagedPool {
+        Ok(Arc::new(PagedPool {
             config,
+            kv_type,
             block_size,
+            manager: Mutex::new(manager),
             layers,
-            refcounts: vec![0; n_blocks],
-            // Popped from the end: hand out block 0 first.
-            free: (0..n_blocks).rev().collect(),
-            sequences: BTreeMap::new(),
-            next_id: 0,
             device: device.clone(),
-        })
+        }))
+    }
+
+    fn manager(&self) -> MutexGuard<'_, BlockManager> {
+        // The manager's state is consistent between calls: a panic elsewhere does not
+        // poison it.
+        self.manager.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Tokens per block.
@@ -115,254 +187,322 @@ impl PagedPool {
         self.block_size
     }
 
-    /// Blocks per layer.
-    pub fn n_blocks(&self) -> usize {
-        self.refcounts.len()
+    /// How elements are stored.
+    pub fn kv_type(&self) -> KvType {
+        self.kv_type
     }
 
-    /// Blocks held by at least one sequence.
-    pub fn blocks_in_use(&self) -> usize {
-        self.n_blocks() - self.free.len()
+    /// Where the blocks are (used, cached, free).
+    pub fn stats(&self) -> BlockStats {
+        self.manager().stats()
     }
 
-    /// Bytes of the pool: `2 x layers x blocks x block_size x kv_heads x head_dim x 4`.
+    /// Bytes of one block over all layers, keys and values.
+    pub fn bytes_per_block(&self) -> usize {
+        self.config.bytes_per_token_as(self.kv_type) * self.block_size
+    }
+
+    /// Bytes of the whole pool (allocated; resident only as blocks are written).
     pub fn bytes(&self) -> usize {
-        self.config.bytes_per_token() * self.n_blocks() * self.block_size
+        self.bytes_per_block() * self.manager().n_blocks()
     }
 
-    /// A new, empty sequence.
-    pub fn new_sequence(&mut self) -> SeqId {
-        let id = SeqId(self.next_id);
-        self.next_id += 1;
-        self.sequences.insert(id, Sequence::default());
-        id
+    /// An empty cache for up to `capacity` tokens, its blocks reserved now.
+    ///
+    /// Errors: [`KvCacheError::OutOfBlocks`] when fewer blocks are free or cached.
+    pub fn cache(self: &Arc<Self>, capacity: usize) -> Result<PagedCache, KvCacheError> {
+        Ok(self.cache_for(&[], capacity)?.0)
     }
 
-    /// The sequences held, in creation order.
-    pub fn sequences(&self) -> impl Iterator<Item = SeqId> + '_ {
-        self.sequences.keys().copied()
-    }
-
-    fn seq(&self, seq: SeqId) -> Result<&Sequence, KvCacheError> {
-        self.sequences
-            .get(&seq)
-            .ok_or(KvCacheError::NoSuchSequence { seq: seq.0 })
-    }
-
-    /// Tokens held by `seq` (the position of its next token).
-    pub fn len(&self, seq: SeqId) -> Result<usize, KvCacheError> {
-        Ok(self.seq(seq)?.len)
-    }
-
-    /// A new sequence holding the same tokens as `seq`, sharing its blocks.
-    pub fn fork(&mut self, seq: SeqId) -> Result<SeqId, KvCacheError> {
-        let copy = self.seq(seq)?.clone();
-        for &block in &copy.blocks {
-            self.refcounts[block] += 1;
-        }
-        let id = SeqId(self.next_id);
-        self.next_id += 1;
-        self.sequences.insert(id, copy);
-        Ok(id)
-    }
-
-    fn release(&mut self, block: usize) {
-        self.refcounts[block] -= 1;
-        if self.refcounts[block] == 0 {
-            self.free.push(block);
-        }
-    }
-
-    fn allocate(&mut self) -> usize {
-        let block = self
-            .free
-            .pop()
-            .expect("free blocks counted before allocating");
-        self.refcounts[block] = 1;
-        block
-    }
-
-    /// Give `seq` blocks for positions up to `end`, and make every block it will write
-    /// (positions `len..end`) its own, copying shared ones. All or nothing.
-    fn make_writable(&mut self, seq: SeqId, end: usize) -> Result<(), KvCacheError> {
-        let bs = self.block_size;
-        let s = self.seq(seq)?;
-        let needed_blocks = end.div_ceil(bs);
-        let first_written = s.len / bs;
-        let shared: Vec<usize> = (first_written..needed_blocks.min(s.blocks.len()))
-            .filter(|&i| self.refcounts[s.blocks[i]] > 1)
-            .collect();
-        let new_blocks = needed_blocks.saturating_sub(s.blocks.len());
-        let needed = shared.len() + new_blocks;
-        if needed > self.free.len() {
-            return Err(KvCacheError::OutOfBlocks {
-                needed,
-                free: self.free.len(),
-            });
-        }
-        for i in shared {
-            let old = self.sequences[&seq].blocks[i];
-            let new = self.allocate();
-            for layer in &mut self.layers {
-                let [_, h, _, d] = layer.keys.dims();
-                let k = layer.keys.clone().slice([old..old + 1, 0..h, 0..bs, 0..d]);
-                let v = layer
-                    .values
-                    .clone()
-                    .slice([old..old + 1, 0..h, 0..bs, 0..d]);
-                layer.keys =
-                    take(&mut layer.keys).slice_assign([new..new + 1, 0..h, 0..bs, 0..d], k);
-                layer.values =
-                    take(&mut layer.values).slice_assign([new..new + 1, 0..h, 0..bs, 0..d], v);
-            }
-            self.release(old);
-            self.sequences.get_mut(&seq).expect("checked above").blocks[i] = new;
-        }
-        for _ in 0..new_blocks {
-            let block = self.allocate();
-            self.sequences
-                .get_mut(&seq)
-                .expect("checked above")
-                .blocks
-                .push(block);
-        }
-        Ok(())
-    }
-
-    /// Write the keys and values (`[1, n_kv_heads, T, head_dim]`) of `T` new tokens of `seq`
-    /// for `layer` at positions `len..len + T`, taking (and copying-on-write) blocks as needed.
-    /// The length does not change until [`advance`](Self::advance).
-    pub fn append(
-        &mut self,
-        seq: SeqId,
-        layer: usize,
-        keys: Tensor<4>,
-        values: Tensor<4>,
-    ) -> Result<(), KvCacheError> {
-        let t = self.config.check_shape(layer, &keys, &values)?;
-        let start = self.seq(seq)?.len;
-        self.make_writable(seq, start + t)?;
-        let bs = self.block_size;
-        let [_, h, _, d] = keys.dims();
-        let blocks = self.sequences[&seq].blocks.clone();
-        let pool = &mut self.layers[layer];
-        let mut pos = start;
-        while pos < start + t {
-            let (block, offset) = (blocks[pos / bs], pos % bs);
-            let n = (bs - offset).min(start + t - pos);
-            let src = [0..1, 0..h, pos - start..pos - start + n, 0..d];
-            let dst = [block..block + 1, 0..h, offset..offset + n, 0..d];
-            pool.keys =
-                take(&mut pool.keys).slice_assign(dst.clone(), keys.clone().slice(src.clone()));
-            pool.values = take(&mut pool.values).slice_assign(dst, values.clone().slice(src));
-            pos += n;
-        }
-        Ok(())
-    }
-
-    /// The keys and values of `seq`'s positions `0..len` in `layer`, gathered into
-    /// contiguous `[1, n_kv_heads, len, head_dim]` tensors for attention.
-    pub fn gather(&self, seq: SeqId, layer: usize) -> Result<(Tensor<4>, Tensor<4>), KvCacheError> {
-        let len = self.seq(seq)?.len;
-        self.gather_to(seq, layer, len)
-    }
-
-    fn gather_to(
-        &self,
-        seq: SeqId,
-        layer: usize,
-        len: usize,
-    ) -> Result<(Tensor<4>, Tensor<4>), KvCacheError> {
-        let pool = self.layers.get(layer).ok_or(KvCacheError::NoSuchLayer {
-            layer,
-            n_layers: self.config.n_layers,
-        })?;
-        let (h, d) = (self.config.n_kv_heads, self.config.head_dim);
-        let nb = len.div_ceil(self.block_size);
-        if nb == 0 {
-            let empty = Tensor::<4>::zeros([1, h, 0, d], &self.device);
-            return Ok((empty.clone(), empty));
-        }
-        let blocks: Vec<i64> = self.seq(seq)?.blocks[..nb]
-            .iter()
-            .map(|&b| b as i64)
-            .collect();
-        let index = Tensor::<1, Int>::from_data(TensorData::new(blocks, [nb]), &self.device);
-        let arrange = |pool: &Tensor<4>| {
-            pool.clone()
-                .select(0, index.clone())
-                .swap_dims(0, 1)
-                .reshape([1, h, nb * self.block_size, d])
-                .narrow(2, 0, len)
-        };
-        Ok((arrange(&pool.keys), arrange(&pool.values)))
-    }
-
-    /// [`append`](Self::append), then the keys and values of positions `0..len + T`
-    /// (what [`KvCache::update`](crate::KvCache::update) returns).
-    pub fn update(
-        &mut self,
-        seq: SeqId,
-        layer: usize,
-        keys: Tensor<4>,
-        values: Tensor<4>,
-    ) -> Result<(Tensor<4>, Tensor<4>), KvCacheError> {
-        let t = keys.dims()[2];
-        self.append(seq, layer, keys, values)?;
-        let len = self.seq(seq)?.len;
-        self.gather_to(seq, layer, len + t)
-    }
-
-    /// Move `seq`'s length on by `n` once every layer has been appended to.
-    pub fn advance(&mut self, seq: SeqId, n: usize) -> Result<(), KvCacheError> {
-        let bs = self.block_size;
-        let s = self
-            .sequences
-            .get_mut(&seq)
-            .ok_or(KvCacheError::NoSuchSequence { seq: seq.0 })?;
-        let capacity = s.blocks.len() * bs;
-        if s.len + n > capacity {
+    /// A cache for a sequence starting with `prompt`, for up to `capacity` tokens: it holds
+    /// the prompt's longest published prefix of whole blocks (never the last prompt token,
+    /// whose logits the caller needs), and the blocks for the rest of `capacity` are reserved
+    /// now. Returns the cache and how many tokens it holds (reused).
+    ///
+    /// Errors: [`KvCacheError::OutOfBlocks`] when the pool cannot hold `capacity` tokens
+    /// (nothing is held then), [`KvCacheError::Full`] when `prompt` is longer than `capacity`.
+    pub fn cache_for(
+        self: &Arc<Self>,
+        prompt: &[u32],
+        capacity: usize,
+    ) -> Result<(PagedCache, usize), KvCacheError> {
+        if prompt.len() > capacity {
             return Err(KvCacheError::Full {
-                len: s.len,
-                adding: n,
+                len: 0,
+                adding: prompt.len(),
                 capacity,
             });
         }
-        s.len += n;
-        Ok(())
+        let mut manager = self.manager();
+        let reusable = prompt.len().saturating_sub(1) / self.block_size;
+        let mut blocks = manager.match_prefix(prompt, reusable);
+        let fresh = manager.blocks_for(capacity).saturating_sub(blocks.len());
+        match manager.allocate(fresh) {
+            Ok(more) => {
+                let len = blocks.len() * self.block_size;
+                blocks.extend(more);
+                drop(manager);
+                let cache = PagedCache {
+                    pool: Arc::clone(self),
+                    config: KvCacheConfig {
+                        capacity,
+                        ..self.config
+                    },
+                    blocks,
+                    len,
+                };
+                Ok((cache, len))
+            }
+            Err(e) => {
+                manager.release_all(&blocks);
+                Err(block_error(e))
+            }
+        }
     }
 
-    /// Forget `seq`'s tokens from position `len` on, releasing blocks it no longer needs.
-    pub fn truncate(&mut self, seq: SeqId, len: usize) -> Result<(), KvCacheError> {
+    /// Index `cache`'s full blocks, which hold `tokens` (at least the cache's length of
+    /// them; those past it are ignored), so that later prompts starting with the same tokens
+    /// reuse them. Returns how many blocks were newly indexed.
+    pub fn publish(&self, cache: &PagedCache, tokens: &[u32]) -> usize {
+        let held = &tokens[..cache.len.min(tokens.len())];
+        self.manager().publish(&cache.blocks, held)
+    }
+
+    /// Vector index of `head` at `position` of a sequence whose table is `blocks`.
+    pub(crate) fn vector(&self, blocks: &[usize], head: usize, position: usize) -> usize {
         let bs = self.block_size;
-        let s = self
-            .sequences
-            .get_mut(&seq)
-            .ok_or(KvCacheError::NoSuchSequence { seq: seq.0 })?;
-        s.len = s.len.min(len);
-        let keep = s.len.div_ceil(bs);
-        let dropped: Vec<usize> = s.blocks.drain(keep..).collect();
-        for block in dropped {
-            self.release(block);
-        }
-        Ok(())
+        (blocks[position / bs] * self.config.n_kv_heads + head) * bs + position % bs
     }
 
-    /// Drop `seq`, releasing its blocks.
-    pub fn free(&mut self, seq: SeqId) -> Result<(), KvCacheError> {
-        let s = self
-            .sequences
-            .remove(&seq)
-            .ok_or(KvCacheError::NoSuchSequence { seq: seq.0 })?;
-        for block in s.blocks {
-            self.release(block);
-        }
-        Ok(())
+    pub(crate) fn buffers(&self, layer: usize) -> Result<&[PoolBuffer; 2], KvCacheError> {
+        self.layers.get(layer).ok_or(KvCacheError::NoSuchLayer {
+            layer,
+            n_layers: self.config.n_layers,
+        })
     }
 }
 
-/// Take a pool tensor out so that it is uniquely owned and a write happens in place.
-fn take(t: &mut Tensor<4>) -> Tensor<4> {
-    let device = t.device();
-    std::mem::replace(t, Tensor::empty([0, 0, 0, 0], &device))
+/// One sequence's cache in a [`PagedPool`]: its table of blocks and its length. Implements
+/// [`KvStore`]; its blocks go back to the pool when it is dropped.
+pub struct PagedCache {
+    pool: Arc<PagedPool>,
+    /// The pool's shape with this cache's capacity.
+    config: KvCacheConfig,
+    blocks: Vec<usize>,
+    len: usize,
+}
+
+impl std::fmt::Debug for PagedCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PagedCache")
+            .field("blocks", &self.blocks)
+            .field("len", &self.len)
+            .field("capacity", &self.config.capacity)
+            .finish()
+    }
+}
+
+impl Drop for PagedCache {
+    fn drop(&mut self) {
+        self.pool.manager().release_all(&self.blocks);
+    }
+}
+
+impl PagedCache {
+    /// The pool it draws from.
+    pub fn pool(&self) -> &Arc<PagedPool> {
+        &self.pool
+    }
+
+    /// Its blocks, in position order.
+    pub fn blocks(&self) -> &[usize] {
+        &self.blocks
+    }
+
+    /// Make every block that positions `len..end` fall in this cache's own: a block shared
+    /// with another cache is copied to a new one, a published block held alone leaves the
+    /// index (its contents are about to change). All or nothing.
+    fn make_writable(&mut self, end: usize) -> Result<(), KvCacheError> {
+        let bs = self.pool.block_size;
+        let (first, last) = (self.len / bs, end.div_ceil(bs).min(self.blocks.len()));
+        let mut manager = self.pool.manager();
+        let shared: Vec<usize> = (first..last)
+            .filter(|&i| manager.refcount(self.blocks[i]) > 1)
+            .collect();
+        let mut copies = manager.allocate(shared.len()).map_err(block_error)?;
+        for i in first..last {
+            let old = self.blocks[i];
+            if shared.contains(&i) {
+                let new = copies.pop().expect("one copy per shared block");
+                self.copy_block(old, new);
+                manager.release(old);
+                self.blocks[i] = new;
+            } else if manager.is_published(old) {
+                manager.unpublish(old);
+            }
+        }
+        Ok(())
+    }
+
+    /// Copy every layer's keys and values of block `from` into block `to` (held alone).
+    fn copy_block(&self, from: usize, to: usize) {
+        let (h, bs, d) = (self.config.n_kv_heads, self.pool.block_size, self.config.head_dim);
+        let mut scratch = Vec::new();
+        for buffers in &self.pool.layers {
+            for buffer in buffers {
+                for v in 0..h * bs {
+                    // SAFETY: `to` is held by this cache alone and nothing reads it; `from`
+                    // is only read.
+                    let x = unsafe { buffer.get() }
+                        .read(from * h * bs + v, 1, d, &mut scratch)
+                        .to_vec();
+                    // SAFETY: as above.
+                    unsafe { buffer.get_mut() }.write(to * h * bs + v, &x);
+                }
+            }
+        }
+    }
+
+    /// The f32 keys and values of positions `0..n` of `layer`, `[1, n_kv_heads, n, head_dim]`.
+    fn gather(&self, layer: usize, n: usize) -> Result<(Tensor<4>, Tensor<4>), KvCacheError> {
+        let buffers = self.pool.buffers(layer)?;
+        let (h, d) = (self.config.n_kv_heads, self.config.head_dim);
+        let mut scratch = Vec::new();
+        let mut out = [Vec::with_capacity(h * n * d), Vec::with_capacity(h * n * d)];
+        for (buffer, out) in buffers.iter().zip(&mut out) {
+            for head in 0..h {
+                for p in 0..n {
+                    let v = self.pool.vector(&self.blocks, head, p);
+                    // SAFETY: reads only; this thread runs the pass.
+                    out.extend_from_slice(unsafe { buffer.get() }.read(v, 1, d, &mut scratch));
+                }
+            }
+        }
+        let [k, v] = out.map(|x| Tensor::from_data(TensorData::new(x, [1, h, n, d]), &self.pool.device));
+        Ok((k, v))
+    }
+}
+
+impl KvStore for PagedCache {
+    fn config(&self) -> &KvCacheConfig {
+        &self.config
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn capacity(&self) -> usize {
+        self.config.capacity
+    }
+
+    fn prepare(&mut self, adding: usize) -> Result<(), KvCacheError> {
+        if self.len + adding > self.config.capacity {
+            return Err(KvCacheError::Full {
+                len: self.len,
+                adding,
+                capacity: self.config.capacity,
+            });
+        }
+        self.make_writable(self.len + adding)
+    }
+
+    fn update(
+        &mut self,
+        layer: usize,
+        keys: Tensor<4>,
+        values: Tensor<4>,
+    ) -> Result<(Tensor<4>, Tensor<4>), KvCacheError> {
+        let t = self.config.check_shape(layer, &keys, &values)?;
+        if self.len + t > self.config.capacity {
+            return Err(KvCacheError::Full {
+                len: self.len,
+                adding: t,
+                capacity: self.config.capacity,
+            });
+        }
+        let (h, d) = (self.config.n_kv_heads, self.config.head_dim);
+        // Token-major rows, as the host path writes them.
+        let rows = |x: Tensor<4>| -> Vec<f32> {
+            x.swap_dims(1, 2)
+                .reshape([t, h * d])
+                .into_data()
+                .convert::<f32>()
+                .try_into_vec::<f32>()
+                .expect("f32 after convert")
+        };
+        let (k, v) = (rows(keys), rows(values));
+        {
+            let mut view = self.host_view(layer)?;
+            for i in 0..t {
+                view.write(i, &k[i * h * d..(i + 1) * h * d], &v[i * h * d..(i + 1) * h * d])?;
+            }
+        }
+        self.gather(layer, self.len + t)
+    }
+
+    fn host_resident(&self) -> bool {
+        true
+    }
+
+    fn host_layer(&mut self, layer: usize) -> Result<Option<HostKvLayer<'_>>, KvCacheError> {
+        self.host_view(layer).map(Some)
+    }
+
+    fn read(&self, layer: usize) -> Result<(Tensor<4>, Tensor<4>), KvCacheError> {
+        self.gather(layer, self.len)
+    }
+
+    fn advance(&mut self, n: usize) -> Result<(), KvCacheError> {
+        if self.len + n > self.config.capacity {
+            return Err(KvCacheError::Full {
+                len: self.len,
+                adding: n,
+                capacity: self.config.capacity,
+            });
+        }
+        self.len += n;
+        Ok(())
+    }
+
+    fn truncate(&mut self, len: usize) {
+        // The blocks stay reserved for the capacity; those rewritten are made private by the
+        // next `prepare`.
+        self.len = self.len.min(len);
+    }
+
+    fn reset(&mut self) {
+        self.len = 0;
+    }
+
+    fn fork(&self) -> Self {
+        let mut manager = self.pool.manager();
+        for &block in &self.blocks {
+            manager.retain(block);
+        }
+        PagedCache {
+            pool: Arc::clone(&self.pool),
+            config: self.config,
+            blocks: self.blocks.clone(),
+            len: self.len,
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        self.blocks.len() * self.pool.bytes_per_block()
+    }
+}
+
+impl PagedCache {
+    fn host_view(&mut self, layer: usize) -> Result<HostKvLayer<'_>, KvCacheError> {
+        let buffers = self.pool.buffers(layer)?;
+        Ok(HostKvLayer::paged(
+            buffers,
+            &self.blocks,
+            self.pool.block_size,
+            layer,
+            &self.config,
+            self.len,
+        ))
+    }
 }

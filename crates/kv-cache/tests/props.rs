@@ -3,7 +3,8 @@
 use burn::prelude::*;
 use kindle_kv_cache::shift::k_shift_host;
 use kindle_kv_cache::{
-    KvCache, KvCacheConfig, KvCacheError, KvStore, KvType, PagedPool, SeqId, SlidingWindowCache,
+    KvCache, KvCacheConfig, KvCacheError, KvStore, KvType, PagedCache, PagedPool,
+    SlidingWindowCache,
 };
 use proptest::prelude::*;
 
@@ -331,43 +332,89 @@ proptest! {
 
 #[derive(Debug, Clone)]
 enum PagedOp {
-    New,
-    Append { seq: usize, t: usize, seed: u64 },
+    /// A sequence starts with this prompt and room for `extra` more tokens.
+    New { prompt: Vec<u32>, extra: usize },
+    Append { seq: usize, ids: Vec<u32> },
     Truncate { seq: usize, len: usize },
     Fork(usize),
     Free(usize),
+    Publish(usize),
+}
+
+fn ids(max: usize) -> impl Strategy<Value = Vec<u32>> {
+    // Three token ids: prompts share prefixes often.
+    prop::collection::vec(0u32..3, 1..max)
 }
 
 fn paged_op() -> impl Strategy<Value = PagedOp> {
     prop_oneof![
-        1 => Just(PagedOp::New),
-        6 => (any::<usize>(), 1usize..=5, any::<u64>())
-            .prop_map(|(seq, t, seed)| PagedOp::Append { seq, t, seed }),
-        2 => (any::<usize>(), 0usize..30).prop_map(|(seq, len)| PagedOp::Truncate { seq, len }),
-        2 => any::<usize>().prop_map(PagedOp::Fork),
+        2 => (ids(10), 0usize..6).prop_map(|(prompt, extra)| PagedOp::New { prompt, extra }),
+        4 => (any::<usize>(), ids(4)).prop_map(|(seq, ids)| PagedOp::Append { seq, ids }),
+        1 => (any::<usize>(), 0usize..12).prop_map(|(seq, len)| PagedOp::Truncate { seq, len }),
+        1 => any::<usize>().prop_map(PagedOp::Fork),
         1 => any::<usize>().prop_map(PagedOp::Free),
+        2 => any::<usize>().prop_map(PagedOp::Publish),
     ]
 }
 
-fn check_paged(pool: &PagedPool, seqs: &[(SeqId, Model)]) -> Result<(), TestCaseError> {
-    let bs = pool.block_size();
-    let mut upper = 0;
-    for (id, model) in seqs {
-        prop_assert_eq!(pool.len(*id).unwrap(), model.len());
-        upper += model.len().div_ceil(bs);
+/// What a model would store for the last token of `prefix`: it depends on every token before
+/// it, as real keys and values do, so a block reused after the wrong prefix shows.
+fn kv_of(prefix: &[u32]) -> Vec<(Tok, Tok)> {
+    let seed = prefix
+        .iter()
+        .fold(17u64, |h, &t| h.wrapping_mul(1_000_003).wrapping_add(u64::from(t) + 1));
+    tokens(seed, 1).into_iter().map(|mut l| l.remove(0)).collect()
+}
+
+/// Run `ids` after what `cache` holds (`held` are its tokens), as a model's pass would.
+fn feed(
+    cache: &mut PagedCache,
+    held: &mut Vec<u32>,
+    ids: &[u32],
+    device: &Device,
+) -> Result<(), KvCacheError> {
+    cache.prepare(ids.len())?;
+    let mut rows: Vec<Vec<(Tok, Tok)>> = Vec::new();
+    for i in 0..ids.len() {
+        let mut prefix = held.clone();
+        prefix.extend(&ids[..=i]);
+        rows.push(kv_of(&prefix));
+    }
+    for l in 0..LAYERS {
+        let ks: Vec<Tok> = rows.iter().map(|r| r[l].0.clone()).collect();
+        let vs: Vec<Tok> = rows.iter().map(|r| r[l].1.clone()).collect();
+        cache.update(l, to_tensor(&ks, device), to_tensor(&vs, device))?;
+    }
+    cache.advance(ids.len())?;
+    held.extend(ids);
+    Ok(())
+}
+
+fn check_paged(pool: &PagedPool, seqs: &mut [(PagedCache, Vec<u32>)]) -> Result<(), TestCaseError> {
+    let stats = pool.stats();
+    prop_assert_eq!(stats.used + stats.cached + stats.free, stats.total);
+    for (cache, held) in seqs.iter_mut() {
+        prop_assert_eq!(cache.len(), held.len());
+        let want: Vec<Vec<(Tok, Tok)>> = (0..held.len()).map(|p| kv_of(&held[..=p])).collect();
         for l in 0..LAYERS {
-            let (k, v) = pool.gather(*id, l).unwrap();
-            check_tokens(&from_tensor(k), &model.keys[l], Tol::Abs(0.0), "paged keys")?;
-            check_tokens(
-                &from_tensor(v),
-                &model.values[l],
-                Tol::Abs(0.0),
-                "paged values",
-            )?;
+            let keys: Vec<Tok> = want.iter().map(|w| w[l].0.clone()).collect();
+            let values: Vec<Tok> = want.iter().map(|w| w[l].1.clone()).collect();
+            let (k, v) = cache.read(l).unwrap();
+            check_tokens(&from_tensor(k), &keys, Tol::Abs(0.0), "paged keys")?;
+            check_tokens(&from_tensor(v), &values, Tol::Abs(0.0), "paged values")?;
+            // The host view: runs of the pool's memory, one per block at most.
+            let view = cache.host_layer(l).unwrap().unwrap();
+            for head in 0..HEADS {
+                let mut scratch = Vec::new();
+                let runs = view.key_runs(head, 0, held.len(), &mut scratch);
+                prop_assert!(runs.len() <= held.len().div_ceil(pool.block_size()).max(1));
+                let got: Vec<f32> = runs.concat();
+                let want: Vec<f32> =
+                    keys.iter().flat_map(|k| k[head * DIM..(head + 1) * DIM].to_vec()).collect();
+                prop_assert_eq!(got, want, "host key runs, layer {} head {}", l, head);
+            }
         }
     }
-    // Shared blocks are counted once: never more than every sequence owning its own.
-    prop_assert!(pool.blocks_in_use() <= upper);
     Ok(())
 }
 
@@ -376,82 +423,74 @@ proptest! {
 
     #[test]
     fn paged_pool_matches_model(
-        block_size in 1usize..6,
+        block_size in 1usize..5,
+        n_blocks in 4usize..14,
         ops in prop::collection::vec(paged_op(), 1..40),
     ) {
         let device = Device::flex();
-        let n_blocks = 12;
-        let mut pool = PagedPool::new(config(0), n_blocks, block_size, &device).unwrap();
-        let mut seqs: Vec<(SeqId, Model)> = vec![(pool.new_sequence(), Model::default())];
+        let pool = PagedPool::new(config(0), KvType::F32, n_blocks, block_size, &device).unwrap();
+        let mut seqs: Vec<(PagedCache, Vec<u32>)> = Vec::new();
         for op in ops {
+            let before = pool.stats();
             match op {
-                PagedOp::New => seqs.push((pool.new_sequence(), Model::default())),
-                PagedOp::Append { seq, t, seed } if !seqs.is_empty() => {
-                    let i = seq % seqs.len();
-                    let id = seqs[i].0;
-                    let in_use = pool.blocks_in_use();
-                    let toks = tokens(seed, t);
-                    let mut failed = false;
-                    for (l, layer) in toks.iter().enumerate() {
-                        let ks: Vec<Tok> = layer.iter().map(|(k, _)| k.clone()).collect();
-                        let vs: Vec<Tok> = layer.iter().map(|(_, v)| v.clone()).collect();
-                        match pool.update(id, l, to_tensor(&ks, &device), to_tensor(&vs, &device)) {
-                            Ok((k_all, v_all)) => {
-                                let mut want_k = seqs[i].1.keys[l].clone();
-                                want_k.extend(ks);
-                                let mut want_v = seqs[i].1.values[l].clone();
-                                want_v.extend(vs);
-                                check_tokens(&from_tensor(k_all), &want_k, Tol::Abs(0.0), "update keys")?;
-                                check_tokens(&from_tensor(v_all), &want_v, Tol::Abs(0.0), "update values")?;
-                            }
-                            Err(e) => {
-                                // Only the first layer can fail (it takes the blocks for all).
-                                prop_assert_eq!(l, 0);
-                                let is_out = matches!(e, KvCacheError::OutOfBlocks { .. });
-                                prop_assert!(is_out);
-                                prop_assert_eq!(pool.blocks_in_use(), in_use);
-                                failed = true;
-                                break;
-                            }
+                PagedOp::New { prompt, extra } => {
+                    match pool.cache_for(&prompt, prompt.len() + extra) {
+                        Ok((mut cache, reused)) => {
+                            prop_assert_eq!(reused % block_size, 0);
+                            prop_assert!(reused < prompt.len());
+                            let mut held = prompt[..reused].to_vec();
+                            // Its blocks are reserved: feeding the prompt cannot run out.
+                            feed(&mut cache, &mut held, &prompt[reused..], &device).unwrap();
+                            seqs.push((cache, held));
                         }
-                    }
-                    if !failed {
-                        pool.advance(id, t).unwrap();
-                        for (l, layer) in toks.iter().enumerate() {
-                            for (k, v) in layer {
-                                seqs[i].1.keys[l].push(k.clone());
-                                seqs[i].1.values[l].push(v.clone());
-                            }
+                        Err(e) => {
+                            let out = matches!(e, KvCacheError::OutOfBlocks { .. });
+                            prop_assert!(out, "{}", e);
+                            prop_assert_eq!(pool.stats(), before);
                         }
                     }
                 }
+                PagedOp::Append { seq, ids } if !seqs.is_empty() => {
+                    let i = seq % seqs.len();
+                    let (cache, held) = &mut seqs[i];
+                    let before_len = held.len();
+                    match feed(cache, held, &ids, &device) {
+                        Ok(()) => {}
+                        Err(KvCacheError::Full { .. }) => {
+                            prop_assert!(before_len + ids.len() > cache.capacity());
+                        }
+                        // Copying shared blocks (after a fork) needs free ones.
+                        Err(KvCacheError::OutOfBlocks { .. }) => {
+                            prop_assert_eq!(pool.stats(), before);
+                        }
+                        Err(e) => prop_assert!(false, "{}", e),
+                    }
+                    prop_assert_eq!(cache.len(), held.len());
+                }
                 PagedOp::Truncate { seq, len } if !seqs.is_empty() => {
                     let i = seq % seqs.len();
-                    pool.truncate(seqs[i].0, len).unwrap();
+                    seqs[i].0.truncate(len);
                     seqs[i].1.truncate(len);
                 }
                 PagedOp::Fork(seq) if !seqs.is_empty() => {
                     let i = seq % seqs.len();
-                    let in_use = pool.blocks_in_use();
-                    let id = pool.fork(seqs[i].0).unwrap();
-                    prop_assert_eq!(pool.blocks_in_use(), in_use);
-                    let model = seqs[i].1.clone();
-                    seqs.push((id, model));
+                    let fork = (seqs[i].0.fork(), seqs[i].1.clone());
+                    prop_assert_eq!(pool.stats().used, before.used);
+                    seqs.push(fork);
                 }
                 PagedOp::Free(seq) if !seqs.is_empty() => {
                     let i = seq % seqs.len();
-                    let (id, _) = seqs.remove(i);
-                    pool.free(id).unwrap();
-                    let gone = matches!(pool.free(id), Err(KvCacheError::NoSuchSequence { .. }));
-                    prop_assert!(gone);
+                    seqs.remove(i);
+                }
+                PagedOp::Publish(seq) if !seqs.is_empty() => {
+                    let i = seq % seqs.len();
+                    pool.publish(&seqs[i].0, &seqs[i].1);
                 }
                 _ => {}
             }
-            check_paged(&pool, &seqs)?;
+            check_paged(&pool, &mut seqs)?;
         }
-        for (id, _) in seqs.drain(..) {
-            pool.free(id).unwrap();
-        }
-        prop_assert_eq!(pool.blocks_in_use(), 0);
+        seqs.clear();
+        prop_assert_eq!(pool.stats().used, 0);
     }
 }
