@@ -235,7 +235,10 @@ impl BlockManager {
     /// # Panics
     /// If no sequence holds `block`.
     pub fn release(&mut self, block: usize) {
-        assert!(self.refcounts[block] > 0, "releasing block {block}, not held");
+        assert!(
+            self.refcounts[block] > 0,
+            "releasing block {block}, not held"
+        );
         self.refcounts[block] -= 1;
         if self.refcounts[block] > 0 {
             return;

@@ -137,7 +137,7 @@ pub use error::{BoxError, GenerateError};
 pub use generator::{
     Event, Generator, PROMPT_CONTEXT_TOKENS, Step, Summary, Timings, generate, generate_to_end,
 };
-pub use model::{LanguageModel, ModelCache};
+pub use model::{BlockStats, LanguageModel, ModelCache, PagedModel};
 pub use samples::generate_samples;
 pub use score::{Score, TokenScore, score};
 pub use sequence::Sequence;

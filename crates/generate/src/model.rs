@@ -72,3 +72,37 @@ pub trait LanguageModel {
             .collect()
     }
 }
+
+/// Where a paged pool's blocks are (used, cached, free): `kindle-blocks`' counts.
+pub use kindle_blocks::BlockStats;
+
+/// A model whose caches can come from one shared pool of fixed-size blocks with a prefix
+/// index (paged attention's storage with automatic prefix caching): what `kindle serve` runs
+/// on. A cache from the pool reserves the blocks for its whole capacity when it is made, so a
+/// running sequence never runs out; blocks of finished sequences that were
+/// [published](Self::publish) stay cached for later prompts until the pool needs the room.
+pub trait PagedModel: LanguageModel {
+    /// Make the pool: `blocks` blocks of `block_size` tokens (caches of an earlier pool keep
+    /// theirs until dropped).
+    fn open_pool(&mut self, blocks: usize, block_size: usize) -> Result<(), Self::Error>;
+
+    /// A cache from the pool for a sequence starting with `prompt`, for up to `capacity`
+    /// tokens: it already holds the prompt's longest published prefix of whole blocks (never
+    /// the last prompt token, whose logits start generation; pass an empty `prompt` for no
+    /// reuse). Returns the cache and how many tokens it holds, or `Ok(None)` when the pool
+    /// cannot hold `capacity` more tokens now (wait for sequences to finish). An error when no
+    /// pool is open.
+    fn pooled_cache(
+        &self,
+        prompt: &[u32],
+        capacity: usize,
+    ) -> Result<Option<(Self::Cache, usize)>, Self::Error>;
+
+    /// Index the full blocks of `cache`, which holds `tokens` (a [`Session`](crate::Session)'s
+    /// tokens), so that later prompts starting with them reuse the blocks. Returns how many
+    /// blocks were newly indexed (0 for a cache not from the pool).
+    fn publish(&self, cache: &Self::Cache, tokens: &[u32]) -> usize;
+
+    /// Where the pool's blocks are; `None` before [`open_pool`](Self::open_pool).
+    fn pool_stats(&self) -> Option<BlockStats>;
+}

@@ -38,6 +38,26 @@ impl<M: LanguageModel> Session<M> {
         }
     }
 
+    /// Wrap a cache that already holds `tokens` (its first `tokens.len()` positions, as a
+    /// [`PagedModel::pooled_cache`](crate::PagedModel::pooled_cache) with a reused prefix
+    /// does); anything after them is rolled back.
+    ///
+    /// # Panics
+    /// If the cache holds fewer than `tokens.len()` tokens.
+    pub fn with_prefix(mut cache: M::Cache, tokens: &[u32]) -> Self {
+        assert!(
+            cache.len() >= tokens.len(),
+            "a cache of {} tokens cannot hold a prefix of {}",
+            cache.len(),
+            tokens.len()
+        );
+        cache.truncate(tokens.len());
+        Session {
+            cache,
+            tokens: tokens.to_vec(),
+        }
+    }
+
     /// The tokens held (fed to the model so far).
     pub fn tokens(&self) -> &[u32] {
         &self.tokens

@@ -320,8 +320,9 @@ impl<'a> HostKvLayer<'a> {
                         .write(index, vector),
                     // SAFETY: the cache made the blocks at `len..` its own before the pass
                     // (`PagedCache::prepare`), and nothing reads them while the pass writes.
-                    Store::Paged { buffers, .. } => unsafe { buffers[which].get_mut() }
-                        .write(index, vector),
+                    Store::Paged { buffers, .. } => {
+                        unsafe { buffers[which].get_mut() }.write(index, vector)
+                    }
                 }
             }
         }

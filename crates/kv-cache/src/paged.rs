@@ -30,7 +30,9 @@ impl PoolBuffer {
         let shape = [vectors, head_dim];
         // Zeroed allocations: pages are touched (resident) only once a block is written.
         let host = match kv_type {
-            KvType::F32 => HostBuffer::Float(TensorData::new(vec![0f32; vectors * head_dim], shape)),
+            KvType::F32 => {
+                HostBuffer::Float(TensorData::new(vec![0f32; vectors * head_dim], shape))
+            }
             KvType::F16 => {
                 let zeros: Vec<f16> = vec![0u16; vectors * head_dim].reinterpret_into();
                 HostBuffer::Float(TensorData::new(zeros, shape))
@@ -346,7 +348,11 @@ impl PagedCache {
 
     /// Copy every layer's keys and values of block `from` into block `to` (held alone).
     fn copy_block(&self, from: usize, to: usize) {
-        let (h, bs, d) = (self.config.n_kv_heads, self.pool.block_size, self.config.head_dim);
+        let (h, bs, d) = (
+            self.config.n_kv_heads,
+            self.pool.block_size,
+            self.config.head_dim,
+        );
         let mut scratch = Vec::new();
         for buffers in &self.pool.layers {
             for buffer in buffers {
@@ -378,7 +384,8 @@ impl PagedCache {
                 }
             }
         }
-        let [k, v] = out.map(|x| Tensor::from_data(TensorData::new(x, [1, h, n, d]), &self.pool.device));
+        let [k, v] =
+            out.map(|x| Tensor::from_data(TensorData::new(x, [1, h, n, d]), &self.pool.device));
         Ok((k, v))
     }
 }
@@ -435,7 +442,11 @@ impl KvStore for PagedCache {
         {
             let mut view = self.host_view(layer)?;
             for i in 0..t {
-                view.write(i, &k[i * h * d..(i + 1) * h * d], &v[i * h * d..(i + 1) * h * d])?;
+                view.write(
+                    i,
+                    &k[i * h * d..(i + 1) * h * d],
+                    &v[i * h * d..(i + 1) * h * d],
+                )?;
             }
         }
         self.gather(layer, self.len + t)

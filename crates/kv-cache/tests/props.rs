@@ -333,9 +333,18 @@ proptest! {
 #[derive(Debug, Clone)]
 enum PagedOp {
     /// A sequence starts with this prompt and room for `extra` more tokens.
-    New { prompt: Vec<u32>, extra: usize },
-    Append { seq: usize, ids: Vec<u32> },
-    Truncate { seq: usize, len: usize },
+    New {
+        prompt: Vec<u32>,
+        extra: usize,
+    },
+    Append {
+        seq: usize,
+        ids: Vec<u32>,
+    },
+    Truncate {
+        seq: usize,
+        len: usize,
+    },
     Fork(usize),
     Free(usize),
     Publish(usize),
@@ -360,10 +369,13 @@ fn paged_op() -> impl Strategy<Value = PagedOp> {
 /// What a model would store for the last token of `prefix`: it depends on every token before
 /// it, as real keys and values do, so a block reused after the wrong prefix shows.
 fn kv_of(prefix: &[u32]) -> Vec<(Tok, Tok)> {
-    let seed = prefix
-        .iter()
-        .fold(17u64, |h, &t| h.wrapping_mul(1_000_003).wrapping_add(u64::from(t) + 1));
-    tokens(seed, 1).into_iter().map(|mut l| l.remove(0)).collect()
+    let seed = prefix.iter().fold(17u64, |h, &t| {
+        h.wrapping_mul(1_000_003).wrapping_add(u64::from(t) + 1)
+    });
+    tokens(seed, 1)
+        .into_iter()
+        .map(|mut l| l.remove(0))
+        .collect()
 }
 
 /// Run `ids` after what `cache` holds (`held` are its tokens), as a model's pass would.
@@ -409,8 +421,10 @@ fn check_paged(pool: &PagedPool, seqs: &mut [(PagedCache, Vec<u32>)]) -> Result<
                 let runs = view.key_runs(head, 0, held.len(), &mut scratch);
                 prop_assert!(runs.len() <= held.len().div_ceil(pool.block_size()).max(1));
                 let got: Vec<f32> = runs.concat();
-                let want: Vec<f32> =
-                    keys.iter().flat_map(|k| k[head * DIM..(head + 1) * DIM].to_vec()).collect();
+                let want: Vec<f32> = keys
+                    .iter()
+                    .flat_map(|k| k[head * DIM..(head + 1) * DIM].to_vec())
+                    .collect();
                 prop_assert_eq!(got, want, "host key runs, layer {} head {}", l, head);
             }
         }

@@ -6,10 +6,14 @@
 //! the server) build an [`EngineOptions`] from their flags, call [`Engine::load`], and see
 //! only `LanguageModel` from then on.
 
-use kindle_generate::{LanguageModel, ModelCache};
+use std::sync::Arc;
+
+use kindle_generate::{BlockStats, LanguageModel, ModelCache, PagedModel};
 use kindle_gguf::GgufFile;
 use kindle_kernels::{ActivationFormat, KernelOptions};
-use kindle_kv_cache::{KvCache, KvStore, KvType, SlidingWindowCache};
+use kindle_kv_cache::{
+    KvCache, KvCacheError, KvStore, KvType, PagedCache, PagedPool, SlidingWindowCache,
+};
 
 use crate::device::{DeviceKind, Dtype, OpenDevice};
 use crate::error::ModelError;
@@ -81,6 +85,8 @@ pub struct Engine {
     pub sliding_keep: Option<usize>,
     /// The device it runs on.
     pub device: OpenDevice,
+    /// The pool that [`PagedModel::pooled_cache`] draws from, once opened.
+    pub pool: Option<Arc<PagedPool>>,
 }
 
 impl Engine {
@@ -95,6 +101,7 @@ impl Engine {
             kv_type: options.kv_type,
             sliding_keep: None,
             device,
+            pool: None,
         })
     }
 }
@@ -106,6 +113,8 @@ pub enum EngineCache {
     Fixed(KvCache),
     /// Discards old tokens (after the kept prefix) to make room.
     Sliding(SlidingWindowCache),
+    /// Blocks of a shared [`PagedPool`] (`kindle serve`).
+    Paged(PagedCache),
 }
 
 impl EngineCache {
@@ -114,6 +123,7 @@ impl EngineCache {
         match self {
             EngineCache::Fixed(c) => c,
             EngineCache::Sliding(c) => c,
+            EngineCache::Paged(c) => c,
         }
     }
 
@@ -121,6 +131,7 @@ impl EngineCache {
         match self {
             EngineCache::Fixed(c) => c,
             EngineCache::Sliding(c) => c,
+            EngineCache::Paged(c) => c,
         }
     }
 
@@ -144,17 +155,18 @@ impl ModelCache for EngineCache {
         match self {
             EngineCache::Fixed(c) => EngineCache::Fixed(c.fork()),
             EngineCache::Sliding(c) => EngineCache::Sliding(c.fork()),
+            EngineCache::Paged(c) => EngineCache::Paged(c.fork()),
         }
     }
     fn sliding_keep(&self) -> Option<usize> {
         match self {
-            EngineCache::Fixed(_) => None,
+            EngineCache::Fixed(_) | EngineCache::Paged(_) => None,
             EngineCache::Sliding(c) => Some(c.keep()),
         }
     }
     fn discarded(&self) -> usize {
         match self {
-            EngineCache::Fixed(_) => 0,
+            EngineCache::Fixed(_) | EngineCache::Paged(_) => 0,
             EngineCache::Sliding(c) => c.discarded(),
         }
     }
@@ -200,5 +212,49 @@ impl LanguageModel for Engine {
     }
     fn forward_all(&self, tokens: &[u32], cache: &mut EngineCache) -> Result<Vec<f32>, ModelError> {
         self.llama.forward(tokens, cache.store(), LogitsFor::All)
+    }
+}
+
+impl PagedModel for Engine {
+    /// A pool in host memory stored as the engine's KV type; on a GPU device the Burn path
+    /// gathers each sequence's keys and values from it for every layer (correct, not fast:
+    /// paged attention on the GPU is not written yet).
+    fn open_pool(&mut self, blocks: usize, block_size: usize) -> Result<(), ModelError> {
+        let config = self.llama.config().kv_cache_config(0);
+        let pool = PagedPool::new(
+            config,
+            self.kv_type,
+            blocks,
+            block_size,
+            &self.llama.device(),
+        )?;
+        self.pool = Some(pool);
+        Ok(())
+    }
+
+    fn pooled_cache(
+        &self,
+        prompt: &[u32],
+        capacity: usize,
+    ) -> Result<Option<(EngineCache, usize)>, ModelError> {
+        let pool = self.pool.as_ref().ok_or_else(|| {
+            ModelError::Option("no paged KV pool is open (PagedModel::open_pool)".into())
+        })?;
+        match pool.cache_for(prompt, capacity) {
+            Ok((cache, reused)) => Ok(Some((EngineCache::Paged(cache), reused))),
+            Err(KvCacheError::OutOfBlocks { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn publish(&self, cache: &EngineCache, tokens: &[u32]) -> usize {
+        match cache {
+            EngineCache::Paged(c) => c.pool().publish(c, tokens),
+            _ => 0,
+        }
+    }
+
+    fn pool_stats(&self) -> Option<BlockStats> {
+        self.pool.as_ref().map(|p| p.stats())
     }
 }

@@ -7,7 +7,7 @@ mod common;
 
 use burn::prelude::*;
 use common::max_diff;
-use common::paths::{check_paths, encode, tokens, values};
+use common::paths::{check_paths, encode, tiny_quantized, tokens, values};
 use common::real_model;
 use kindle_gguf::quant::GgmlType;
 use kindle_kernels::{QuantMatrix, WeightBytes};
@@ -27,38 +27,7 @@ fn tiny_model(tied: bool) -> Llama {
 /// [`tiny_model`] with `w_up` of type `up` (`Q8_0`, packed, lets a long prefill take the host
 /// path where the batched kernels win).
 fn tiny_model_with(tied: bool, up: GgmlType) -> Llama {
-    let config = LlamaConfig::new(96, 64, 2, 4, 2, 96).with_tied_embeddings(tied);
-    let (d, hd, ff, vocab) = (64, config.head_dim(), 96, 96);
-    let device = Device::flex();
-    let mut seed = 1;
-    let mut linear = |rows: usize, cols: usize, ty: GgmlType| {
-        seed += 1;
-        let w = values(seed, rows * cols, 1.0 / (cols as f32).sqrt() * 1.5);
-        let m = QuantMatrix::new(ty, rows, cols, WeightBytes::owned(encode(ty, &w))).unwrap();
-        QLinear::quantized(m)
-    };
-    let norm = |seed: u64| {
-        let g: Vec<f32> = values(seed, d, 0.3).iter().map(|v| 1.0 + v).collect();
-        Norm::new(Tensor::from_data(TensorData::new(g, [d]), &device), 1e-5)
-    };
-    let layers = (0..2)
-        .map(|l| {
-            Block::new(
-                norm(100 + l),
-                linear(4 * hd, d, GgmlType::Q8_0),
-                linear(2 * hd, d, GgmlType::F16),
-                linear(2 * hd, d, GgmlType::Q8_0),
-                linear(d, 4 * hd, GgmlType::F32),
-                norm(200 + l),
-                linear(ff, d, GgmlType::Q8_0),
-                linear(ff, d, up),
-                linear(d, ff, GgmlType::Q8_0),
-            )
-        })
-        .collect();
-    let embedding = linear(vocab, d, GgmlType::Q8_0);
-    let output = (!tied).then(|| linear(vocab, d, GgmlType::F16));
-    Llama::from_parts(config, embedding, layers, norm(300), output)
+    tiny_quantized(tied, up, 96)
 }
 
 #[test]

@@ -530,7 +530,7 @@ impl LongRow<'_, '_> {
                 let start = b * POSITION_BLOCK;
                 let len = POSITION_BLOCK.min(n - start);
                 SCRATCH.with_borrow_mut(|scratch| {
-                    let keys = view.keys_at(g, self.first + start, len, &mut scratch.keys);
+                    let keys = view.key_runs(g, self.first + start, len, &mut scratch.keys);
                     for head in g * self.rep..(g + 1) * self.rep {
                         let qv = &self.q[head * hd..(head + 1) * hd];
                         // SAFETY: task (g, b) alone writes these scores of g's heads.
@@ -540,7 +540,8 @@ impl LongRow<'_, '_> {
                                 len,
                             )
                         };
-                        for (s, k) in scores.iter_mut().zip(keys.chunks_exact(hd)) {
+                        let keys = keys.iter().flat_map(|run| run.chunks_exact(hd));
+                        for (s, k) in scores.iter_mut().zip(keys) {
                             *s = dot(qv, k) * self.scale;
                         }
                     }
@@ -572,10 +573,12 @@ impl LongRow<'_, '_> {
                 let col = c * LANES;
                 let mut unused = Vec::new();
                 let rows = if self.borrowed {
-                    &view.values(g, self.first + n, &mut unused)[self.first * hd..]
+                    view.value_runs(g, self.first, n, &mut unused)
                 } else {
                     // SAFETY: the decoded values are final (the score stage has returned).
-                    unsafe { std::slice::from_raw_parts(self.values.get().add(g * n * hd), n * hd) }
+                    vec![unsafe {
+                        std::slice::from_raw_parts(self.values.get().add(g * n * hd), n * hd)
+                    }]
                 };
                 for head in g * self.rep..(g + 1) * self.rep {
                     // SAFETY: the scores are final (the previous stage has returned).
@@ -588,7 +591,7 @@ impl LongRow<'_, '_> {
                             LANES.min(hd - col),
                         )
                     };
-                    weighted_sum_cols(weights, rows, hd, col, out);
+                    weighted_sum_cols(weights, &rows, hd, col, out);
                 }
             }
         }
@@ -686,24 +689,45 @@ fn attend_body(
         keys,
         values,
     } = scratch;
-    // Every position the last row sees, decoded once for the task's rows (borrowed from an
-    // f32 cache).
+    // Every position the rows see, decoded once for the task's rows (borrowed from an f32
+    // cache: one run, or one per block of a paged pool).
+    let from = attention.first_seen(held + first_row);
     let most = held + first_row + contexts.len();
-    let keys = view.keys(g, most, keys);
-    let values = view.values(g, most, values);
+    let keys = view.key_runs(g, from, most - from, keys);
+    let values = view.value_runs(g, from, most - from, values);
+    let mut parts = Vec::with_capacity(values.len());
     for (offset, context) in contexts.iter_mut().enumerate() {
         let i = first_row + offset;
         let seen = held + i + 1;
         let first = attention.first_seen(held + i);
         let qv = &job.q[(i * h + head) * hd..][..hd];
         scores.clear();
-        scores.extend(
-            keys[first * hd..seen * hd]
-                .chunks_exact(hd)
-                .map(|k| dot(qv, k) * attention.scale),
-        );
+        span(&keys, hd, first - from, seen - from, &mut parts);
+        for part in &parts {
+            scores.extend(part.chunks_exact(hd).map(|k| dot(qv, k) * attention.scale));
+        }
         softmax(scores);
-        weighted_sum(scores, &values[first * hd..seen * hd], context);
+        span(&values, hd, first - from, seen - from, &mut parts);
+        weighted_sum(scores, &parts, context);
+    }
+}
+
+/// The vectors `from..to` (counted from the first vector of `runs`) of runs of `width`-wide
+/// vectors, as sub-slices of the runs, into `out`.
+#[inline(always)]
+fn span<'a>(runs: &[&'a [f32]], width: usize, from: usize, to: usize, out: &mut Vec<&'a [f32]>) {
+    out.clear();
+    let mut at = 0;
+    for run in runs {
+        let n = run.len() / width;
+        let (lo, hi) = (from.max(at), to.min(at + n));
+        if lo < hi {
+            out.push(&run[(lo - at) * width..(hi - at) * width]);
+        }
+        at += n;
+        if at >= to {
+            break;
+        }
     }
 }
 
@@ -722,10 +746,11 @@ fn softmax(scores: &mut [f32]) {
     }
 }
 
-/// `out = sum_j weights[j] * rows[j]` for the `out.len()`-wide rows of `rows`, [`LANES`]
-/// columns at a time so that the partial sums stay in registers.
+/// `out = sum_j weights[j] * rows[j]` for the `out.len()`-wide rows of `runs` (in order, over
+/// the runs one after another), [`LANES`] columns at a time so that the partial sums stay in
+/// registers.
 #[inline(always)]
-fn weighted_sum(weights: &[f32], rows: &[f32], out: &mut [f32]) {
+fn weighted_sum(weights: &[f32], rows: &[&[f32]], out: &mut [f32]) {
     let width = out.len();
     for (c, out) in out.chunks_mut(LANES).enumerate() {
         weighted_sum_cols(weights, rows, width, c * LANES, out);
@@ -733,20 +758,25 @@ fn weighted_sum(weights: &[f32], rows: &[f32], out: &mut [f32]) {
 }
 
 /// Columns `col..col + out.len()` (at most [`LANES`]) of `sum_j weights[j] * rows[j]`, the
-/// rows `width` wide: each column summed over `j` in order, whatever else is computed.
+/// rows `width` wide and given as runs of rows, one after another: each column summed over
+/// `j` in order, whatever else is computed and however the rows are split into runs.
 #[inline(always)]
-fn weighted_sum_cols(weights: &[f32], rows: &[f32], width: usize, col: usize, out: &mut [f32]) {
+fn weighted_sum_cols(weights: &[f32], runs: &[&[f32]], width: usize, col: usize, out: &mut [f32]) {
     let n = out.len();
     let mut acc = [0f32; LANES];
-    for (&w, row) in weights.iter().zip(rows.chunks_exact(width)) {
-        let row = &row[col..col + n];
-        if n == LANES {
-            for l in 0..LANES {
-                acc[l] += w * row[l];
-            }
-        } else {
-            for (a, &x) in acc.iter_mut().zip(row) {
-                *a += w * x;
+    let mut weights = weights.iter();
+    for run in runs {
+        // The run first: `zip` stops on it without taking a weight that belongs to the next.
+        for (row, &w) in run.chunks_exact(width).zip(weights.by_ref()) {
+            let row = &row[col..col + n];
+            if n == LANES {
+                for l in 0..LANES {
+                    acc[l] += w * row[l];
+                }
+            } else {
+                for (a, &x) in acc.iter_mut().zip(row) {
+                    *a += w * x;
+                }
             }
         }
     }

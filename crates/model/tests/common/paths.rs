@@ -1,9 +1,13 @@
 //! The two executors side by side: deterministic weights and tokens, and the check that the
 //! host path and the Burn path give the same logits through a prefill and greedy decoding.
 
+use burn::prelude::*;
 use half::f16;
 use kindle_gguf::quant::GgmlType;
-use kindle_model::{KvStore, Llama, LogitsFor};
+use kindle_kernels::{QuantMatrix, WeightBytes};
+use kindle_model::linear::QLinear;
+use kindle_model::llama::{Block, Norm};
+use kindle_model::{KvStore, Llama, LlamaConfig, LogitsFor};
 use kindle_sampling::logprobs::argmax;
 
 use super::max_diff;
@@ -98,4 +102,44 @@ pub fn check_paths<C: KvStore>(
         next = greedy(&host);
     }
     host_cache
+}
+
+/// A tiny GQA model (4 query heads over 2 KV heads, 2 layers, vocabulary 96) whose matrices
+/// are quantized in a mix of types, `w_up` of type `up`, for contexts of `context` tokens;
+/// norm scales are not all ones.
+pub fn tiny_quantized(tied: bool, up: GgmlType, context: usize) -> Llama {
+    let config = LlamaConfig::new(96, 64, 2, 4, 2, 96)
+        .with_tied_embeddings(tied)
+        .with_context_length(context);
+    let (d, hd, ff, vocab) = (64, config.head_dim(), 96, 96);
+    let device = Device::flex();
+    let mut seed = 1;
+    let mut linear = |rows: usize, cols: usize, ty: GgmlType| {
+        seed += 1;
+        let w = values(seed, rows * cols, 1.0 / (cols as f32).sqrt() * 1.5);
+        let m = QuantMatrix::new(ty, rows, cols, WeightBytes::owned(encode(ty, &w))).unwrap();
+        QLinear::quantized(m)
+    };
+    let norm = |seed: u64| {
+        let g: Vec<f32> = values(seed, d, 0.3).iter().map(|v| 1.0 + v).collect();
+        Norm::new(Tensor::from_data(TensorData::new(g, [d]), &device), 1e-5)
+    };
+    let layers = (0..2)
+        .map(|l| {
+            Block::new(
+                norm(100 + l),
+                linear(4 * hd, d, GgmlType::Q8_0),
+                linear(2 * hd, d, GgmlType::F16),
+                linear(2 * hd, d, GgmlType::Q8_0),
+                linear(d, 4 * hd, GgmlType::F32),
+                norm(200 + l),
+                linear(ff, d, GgmlType::Q8_0),
+                linear(ff, d, up),
+                linear(d, ff, GgmlType::Q8_0),
+            )
+        })
+        .collect();
+    let embedding = linear(vocab, d, GgmlType::Q8_0);
+    let output = (!tied).then(|| linear(vocab, d, GgmlType::F16));
+    Llama::from_parts(config, embedding, layers, norm(300), output)
 }
