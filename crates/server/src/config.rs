@@ -19,11 +19,17 @@ pub struct ServerConfig {
     /// arrival order); a longer prompt is prefilled in chunks over several steps, while the
     /// decoding sequences go on generating one token a step.
     pub step_tokens: usize,
-    /// Finished sequences' sessions kept for prefix reuse (0: none). A prompt sharing a
-    /// prefix with one of them (a system prompt, a chat history) prefills only the rest. With
-    /// it on, every session's KV cache holds the whole context (`parallel + prefix_cache`
-    /// caches of `context` tokens at most).
-    pub prefix_cache: usize,
+    /// Reuse the KV blocks of earlier prompts (prefix caching): every full block of a
+    /// sequence is indexed by the tokens up to its end, and a new prompt starting with the
+    /// same tokens (a system prompt, a chat history) takes those blocks instead of computing
+    /// them again. Blocks of finished sequences stay cached until the pool needs the room.
+    pub prefix_cache: bool,
+    /// Tokens of KV storage in the paged pool that every sequence draws its blocks from
+    /// (`None`: `parallel x context`, so that every slot can hold a whole context). A
+    /// request waits in the queue until the pool can hold its prompt plus its `max_tokens`.
+    pub kv_pool_tokens: Option<usize>,
+    /// Tokens per KV block (the prefix cache's granularity).
+    pub block_size: usize,
     /// When set, every endpoint but `/health` needs `Authorization: Bearer <key>`.
     pub api_key: Option<String>,
     /// Origins allowed by CORS (`*` for any); none: CORS off.
@@ -43,7 +49,8 @@ pub struct ServerConfig {
 
 impl ServerConfig {
     /// Defaults for a model called `model_name` with a context of `context` tokens: 4
-    /// parallel sequences, a queue of 64, 512 prefill tokens per step, no prefix cache, no key, no CORS, 4 MiB
+    /// parallel sequences, a queue of 64, 512 prefill tokens per step, prefix caching in blocks
+    /// of 16 tokens in a pool of `parallel x context` tokens, no key, no CORS, 4 MiB
     /// headers within 30 s of connecting (or of the previous
     /// response), bodies read within 30 s, 30 s to drain.
     pub fn new(model_name: impl Into<String>, context: usize) -> Self {
@@ -53,7 +60,9 @@ impl ServerConfig {
             parallel: 4,
             queue: 64,
             step_tokens: 512,
-            prefix_cache: 0,
+            prefix_cache: true,
+            kv_pool_tokens: None,
+            block_size: 16,
             api_key: None,
             cors_origins: Vec::new(),
             max_body_bytes: 4 << 20,
@@ -69,6 +78,7 @@ impl ServerConfig {
             ("--ctx-size", self.context),
             ("--parallel", self.parallel),
             ("--batch-tokens", self.step_tokens),
+            ("--block-size", self.block_size),
         ];
         if self.header_timeout.is_zero() {
             return Err(ServerError::InvalidSetting {
@@ -86,6 +96,25 @@ impl ServerConfig {
                 });
             }
         }
+        if self.pool_tokens() < self.context {
+            return Err(ServerError::InvalidSetting {
+                name: "--kv-pool",
+                value: self.pool_tokens().to_string(),
+                expected: "at least the context length (--ctx-size), so that any request fits",
+            });
+        }
         Ok(())
+    }
+
+    /// Tokens of the KV pool: [`kv_pool_tokens`](Self::kv_pool_tokens) or `parallel x
+    /// context`.
+    pub fn pool_tokens(&self) -> usize {
+        self.kv_pool_tokens
+            .unwrap_or_else(|| self.parallel.saturating_mul(self.context))
+    }
+
+    /// Blocks of the KV pool: enough for [`pool_tokens`](Self::pool_tokens).
+    pub fn pool_blocks(&self) -> usize {
+        self.pool_tokens().div_ceil(self.block_size.max(1))
     }
 }

@@ -5,13 +5,22 @@
 //! 1. takes the new jobs into its waiting queue (blocking only when nothing runs or waits);
 //! 2. drops the jobs and sequences whose client went away (their event channel is closed), so a
 //!    disconnected client's sequence leaves within one step and its cache is freed;
-//! 3. admits waiting jobs while fewer than `parallel` sequences run (a fresh session each);
+//! 3. admits waiting jobs, in order, while fewer than `parallel` sequences run and the paged KV
+//!    pool can hold the next one's prompt plus its `max_tokens` (its blocks are reserved then,
+//!    so a running sequence never runs out; a job that does not fit yet waits for sequences to
+//!    finish, and those behind it wait too). With prefix caching its cache starts with the
+//!    longest run of cached blocks its prompt begins with, which is not computed again;
 //! 4. asks every running sequence for its next step: decoding sequences feed their last token,
 //!    new ones their prompt, in chunks: the prompts share a budget of `step_tokens` per step,
 //!    and one longer than what is left is fed in pieces over several steps (chunked prefill),
 //!    so the decoding streams keep their pace while a long prompt is read;
 //! 5. runs **one** [`Sequence::forward_batch`] over all of them, then samples each sequence's
 //!    token with its own sampler and sends the event to its client.
+//!
+//! After each step, every sequence's newly filled blocks are published to the prefix index
+//! (so that a request arriving while another with the same system prompt still runs reuses
+//! it); a finished or cancelled sequence's blocks go back to the pool, published ones kept as
+//! cache until the room is needed (least recently released first).
 //!
 //! A sequence's output is what the same request gives alone: each has its own session, sampler
 //! (and seed), stops and logprobs, and the model gives each row the same logits in any batch.
@@ -23,7 +32,8 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::time::{Duration, Instant};
 
 use kindle_generate::{
-    Event, FinishReason, GenerationConfig, LanguageModel, Sequence, Session, Step,
+    Event, FinishReason, GenerationConfig, ModelCache, PagedModel, Sequence,
+    Session, Step,
 };
 use kindle_sampling::{LogitsConstraint, Sampler, TraceSummary};
 use tokio::sync::mpsc::UnboundedSender;
@@ -110,13 +120,12 @@ pub struct EngineOptions {
     pub parallel: usize,
     /// Most prompt tokens fed in one step (longer prompts are prefilled in chunks).
     pub step_tokens: usize,
-    /// Finished sequences' sessions kept for reuse (0: none): a new prompt takes the idle
-    /// session sharing its longest prefix, and only the rest of the prompt is prefilled.
-    /// With it on, every session holds the whole `context` (so that any can be reused);
-    /// without it, a session holds its prompt plus the most tokens it may generate.
-    pub prefix_cache: usize,
-    /// Context length per sequence.
-    pub context: usize,
+    /// Reuse cached blocks of earlier prompts (prefix caching).
+    pub prefix_cache: bool,
+    /// Blocks in the paged KV pool.
+    pub pool_blocks: usize,
+    /// Tokens per block.
+    pub block_size: usize,
 }
 
 /// The handlers' side of the engine: a channel to its thread.
@@ -135,15 +144,23 @@ impl EngineHandle {
 /// Start the engine thread with `model`; it ends on [`Command::Shutdown`] or when every
 /// handle is dropped and nothing runs.
 pub fn spawn<M, C>(
-    model: M,
+    mut model: M,
     codec: Arc<C>,
     options: EngineOptions,
     metrics: Arc<Metrics>,
 ) -> Result<(EngineHandle, std::thread::JoinHandle<()>), ServerError>
 where
-    M: LanguageModel + Send + 'static,
+    M: PagedModel + Send + 'static,
     C: TextCodec,
 {
+    model
+        .open_pool(options.pool_blocks, options.block_size)
+        .map_err(|e| ServerError::Pool {
+            blocks: options.pool_blocks,
+            block_size: options.block_size,
+            message: e.to_string(),
+        })?;
+    metrics.set_blocks(model.pool_stats().unwrap_or_default());
     let (commands, receiver) = std::sync::mpsc::channel();
     let thread = std::thread::Builder::new()
         .name("kindle-engine".into())
@@ -156,8 +173,6 @@ where
                 metrics,
                 waiting: VecDeque::new(),
                 running: Vec::new(),
-                idle: Vec::new(),
-                clock: 0,
             };
             engine.run(receiver)
         })
@@ -166,7 +181,7 @@ where
 }
 
 /// A running sequence and what the engine tracks about it.
-struct Running<M: LanguageModel, C: TextCodec> {
+struct Running<M: PagedModel, C: TextCodec> {
     seq: Sequence<M, Arc<C>>,
     index: usize,
     events: UnboundedSender<Update>,
@@ -176,24 +191,23 @@ struct Running<M: LanguageModel, C: TextCodec> {
     feed: Option<Vec<u32>>,
     /// Whether the sequence has produced its first token.
     started: bool,
+    /// Tokens of it already offered to the prefix index.
+    published: usize,
     last_token: Option<Instant>,
     /// Set when the sequence leaves at the end of this step.
     finished: bool,
 }
 
-struct Engine<M: LanguageModel, C: TextCodec> {
+struct Engine<M: PagedModel, C: TextCodec> {
     model: M,
     codec: Arc<C>,
     options: EngineOptions,
     metrics: Arc<Metrics>,
     waiting: VecDeque<Job>,
     running: Vec<Running<M, C>>,
-    /// Sessions of finished sequences, with when each was last used (for LRU eviction).
-    idle: Vec<(Session<M>, u64)>,
-    clock: u64,
 }
 
-impl<M: LanguageModel, C: TextCodec> Engine<M, C> {
+impl<M: PagedModel, C: TextCodec> Engine<M, C> {
     fn run(mut self, commands: Receiver<Command>) {
         loop {
             let idle = self.running.is_empty() && self.waiting.is_empty();
@@ -239,10 +253,14 @@ impl<M: LanguageModel, C: TextCodec> Engine<M, C> {
             self.drop_cancelled();
             self.admit();
             self.step();
-            self.retire_finished();
+            self.publish();
+            self.running.retain(|r| !r.finished);
             self.metrics
                 .running
                 .store(self.running.len(), Ordering::SeqCst);
+            if let Some(stats) = self.model.pool_stats() {
+                self.metrics.set_blocks(stats);
+            }
         }
     }
 
@@ -267,39 +285,68 @@ impl<M: LanguageModel, C: TextCodec> Engine<M, C> {
         }
     }
 
-    /// Start waiting jobs while there are free slots.
+    /// Start waiting jobs, in order, while there are free slots and the pool can hold the
+    /// next one (its prompt plus its most generated tokens).
     fn admit(&mut self) {
         while self.running.len() < self.options.parallel {
-            let Some(job) = self.waiting.pop_front() else {
+            let Some(job) = self.waiting.front() else {
                 break;
             };
+            let reuse: &[u32] = if self.options.prefix_cache {
+                &job.prompt
+            } else {
+                &[]
+            };
+            let cache = match self.model.pooled_cache(reuse, job.capacity) {
+                Ok(Some(cache)) => Some(Ok(cache)),
+                // The pool is full: wait for running sequences to give blocks back. (The
+                // pool holds at least one whole context, so with none running it fits.)
+                Ok(None) if !self.running.is_empty() => break,
+                Ok(None) => Some(Err(format!(
+                    "the KV pool cannot hold {} tokens even when empty",
+                    job.capacity
+                ))),
+                Err(error) => Some(Err(error.to_string())),
+            };
+            let job = self.waiting.pop_front().expect("looked at above");
             self.metrics.queued.fetch_sub(1, Ordering::SeqCst);
-            let started = self.session_for(&job).and_then(|session| {
-                Sequence::new(
-                    &self.model,
-                    session,
-                    &job.prompt,
-                    job.sampler,
-                    Arc::clone(&self.codec),
-                    &job.config,
-                )
-                .map(|seq| match job.constraint {
-                    Some(constraint) => seq.with_constraint(constraint),
-                    None => seq,
-                })
-                .map(|seq| {
-                    if job.trace {
+            let started = match cache {
+                Some(Ok((cache, reused))) => {
+                    if reused > 0 {
+                        self.metrics.prefix_hits.fetch_add(1, Ordering::SeqCst);
+                        self.metrics
+                            .prefix_hit_tokens
+                            .fetch_add(reused as u64, Ordering::SeqCst);
+                    }
+                    let session = Session::with_prefix(cache, &job.prompt[..reused]);
+                    Sequence::new(
+                        &self.model,
+                        session,
+                        &job.prompt,
+                        job.sampler,
+                        Arc::clone(&self.codec),
+                        &job.config,
+                    )
+                    .map_err(|e| e.to_string())
+                }
+                Some(Err(message)) => Err(message),
+                None => unreachable!("a job that waits is not popped"),
+            };
+            match started {
+                Ok(seq) => {
+                    let seq = match job.constraint {
+                        Some(constraint) => seq.with_constraint(constraint),
+                        None => seq,
+                    };
+                    let seq = if job.trace {
                         seq.with_trace(TRACE_CANDIDATES)
                     } else {
                         seq
-                    }
-                })
-            });
-            match started {
-                Ok(seq) => {
+                    };
                     self.metrics
                         .prompt_tokens
                         .fetch_add(job.prompt.len() as u64, Ordering::SeqCst);
+                    let published = seq.session().len();
                     self.running.push(Running {
                         seq,
                         index: job.index,
@@ -308,81 +355,36 @@ impl<M: LanguageModel, C: TextCodec> Engine<M, C> {
                         prompt_tokens: job.prompt.len(),
                         feed: None,
                         started: false,
+                        published,
                         last_token: None,
                         finished: false,
                     });
                 }
-                Err(error) => {
+                Err(message) => {
                     let _ = job.events.send(Update::Error {
                         index: job.index,
-                        message: error.to_string(),
+                        message,
                     });
                 }
             }
         }
     }
 
-    /// The idle session sharing the longest prefix with the job's prompt (and large enough for
-    /// it), or a new one.
-    fn session_for(&mut self, job: &Job) -> Result<Session<M>, kindle_generate::GenerateError> {
-        let best = self
-            .idle
-            .iter()
-            .enumerate()
-            .filter(|(_, (session, _))| session.capacity() >= job.capacity)
-            .map(|(i, (session, _))| (i, session.common_prefix_len(&job.prompt)))
-            .filter(|&(_, shared)| shared > 0)
-            .max_by_key(|&(_, shared)| shared);
-        match best {
-            Some((i, shared)) => {
-                let (session, _) = self.idle.swap_remove(i);
-                // The last prompt token is always fed again (its logits start the generation).
-                let reused = shared.min(job.prompt.len().saturating_sub(1));
-                self.metrics.prefix_hits.fetch_add(1, Ordering::SeqCst);
-                self.metrics
-                    .prefix_hit_tokens
-                    .fetch_add(reused as u64, Ordering::SeqCst);
-                self.metrics
-                    .idle_sessions
-                    .store(self.idle.len(), Ordering::SeqCst);
-                Ok(session)
-            }
-            None => {
-                let capacity = if self.options.prefix_cache > 0 {
-                    job.capacity.max(self.options.context)
-                } else {
-                    job.capacity
-                };
-                Session::new(&self.model, capacity)
-            }
-        }
-    }
-
-    /// Remove finished sequences; keep their sessions for prefix reuse (least recently used
-    /// evicted beyond the limit), or free them.
-    fn retire_finished(&mut self) {
-        if !self.running.iter().any(|r| r.finished) {
+    /// Offer every running sequence's newly filled blocks to the prefix index (those of
+    /// sequences finishing now too, before their blocks go back to the pool).
+    fn publish(&mut self) {
+        if !self.options.prefix_cache {
             return;
         }
-        let (finished, running): (Vec<_>, Vec<_>) = std::mem::take(&mut self.running)
-            .into_iter()
-            .partition(|r| r.finished);
-        self.running = running;
-        if self.options.prefix_cache == 0 {
-            return;
-        }
-        for r in finished {
-            self.clock += 1;
-            self.idle.push((r.seq.into_session(), self.clock));
-        }
-        while self.idle.len() > self.options.prefix_cache {
-            if let Some(oldest) = (0..self.idle.len()).min_by_key(|&i| self.idle[i].1) {
-                self.idle.swap_remove(oldest);
+        let bs = self.options.block_size;
+        for r in &mut self.running {
+            let session = r.seq.session();
+            let held = session.cache().len().min(session.tokens().len());
+            if held / bs > r.published / bs {
+                self.model.publish(session.cache(), session.tokens());
+                r.published = held;
             }
         }
-        self.metrics
-            .idle_sessions
-            .store(self.idle.len(), Ordering::SeqCst);
     }
 
     /// One step: plan every running sequence, run one batched forward pass, sample.
@@ -488,7 +490,7 @@ impl<M: LanguageModel, C: TextCodec> Engine<M, C> {
 
 /// Send a sequence's event to its client, recording metrics; a closed channel (the client went
 /// away) or the final event marks it finished.
-fn send_event<M: LanguageModel, C: TextCodec>(
+fn send_event<M: PagedModel, C: TextCodec>(
     r: &mut Running<M, C>,
     event: Event,
     trace: Option<TraceSummary>,

@@ -25,6 +25,16 @@ pub enum ServerError {
         /// What is accepted.
         expected: &'static str,
     },
+    /// The model could not make the paged KV pool.
+    #[error("making the KV pool of {blocks} blocks of {block_size} tokens: {message}")]
+    Pool {
+        /// Blocks asked for.
+        blocks: usize,
+        /// Tokens per block.
+        block_size: usize,
+        /// The model's error.
+        message: String,
+    },
 }
 
 /// An error response in OpenAI's shape: `{"error": {"message", "type", "param", "code"}}`

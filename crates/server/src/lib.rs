@@ -1,6 +1,7 @@
 //! `kindle serve`: an OpenAI-compatible HTTP server with continuous batching.
 //!
-//! The server is generic over the model ([`kindle_generate::LanguageModel`]) and the tokenizer
+//! The server is generic over the model ([`kindle_generate::PagedModel`]: a language model
+//! whose caches are blocks of one shared pool with a prefix index) and the tokenizer
 //! ([`TextCodec`]); `kindle serve` passes the loaded engine and the model's tokenizer, tests
 //! pass fakes. One engine thread owns the model and every running sequence and runs steps
 //! (one batched forward pass over every running sequence each, sequences joining and leaving
@@ -12,12 +13,12 @@
 //! `POST /detokenize`. Errors have OpenAI's shape (see [`ApiError`]).
 //!
 //! ```no_run
-//! use kindle_generate::LanguageModel;
+//! use kindle_generate::PagedModel;
 //! use kindle_server::{ServerConfig, ServerError, TextCodec};
 //!
 //! fn start<M, C>(model: M, codec: C) -> Result<(), ServerError>
 //! where
-//!     M: LanguageModel + Send + 'static,
+//!     M: PagedModel + Send + 'static,
 //!     C: TextCodec,
 //! {
 //!     let mut config = ServerConfig::new("SmolLM2-135M-Instruct", 4096);

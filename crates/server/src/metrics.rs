@@ -7,6 +7,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use kindle_generate::BlockStats;
+
 /// Upper bounds (seconds) of the time-to-first-token buckets.
 const TTFT_BUCKETS: [f64; 12] = [
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -78,12 +80,12 @@ pub struct Metrics {
     pub step_rows: AtomicU64,
     /// Prompt chunks fed without their prompt's end (a long prompt prefilled over steps).
     pub prefill_chunks: AtomicU64,
-    /// Sequences that started from an idle session sharing a prefix of their prompt.
+    /// Sequences that started with cached blocks of their prompt (prefix caching).
     pub prefix_hits: AtomicU64,
     /// Prompt tokens those sequences did not prefill again.
     pub prefix_hit_tokens: AtomicU64,
-    /// Idle sessions kept for prefix reuse.
-    pub idle_sessions: AtomicUsize,
+    /// Where the paged KV pool's blocks are (set by the engine after each step).
+    blocks: Mutex<BlockStats>,
     requests: Mutex<BTreeMap<u16, u64>>,
     ttft: Mutex<Histogram>,
     per_token: Mutex<Histogram>,
@@ -102,7 +104,7 @@ impl Default for Metrics {
             prefill_chunks: AtomicU64::new(0),
             prefix_hits: AtomicU64::new(0),
             prefix_hit_tokens: AtomicU64::new(0),
-            idle_sessions: AtomicUsize::new(0),
+            blocks: Mutex::new(BlockStats::default()),
             requests: Mutex::new(BTreeMap::new()),
             ttft: Mutex::new(Histogram::new(&TTFT_BUCKETS)),
             per_token: Mutex::new(Histogram::new(&TOKEN_BUCKETS)),
@@ -111,6 +113,18 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Record where the KV pool's blocks are.
+    pub fn set_blocks(&self, stats: BlockStats) {
+        if let Ok(mut blocks) = self.blocks.lock() {
+            *blocks = stats;
+        }
+    }
+
+    /// Where the KV pool's blocks were at the end of the last step.
+    pub fn blocks(&self) -> BlockStats {
+        self.blocks.lock().map(|b| *b).unwrap_or_default()
+    }
+
     /// Count a finished HTTP request by its status.
     pub fn count_request(&self, status: u16) {
         if let Ok(mut map) = self.requests.lock() {
@@ -165,12 +179,35 @@ impl Metrics {
                 "Sequences waiting for a running slot.",
                 self.queued.load(Ordering::SeqCst) as u64,
             ),
-            (
-                "kindle_prefix_cache_sessions",
-                "Idle sessions kept for prefix reuse.",
-                self.idle_sessions.load(Ordering::SeqCst) as u64,
-            ),
         ];
+        let blocks = self.blocks();
+        let gauges = gauges.into_iter().chain([
+            (
+                "kindle_kv_blocks_total",
+                "Blocks in the paged KV pool.",
+                blocks.total as u64,
+            ),
+            (
+                "kindle_kv_blocks_used",
+                "KV blocks held by running sequences.",
+                blocks.used as u64,
+            ),
+            (
+                "kindle_kv_blocks_cached",
+                "KV blocks held by no sequence, kept for the prefix cache (evicted when needed).",
+                blocks.cached as u64,
+            ),
+            (
+                "kindle_kv_blocks_free",
+                "KV blocks holding nothing.",
+                blocks.free as u64,
+            ),
+            (
+                "kindle_kv_block_size_tokens",
+                "Tokens per KV block.",
+                blocks.block_size as u64,
+            ),
+        ]);
         for (name, help, value) in gauges {
             let _ = writeln!(
                 out,
@@ -210,7 +247,7 @@ impl Metrics {
             ),
             (
                 "kindle_prefix_cache_hits_total",
-                "Sequences that reused an idle session's prefix.",
+                "Sequences that started with cached KV blocks of their prompt.",
                 &self.prefix_hits,
             ),
             (

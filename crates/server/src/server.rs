@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use kindle_generate::LanguageModel;
+use kindle_generate::PagedModel;
 use tokio::net::TcpListener;
 
 use crate::codec::TextCodec;
@@ -34,7 +34,7 @@ pub async fn serve<M, C>(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError>
 where
-    M: LanguageModel + Send + 'static,
+    M: PagedModel + Send + 'static,
     C: TextCodec,
 {
     config.validate()?;
@@ -44,7 +44,8 @@ where
         parallel: config.parallel,
         step_tokens: config.step_tokens,
         prefix_cache: config.prefix_cache,
-        context: config.context,
+        pool_blocks: config.pool_blocks(),
+        block_size: config.block_size,
     };
     let (engine, thread) = engine::spawn(model, Arc::clone(&codec), options, Arc::clone(&metrics))?;
     let draining = Arc::new(AtomicBool::new(false));
@@ -140,7 +141,7 @@ pub fn run<M, C>(
     on_listening: impl FnOnce(SocketAddr),
 ) -> Result<(), ServerError>
 where
-    M: LanguageModel + Send + 'static,
+    M: PagedModel + Send + 'static,
     C: TextCodec,
 {
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -546,12 +546,24 @@ async fn small_endpoints() {
     server.stop().await;
 }
 
+/// Wait until the engine has given back every block (it does right after the last answer).
+async fn until_no_block_is_used(server: &TestServer) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while server.metric("kindle_kv_blocks_used").await > 0.0 {
+        assert!(std::time::Instant::now() < deadline, "blocks still held");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn prefix_cache_reuses_a_finished_sessions_prompt() {
+async fn prefix_cache_reuses_the_blocks_of_an_earlier_prompt() {
     let mut cfg = config();
-    cfg.prefix_cache = 2;
+    cfg.block_size = 4;
     let server = TestServer::start(cfg, Duration::ZERO).await;
-    let system = "you are a helpful assistant. ";
+    assert_eq!(server.metric("kindle_kv_block_size_tokens").await, 4.0);
+    // 256-token context x 4 parallel sequences, in blocks of 4.
+    assert_eq!(server.metric("kindle_kv_blocks_total").await, 256.0);
+    let system = "you are a helpful assistant. "; // 29 tokens: 7 whole blocks
     for (i, question) in ["what is up", "where is it", "who are you"]
         .iter()
         .enumerate()
@@ -570,18 +582,91 @@ async fn prefix_cache_reuses_a_finished_sessions_prompt() {
             server.metric("kindle_prefix_cache_hits_total").await,
             i as f64
         );
-        // The engine keeps the session right after the answer is sent.
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while server.metric("kindle_prefix_cache_sessions").await < 1.0 {
-            assert!(std::time::Instant::now() < deadline);
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        until_no_block_is_used(&server).await;
+        // The finished sequence's full blocks stay cached; the rest are free again.
+        assert!(server.metric("kindle_kv_blocks_cached").await >= 7.0);
     }
-    // Each later prompt skipped at least the shared system text.
+    // Each later prompt skipped the system text's 7 whole blocks ("wh" continues it too).
     let saved = server.metric("kindle_prefix_cache_hit_tokens_total").await;
-    assert!(saved >= 2.0 * system.len() as f64, "{saved}");
-    assert_eq!(server.metric("kindle_prefix_cache_sessions").await, 1.0);
+    assert!(saved >= 2.0 * 28.0, "{saved}");
+    let blocks = ["used", "cached", "free"];
+    let mut sum = 0.0;
+    for b in blocks {
+        sum += server.metric(&format!("kindle_kv_blocks_{b}")).await;
+    }
+    assert_eq!(sum, 256.0, "used + cached + free");
     server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_prefix_cache_nothing_is_reused() {
+    let mut cfg = config();
+    cfg.block_size = 4;
+    cfg.prefix_cache = false;
+    let server = TestServer::start(cfg, Duration::ZERO).await;
+    for _ in 0..2 {
+        let (status, body) = server
+            .post(
+                "/v1/completions",
+                &json!({"prompt": "the same prompt twice", "max_tokens": 4, "temperature": 0}),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    until_no_block_is_used(&server).await;
+    assert_eq!(server.metric("kindle_prefix_cache_hits_total").await, 0.0);
+    assert_eq!(server.metric("kindle_kv_blocks_cached").await, 0.0);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_wait_for_room_in_a_small_pool() {
+    // A pool of one context (256 tokens): each request reserves its prompt plus 200 tokens,
+    // so only one runs at a time although four slots are free; the others wait, then run,
+    // and each gets what it gets alone.
+    let mut cfg = config();
+    cfg.kv_pool_tokens = Some(256);
+    cfg.prefix_cache = false;
+    let server = TestServer::start(cfg, Duration::from_millis(1)).await;
+    let prompts = ["one tale", "two tales", "three tales", "four tales"];
+    let mut tasks = Vec::new();
+    for prompt in prompts {
+        let client = server.client.clone();
+        tasks.push(tokio::spawn(async move {
+            let body = json!({"prompt": prompt, "max_tokens": 200, "temperature": 0});
+            let reply = client
+                .post("/v1/completions")
+                .header("content-type", "application/json")
+                .body(body.to_string())
+                .send()
+                .await;
+            let status = reply.status;
+            let body: Value = serde_json::from_str(&reply.text().await).unwrap();
+            (prompt, status, body)
+        }));
+    }
+    let mut running_max = 0.0f64;
+    while !tasks.iter().all(|t| t.is_finished()) {
+        running_max = running_max.max(server.metric("kindle_sequences_running").await);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert_eq!(running_max, 1.0, "the pool holds one request at a time");
+    for task in tasks {
+        let (prompt, status, body) = task.await.unwrap();
+        assert_eq!(status, 200, "{prompt}: {body}");
+        let (expected, _, _) = alone(&prompt_ids(prompt), 200, greedy(), &[]);
+        assert_eq!(body["choices"][0]["text"], expected.as_str(), "{prompt}");
+    }
+    until_no_block_is_used(&server).await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_smaller_than_the_context_is_refused() {
+    let mut cfg = config();
+    cfg.kv_pool_tokens = Some(100);
+    let error = cfg.validate().unwrap_err().to_string();
+    assert!(error.contains("--kv-pool"), "{error}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,6 @@
 //! A bounded load test on loopback with the fake model: 64 concurrent streams, 30% of them
 //! disconnecting after a few chunks. No 5xx, every finished stream ends with `[DONE]` and
-//! equals the request run alone, and afterwards nothing runs or waits.
+//! equals the request run alone, and afterwards nothing runs or waits and no KV block is held.
 
 mod common;
 
@@ -14,6 +14,10 @@ async fn sixty_four_streams_with_early_disconnects() {
     let mut cfg = config();
     cfg.parallel = 16;
     cfg.queue = 64;
+    // Each request reserves 4 blocks of 16 (prompt plus 48 tokens): a pool of 32 holds 8 of
+    // the 16 slots' requests, so admission waits for blocks under load too.
+    cfg.kv_pool_tokens = Some(512);
+    cfg.context = 128;
     let server = TestServer::start(cfg, Duration::from_millis(1)).await;
     let mut tasks = Vec::new();
     for i in 0..64usize {
@@ -84,5 +88,7 @@ async fn sixty_four_streams_with_early_disconnects() {
     let (_, metrics) = server.get("/metrics").await;
     assert!(!metrics.contains("status=\"5"), "{metrics}");
     assert!(server.metric("kindle_sequences_cancelled_total").await >= 1.0);
+    // Finished and cancelled sequences gave back every block.
+    assert_eq!(server.metric("kindle_kv_blocks_used").await, 0.0);
     server.stop().await;
 }

@@ -51,10 +51,19 @@ pub struct ServeArgs {
     /// several steps while the running sequences keep generating (chunked prefill)
     #[arg(long, value_name = "N", default_value_t = 512)]
     pub batch_tokens: usize,
-    /// Keep the KV caches of this many finished requests; a new prompt sharing a prefix with
-    /// one (a system prompt, a chat history) prefills only the rest (0: off)
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub prefix_cache: usize,
+    /// Turn prefix caching off. With it on (the default), the KV blocks of every prompt are
+    /// indexed by their tokens, and a new prompt starting with the same tokens (a system
+    /// prompt, a chat history) reuses them instead of computing them again
+    #[arg(long)]
+    pub no_prefix_cache: bool,
+    /// Tokens of KV storage in the paged pool that all sequences share [default: --parallel
+    /// x --ctx-size]; a request waits until the pool can hold its prompt plus its max_tokens.
+    /// Memory is taken as blocks are first used
+    #[arg(long = "kv-pool", value_name = "TOKENS")]
+    pub kv_pool: Option<usize>,
+    /// Tokens per KV block (the prefix cache's granularity)
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub block_size: usize,
     /// Require `Authorization: Bearer KEY` on every endpoint but /health
     #[arg(long, value_name = "KEY")]
     pub api_key: Option<String>,
@@ -104,7 +113,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
     config.parallel = args.parallel;
     config.queue = args.queue;
     config.step_tokens = args.batch_tokens;
-    config.prefix_cache = args.prefix_cache;
+    config.prefix_cache = !args.no_prefix_cache;
+    config.kv_pool_tokens = args.kv_pool;
+    config.block_size = args.block_size;
     config.api_key = args.api_key.clone();
     config.cors_origins = args.cors_origins.clone();
     config.max_body_bytes = args.max_body;
@@ -113,9 +124,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
     config.validate()?;
     let addr = SocketAddr::new(args.host, args.port);
     let (parallel, context) = (config.parallel, config.context);
+    let (pool, block) = (config.pool_tokens(), config.block_size);
     kindle_server::run(addr, plan.engine, codec, config, |addr| {
         eprintln!(
-            "kindle: serving {} on http://{addr} ({parallel} parallel sequences, context {context})",
+            "kindle: serving {} on http://{addr} ({parallel} parallel sequences, context {context}, \
+             KV pool {pool} tokens in blocks of {block})",
             addr.ip()
         );
     })

@@ -3,7 +3,7 @@
 
 use std::convert::Infallible;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -13,8 +13,10 @@ use hyper::body::{Bytes, Frame, Incoming};
 use hyper_util::rt::TokioIo;
 use kindle_generate::chat::ChatMessage;
 use kindle_generate::{
-    BoxError, GenerationConfig, LanguageModel, ModelCache, Session, TokenDecoder, generate_to_end,
+    BlockStats, BoxError, GenerationConfig, LanguageModel, ModelCache, PagedModel, Session,
+    TokenDecoder, generate_to_end,
 };
+use kindle_blocks::BlockManager;
 use kindle_sampling::SamplerConfig;
 use kindle_server::{ServerConfig, TextCodec};
 use serde_json::Value;
@@ -103,11 +105,24 @@ impl TextCodec for Letters {
     }
 }
 
-/// A cache that keeps its tokens: the fake model's logits depend on the whole history.
-#[derive(Debug, Clone)]
+/// A cache that keeps its tokens: the fake model's logits depend on the whole history. From
+/// the fake's pool it also holds blocks, kept with the same `BlockManager` as the real pool
+/// (its "storage" is the token list: a reused block's tokens are the prompt's, which the
+/// prefix index guarantees).
+#[derive(Debug)]
 pub struct Tokens {
     pub tokens: Vec<u32>,
     pub capacity: usize,
+    blocks: Vec<usize>,
+    pool: Option<Arc<Mutex<BlockManager>>>,
+}
+
+impl Drop for Tokens {
+    fn drop(&mut self) {
+        if let Some(pool) = &self.pool {
+            pool.lock().unwrap().release_all(&self.blocks);
+        }
+    }
 }
 
 impl ModelCache for Tokens {
@@ -121,7 +136,18 @@ impl ModelCache for Tokens {
         self.tokens.truncate(len);
     }
     fn fork(&self) -> Self {
-        self.clone()
+        if let Some(pool) = &self.pool {
+            let mut pool = pool.lock().unwrap();
+            for &b in &self.blocks {
+                pool.retain(b);
+            }
+        }
+        Tokens {
+            tokens: self.tokens.clone(),
+            capacity: self.capacity,
+            blocks: self.blocks.clone(),
+            pool: self.pool.clone(),
+        }
     }
 }
 
@@ -145,6 +171,7 @@ pub struct HashModel {
     pub largest_batch: Arc<AtomicUsize>,
     pub largest_rows: Arc<AtomicUsize>,
     pub passes: Arc<AtomicUsize>,
+    pool: Option<Arc<Mutex<BlockManager>>>,
 }
 
 impl HashModel {
@@ -154,6 +181,7 @@ impl HashModel {
             largest_batch: Arc::new(AtomicUsize::new(0)),
             largest_rows: Arc::new(AtomicUsize::new(0)),
             passes: Arc::new(AtomicUsize::new(0)),
+            pool: None,
         }
     }
 
@@ -202,6 +230,8 @@ impl LanguageModel for HashModel {
         Ok(Tokens {
             tokens: Vec::new(),
             capacity,
+            blocks: Vec::new(),
+            pool: None,
         })
     }
     fn forward_last(&self, tokens: &[u32], cache: &mut Tokens) -> Result<Vec<f32>, CacheFull> {
@@ -226,6 +256,51 @@ impl LanguageModel for HashModel {
             .iter_mut()
             .map(|(tokens, cache)| self.run(tokens, cache))
             .collect()
+    }
+}
+
+impl PagedModel for HashModel {
+    fn open_pool(&mut self, blocks: usize, block_size: usize) -> Result<(), CacheFull> {
+        let manager = BlockManager::new(blocks, block_size).map_err(|_| CacheFull)?;
+        self.pool = Some(Arc::new(Mutex::new(manager)));
+        Ok(())
+    }
+    fn pooled_cache(
+        &self,
+        prompt: &[u32],
+        capacity: usize,
+    ) -> Result<Option<(Tokens, usize)>, CacheFull> {
+        let pool = self.pool.as_ref().ok_or(CacheFull)?;
+        let mut m = pool.lock().unwrap();
+        let bs = m.block_size();
+        let mut blocks = m.match_prefix(prompt, prompt.len().saturating_sub(1) / bs);
+        let fresh = m.blocks_for(capacity).saturating_sub(blocks.len());
+        match m.allocate(fresh) {
+            Ok(more) => {
+                let reused = blocks.len() * bs;
+                blocks.extend(more);
+                let cache = Tokens {
+                    tokens: prompt[..reused].to_vec(),
+                    capacity,
+                    blocks,
+                    pool: Some(Arc::clone(pool)),
+                };
+                Ok(Some((cache, reused)))
+            }
+            Err(_) => {
+                m.release_all(&blocks);
+                Ok(None)
+            }
+        }
+    }
+    fn publish(&self, cache: &Tokens, tokens: &[u32]) -> usize {
+        match &self.pool {
+            Some(pool) => pool.lock().unwrap().publish(&cache.blocks, tokens),
+            None => 0,
+        }
+    }
+    fn pool_stats(&self) -> Option<BlockStats> {
+        self.pool.as_ref().map(|p| p.lock().unwrap().stats())
     }
 }
 
