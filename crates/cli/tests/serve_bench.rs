@@ -183,7 +183,9 @@ fn system_prompt() -> String {
      residents and costs twenty dollars a year for others. The reading rooms are on the \
      second floor, the children's section on the ground floor next to the café, and the \
      computers, printers and scanners on the first floor; printing costs ten cents a page. \
-     Quiet study rooms can be booked for two hours a day."
+     Quiet study rooms can be booked for two hours a day. Wi-Fi is free in the whole \
+     building; ask at the desk for the password, which changes every Monday. A lost card is \
+     replaced for two dollars."
         .to_string()
 }
 

@@ -4,15 +4,19 @@
 //! and writes the cache here instead of through Burn tensor ops. On CPU backends a uniquely
 //! owned, contiguous tensor converts to [`TensorData`] and back without copying (the buffer
 //! moves), so a [`HostKvLayer`] is a view of the cache's own storage: the bytes are not copied
-//! in either direction, and the tensors are put back when the view is dropped.
+//! in either direction, and the tensors are put back when the view is dropped. A paged
+//! pool's layers ([`PoolBuffer`]) are host memory already; a view of one reads them through a
+//! sequence's block table.
+
+use std::cell::UnsafeCell;
 
 use burn::prelude::*;
 use burn::tensor::{DType, TensorData};
 use half::f16;
+use half::vec::HalfBitsVecExt;
 
-use crate::paged::PoolBuffer;
 use crate::storage::{Buffer, placeholder};
-use crate::{KvCacheConfig, KvCacheError};
+use crate::{KvCacheConfig, KvCacheError, KvType};
 
 /// A buffer's contents moved out of its tensors.
 pub(crate) enum HostBuffer {
@@ -142,6 +146,58 @@ impl HostBuffer {
     }
 }
 
+/// One layer's keys or values for every block: vector `(block * n_kv_heads + head) *
+/// block_size + offset` is `head_dim` elements.
+pub(crate) struct PoolBuffer(UnsafeCell<HostBuffer>);
+
+// SAFETY: a block is written only by the one cache that holds it alone (`PagedCache::prepare`
+// copies or unindexes any other first), from the thread running the forward pass, before the
+// pass's attention reads; reads of shared blocks only ever read. See `HostKvLayer`'s paged
+// storage for the accesses.
+unsafe impl Sync for PoolBuffer {}
+// SAFETY: the buffer owns its memory; nothing in it is tied to a thread.
+unsafe impl Send for PoolBuffer {}
+
+impl PoolBuffer {
+    pub(crate) fn zeros(kv_type: KvType, vectors: usize, head_dim: usize) -> Self {
+        let shape = [vectors, head_dim];
+        // Zeroed allocations: pages are touched (resident) only once a block is written.
+        let host = match kv_type {
+            KvType::F32 => {
+                HostBuffer::Float(TensorData::new(vec![0f32; vectors * head_dim], shape))
+            }
+            KvType::F16 => {
+                let zeros: Vec<f16> = vec![0u16; vectors * head_dim].reinterpret_into();
+                HostBuffer::Float(TensorData::new(zeros, shape))
+            }
+            KvType::Int8 => HostBuffer::Int8 {
+                data: TensorData::new(vec![0i8; vectors * head_dim], shape),
+                scales: TensorData::new(vec![0f32; vectors], [vectors, 1]),
+            },
+        };
+        PoolBuffer(UnsafeCell::new(host))
+    }
+
+    /// The buffer, for reading.
+    ///
+    /// # Safety
+    /// No write to the vectors read may run at the same time (see the type's `Sync`).
+    pub(crate) unsafe fn get(&self) -> &HostBuffer {
+        // SAFETY: as the caller promises.
+        unsafe { &*self.0.get() }
+    }
+
+    /// The buffer, for writing.
+    ///
+    /// # Safety
+    /// The caller holds the blocks written alone, and nothing reads them meanwhile.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn get_mut(&self) -> &mut HostBuffer {
+        // SAFETY: as the caller promises.
+        unsafe { &mut *self.0.get() }
+    }
+}
+
 /// One layer's keys and values, viewed in place on the host for a forward pass (see the
 /// module docs). Obtained from [`KvStore::host_layer`](crate::KvStore::host_layer); the cache's
 /// tensors are restored when it is dropped.
@@ -161,6 +217,8 @@ pub struct HostKvLayer<'a> {
 }
 
 /// Where a [`HostKvLayer`]'s vectors are.
+// A view lives for one layer of one pass: the variants' size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
 enum Store<'a> {
     /// A contiguous cache's buffers, moved out of their tensors until drop: vector
     /// `head * capacity + position`.

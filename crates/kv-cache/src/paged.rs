@@ -1,69 +1,14 @@
 //! Many sequences in one pool of fixed-size blocks (paged attention's storage), with prefix
 //! caching.
 
-use std::cell::UnsafeCell;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use burn::prelude::*;
 use burn::tensor::TensorData;
-use half::f16;
-use half::vec::HalfBitsVecExt;
 use kindle_blocks::{BlockError, BlockManager, BlockStats};
 
-use crate::host::HostBuffer;
+use crate::host::PoolBuffer;
 use crate::{HostKvLayer, KvCacheConfig, KvCacheError, KvStore, KvType};
-
-/// One layer's keys or values for every block: vector `(block * n_kv_heads + head) *
-/// block_size + offset` is `head_dim` elements.
-pub(crate) struct PoolBuffer(UnsafeCell<HostBuffer>);
-
-// SAFETY: a block is written only by the one cache that holds it alone (`PagedCache::prepare`
-// copies or unindexes any other first), from the thread running the forward pass, before the
-// pass's attention reads; reads of shared blocks only ever read. See `HostKvLayer`'s paged
-// storage for the accesses.
-unsafe impl Sync for PoolBuffer {}
-// SAFETY: the buffer owns its memory; nothing in it is tied to a thread.
-unsafe impl Send for PoolBuffer {}
-
-impl PoolBuffer {
-    fn zeros(kv_type: KvType, vectors: usize, head_dim: usize) -> Self {
-        let shape = [vectors, head_dim];
-        // Zeroed allocations: pages are touched (resident) only once a block is written.
-        let host = match kv_type {
-            KvType::F32 => {
-                HostBuffer::Float(TensorData::new(vec![0f32; vectors * head_dim], shape))
-            }
-            KvType::F16 => {
-                let zeros: Vec<f16> = vec![0u16; vectors * head_dim].reinterpret_into();
-                HostBuffer::Float(TensorData::new(zeros, shape))
-            }
-            KvType::Int8 => HostBuffer::Int8 {
-                data: TensorData::new(vec![0i8; vectors * head_dim], shape),
-                scales: TensorData::new(vec![0f32; vectors], [vectors, 1]),
-            },
-        };
-        PoolBuffer(UnsafeCell::new(host))
-    }
-
-    /// The buffer, for reading.
-    ///
-    /// # Safety
-    /// No write to the vectors read may run at the same time (see the type's `Sync`).
-    pub(crate) unsafe fn get(&self) -> &HostBuffer {
-        // SAFETY: as the caller promises.
-        unsafe { &*self.0.get() }
-    }
-
-    /// The buffer, for writing.
-    ///
-    /// # Safety
-    /// The caller holds the blocks written alone, and nothing reads them meanwhile.
-    #[allow(clippy::mut_from_ref)]
-    pub(crate) unsafe fn get_mut(&self) -> &mut HostBuffer {
-        // SAFETY: as the caller promises.
-        unsafe { &mut *self.0.get() }
-    }
-}
 
 /// Key/value storage for many sequences: every layer has one pool of `n_blocks` blocks of
 /// `block_size` tokens in host memory, stored as f32, f16 or int8, and each sequence (a

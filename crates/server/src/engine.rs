@@ -32,8 +32,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::time::{Duration, Instant};
 
 use kindle_generate::{
-    Event, FinishReason, GenerationConfig, ModelCache, PagedModel, Sequence,
-    Session, Step,
+    Event, FinishReason, GenerationConfig, ModelCache, PagedModel, Sequence, Session, Step,
 };
 use kindle_sampling::{LogitsConstraint, Sampler, TraceSummary};
 use tokio::sync::mpsc::UnboundedSender;

@@ -3,20 +3,20 @@
 
 use std::convert::Infallible;
 use std::fmt;
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full as FullBody, StreamBody};
 use hyper::body::{Bytes, Frame, Incoming};
 use hyper_util::rt::TokioIo;
+use kindle_blocks::BlockManager;
 use kindle_generate::chat::ChatMessage;
 use kindle_generate::{
     BlockStats, BoxError, GenerationConfig, LanguageModel, ModelCache, PagedModel, Session,
     TokenDecoder, generate_to_end,
 };
-use kindle_blocks::BlockManager;
 use kindle_sampling::SamplerConfig;
 use kindle_server::{ServerConfig, TextCodec};
 use serde_json::Value;
