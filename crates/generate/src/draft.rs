@@ -144,6 +144,7 @@ impl<M: LanguageModel> Drafter for ModelDrafter<M> {
             .common_prefix_len(context)
             .min(context.len() - 1);
         self.session.truncate(reuse);
+        let reuse = self.session.len();
         let mut logits = self.session.forward_last(&self.model, &context[reuse..])?;
         let greedy = self.sampler.config().temperature == 0.0;
         for i in 0..max {

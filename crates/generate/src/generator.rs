@@ -346,6 +346,8 @@ impl<D: TokenDecoder> Core<D> {
                     .common_prefix_len(&self.prompt)
                     .min(self.prompt.len() - 1);
                 session.truncate(reuse);
+                // A cache that cannot roll back that far starts again (`Session::truncate`).
+                let reuse = session.len();
                 self.timings.prefill_tokens = self.prompt.len() - reuse;
                 self.pending = Some((true, t0));
                 Step::Feed(self.prompt[reuse..].to_vec())
@@ -657,11 +659,14 @@ impl<'a> SpecRun<'a> {
         let last = core.decode_last()?;
         let t0 = Instant::now();
         let cache_room = session.capacity().saturating_sub(session.len());
+        // One pass scores the last token and the draft, and a rollback of the rejected part
+        // must stay within what the cache can roll back: both bounded by `max_pass`.
         let k = self
             .spec
             .draft_max
             .min(core.room().saturating_sub(1))
-            .min(cache_room.saturating_sub(1));
+            .min(cache_room.saturating_sub(1))
+            .min(crate::model::ModelCache::max_pass(session.cache()).saturating_sub(1));
         if self.timed && k > 0 {
             let mut context = Vec::with_capacity(session.len() + 1);
             context.extend_from_slice(session.tokens());

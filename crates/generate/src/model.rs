@@ -13,7 +13,14 @@ pub trait ModelCache {
     /// Most tokens the cache can hold.
     fn capacity(&self) -> usize;
     /// Forget every token from position `len` on (rollback). `len` beyond the length is a no-op.
+    /// A cache that cannot roll back that far (one whose local layers keep only a ring of
+    /// their window) holds fewer tokens afterwards, possibly none: read [`len`](Self::len).
     fn truncate(&mut self, len: usize);
+    /// The most tokens one forward pass may add, and the furthest back a rollback right
+    /// after it is sure to reach (unlimited by default). Speculative decoding drafts fewer.
+    fn max_pass(&self) -> usize {
+        usize::MAX
+    }
     /// An independent copy that can be extended separately (beam search, chat edits).
     fn fork(&self) -> Self
     where

@@ -98,11 +98,14 @@ impl<M: LanguageModel> Session<M> {
         self.cache
     }
 
-    /// Forget every token from position `len` on (cache and tokens).
+    /// Forget every token from position `len` on (cache and tokens). A cache that cannot roll
+    /// back that far (see [`ModelCache::truncate`]) keeps fewer: [`len`](Self::len) says how
+    /// many, and the caller feeds the rest again.
     pub fn truncate(&mut self, len: usize) {
         if len < self.tokens.len() {
-            self.tokens.truncate(len);
             self.cache.truncate(len);
+            let held = self.cache.len().min(len);
+            self.tokens.truncate(held);
         }
     }
 
@@ -146,7 +149,7 @@ impl<M: LanguageModel> Session<M> {
         crate::error::check_vocab(tokens, model.vocab_size())?;
         let reuse = self.common_prefix_len(tokens);
         self.truncate(reuse);
-        let rest = &tokens[reuse..];
+        let rest = &tokens[self.len()..];
         if !rest.is_empty() {
             self.forward_last(model, rest)?;
         }

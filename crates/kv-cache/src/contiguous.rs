@@ -5,11 +5,91 @@ use burn::prelude::*;
 use crate::storage::{Buffer, KvType};
 use crate::{HostKvLayer, KvCacheConfig, KvCacheError, KvStore, is_host_device};
 
-/// Per-layer key and value buffers of shape `[1, n_kv_heads, capacity, head_dim]`.
+/// Per-layer key and value buffers of shape `[1, n_kv_heads, slots, head_dim]`: `slots` is
+/// the capacity, or for a layer that attends to a sliding window a ring of `window +`
+/// [`WINDOW_SLACK`] positions (position `p` in slot `p % slots`).
 #[derive(Debug, Clone)]
 struct LayerKv {
     keys: Buffer,
     values: Buffer,
+    slots: usize,
+    /// The layer's attention window, when it is local.
+    window: Option<usize>,
+}
+
+/// Positions a local layer's ring holds beyond its window: the most tokens one forward pass
+/// may add (less one) and the furthest a rollback may go, since a pass writes its tokens
+/// before its first query reads the window behind it. A longer pass is split by the model
+/// ([`KvStore::max_pass`]); a longer rollback empties the cache (the caller computes the kept
+/// tokens again).
+pub const WINDOW_SLACK: usize = 256;
+
+/// Positions a layer of a cache of `capacity` tokens stores: a local layer (one whose
+/// queries see only the last `window` positions) a ring of `window +` [`WINDOW_SLACK`], at
+/// most the capacity; a global layer (`None`) the capacity.
+pub fn ring_slots(window: Option<usize>, capacity: usize) -> usize {
+    match window {
+        Some(w) if w > 0 => w.saturating_add(WINDOW_SLACK).min(capacity),
+        _ => capacity,
+    }
+}
+
+/// The slot runs `(first slot, n)` of positions `range` in a ring of `slots`, in position
+/// order (two when the range wraps around).
+fn ring_runs(slots: usize, range: std::ops::Range<usize>) -> impl Iterator<Item = (usize, usize)> {
+    let mut at = range.start;
+    std::iter::from_fn(move || {
+        (at < range.end).then(|| {
+            let slot = at % slots;
+            let n = (slots - slot).min(range.end - at);
+            at += n;
+            (slot, n)
+        })
+    })
+}
+
+impl LayerKv {
+    /// The slot runs of positions `range` (see [`ring_runs`]).
+    fn runs(&self, range: std::ops::Range<usize>) -> impl Iterator<Item = (usize, usize)> + use<> {
+        ring_runs(self.slots, range)
+    }
+
+    /// Write `keys` and `values` (`[1, heads, T, head_dim]`) at positions `start..start + T`.
+    fn write(&mut self, start: usize, keys: Tensor<4>, values: Tensor<4>) {
+        let t = keys.dims()[2];
+        let mut done = 0;
+        for (slot, n) in self.runs(start..start + t) {
+            self.keys.write(slot, keys.clone().narrow(2, done, n));
+            self.values.write(slot, values.clone().narrow(2, done, n));
+            done += n;
+        }
+    }
+
+    /// The f32 keys and values of positions `range`, in order.
+    fn read(&self, range: std::ops::Range<usize>) -> (Tensor<4>, Tensor<4>) {
+        let parts: Vec<(Tensor<4>, Tensor<4>)> = self
+            .runs(range)
+            .map(|(slot, n)| {
+                (
+                    self.keys.read(slot..slot + n),
+                    self.values.read(slot..slot + n),
+                )
+            })
+            .collect();
+        match parts.len() {
+            0 => (self.keys.read(0..0), self.values.read(0..0)),
+            1 => parts.into_iter().next().expect("one part"),
+            _ => {
+                let (k, v): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
+                (Tensor::cat(k, 2), Tensor::cat(v, 2))
+            }
+        }
+    }
+
+    /// The first position still held when the furthest write ended at `high`.
+    fn oldest(&self, high: usize) -> usize {
+        high.saturating_sub(self.slots)
+    }
 }
 
 /// A contiguous, preallocated key/value cache for one sequence.
@@ -28,6 +108,9 @@ pub struct KvCache {
     kv_type: KvType,
     layers: Vec<LayerKv>,
     len: usize,
+    /// The end of the furthest write since the cache was last empty: a ring layer has
+    /// overwritten every position below `high - slots`.
+    high: usize,
     /// The device (for [`host_layer`](Self::host_layer)'s views).
     device: Device,
     /// Whether `device` is a CPU backend, whose tensors are host memory.
@@ -42,11 +125,35 @@ impl KvCache {
 
     /// Allocate a zeroed cache storing its elements as `kv_type` on `device`.
     pub fn with_type(config: KvCacheConfig, kv_type: KvType, device: &Device) -> Self {
-        let shape = [1, config.n_kv_heads, config.capacity, config.head_dim];
+        Self::with_windows(config, kv_type, &[], device)
+    }
+
+    /// Allocate a zeroed cache storing its elements as `kv_type` on `device`, in which layer
+    /// `l` with `windows[l] = Some(w)` (a local layer, whose queries see only the last `w`
+    /// positions) keeps a ring of `w +` [`WINDOW_SLACK`] positions instead of the whole
+    /// capacity (layers past `windows` keep the capacity).
+    ///
+    /// Such a cache takes passes of at most [`max_pass`](KvStore::max_pass) tokens, and a
+    /// [`truncate`](Self::truncate) further back than `WINDOW_SLACK` positions from the
+    /// furthest token written empties it.
+    pub fn with_windows(
+        config: KvCacheConfig,
+        kv_type: KvType,
+        windows: &[Option<usize>],
+        device: &Device,
+    ) -> Self {
         let layers = (0..config.n_layers)
-            .map(|_| LayerKv {
-                keys: Buffer::zeros(kv_type, shape, device),
-                values: Buffer::zeros(kv_type, shape, device),
+            .map(|l| {
+                let window = windows.get(l).copied().flatten().filter(|&w| w > 0);
+                let slots = ring_slots(window, config.capacity);
+                let window = window.filter(|_| slots < config.capacity);
+                let shape = [1, config.n_kv_heads, slots, config.head_dim];
+                LayerKv {
+                    keys: Buffer::zeros(kv_type, shape, device),
+                    values: Buffer::zeros(kv_type, shape, device),
+                    slots,
+                    window,
+                }
             })
             .collect();
         #[allow(deprecated)] // Burn deprecates ndarray; it is still a CPU backend.
@@ -56,6 +163,7 @@ impl KvCache {
             kv_type,
             layers,
             len: 0,
+            high: 0,
             device: device.clone(),
             host,
         }
@@ -91,18 +199,42 @@ impl KvCache {
         self.config.capacity - self.len
     }
 
-    /// Bytes of the preallocated buffers, int8 scales included.
+    /// Bytes of the preallocated buffers, int8 scales included (a local layer's ring counts
+    /// its slots).
     pub fn bytes(&self) -> usize {
-        self.config.bytes_as(self.kv_type)
+        let per_slot =
+            2 * self.config.n_kv_heads * self.kv_type.bytes_per_head(self.config.head_dim);
+        self.layers.iter().map(|l| l.slots * per_slot).sum()
     }
 
-    /// Check that `adding` more tokens fit.
+    /// Positions each layer stores (the capacity, or a local layer's ring).
+    pub fn layer_slots(&self) -> Vec<usize> {
+        self.layers.iter().map(|l| l.slots).collect()
+    }
+
+    /// The most tokens one forward pass may add: unlimited (`usize::MAX`) without ring
+    /// layers; otherwise what keeps every query's window in the ring while the pass writes.
+    pub fn max_pass(&self) -> usize {
+        self.layers
+            .iter()
+            .filter_map(|l| l.window.map(|w| l.slots - w + 1))
+            .min()
+            .unwrap_or(usize::MAX)
+    }
+
+    /// Check that `adding` more tokens fit, in the capacity and in one pass.
     pub fn check_fits(&self, adding: usize) -> Result<(), KvCacheError> {
         if adding > self.remaining() {
             return Err(KvCacheError::Full {
                 len: self.len,
                 adding,
                 capacity: self.config.capacity,
+            });
+        }
+        if adding > self.max_pass() {
+            return Err(KvCacheError::PassTooLong {
+                adding,
+                most: self.max_pass(),
             });
         }
         Ok(())
@@ -123,9 +255,10 @@ impl KvCache {
         self.check_fits(t)?;
         let start = self.len;
         let slot = &mut self.layers[layer];
-        slot.keys.write(start, keys);
-        slot.values.write(start, values);
-        Ok((slot.keys.read(0..start + t), slot.values.read(0..start + t)))
+        slot.write(start, keys, values);
+        // A ring layer returns the positions it holds: every query's window (the attention
+        // counts positions from the first one returned).
+        Ok(slot.read(slot.oldest(self.high.max(start + t))..start + t))
     }
 
     /// Whether the buffers are host memory (a CPU device: flex or ndarray).
@@ -153,34 +286,49 @@ impl KvCache {
             self.device.clone(),
             layer,
             &self.config,
+            slot.slots,
             self.len,
         )))
     }
 
-    /// The keys and values (f32) of the `len` tokens held in `layer`.
+    /// The keys and values (f32) of the `len` tokens held in `layer` (of a ring layer, the
+    /// last ones it holds).
     pub fn read(&self, layer: usize) -> Result<(Tensor<4>, Tensor<4>), KvCacheError> {
         let slot = self.layers.get(layer).ok_or(KvCacheError::NoSuchLayer {
             layer,
             n_layers: self.config.n_layers,
         })?;
-        Ok((slot.keys.read(0..self.len), slot.values.read(0..self.len)))
+        Ok(slot.read(slot.oldest(self.high.max(self.len))..self.len))
     }
 
     /// Move the length on by `n` tokens once every layer has been [updated](Self::update).
     pub fn advance(&mut self, n: usize) -> Result<(), KvCacheError> {
         self.check_fits(n)?;
         self.len += n;
+        self.high = self.high.max(self.len);
         Ok(())
     }
 
     /// Forget every token from position `len` on (rollback). A `len` past the end is a no-op.
+    /// With ring layers, a rollback to before `furthest written - WINDOW_SLACK` would need
+    /// window positions the rings have overwritten: the cache is emptied instead (its
+    /// [`len`](Self::len) says so; the caller computes the tokens again).
     pub fn truncate(&mut self, len: usize) {
-        self.len = self.len.min(len);
+        let keeps = self
+            .layers
+            .iter()
+            .filter_map(|l| l.window.map(|w| (l.slots, w)))
+            .all(|(slots, w)| len >= (self.high + w).saturating_sub(slots) || len == 0);
+        self.len = if keeps { self.len.min(len) } else { 0 };
+        if self.len == 0 {
+            self.high = 0;
+        }
     }
 
     /// Forget every token.
     pub fn reset(&mut self) {
         self.len = 0;
+        self.high = 0;
     }
 
     /// An independent cache holding the same tokens. The buffers are shared until either
@@ -201,6 +349,10 @@ impl KvCache {
         if start >= end {
             return;
         }
+        assert!(
+            self.layers.iter().all(|l| l.window.is_none()),
+            "a context shift over ring layers"
+        );
         let moved = self.len - end;
         for slot in &mut self.layers {
             if moved > 0 {
@@ -227,7 +379,14 @@ impl KvStore for KvCache {
     }
 
     fn prepare(&mut self, adding: usize) -> Result<(), KvCacheError> {
-        self.check_fits(adding)
+        self.check_fits(adding)?;
+        // The pass writes these positions whether or not it completes.
+        self.high = self.high.max(self.len + adding);
+        Ok(())
+    }
+
+    fn max_pass(&self) -> usize {
+        KvCache::max_pass(self)
     }
 
     fn update(

@@ -221,11 +221,14 @@ pub struct HostKvLayer<'a> {
 #[allow(clippy::large_enum_variant)]
 enum Store<'a> {
     /// A contiguous cache's buffers, moved out of their tensors until drop: vector
-    /// `head * capacity + position`.
+    /// `head * ring + position % ring`.
     Owned {
         slots: [&'a mut Buffer; 2],
         host: [Option<HostBuffer>; 2],
         device: Device,
+        /// Positions stored per head: the capacity, or a local layer's ring (position `p`
+        /// in slot `p % ring`).
+        ring: usize,
     },
     /// A paged pool's layer, read through a sequence's block table: vector
     /// `(blocks[position / block_size] * n_kv_heads + head) * block_size + position %
@@ -244,6 +247,7 @@ impl<'a> HostKvLayer<'a> {
         device: Device,
         layer: usize,
         config: &KvCacheConfig,
+        slots: usize,
         len: usize,
     ) -> Self {
         let host = [Some(keys.take_host()), Some(values.take_host())];
@@ -252,6 +256,7 @@ impl<'a> HostKvLayer<'a> {
                 slots: [keys, values],
                 host,
                 device,
+                ring: slots,
             },
             layer,
             n_kv_heads: config.n_kv_heads,
@@ -289,7 +294,10 @@ impl<'a> HostKvLayer<'a> {
     /// stored one after another.
     fn locate(&self, head: usize, position: usize) -> (usize, usize) {
         match &self.store {
-            Store::Owned { .. } => (head * self.capacity + position, self.capacity - position),
+            Store::Owned { ring, .. } => {
+                let slot = position % ring;
+                (head * ring + slot, ring - slot)
+            }
             Store::Paged {
                 blocks, block_size, ..
             } => {
@@ -529,6 +537,7 @@ impl Drop for HostKvLayer<'_> {
             slots,
             host,
             device,
+            ..
         } = &mut self.store
         {
             for (slot, host) in slots.iter_mut().zip(host) {

@@ -50,7 +50,7 @@ pub mod shift;
 mod sliding;
 mod storage;
 
-pub use contiguous::KvCache;
+pub use contiguous::{KvCache, WINDOW_SLACK, ring_slots};
 pub use host::HostKvLayer;
 pub use kindle_blocks::BlockStats;
 pub use paged::{PagedCache, PagedPool};
@@ -120,6 +120,17 @@ pub enum KvCacheError {
         /// Tokens per block.
         block_size: usize,
     },
+    /// More tokens in one forward pass than a cache with ring layers takes at once.
+    #[error(
+        "{adding} tokens in one pass; this cache (local layers keep a ring of their window) \
+         takes at most {most} at a time"
+    )]
+    PassTooLong {
+        /// Tokens in the pass.
+        adding: usize,
+        /// The most one pass may add.
+        most: usize,
+    },
     /// The paged pool has too few free blocks.
     #[error("paged KV pool out of blocks: {needed} needed, {free} free or cached")]
     OutOfBlocks {
@@ -164,6 +175,15 @@ impl KvCacheConfig {
     /// Bytes the whole preallocated cache takes stored as `kv_type`.
     pub fn bytes_as(&self, kv_type: KvType) -> usize {
         self.bytes_per_token_as(kv_type) * self.capacity
+    }
+
+    /// Bytes of a [`KvCache::with_windows`] cache stored as `kv_type`: each layer's positions
+    /// ([`ring_slots`]) times its bytes per position.
+    pub fn bytes_with_windows(&self, kv_type: KvType, windows: &[Option<usize>]) -> usize {
+        let per_slot = 2 * self.n_kv_heads * kv_type.bytes_per_head(self.head_dim);
+        (0..self.n_layers)
+            .map(|l| ring_slots(windows.get(l).copied().flatten(), self.capacity) * per_slot)
+            .sum()
     }
 
     /// Check that `keys` and `values` are `[1, n_kv_heads, T, head_dim]` and return `T`.
@@ -221,6 +241,14 @@ pub trait KvStore {
     /// Make room for `adding` tokens before a forward pass: a fixed cache checks that they
     /// fit; a sliding window discards old tokens (which changes [`len`](Self::len)).
     fn prepare(&mut self, adding: usize) -> Result<(), KvCacheError>;
+
+    /// The most tokens one forward pass may add ([`prepare`](Self::prepare) refuses more):
+    /// unlimited by default; a cache whose local layers keep rings of their window plus
+    /// [`WINDOW_SLACK`] positions takes `WINDOW_SLACK + 1` at a time, and the model splits
+    /// longer passes.
+    fn max_pass(&self) -> usize {
+        usize::MAX
+    }
 
     /// Write the keys (already rotated at positions `len..len + T`) and values of `T` new
     /// tokens for `layer` (`[1, n_kv_heads, T, head_dim]`), and return the f32 keys and values

@@ -4,7 +4,7 @@ use burn::prelude::*;
 use kindle_kv_cache::shift::k_shift_host;
 use kindle_kv_cache::{
     KvCache, KvCacheConfig, KvCacheError, KvStore, KvType, PagedCache, PagedPool,
-    SlidingWindowCache,
+    SlidingWindowCache, WINDOW_SLACK,
 };
 use proptest::prelude::*;
 
@@ -506,5 +506,95 @@ proptest! {
         }
         seqs.clear();
         prop_assert_eq!(pool.stats().used, 0);
+    }
+}
+
+#[derive(Debug, Clone)]
+enum RingOp {
+    /// A pass of this many tokens (at most the cache's `max_pass`).
+    Pass(usize, u64),
+    /// A rollback by this many tokens.
+    Back(usize),
+}
+
+fn ring_op() -> impl Strategy<Value = RingOp> {
+    prop_oneof![
+        4 => (1usize..=WINDOW_SLACK + 1, any::<u64>()).prop_map(|(t, s)| RingOp::Pass(t, s)),
+        1 => (0usize..WINDOW_SLACK + 40).prop_map(RingOp::Back),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// A cache whose layer 0 keeps a ring of its window (5 positions plus the slack) and layer
+    /// 1 the whole capacity: the ring holds every position a query sees, passes longer than
+    /// `max_pass` are refused, and a rollback past the slack empties the cache.
+    #[test]
+    fn ring_layers_hold_every_window(ops in prop::collection::vec(ring_op(), 1..12)) {
+        let device = Device::flex();
+        let window = 5;
+        let capacity = 3 * WINDOW_SLACK;
+        let mut cache = KvCache::with_windows(config(capacity), KvType::F32, &[Some(window)], &device);
+        prop_assert_eq!(cache.layer_slots(), vec![window + WINDOW_SLACK, capacity]);
+        prop_assert_eq!(cache.max_pass(), WINDOW_SLACK + 1);
+        prop_assert!(cache.prepare(WINDOW_SLACK + 2).is_err());
+        let mut model = Model::default();
+        // The furthest position written since the cache was empty.
+        let mut high = 0;
+        for op in ops {
+            match op {
+                RingOp::Pass(t, seed) => {
+                    let t = t.min(cache.remaining());
+                    if t == 0 {
+                        continue;
+                    }
+                    cache.prepare(t).unwrap();
+                    for (l, layer) in tokens(seed, t).iter().enumerate() {
+                        let ks: Vec<Tok> = layer.iter().map(|(k, _)| k.clone()).collect();
+                        let vs: Vec<Tok> = layer.iter().map(|(_, v)| v.clone()).collect();
+                        let (k, v) = cache
+                            .update(l, to_tensor(&ks, &device), to_tensor(&vs, &device))
+                            .unwrap();
+                        model.keys[l].extend(ks);
+                        model.values[l].extend(vs);
+                        // Layer 0 returns what its ring holds: at least the first new
+                        // query's window, in position order.
+                        let end = model.keys[l].len();
+                        let furthest = high.max(end);
+                        let from = if l == 0 { furthest.saturating_sub(window + WINDOW_SLACK) } else { 0 };
+                        check_tokens(&from_tensor(k), &model.keys[l][from..], Tol::Abs(0.0), "ring keys")?;
+                        check_tokens(&from_tensor(v), &model.values[l][from..], Tol::Abs(0.0), "ring values")?;
+                    }
+                    cache.advance(t).unwrap();
+                    high = high.max(cache.len());
+                }
+                RingOp::Back(n) => {
+                    let len = cache.len().saturating_sub(n);
+                    cache.truncate(len);
+                    if len + WINDOW_SLACK >= high {
+                        prop_assert_eq!(cache.len(), len);
+                        model.truncate(len);
+                    } else {
+                        prop_assert_eq!(cache.len(), 0, "a rollback past the slack empties");
+                        model.truncate(0);
+                        high = 0;
+                    }
+                }
+            }
+            // The host view reads the window behind the next position from the ring.
+            let len = cache.len();
+            let view = cache.host_layer(0).unwrap().unwrap();
+            let first = len.saturating_sub(window - 1);
+            for head in 0..HEADS {
+                let mut scratch = Vec::new();
+                let got: Vec<f32> = view.key_runs(head, first, len - first, &mut scratch).concat();
+                let want: Vec<f32> = model.keys[0][first..len]
+                    .iter()
+                    .flat_map(|k| k[head * DIM..(head + 1) * DIM].to_vec())
+                    .collect();
+                prop_assert_eq!(got, want, "window of head {} at {}", head, len);
+            }
+        }
     }
 }

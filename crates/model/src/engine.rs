@@ -151,6 +151,9 @@ impl ModelCache for EngineCache {
     fn truncate(&mut self, len: usize) {
         self.store().truncate(len)
     }
+    fn max_pass(&self) -> usize {
+        self.store_ref().max_pass()
+    }
     fn fork(&self) -> Self {
         match self {
             EngineCache::Fixed(c) => EngineCache::Fixed(c.fork()),

@@ -191,19 +191,34 @@ impl Llama {
         self.norm.gamma.val().device()
     }
 
-    /// A fresh, empty KV cache for up to `capacity` tokens on the model's device.
+    /// A fresh, empty f32 KV cache for up to `capacity` tokens on the model's device (local
+    /// layers keep a ring of their window: see [`new_cache_typed`](Self::new_cache_typed)).
     pub fn new_cache(&self, capacity: usize) -> KvCache {
-        KvCache::new(self.config().kv_cache_config(capacity), &self.device())
+        self.new_cache_typed(capacity, KvType::F32)
     }
 
     /// A fresh, empty KV cache for up to `capacity` tokens stored as `kv_type` (f32, f16 or
     /// int8 with per-token, per-head scales).
     pub fn new_cache_typed(&self, capacity: usize, kv_type: KvType) -> KvCache {
-        KvCache::with_type(
+        KvCache::with_windows(
             self.config().kv_cache_config(capacity),
             kv_type,
+            &self.layer_windows(),
             &self.device(),
         )
+    }
+
+    /// Each layer's attention window (`None` for a global layer): a local layer's cache keeps
+    /// a ring of its window plus [`WINDOW_SLACK`](kindle_kv_cache::WINDOW_SLACK) positions.
+    pub fn layer_windows(&self) -> Vec<Option<usize>> {
+        self.arch.layer_windows(self.config())
+    }
+
+    /// Bytes of a cache from [`new_cache_typed`](Self::new_cache_typed)`(capacity, kv_type)`.
+    pub fn kv_cache_bytes(&self, capacity: usize, kv_type: KvType) -> usize {
+        self.config()
+            .kv_cache_config(capacity)
+            .bytes_with_windows(kv_type, &self.layer_windows())
     }
 
     /// A fresh, empty sliding-window cache of `capacity` tokens stored as `kv_type`: when full
@@ -258,7 +273,50 @@ impl Llama {
     /// matrix, so every weight is read once for the whole batch, while attention runs per
     /// sequence against its own cache (ragged lengths need no padding or mask). Returns each
     /// sequence's logits as [`forward`](Self::forward) would.
+    ///
+    /// A sequence whose cache takes fewer tokens per pass ([`KvStore::max_pass`]: local layers
+    /// keeping a ring of their window) is fed in several passes, with the other sequences in
+    /// the first; the logits are the same.
     pub fn forward_batch(
+        &self,
+        batch: &mut [BatchSequence<'_>],
+        which: LogitsFor,
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
+        if batch.iter().all(|s| s.tokens.len() <= s.cache.max_pass()) {
+            return self.forward_batch_pass(batch, which);
+        }
+        let mut out: Vec<Vec<f32>> = vec![Vec::new(); batch.len()];
+        let mut done = vec![0usize; batch.len()];
+        loop {
+            let mut round = Vec::new();
+            let mut fed = Vec::new();
+            for (i, seq) in batch.iter_mut().enumerate() {
+                let n = (seq.tokens.len() - done[i]).min(seq.cache.max_pass());
+                if n > 0 {
+                    let tokens: &[u32] = &seq.tokens[done[i]..done[i] + n];
+                    round.push(BatchSequence {
+                        tokens,
+                        cache: &mut *seq.cache,
+                    });
+                    fed.push((i, n));
+                }
+            }
+            if round.is_empty() {
+                return Ok(out);
+            }
+            let rows = self.forward_batch_pass(&mut round, which)?;
+            for ((i, n), row) in fed.into_iter().zip(rows) {
+                done[i] += n;
+                match which {
+                    LogitsFor::All => out[i].extend(row),
+                    LogitsFor::Last => out[i] = row,
+                }
+            }
+        }
+    }
+
+    /// One pass of [`forward_batch`](Self::forward_batch) (every sequence's tokens fit it).
+    fn forward_batch_pass(
         &self,
         batch: &mut [BatchSequence<'_>],
         which: LogitsFor,

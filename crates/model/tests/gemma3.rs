@@ -12,9 +12,11 @@ use common::paths::{burn_logits, check_paths, encode, tokens, values};
 use kindle_gguf::quant::GgmlType;
 use kindle_gguf::{GgufFile, GgufWriter, MetadataValue};
 use kindle_kernels::{QuantMatrix, WeightBytes};
+use kindle_kv_cache::{KvCache, WINDOW_SLACK};
 use kindle_model::linear::QLinear;
 use kindle_model::llama::{ArchSpec, Block, LayerPattern, Norm};
 use kindle_model::{KvType, Llama, LlamaConfig, LogitsFor, ModelError};
+use kindle_sampling::logprobs::argmax;
 
 const VOCAB: usize = 96;
 const D: usize = 64;
@@ -94,6 +96,83 @@ fn host_and_burn_paths_agree_on_a_tiny_gemma3() {
             );
         }
     }
+}
+
+#[test]
+fn local_layers_keep_a_ring_of_their_window() {
+    // Layers 0, 1, 3, 4 local (window 6): their caches keep 6 + WINDOW_SLACK positions, the
+    // global ones the capacity. A prompt longer than one pass of such a cache takes (split
+    // by the model), then decoding far past the ring's size: the same logits as a cache
+    // holding every position, bit for bit on the host path.
+    let model = tiny_gemma3(6, Some(6), 3);
+    let capacity = 3 * WINDOW_SLACK;
+    let prompt = tokens(41, WINDOW_SLACK + 40, VOCAB);
+    for kv_type in [KvType::F32, KvType::Int8] {
+        let full_config = model.config().kv_cache_config(capacity);
+        let mut full = KvCache::with_type(full_config, kv_type, &model.device());
+        let mut ring = model.new_cache_typed(capacity, kv_type);
+        let slots = 6 + WINDOW_SLACK;
+        assert_eq!(
+            ring.layer_slots(),
+            [slots, slots, capacity, slots, slots, capacity]
+        );
+        assert_eq!(
+            ring.bytes() * 6,
+            full.bytes() * (4 * slots + 2 * capacity) / capacity
+        );
+        let a = model.forward(&prompt, &mut full, LogitsFor::Last).unwrap();
+        let b = model.forward(&prompt, &mut ring, LogitsFor::Last).unwrap();
+        assert_eq!(a, b, "{kv_type}: prompt");
+        let mut next = argmax(&a).unwrap();
+        for step in 0..capacity - prompt.len() - 8 {
+            let a = model.forward(&[next], &mut full, LogitsFor::Last).unwrap();
+            let b = model.forward(&[next], &mut ring, LogitsFor::Last).unwrap();
+            assert_eq!(a, b, "{kv_type}: step {step}");
+            next = argmax(&a).unwrap();
+        }
+        // A rollback within the slack keeps the window; the next tokens agree again.
+        let back = full.len() - 20;
+        full.truncate(back);
+        ring.truncate(back);
+        assert_eq!(ring.len(), back);
+        let a = model
+            .forward(&[1, 2, 3], &mut full, LogitsFor::Last)
+            .unwrap();
+        let b = model
+            .forward(&[1, 2, 3], &mut ring, LogitsFor::Last)
+            .unwrap();
+        assert_eq!(a, b, "{kv_type}: after a rollback");
+        // Further back than the slack, the ring has lost the window: the cache empties.
+        ring.truncate(ring.len() - WINDOW_SLACK - 10);
+        assert_eq!(ring.len(), 0);
+    }
+}
+
+#[test]
+fn the_burn_path_reads_a_ring_as_the_host_path_does() {
+    let model = tiny_gemma3(6, Some(6), 3);
+    let capacity = 3 * WINDOW_SLACK;
+    let mut full = KvCache::new(model.config().kv_cache_config(capacity), &model.device());
+    let mut ring = model.new_cache(capacity);
+    // Passes of at most `max_pass` tokens (the Burn entry point does not split them).
+    assert!(burn_logits_checked(&model, &tokens(3, WINDOW_SLACK + 2, VOCAB), &mut ring).is_err());
+    let mut worst = 0f32;
+    for chunk in tokens(43, 2 * WINDOW_SLACK + 100, VOCAB).chunks(97) {
+        let a = burn_logits(&model, chunk, &mut full, LogitsFor::Last);
+        let b = burn_logits(&model, chunk, &mut ring, LogitsFor::Last);
+        worst = worst.max(max_diff(&a, &b));
+    }
+    assert!(worst < 1e-4, "Burn path, ring against full cache: {worst}");
+}
+
+fn burn_logits_checked(
+    model: &Llama,
+    tokens: &[u32],
+    cache: &mut KvCache,
+) -> Result<(), ModelError> {
+    model
+        .forward_tensor(tokens, cache, LogitsFor::Last)
+        .map(|_| ())
 }
 
 /// The host path's and the Burn path's logits of the last of `tokens`, from a fresh cache:

@@ -10,7 +10,7 @@ use anyhow::{Result, bail};
 use clap::Args;
 use kindle_cli::engine;
 use kindle_gguf::{GgufFile, MetadataValue};
-use kindle_model::LlamaConfig;
+use kindle_model::{KvType, LlamaConfig};
 use kindle_tokenizer::Tokenizer;
 use serde_json::{Value, json};
 
@@ -64,7 +64,21 @@ pub fn run(args: InspectArgs) -> Result<()> {
     let kv = config.as_ref().ok().map(|c| {
         let per_token = c.kv_cache_config(1).bytes_per_token();
         let ctx = args.context.unwrap_or(c.context_length);
-        json!({ "bytes_per_token": per_token, "context": ctx, "bytes": per_token * ctx, "dtype": "f32" })
+        // Local layers (a sliding window) keep a ring of their window, not the context.
+        let windows = kindle_model::loader::arch_of(&file)
+            .map(|arch| arch.layer_windows(c))
+            .unwrap_or_default();
+        let bytes = c
+            .kv_cache_config(ctx)
+            .bytes_with_windows(KvType::F32, &windows);
+        let local = windows.iter().flatten().count();
+        let slots = windows
+            .iter()
+            .flatten()
+            .next()
+            .map(|&w| kindle_model::ring_slots(Some(w), ctx));
+        json!({ "bytes_per_token": per_token, "context": ctx, "bytes": bytes, "dtype": "f32",
+                "local_layers": local, "local_layer_positions": slots })
     });
     if args.json {
         let mut out = file_json(&file);
@@ -186,8 +200,17 @@ fn print_model(c: &LlamaConfig, kv: &Value) {
         c.vocab_size,
         c.context_length
     );
+    let local = match (
+        kv["local_layers"].as_u64(),
+        kv["local_layer_positions"].as_u64(),
+    ) {
+        (Some(n), Some(slots)) if n > 0 => {
+            format!(" ({n} local layers keep {slots} positions: their window and the slack)")
+        }
+        _ => String::new(),
+    };
     println!(
-        "KV cache (f32): {} bytes per token; {} tokens = {:.1} MiB",
+        "KV cache (f32): {} bytes per token; {} tokens = {:.1} MiB{local}",
         kv["bytes_per_token"],
         kv["context"],
         kv["bytes"].as_u64().unwrap_or(0) as f64 / (1 << 20) as f64

@@ -128,12 +128,20 @@ impl RunPlan {
     /// device, for `-v`.
     pub fn cache_summary(&self) -> String {
         let kv_type = self.engine.kv_type;
-        let cache_config = self.engine.llama.config().kv_cache_config(self.capacity);
+        let llama = &self.engine.llama;
+        let cache_config = llama.config().kv_cache_config(self.capacity);
         format!(
-            "{kv_type} KV cache {} tokens = {:.1} MiB ({} bytes per token){}, device {}",
+            "{kv_type} KV cache {} tokens = {:.1} MiB ({} bytes per token{}){}, device {}",
             self.capacity,
-            cache_config.bytes_as(kv_type) as f64 / (1 << 20) as f64,
+            llama.kv_cache_bytes(self.capacity, kv_type) as f64 / (1 << 20) as f64,
             cache_config.bytes_per_token_as(kv_type),
+            match llama.layer_windows().iter().flatten().next() {
+                Some(w) => format!(
+                    "; local layers keep {} positions",
+                    kindle_model::ring_slots(Some(*w), self.capacity)
+                ),
+                None => String::new(),
+            },
             match self.engine.sliding_keep {
                 Some(keep) => format!(", sliding (keep {keep})"),
                 None => String::new(),

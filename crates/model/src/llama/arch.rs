@@ -242,6 +242,14 @@ impl ArchSpec {
         }
     }
 
+    /// Each layer's attention window in a model with hyperparameters `config` (`None` for a
+    /// global layer).
+    pub fn layer_windows(&self, config: &LlamaConfig) -> Vec<Option<usize>> {
+        (0..config.n_layers)
+            .map(|l| self.layer(config, l).window)
+            .collect()
+    }
+
     /// The factor the embedding rows are multiplied by, `None` for 1.
     pub fn embedding_factor(&self, config: &LlamaConfig) -> Option<f32> {
         match self.embedding_scale {
