@@ -6,6 +6,7 @@
 //! template are handed to the server as its [`TextCodec`].
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -103,11 +104,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let template = plan
         .template
         .context("serving chat completions needs the model's chat template")?;
-    let constrainer = Constrainer::new(&plan.loaded.tokenizer)?;
     let codec = ServeCodec {
         tokenizer: plan.loaded.tokenizer,
         template,
-        constrainer,
+        constrainer: OnceLock::new(),
     };
     let mut config = ServerConfig::new(name, plan.context);
     config.parallel = args.parallel;
@@ -179,8 +179,11 @@ impl ServeArgs {
 struct ServeCodec {
     tokenizer: Tokenizer,
     template: ChatTemplate,
-    /// Structured output (`response_format`, `guided_*`) for the model's vocabulary.
-    constrainer: Constrainer,
+    /// Structured output (`response_format`, `guided_*`) for the model's vocabulary, built
+    /// by the first request that asks for it: its token trie takes about 120 MB and two
+    /// seconds for a 262,144-token vocabulary, which a server that never constrains its
+    /// output should not pay.
+    constrainer: OnceLock<Result<Constrainer, String>>,
 }
 
 impl TokenDecoder for ServeCodec {
@@ -228,7 +231,12 @@ impl TextCodec for ServeCodec {
             Guided::Choice(choices) => ConstraintSpec::Choice(choices.clone()),
             Guided::Grammar(grammar) => ConstraintSpec::Lark(grammar.clone()),
         };
-        match self.constrainer.constraint(&spec, field) {
+        let constrainer = self
+            .constrainer
+            .get_or_init(|| Constrainer::new(&self.tokenizer).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|e| format!("structured output is not available for this model: {e}"))?;
+        match constrainer.constraint(&spec, field) {
             Ok(constraint) => Ok(Box::new(constraint)),
             Err(error) => Err(error.to_string()),
         }
