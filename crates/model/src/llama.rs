@@ -21,6 +21,7 @@ use burn::tensor::TensorData;
 
 use crate::linear::QLinear;
 
+mod activation;
 mod arch;
 mod burn_ops;
 mod config;

@@ -15,6 +15,7 @@
 use kindle_kernels::{Kernels, QuantMatrix};
 use kindle_kv_cache::HostKvLayer;
 
+use super::activation::activate;
 use super::recipe::{self, Attention, BatchSequence, LayerOps, LogitsFor, Model, Pass};
 use super::{Block, FfnActivation, Norm, RopeTable};
 use crate::error::ModelError;
@@ -304,27 +305,6 @@ fn elementwise(kernels: &Kernels, x: &mut [f32], f: &(dyn Fn(&mut [f32], usize) 
         let chunk = unsafe { std::slice::from_raw_parts_mut(ptr.get().add(at), len) };
         f(chunk, at);
     });
-}
-
-/// The feed-forward activation of every value of `x`, in place.
-fn activate(activation: FfnActivation, x: &mut [f32]) {
-    match activation {
-        FfnActivation::Silu => {
-            for g in x.iter_mut() {
-                *g = *g / (1.0 + (-*g).exp());
-            }
-        }
-        FfnActivation::GeluTanh => {
-            // sqrt(2 / pi), as Burn's `gelu_approximate` computes it.
-            const SQRT_2_OVER_PI: f32 =
-                (std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2) as f32;
-            for g in x.iter_mut() {
-                let v = *g;
-                let inner = (v + v * v * v * 0.044715) * SQRT_2_OVER_PI;
-                *g = v * (inner.tanh() + 1.0) * 0.5;
-            }
-        }
-    }
 }
 
 /// `x += y`.
