@@ -529,3 +529,45 @@ fn an_unknown_simd_cap_is_an_error() {
         );
     }
 }
+
+#[test]
+fn serve_refuses_a_kv_pool_it_cannot_have() {
+    let Some(model) = model() else {
+        return;
+    };
+    // Smaller than one context: a request could never fit.
+    assert_fails(
+        &[
+            "serve",
+            "-m",
+            &model,
+            "--port",
+            "0",
+            "-c",
+            "256",
+            "--kv-pool",
+            "100",
+        ],
+        None,
+        &["--kv-pool", "at least the context length"],
+    );
+    // More memory than the machine has (and more than can be counted): an error, not an
+    // abort.
+    for tokens in ["1000000000000000", "1000000000000000000"] {
+        assert_fails(
+            &[
+                "serve",
+                "-m",
+                &model,
+                "--port",
+                "0",
+                "-c",
+                "256",
+                "--kv-pool",
+                tokens,
+            ],
+            None,
+            &["KV pool", "could not be allocated"],
+        );
+    }
+}

@@ -159,23 +159,31 @@ unsafe impl Sync for PoolBuffer {}
 unsafe impl Send for PoolBuffer {}
 
 impl PoolBuffer {
-    pub(crate) fn zeros(kv_type: KvType, vectors: usize, head_dim: usize) -> Self {
+    /// A zeroed buffer of `vectors` vectors of `head_dim` values, or
+    /// [`KvCacheError::Allocation`] when the memory cannot be had (a pool asked for more than
+    /// the machine gives is an error, not an abort).
+    pub(crate) fn zeros(
+        kv_type: KvType,
+        vectors: usize,
+        head_dim: usize,
+    ) -> Result<Self, KvCacheError> {
         let shape = [vectors, head_dim];
+        let n = vectors
+            .checked_mul(head_dim)
+            .ok_or(KvCacheError::Allocation { bytes: usize::MAX })?;
         // Zeroed allocations: pages are touched (resident) only once a block is written.
         let host = match kv_type {
-            KvType::F32 => {
-                HostBuffer::Float(TensorData::new(vec![0f32; vectors * head_dim], shape))
-            }
+            KvType::F32 => HostBuffer::Float(TensorData::new(zeroed::<f32>(n)?, shape)),
             KvType::F16 => {
-                let zeros: Vec<f16> = vec![0u16; vectors * head_dim].reinterpret_into();
+                let zeros: Vec<f16> = zeroed::<u16>(n)?.reinterpret_into();
                 HostBuffer::Float(TensorData::new(zeros, shape))
             }
             KvType::Int8 => HostBuffer::Int8 {
-                data: TensorData::new(vec![0i8; vectors * head_dim], shape),
-                scales: TensorData::new(vec![0f32; vectors], [vectors, 1]),
+                data: TensorData::new(zeroed::<i8>(n)?, shape),
+                scales: TensorData::new(zeroed::<f32>(vectors)?, [vectors, 1]),
             },
         };
-        PoolBuffer(UnsafeCell::new(host))
+        Ok(PoolBuffer(UnsafeCell::new(host)))
     }
 
     /// The buffer, for reading.
@@ -196,6 +204,32 @@ impl PoolBuffer {
         // SAFETY: as the caller promises.
         unsafe { &mut *self.0.get() }
     }
+}
+
+/// Numbers whose all-zero bytes are the value 0.
+trait ZeroBits: Copy {}
+impl ZeroBits for f32 {}
+impl ZeroBits for u16 {}
+impl ZeroBits for i8 {}
+
+/// `n` zeros from the allocator's zeroed memory (`calloc`: large ones are fresh pages, not
+/// resident until written), or [`KvCacheError::Allocation`] instead of aborting.
+fn zeroed<T: ZeroBits>(n: usize) -> Result<Vec<T>, KvCacheError> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<T>(n)
+        .map_err(|_| KvCacheError::Allocation { bytes: usize::MAX })?;
+    // SAFETY: the layout's size is not zero.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) } as *mut T;
+    if ptr.is_null() {
+        return Err(KvCacheError::Allocation {
+            bytes: layout.size(),
+        });
+    }
+    // SAFETY: `ptr` was allocated by the global allocator with `T`'s alignment for `n`
+    // values, all initialised (zero bits are a `T`).
+    Ok(unsafe { Vec::from_raw_parts(ptr, n, n) })
 }
 
 /// One layer's keys and values, viewed in place on the host for a forward pass (see the

@@ -131,6 +131,13 @@ pub enum KvCacheError {
         /// The most one pass may add.
         most: usize,
     },
+    /// The memory for a paged pool could not be allocated.
+    #[error("the KV pool's memory could not be allocated ({})", allocation_size(*.bytes))]
+    Allocation {
+        /// Bytes asked for per layer's keys or values (`usize::MAX`: more than can be
+        /// counted).
+        bytes: usize,
+    },
     /// The paged pool has too few free blocks.
     #[error("paged KV pool out of blocks: {needed} needed, {free} free or cached")]
     OutOfBlocks {
@@ -139,6 +146,15 @@ pub enum KvCacheError {
         /// Blocks free or cached (evictable).
         free: usize,
     },
+}
+
+/// [`KvCacheError::Allocation`]'s size, for people.
+fn allocation_size(bytes: usize) -> String {
+    if bytes == usize::MAX {
+        "more bytes than a 64-bit address can count for one layer".into()
+    } else {
+        format!("{bytes} bytes for one layer's keys or values")
+    }
 }
 
 /// Shape of a cache: how many layers, heads and positions it holds.

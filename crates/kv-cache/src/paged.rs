@@ -97,7 +97,12 @@ impl PagedPool {
         block_size: usize,
         device: &Device,
     ) -> Result<Arc<Self>, KvCacheError> {
-        let manager = BlockManager::new(n_blocks, block_size).map_err(block_error)?;
+        if n_blocks == 0 || block_size == 0 {
+            return Err(KvCacheError::BadPool {
+                n_blocks,
+                block_size,
+            });
+        }
         let vectors = n_blocks
             .checked_mul(block_size)
             .and_then(|v| v.checked_mul(config.n_kv_heads))
@@ -107,12 +112,15 @@ impl PagedPool {
             })?;
         let layers = (0..config.n_layers)
             .map(|_| {
-                [
-                    PoolBuffer::zeros(kv_type, vectors, config.head_dim),
-                    PoolBuffer::zeros(kv_type, vectors, config.head_dim),
-                ]
+                Ok([
+                    PoolBuffer::zeros(kv_type, vectors, config.head_dim)?,
+                    PoolBuffer::zeros(kv_type, vectors, config.head_dim)?,
+                ])
             })
-            .collect();
+            .collect::<Result<_, KvCacheError>>()?;
+        // After the storage: a pool too large for the machine fails there, as an error,
+        // before the bookkeeping's vectors (written when made) are asked for.
+        let manager = BlockManager::new(n_blocks, block_size).map_err(block_error)?;
         Ok(Arc::new(PagedPool {
             config,
             kv_type,

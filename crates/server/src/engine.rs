@@ -140,6 +140,26 @@ impl EngineHandle {
     }
 }
 
+/// Make `model`'s KV pool of `blocks` blocks of `block_size` tokens, unless it has that pool
+/// already ([`run`](crate::run) makes it before binding its address).
+pub fn open_pool<M: PagedModel>(
+    model: &mut M,
+    blocks: usize,
+    block_size: usize,
+) -> Result<(), ServerError> {
+    let open = model.pool_stats();
+    if open.is_some_and(|s| s.total == blocks && s.block_size == block_size && s.used == 0) {
+        return Ok(());
+    }
+    model
+        .open_pool(blocks, block_size)
+        .map_err(|e| ServerError::Pool {
+            blocks,
+            block_size,
+            message: e.to_string(),
+        })
+}
+
 /// Start the engine thread with `model`; it ends on [`Command::Shutdown`] or when every
 /// handle is dropped and nothing runs.
 pub fn spawn<M, C>(
@@ -152,13 +172,7 @@ where
     M: PagedModel + Send + 'static,
     C: TextCodec,
 {
-    model
-        .open_pool(options.pool_blocks, options.block_size)
-        .map_err(|e| ServerError::Pool {
-            blocks: options.pool_blocks,
-            block_size: options.block_size,
-            message: e.to_string(),
-        })?;
+    open_pool(&mut model, options.pool_blocks, options.block_size)?;
     metrics.set_blocks(model.pool_stats().unwrap_or_default());
     let (commands, receiver) = std::sync::mpsc::channel();
     let thread = std::thread::Builder::new()

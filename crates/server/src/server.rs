@@ -133,9 +133,12 @@ async fn accept_until(
 
 /// Run the server on `addr` with a runtime of its own until ctrl-c or SIGTERM; `on_listening`
 /// hears the bound address (port 0 picks a free one). Returns when drained.
+///
+/// The KV pool is made before the address is bound, so that a pool the machine cannot hold is
+/// an error before anything listens.
 pub fn run<M, C>(
     addr: SocketAddr,
-    model: M,
+    mut model: M,
     codec: C,
     config: ServerConfig,
     on_listening: impl FnOnce(SocketAddr),
@@ -144,6 +147,8 @@ where
     M: PagedModel + Send + 'static,
     C: TextCodec,
 {
+    config.validate()?;
+    engine::open_pool(&mut model, config.pool_blocks(), config.block_size)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
