@@ -2,15 +2,17 @@
 //! place, never recomputed.
 //!
 //! - [`KvCache`]: one sequence, contiguous per-layer buffers, stored as f32, f16 or int8
-//!   ([`KvType`]).
+//!   ([`KvType`]); a local layer (sliding-window attention) can keep a ring of its window
+//!   plus [`WINDOW_SLACK`] positions instead ([`KvCache::with_windows`]).
 //! - [`SlidingWindowCache`]: a [`KvCache`] that never fills up: it keeps the first `keep` tokens
 //!   (attention sinks) and, when full, discards half of the rest and re-rotates the keys that
 //!   follow (llama.cpp's context shift with `--keep N`).
-//! - [`PagedPool`]: many sequences in one pool of fixed-size blocks, with prefix sharing and
-//!   copy-on-write.
+//! - [`PagedPool`]: many sequences in one pool of fixed-size blocks in host memory, each a
+//!   [`PagedCache`], with copy-on-write forks and prefix caching (a prompt starting like an
+//!   earlier one reuses its published blocks; the bookkeeping is `kindle-blocks`).
 //!
-//! [`KvStore`] is what a model needs from a single-sequence cache; [`KvCache`] and
-//! [`SlidingWindowCache`] implement it.
+//! [`KvStore`] is what a model needs from a single-sequence cache; [`KvCache`],
+//! [`SlidingWindowCache`] and [`PagedCache`] implement it.
 //!
 //! **Invariant: the cache owns positions.** For every variant, [`KvStore::len`] is the number
 //! of tokens held *and* the RoPE position of the next token; held tokens sit at positions
