@@ -216,7 +216,8 @@ impl Kernel {
         {
             use super::x86_q5 as q;
             return if simd == Simd::Avx512 {
-                (q::Q5_ORDER_AVX512, q::Q5_SCALE_AVX512, 32)
+                // Position `8k + ...` converted at bit `8k`: the K-quant kernels' scaling.
+                (q::Q5_ORDER_AVX512, super::x86_k::K_SCALE, 32)
             } else {
                 (q::Q5_ORDER, q::Q5_SCALE, 32)
             };

@@ -242,23 +242,14 @@ pub(crate) const Q5_ORDER_AVX512: [usize; 32] = {
     order
 };
 
-/// [`Q5_SCALE`] for [`Q5_ORDER_AVX512`]: position `8k + ...` was converted at bit `8k`.
-pub(crate) const Q5_SCALE_AVX512: [f32; 32] = {
-    let mut scale = [0f32; 32];
-    let mut p = 0;
-    while p < 32 {
-        scale[p] = 1.0 / (1u32 << (8 * (p / 8))) as f32;
-        p += 1;
-    }
-    scale
-};
-
 /// [`q5_f32`] with 16-lane AVX-512 vectors. A pair's two rows sit in one vector (values
 /// `0..16` and `16..32` of row `2k` in the low half, of row `2k + 1` in the high half); per
 /// block and activation row the four products of a lane are summed, scaled by the row's `d`
 /// as they are added to the lane's partial sum, and the lanes are reduced once, at the end
 /// (measured against multiplying `d` into the quants first: as fast in a prefill, 10% faster
-/// in decode). Activations in [`Q5_ORDER_AVX512`] scaled by [`Q5_SCALE_AVX512`].
+/// in decode). Activations in [`Q5_ORDER_AVX512`] scaled by
+/// [`K_SCALE`](super::x86_k::K_SCALE) (position `8k + ...` was converted at bit `8k`, as in
+/// the K-quant kernels).
 ///
 /// # Safety
 /// As [`q5_f32`]; the CPU must have AVX-512F.
