@@ -535,9 +535,8 @@ fn serve_refuses_a_kv_pool_it_cannot_have() {
     let Some(model) = model() else {
         return;
     };
-    // Smaller than one context: a request could never fit.
-    assert_fails(
-        &[
+    let serve = |tokens: &str, parts: &[&str]| {
+        let args = [
             "serve",
             "-m",
             &model,
@@ -546,28 +545,15 @@ fn serve_refuses_a_kv_pool_it_cannot_have() {
             "-c",
             "256",
             "--kv-pool",
-            "100",
-        ],
-        None,
-        &["--kv-pool", "at least the context length"],
-    );
+            tokens,
+        ];
+        assert_fails(&args, None, parts);
+    };
+    // Smaller than one context: a request could never fit.
+    serve("100", &["--kv-pool", "at least the context length"]);
     // More memory than the machine has (and more than can be counted): an error, not an
     // abort.
     for tokens in ["1000000000000000", "1000000000000000000"] {
-        assert_fails(
-            &[
-                "serve",
-                "-m",
-                &model,
-                "--port",
-                "0",
-                "-c",
-                "256",
-                "--kv-pool",
-                tokens,
-            ],
-            None,
-            &["KV pool", "could not be allocated"],
-        );
+        serve(tokens, &["KV pool", "could not be allocated"]);
     }
 }
