@@ -689,15 +689,12 @@ fn in_place(ty: GgmlType, simd: Simd, row: &[u8]) -> Option<Dense<'_>> {
     }
 }
 
-/// How many activation rows one call of the dense multi-row kernels takes: their
-/// accumulators (four vectors per row) fill 16 vector registers at three rows, 32 (AVX-512)
-/// at six.
+/// How many activation rows one call of the dense multi-row kernels takes at `simd`: their
+/// accumulators fill 16 vector registers at three rows (four a row), 32 (AVX-512) at twelve
+/// (two a row).
 #[cfg(target_arch = "x86_64")]
-fn dense_batch() -> usize {
-    static WIDE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let wide = *WIDE
-        .get_or_init(|| Simd::detect() == Simd::Avx512 && is_x86_feature_detected!("avx512vl"));
-    if wide { 6 } else { 3 }
+fn dense_batch(simd: Simd) -> usize {
+    if simd == Simd::Avx512 { 12 } else { 3 }
 }
 
 /// `out[j] = a . x[j]` for every activation row `j` of `xs` (`out.len()` rows of `a.len()`
@@ -708,17 +705,17 @@ fn dot_rows(simd: Simd, a: Dense<'_>, xs: &[f32], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if simd.any() {
         use super::x86_dense as x86;
-        let wide = dense_batch() == 6;
+        let wide = simd == Simd::Avx512;
         let mut j = 0;
         while j < out.len() {
-            let jn = (out.len() - j).min(dense_batch());
+            let jn = (out.len() - j).min(dense_batch(simd));
             let o = &mut out[j..j + jn];
             let x = |jj: usize| &xs[(j + jj) * cols..(j + jj + 1) * cols];
             macro_rules! call {
                 ($n:literal) => {{
                     let bs: [&[f32]; $n] = std::array::from_fn(x);
                     // SAFETY: a SIMD level is only chosen when AVX2, FMA and F16C were
-                    // detected (and the wide kernels when AVX-512F and VL were); every
+                    // detected (and `Avx512` when AVX-512F was); every
                     // activation row holds `cols` values and `o` holds `$n`.
                     unsafe {
                         match (a, wide) {
@@ -736,7 +733,13 @@ fn dot_rows(simd: Simd, a: Dense<'_>, xs: &[f32], out: &mut [f32]) {
                 3 => call!(3),
                 4 => call!(4),
                 5 => call!(5),
-                _ => call!(6),
+                6 => call!(6),
+                7 => call!(7),
+                8 => call!(8),
+                9 => call!(9),
+                10 => call!(10),
+                11 => call!(11),
+                _ => call!(12),
             }
             j += jn;
         }

@@ -1,4 +1,5 @@
-//! Software prefetch for the packed group kernels (`x86.rs`, `x86_q5.rs`): a leaf module.
+//! Software prefetch for the packed group kernels (`x86.rs`, `x86_q5.rs`) and the dense ones
+//! (`x86_dense.rs`): a leaf module.
 
 use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
 

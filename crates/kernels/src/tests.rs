@@ -264,8 +264,9 @@ fn batched_products_give_the_bits_of_single_rows() {
         GgmlType::F32,
         GgmlType::F16,
     ] {
-        // Dense rows of 203 values: whole 32-value chunks, an 8-value one and 3 left over.
-        let cols = if ty.block_size() == 1 { 203 } else { 192 };
+        // Dense rows of 235 values: whole 64- and 32-value chunks, 16- and 8-value ones and
+        // a few left over, for both SIMD widths' loops and tails.
+        let cols = if ty.block_size() == 1 { 235 } else { 192 };
         let w = random_matrix(ty, 29, cols, &mut rng);
         // Nine rows: more than one call of every multi-row kernel, and a partial one.
         let m = 9;
