@@ -25,7 +25,7 @@ fn dtype() -> impl TypedValueParser<Value = Dtype> {
 }
 
 /// `--activations`' parser: `f32` or `int8`.
-fn activations() -> impl TypedValueParser<Value = ActivationFormat> {
+pub fn activations() -> impl TypedValueParser<Value = ActivationFormat> {
     PossibleValuesParser::new(["f32", "int8"]).map(|name| match name.as_str() {
         "int8" => ActivationFormat::Int8,
         _ => ActivationFormat::F32,

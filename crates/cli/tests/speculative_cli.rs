@@ -117,6 +117,14 @@ fn greedy_output_is_unchanged_by_each_drafter() {
         let plain = tokens(f16, &prompt, &[]);
         for extra in [
             &["--draft-model", model_str, "--draft-max", "6"][..],
+            &[
+                "--draft-model",
+                model_str,
+                "--draft-activations",
+                "f32",
+                "--draft-max",
+                "8",
+            ],
             &["--lookup-ngram", "2"],
         ] {
             assert_eq!(
@@ -218,6 +226,23 @@ fn bad_drafting_settings_are_clear_errors() {
     fails_with(
         &["generate", "-m", m, "hi", "--draft-max", "4"],
         "--draft-max needs a drafter",
+    );
+    fails_with(
+        &[
+            "generate",
+            "-m",
+            m,
+            "hi",
+            "--lookup-ngram",
+            "2",
+            "--draft-activations",
+            "f32",
+        ],
+        "--draft-activations sets a draft model's kernels",
+    );
+    fails_with(
+        &["generate", "-m", m, "hi", "--draft-activations", "int4"],
+        "int4",
     );
     let missing = tmp_dir().join("missing.gguf");
     fails_with(

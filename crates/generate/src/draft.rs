@@ -41,6 +41,15 @@ pub trait Drafter {
         out: &mut Draft,
     ) -> Result<(), GenerateError>;
 
+    /// Bring the drafter up to date with `context` (the prompt) before its first proposal: a
+    /// draft model runs it through its own cache here. The generator calls this right after
+    /// the target's prefill and counts it in the prefill's time, as the prompt's cost it is
+    /// (drafting then starts with one token to feed). The default does nothing.
+    fn prefill(&mut self, context: &[u32]) -> Result<(), GenerateError> {
+        let _ = context;
+        Ok(())
+    }
+
     /// How many of the last proposal's `proposed` tokens the target accepted. The default
     /// ignores it.
     fn accepted(&mut self, proposed: usize, accepted: usize) {
@@ -124,6 +133,20 @@ impl<M: LanguageModel> ModelDrafter<M> {
 }
 
 impl<M: LanguageModel> Drafter for ModelDrafter<M> {
+    fn prefill(&mut self, context: &[u32]) -> Result<(), GenerateError> {
+        if context.is_empty() || context.len() > self.session.context_length(&self.model) {
+            // Nothing to run, or more than the draft's context: `propose` declines then.
+            return Ok(());
+        }
+        let reuse = self.session.common_prefix_len(context);
+        self.session.truncate(reuse);
+        let reuse = self.session.len();
+        if reuse < context.len() {
+            self.session.forward_last(&self.model, &context[reuse..])?;
+        }
+        Ok(())
+    }
+
     fn propose(
         &mut self,
         context: &[u32],

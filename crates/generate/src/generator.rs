@@ -561,7 +561,14 @@ impl<M: LanguageModel, D: TokenDecoder + ?Sized> Iterator for Generator<'_, M, D
             Step::End => None,
             Step::Emit(event) => Some(Ok(event)),
             Step::Feed(tokens) => {
-                let logits = self.session.forward_last(self.model, &tokens);
+                let mut logits = self.session.forward_last(self.model, &tokens);
+                if let (Some(spec), Some((true, _)), Ok(_)) =
+                    (self.spec.as_mut(), self.core.pending, &logits)
+                    && let Err(e) = spec.spec.prefill(self.session.tokens())
+                {
+                    // The prompt's step fails as a whole: the drafter's part is in it.
+                    logits = Err(e);
+                }
                 Some(self.complete(logits))
             }
         }

@@ -33,8 +33,10 @@ pub struct SpecStats {
     /// One-token target passes taken without a draft (the first decode step, or nothing
     /// proposed, or no room left).
     pub plain_steps: usize,
-    /// Time in the drafter.
+    /// Time in the drafter's proposals.
     pub draft_time: Duration,
+    /// Time the drafter took to take in the prompt (part of the prefill's time).
+    pub prefill_time: Duration,
     /// Time in verification passes (target forward pass and acceptance rule).
     pub verify_time: Duration,
     /// Time in plain one-token steps (forward pass and sampling).
@@ -71,7 +73,7 @@ impl SpecStats {
     /// One line for people: acceptance, tokens per pass, speedup estimate.
     pub fn line(&self) -> String {
         format!(
-            "speculative: {} drafted, {} accepted ({:.1}%), {} verification passes + {} plain steps, {:.2} tokens per target pass, draft {:.1} ms, verify {:.1} ms, speedup estimate {}",
+            "speculative: {} drafted, {} accepted ({:.1}%), {} verification passes + {} plain steps, {:.2} tokens per target pass, draft {:.1} ms (prompt {:.1} ms, in the prefill), verify {:.1} ms, speedup estimate {}",
             self.drafted,
             self.accepted,
             100.0 * self.acceptance_rate(),
@@ -79,6 +81,7 @@ impl SpecStats {
             self.plain_steps,
             self.tokens_per_pass(),
             self.draft_time.as_secs_f64() * 1e3,
+            self.prefill_time.as_secs_f64() * 1e3,
             self.verify_time.as_secs_f64() * 1e3,
             match self.speedup_estimate() {
                 Some(x) => format!("{x:.2}x"),
@@ -167,6 +170,14 @@ impl Speculator {
     }
 
     /// Ask the drafter for up to `max` tokens after `context` into `self.draft`.
+    /// The drafter's [`Drafter::prefill`] with the prompt (timed as drafting too).
+    pub(crate) fn prefill(&mut self, context: &[u32]) -> Result<(), GenerateError> {
+        let t0 = std::time::Instant::now();
+        let result = self.drafter.prefill(context);
+        self.stats.prefill_time += t0.elapsed();
+        result
+    }
+
     pub(crate) fn propose(&mut self, context: &[u32], max: usize) -> Result<(), GenerateError> {
         self.draft.clear();
         self.drafter.propose(context, max, &mut self.draft)?;

@@ -645,3 +645,64 @@ fn bad_settings_are_clear_errors() {
     let err = generator.with_speculator(&mut spec).err().unwrap();
     assert!(err.to_string().contains("mirostat"), "{err}");
 }
+
+/// A [`HashModel`] that records how many tokens each forward pass was fed.
+#[derive(Clone)]
+struct Recording {
+    inner: HashModel,
+    feeds: std::sync::Arc<std::sync::Mutex<Vec<usize>>>,
+}
+
+impl LanguageModel for Recording {
+    type Cache = Ctx;
+    type Error = Infallible;
+    fn vocab_size(&self) -> usize {
+        self.inner.vocab_size()
+    }
+    fn context_length(&self) -> usize {
+        self.inner.context_length()
+    }
+    fn new_cache(&self, capacity: usize) -> Result<Ctx, Infallible> {
+        self.inner.new_cache(capacity)
+    }
+    fn forward_last(&self, tokens: &[u32], cache: &mut Ctx) -> Result<Vec<f32>, Infallible> {
+        self.feeds.lock().unwrap().push(tokens.len());
+        self.inner.forward_last(tokens, cache)
+    }
+    fn forward_all(&self, tokens: &[u32], cache: &mut Ctx) -> Result<Vec<f32>, Infallible> {
+        self.feeds.lock().unwrap().push(tokens.len());
+        self.inner.forward_all(tokens, cache)
+    }
+}
+
+#[test]
+fn a_draft_model_takes_the_prompt_in_the_prefill() {
+    // The draft runs the prompt once, during the target's prefill (and its time is counted
+    // there); each proposal then feeds one or two tokens (the last one, and the last drafted
+    // token when a whole draft was accepted), and the output stays the plain output.
+    let vocab = 12;
+    let target = HashModel::target(vocab);
+    let draft = Recording {
+        inner: HashModel::draft(vocab, 3),
+        feeds: Default::default(),
+    };
+    let feeds = std::sync::Arc::clone(&draft.feeds);
+    let prompt = [1, 2, 3, 4, 5, 1, 2, 3, 6, 7, 1, 2];
+    let config = GenerationConfig::default().with_max_new_tokens(30);
+    let plain = run(&target, &prompt, &mut Sampler::greedy(), &config, None);
+    let drafter = ModelDrafter::new(draft, 128, Sampler::greedy()).unwrap();
+    let mut spec = Speculator::new(Box::new(drafter), 4).unwrap();
+    let fast = run(
+        &target,
+        &prompt,
+        &mut Sampler::greedy(),
+        &config,
+        Some(&mut spec),
+    );
+    assert_eq!(plain.1.tokens, fast.1.tokens);
+    let feeds = feeds.lock().unwrap().clone();
+    assert_eq!(feeds.first(), Some(&prompt.len()), "{feeds:?}");
+    assert!(feeds[1..].iter().all(|&n| n <= 2), "{feeds:?}");
+    assert!(spec.stats().passes > 0, "{:?}", spec.stats());
+    assert!(spec.stats().prefill_time > std::time::Duration::ZERO);
+}

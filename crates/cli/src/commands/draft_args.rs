@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 use kindle_cli::draft::DraftSettings;
+use kindle_cli::engine::activations;
+use kindle_model::ActivationFormat;
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct DraftArgs {
@@ -20,6 +22,10 @@ pub struct DraftArgs {
     /// Most tokens drafted per step [default: 8]
     #[arg(long, value_name = "K")]
     pub draft_max: Option<usize>,
+    /// Activations in the draft model's CPU kernels [default: int8: a draft only proposes,
+    /// the target verifies every token with its own activations]
+    #[arg(long, value_name = "FORMAT", value_parser = activations())]
+    pub draft_activations: Option<ActivationFormat>,
 }
 
 impl DraftArgs {
@@ -30,6 +36,7 @@ impl DraftArgs {
             lookup_ngram: self.lookup_ngram,
             draft_model: self.draft_model.clone(),
             self_speculative: self.self_speculative,
+            draft_activations: self.draft_activations,
         }
     }
 }
