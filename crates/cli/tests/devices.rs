@@ -138,8 +138,13 @@ fn tiny_model() -> PathBuf {
                 _ => unreachable!("{name}: {dims:?}"),
             };
         }
-        let path = std::env::temp_dir().join(format!("kindle-devices-{}.gguf", std::process::id()));
-        w.write(&path).expect("writing the tiny model");
+        // In the target's test folder, not littering /tmp: written under a name of this
+        // process, then renamed (the same bytes every run, so a concurrent run is harmless).
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+        let path = dir.join("kindle-devices.gguf");
+        let partial = dir.join(format!("kindle-devices.{}.part", std::process::id()));
+        w.write(&partial).expect("writing the tiny model");
+        std::fs::rename(&partial, &path).expect("renaming the model into place");
         path
     })
     .clone()

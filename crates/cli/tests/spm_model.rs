@@ -67,9 +67,13 @@ fn model() -> PathBuf {
                 .collect();
             writer = writer.tensor_f32(name, &dims, &values);
         }
-        let path =
-            std::env::temp_dir().join(format!("kindle-spm-model-{}.gguf", std::process::id()));
-        std::fs::write(&path, writer.to_bytes()).expect("writing the model");
+        // In the target's test folder, not littering /tmp: written under a name of this
+        // process, then renamed (the same bytes every run, so a concurrent run is harmless).
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+        let path = dir.join("kindle-spm-model.gguf");
+        let partial = dir.join(format!("kindle-spm-model.{}.part", std::process::id()));
+        std::fs::write(&partial, writer.to_bytes()).expect("writing the model");
+        std::fs::rename(&partial, &path).expect("renaming the model into place");
         path
     })
     .clone()
