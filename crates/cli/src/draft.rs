@@ -35,6 +35,8 @@ pub struct DraftSettings {
     /// Activations of a draft model's kernels (`--draft-activations`); `None`:
     /// [`DEFAULT_DRAFT_ACTIVATIONS`].
     pub draft_activations: Option<ActivationFormat>,
+    /// Adapt the draft length to what the target accepts (`--draft-adaptive`).
+    pub draft_adaptive: bool,
 }
 
 /// A draft model's kernel activations when `--draft-activations` is not given: 8-bit, whatever
@@ -73,6 +75,11 @@ impl DraftSettings {
                 "--draft-max needs a drafter: --lookup-ngram N, --draft-model FILE or --self-speculative L"
             ),
             _ => {}
+        }
+        if self.draft_adaptive && !self.enabled() {
+            bail!(
+                "--draft-adaptive needs a drafter: --lookup-ngram N, --draft-model FILE or --self-speculative L"
+            );
         }
         if self.lookup_ngram == Some(0) {
             bail!("--lookup-ngram must be at least 1");
@@ -145,7 +152,12 @@ impl DraftSettings {
         } else {
             return Ok(None);
         };
-        Ok(Some(Speculator::new(drafter, draft_max)?))
+        let speculator = Speculator::new(drafter, draft_max)?;
+        Ok(Some(if self.draft_adaptive {
+            speculator.with_adaptive()
+        } else {
+            speculator
+        }))
     }
 
     /// The draft's sampler: the target's configuration with its own seed.

@@ -244,6 +244,10 @@ fn bad_drafting_settings_are_clear_errors() {
         &["generate", "-m", m, "hi", "--draft-activations", "int4"],
         "int4",
     );
+    fails_with(
+        &["generate", "-m", m, "hi", "--draft-adaptive"],
+        "--draft-adaptive needs a drafter",
+    );
     let missing = tmp_dir().join("missing.gguf");
     fails_with(
         &[

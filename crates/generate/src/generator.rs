@@ -670,7 +670,7 @@ impl<'a> SpecRun<'a> {
         // must stay within what the cache can roll back: both bounded by `max_pass`.
         let k = self
             .spec
-            .draft_max
+            .draft_len()
             .min(core.room().saturating_sub(1))
             .min(cache_room.saturating_sub(1))
             .min(crate::model::ModelCache::max_pass(session.cache()).saturating_sub(1));

@@ -112,6 +112,8 @@ pub enum AcceptRule {
 pub struct Speculator {
     drafter: Box<dyn Drafter>,
     pub(crate) draft_max: usize,
+    /// The draft length of the next step when adaptive ([`Speculator::with_adaptive`]).
+    adaptive: Option<usize>,
     rule: AcceptRule,
     pub(crate) timing_step: bool,
     pub(crate) stats: SpecStats,
@@ -134,6 +136,7 @@ impl Speculator {
         Ok(Speculator {
             drafter,
             draft_max,
+            adaptive: None,
             rule: AcceptRule::Exact,
             timing_step: false,
             stats: SpecStats::default(),
@@ -147,6 +150,21 @@ impl Speculator {
     /// Most tokens drafted per step.
     pub fn draft_max(&self) -> usize {
         self.draft_max
+    }
+
+    /// Adapt the draft length as the target accepts or rejects drafts (Hugging Face's
+    /// assisted generation schedule): start at `draft_max`, two more tokens after a draft
+    /// accepted whole (up to `draft_max`), one fewer after a rejection (down to one). Off by
+    /// default. A drafter that is often wrong then costs short verification passes instead
+    /// of long ones; the output does not depend on it (each draft is verified the same way).
+    pub fn with_adaptive(mut self) -> Self {
+        self.adaptive = Some(self.draft_max);
+        self
+    }
+
+    /// How many tokens the next step may draft: `draft_max`, or the adaptive length.
+    pub(crate) fn draft_len(&self) -> usize {
+        self.adaptive.unwrap_or(self.draft_max)
     }
 
     /// The counters so far.
@@ -296,6 +314,13 @@ impl Speculator {
         }
         let accepted = out.len() - 1;
         self.drafter.accepted(k, accepted);
+        if let Some(len) = self.adaptive.as_mut() {
+            *len = if accepted == k {
+                (*len + 2).min(self.draft_max)
+            } else {
+                len.saturating_sub(1).max(1)
+            };
+        }
         let stats = &mut self.stats;
         stats.passes += 1;
         stats.drafted += k;

@@ -706,3 +706,46 @@ fn a_draft_model_takes_the_prompt_in_the_prefill() {
     assert!(spec.stats().passes > 0, "{:?}", spec.stats());
     assert!(spec.stats().prefill_time > std::time::Duration::ZERO);
 }
+
+#[test]
+fn adaptive_draft_length_shrinks_after_rejections_and_keeps_the_output() {
+    // A draft that is often wrong: with a fixed length every pass verifies `draft_max`
+    // tokens; adaptive, the length falls after rejections, so fewer tokens are drafted for
+    // the same output.
+    let vocab = 12;
+    let target = HashModel::target(vocab);
+    let prompt = [1, 2, 3, 4, 5, 1, 2, 3, 6, 7, 1, 2];
+    let config = GenerationConfig::default().with_max_new_tokens(40);
+    let plain = run(&target, &prompt, &mut Sampler::greedy(), &config, None);
+    let spec = |adaptive: bool| {
+        let draft = ModelDrafter::new(HashModel::draft(vocab, 2), 128, Sampler::greedy()).unwrap();
+        let spec = Speculator::new(Box::new(draft), 6).unwrap();
+        if adaptive { spec.with_adaptive() } else { spec }
+    };
+    let (mut fixed, mut adaptive) = (spec(false), spec(true));
+    let a = run(
+        &target,
+        &prompt,
+        &mut Sampler::greedy(),
+        &config,
+        Some(&mut fixed),
+    );
+    let b = run(
+        &target,
+        &prompt,
+        &mut Sampler::greedy(),
+        &config,
+        Some(&mut adaptive),
+    );
+    assert_eq!(plain.1.tokens, a.1.tokens);
+    assert_eq!(plain.1.tokens, b.1.tokens);
+    let (f, s) = (fixed.stats(), adaptive.stats());
+    assert!(
+        f.accepted < f.drafted,
+        "the draft should be wrong at times: {f:?}"
+    );
+    assert!(
+        (s.drafted as f64 / s.passes as f64) < (f.drafted as f64 / f.passes as f64),
+        "adaptive {s:?} against fixed {f:?}"
+    );
+}

@@ -26,6 +26,10 @@ pub struct DraftArgs {
     /// the target verifies every token with its own activations]
     #[arg(long, value_name = "FORMAT", value_parser = activations())]
     pub draft_activations: Option<ActivationFormat>,
+    /// Adapt the draft length: two more tokens after a draft accepted whole (up to
+    /// --draft-max), one fewer after a rejection (down to 1)
+    #[arg(long)]
+    pub draft_adaptive: bool,
 }
 
 impl DraftArgs {
@@ -37,6 +41,7 @@ impl DraftArgs {
             draft_model: self.draft_model.clone(),
             self_speculative: self.self_speculative,
             draft_activations: self.draft_activations,
+            draft_adaptive: self.draft_adaptive,
         }
     }
 }
