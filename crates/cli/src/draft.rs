@@ -28,6 +28,9 @@ pub struct DraftSettings {
     pub draft_max: Option<usize>,
     /// Prompt lookup with n-grams of up to this many tokens (`--lookup-ngram`).
     pub lookup_ngram: Option<usize>,
+    /// The shortest n-gram prompt lookup drafts from (`--lookup-min`); `None`:
+    /// [`DEFAULT_LOOKUP_MIN`] (or `--lookup-ngram` when that is smaller).
+    pub lookup_min: Option<usize>,
     /// A draft model file (`--draft-model`).
     pub draft_model: Option<PathBuf>,
     /// Draft with the target's first this many layers (`--self-speculative`).
@@ -38,6 +41,11 @@ pub struct DraftSettings {
     /// Adapt the draft length to what the target accepts (`--draft-adaptive`).
     pub draft_adaptive: bool,
 }
+
+/// The shortest n-gram prompt lookup drafts from when `--lookup-min` is not given. Single-token
+/// matches were measured to cost more than they win (SmolLM2 Q4_1, the three prompts of
+/// `testdata/speculative`, `--lookup-ngram 3 --draft-max 8`, see docs/performance.md).
+pub const DEFAULT_LOOKUP_MIN: usize = 2;
 
 /// A draft model's kernel activations when `--draft-activations` is not given: 8-bit, whatever
 /// the target's. A draft only proposes tokens; the target verifies each with its own (exact)
@@ -84,6 +92,13 @@ impl DraftSettings {
         if self.lookup_ngram == Some(0) {
             bail!("--lookup-ngram must be at least 1");
         }
+        match (self.lookup_min, self.lookup_ngram) {
+            (Some(_), None) => bail!("--lookup-min needs --lookup-ngram N"),
+            (Some(min), Some(n)) if min == 0 || min > n => {
+                bail!("--lookup-min {min}: between 1 and --lookup-ngram ({n})")
+            }
+            _ => {}
+        }
         if self.self_speculative == Some(0) {
             bail!("--self-speculative must be at least 1 layer");
         }
@@ -116,7 +131,8 @@ impl DraftSettings {
             ..options.clone()
         };
         let drafter: Box<dyn kindle_generate::Drafter> = if let Some(n) = self.lookup_ngram {
-            Box::new(PromptLookup::new(n)?)
+            let min = self.lookup_min.unwrap_or(DEFAULT_LOOKUP_MIN.min(n));
+            Box::new(PromptLookup::new(n)?.with_min(min)?)
         } else if let Some(path) = &self.draft_model {
             let loaded = engine::open(path)
                 .with_context(|| format!("loading the draft model {}", path.display()))?;

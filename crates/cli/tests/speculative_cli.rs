@@ -106,6 +106,13 @@ fn greedy_output_is_unchanged_by_each_drafter() {
         for extra in [
             &["--lookup-ngram", "3", "--draft-max", "8"][..],
             &["--lookup-ngram", "1", "--draft-max", "3"],
+            &[
+                "--lookup-ngram",
+                "4",
+                "--lookup-min",
+                "1",
+                "--draft-adaptive",
+            ],
             &["--self-speculative", "10", "--draft-max", "4"],
         ] {
             assert_eq!(
@@ -247,6 +254,23 @@ fn bad_drafting_settings_are_clear_errors() {
     fails_with(
         &["generate", "-m", m, "hi", "--draft-adaptive"],
         "--draft-adaptive needs a drafter",
+    );
+    fails_with(
+        &[
+            "generate",
+            "-m",
+            m,
+            "hi",
+            "--lookup-ngram",
+            "2",
+            "--lookup-min",
+            "3",
+        ],
+        "--lookup-min 3: between 1 and --lookup-ngram (2)",
+    );
+    fails_with(
+        &["generate", "-m", m, "hi", "--lookup-min", "2"],
+        "--lookup-min needs --lookup-ngram",
     );
     let missing = tmp_dir().join("missing.gguf");
     fails_with(

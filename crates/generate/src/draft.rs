@@ -58,23 +58,40 @@ pub trait Drafter {
 }
 
 /// Prompt lookup: find the last `n` tokens of the context earlier in the context (prompt and
-/// output), longest `n` first (from `ngram` down to 1), most recent match first, and propose
-/// the tokens that followed it. Deterministic; pays off on output that copies its input
-/// (editing, summarising with quotes, refactoring code).
+/// output), longest `n` first (from `ngram` down to `min`, 1 unless [`with_min`] says
+/// otherwise), most recent match first, and propose the tokens that followed it.
+/// Deterministic; pays off on output that copies its input (editing, summarising with
+/// quotes, refactoring code).
+///
+/// [`with_min`]: PromptLookup::with_min
 #[derive(Debug, Clone)]
 pub struct PromptLookup {
     ngram: usize,
+    min: usize,
 }
 
 impl PromptLookup {
-    /// Match n-grams of at most `ngram` tokens (at least 1).
+    /// Match n-grams of at most `ngram` tokens (at least 1), down to single tokens.
     pub fn new(ngram: usize) -> Result<Self, GenerateError> {
         if ngram == 0 {
             return Err(GenerateError::InvalidDraft(
                 "the lookup n-gram size must be at least 1".into(),
             ));
         }
-        Ok(PromptLookup { ngram })
+        Ok(PromptLookup { ngram, min: 1 })
+    }
+
+    /// Propose nothing (a plain step) unless at least the last `min` tokens match (1 to
+    /// `ngram`): a single matching token predicts its continuation poorly, and a wrong draft
+    /// costs a verification pass of its length.
+    pub fn with_min(self, min: usize) -> Result<Self, GenerateError> {
+        if min == 0 || min > self.ngram {
+            return Err(GenerateError::InvalidDraft(format!(
+                "the shortest lookup n-gram ({min}) must be between 1 and the longest ({})",
+                self.ngram
+            )));
+        }
+        Ok(PromptLookup { min, ..self })
     }
 }
 
@@ -86,7 +103,7 @@ impl Drafter for PromptLookup {
         out: &mut Draft,
     ) -> Result<(), GenerateError> {
         let len = context.len();
-        for n in (1..=self.ngram.min(len.saturating_sub(1))).rev() {
+        for n in (self.min..=self.ngram.min(len.saturating_sub(1))).rev() {
             let pattern = &context[len - n..];
             // Most recent earlier occurrence that has at least one token after it.
             let found = (0..len - n).rev().find(|&i| &context[i..i + n] == pattern);
@@ -196,6 +213,20 @@ impl<M: LanguageModel> Drafter for ModelDrafter<M> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lookup_with_a_minimum_skips_shorter_matches() {
+        let mut out = Draft::default();
+        let mut lookup = PromptLookup::new(3).unwrap().with_min(2).unwrap();
+        // Only the single token 5 matches earlier (followed by 6): no draft with min 2.
+        lookup.propose(&[5, 6, 7, 8, 5], 4, &mut out).unwrap();
+        assert!(out.tokens.is_empty(), "{:?}", out.tokens);
+        // `8 5` matches: propose what followed it.
+        lookup.propose(&[8, 5, 6, 7, 8, 5], 4, &mut out).unwrap();
+        assert_eq!(out.tokens, [6, 7, 8, 5]);
+        assert!(PromptLookup::new(3).unwrap().with_min(4).is_err());
+        assert!(PromptLookup::new(3).unwrap().with_min(0).is_err());
+    }
 
     fn lookup(context: &[u32], n: usize, max: usize) -> Vec<u32> {
         let mut out = Draft::default();

@@ -13,6 +13,10 @@ pub struct DraftArgs {
     /// (N down to 1) where it occurs earlier in the prompt or output
     #[arg(long, value_name = "N")]
     pub lookup_ngram: Option<usize>,
+    /// The shortest n-gram prompt lookup drafts from: shorter matches give a plain step
+    /// [default: 2, or N when --lookup-ngram N is 1]
+    #[arg(long, value_name = "M")]
+    pub lookup_min: Option<usize>,
     /// Speculative decoding with a draft model sharing the target's vocabulary
     #[arg(long, value_name = "FILE.gguf")]
     pub draft_model: Option<PathBuf>,
@@ -38,6 +42,7 @@ impl DraftArgs {
         DraftSettings {
             draft_max: self.draft_max,
             lookup_ngram: self.lookup_ngram,
+            lookup_min: self.lookup_min,
             draft_model: self.draft_model.clone(),
             self_speculative: self.self_speculative,
             draft_activations: self.draft_activations,
