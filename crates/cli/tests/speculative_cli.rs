@@ -204,74 +204,31 @@ fn bad_drafting_settings_are_clear_errors() {
         return;
     };
     let m = model.to_str().unwrap();
-    fails_with(
-        &[
-            "generate",
-            "-m",
-            m,
-            "hi",
-            "--lookup-ngram",
-            "2",
-            "--draft-max",
-            "0",
-        ],
-        "--draft-max must be at least 1",
-    );
-    fails_with(
-        &[
-            "generate",
-            "-m",
-            m,
-            "hi",
-            "--lookup-ngram",
-            "2",
-            "--num-beams",
-            "2",
-        ],
-        "cannot be combined with beam search",
-    );
-    fails_with(
-        &["generate", "-m", m, "hi", "--draft-max", "4"],
-        "--draft-max needs a drafter",
-    );
-    fails_with(
-        &[
-            "generate",
-            "-m",
-            m,
-            "hi",
-            "--lookup-ngram",
-            "2",
-            "--draft-activations",
-            "f32",
-        ],
-        "--draft-activations sets a draft model's kernels",
-    );
-    fails_with(
-        &["generate", "-m", m, "hi", "--draft-activations", "int4"],
-        "int4",
-    );
-    fails_with(
-        &["generate", "-m", m, "hi", "--draft-adaptive"],
-        "--draft-adaptive needs a drafter",
-    );
-    fails_with(
-        &[
-            "generate",
-            "-m",
-            m,
-            "hi",
-            "--lookup-ngram",
-            "2",
-            "--lookup-min",
-            "3",
-        ],
-        "--lookup-min 3: between 1 and --lookup-ngram (2)",
-    );
-    fails_with(
-        &["generate", "-m", m, "hi", "--lookup-min", "2"],
-        "--lookup-min needs --lookup-ngram",
-    );
+    let cases: [(&[&str], &str); 8] = [
+        (
+            &["--lookup-ngram", "2", "--draft-max", "0"],
+            "--draft-max must be at least 1",
+        ),
+        (
+            &["--lookup-ngram", "2", "--num-beams", "2"],
+            "cannot be combined with beam search",
+        ),
+        (&["--draft-max", "4"], "--draft-max needs a drafter"),
+        (
+            &["--lookup-ngram", "2", "--draft-activations", "f32"],
+            "--draft-activations sets a draft model's kernels",
+        ),
+        (&["--draft-activations", "int4"], "int4"),
+        (&["--draft-adaptive"], "--draft-adaptive needs a drafter"),
+        (
+            &["--lookup-ngram", "2", "--lookup-min", "3"],
+            "--lookup-min 3: between 1 and --lookup-ngram (2)",
+        ),
+        (&["--lookup-min", "2"], "--lookup-min needs --lookup-ngram"),
+    ];
+    for (extra, needle) in cases {
+        fails_with(&[&["generate", "-m", m, "hi"][..], extra].concat(), needle);
+    }
     let missing = tmp_dir().join("missing.gguf");
     fails_with(
         &[

@@ -675,33 +675,39 @@ impl LanguageModel for Recording {
     }
 }
 
+/// The greedy tokens of the 12-token test prompt on a 12-token target, drafted by `spec`.
+fn greedy_tokens(config: &GenerationConfig, spec: Option<&mut Speculator>) -> Vec<u32> {
+    let prompt = [1, 2, 3, 4, 5, 1, 2, 3, 6, 7, 1, 2];
+    let target = HashModel::target(12);
+    run(&target, &prompt, &mut Sampler::greedy(), config, spec)
+        .1
+        .tokens
+}
+
 #[test]
 fn a_draft_model_takes_the_prompt_in_the_prefill() {
     // The draft runs the prompt once, during the target's prefill (and its time is counted
     // there); each proposal then feeds one or two tokens (the last one, and the last drafted
     // token when a whole draft was accepted), and the output stays the plain output.
     let vocab = 12;
-    let target = HashModel::target(vocab);
     let draft = Recording {
         inner: HashModel::draft(vocab, 3),
         feeds: Default::default(),
     };
     let feeds = std::sync::Arc::clone(&draft.feeds);
-    let prompt = [1, 2, 3, 4, 5, 1, 2, 3, 6, 7, 1, 2];
     let config = GenerationConfig::default().with_max_new_tokens(30);
-    let plain = run(&target, &prompt, &mut Sampler::greedy(), &config, None);
     let drafter = ModelDrafter::new(draft, 128, Sampler::greedy()).unwrap();
     let mut spec = Speculator::new(Box::new(drafter), 4).unwrap();
-    let fast = run(
-        &target,
-        &prompt,
-        &mut Sampler::greedy(),
-        &config,
-        Some(&mut spec),
+    assert_eq!(
+        greedy_tokens(&config, None),
+        greedy_tokens(&config, Some(&mut spec))
     );
-    assert_eq!(plain.1.tokens, fast.1.tokens);
     let feeds = feeds.lock().unwrap().clone();
-    assert_eq!(feeds.first(), Some(&prompt.len()), "{feeds:?}");
+    assert_eq!(
+        feeds.first(),
+        Some(&12),
+        "the prompt in one pass: {feeds:?}"
+    );
     assert!(feeds[1..].iter().all(|&n| n <= 2), "{feeds:?}");
     assert!(spec.stats().passes > 0, "{:?}", spec.stats());
     assert!(spec.stats().prefill_time > std::time::Duration::ZERO);
@@ -712,33 +718,16 @@ fn adaptive_draft_length_shrinks_after_rejections_and_keeps_the_output() {
     // A draft that is often wrong: with a fixed length every pass verifies `draft_max`
     // tokens; adaptive, the length falls after rejections, so fewer tokens are drafted for
     // the same output.
-    let vocab = 12;
-    let target = HashModel::target(vocab);
-    let prompt = [1, 2, 3, 4, 5, 1, 2, 3, 6, 7, 1, 2];
     let config = GenerationConfig::default().with_max_new_tokens(40);
-    let plain = run(&target, &prompt, &mut Sampler::greedy(), &config, None);
+    let plain = greedy_tokens(&config, None);
     let spec = |adaptive: bool| {
-        let draft = ModelDrafter::new(HashModel::draft(vocab, 2), 128, Sampler::greedy()).unwrap();
+        let draft = ModelDrafter::new(HashModel::draft(12, 2), 128, Sampler::greedy()).unwrap();
         let spec = Speculator::new(Box::new(draft), 6).unwrap();
         if adaptive { spec.with_adaptive() } else { spec }
     };
     let (mut fixed, mut adaptive) = (spec(false), spec(true));
-    let a = run(
-        &target,
-        &prompt,
-        &mut Sampler::greedy(),
-        &config,
-        Some(&mut fixed),
-    );
-    let b = run(
-        &target,
-        &prompt,
-        &mut Sampler::greedy(),
-        &config,
-        Some(&mut adaptive),
-    );
-    assert_eq!(plain.1.tokens, a.1.tokens);
-    assert_eq!(plain.1.tokens, b.1.tokens);
+    assert_eq!(plain, greedy_tokens(&config, Some(&mut fixed)));
+    assert_eq!(plain, greedy_tokens(&config, Some(&mut adaptive)));
     let (f, s) = (fixed.stats(), adaptive.stats());
     assert!(
         f.accepted < f.drafted,
