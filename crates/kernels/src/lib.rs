@@ -405,95 +405,81 @@ impl QuantMatrix {
         if m == 0 || self.rows == 0 {
             return;
         }
-        let mut q8k = q8::RowsQ8K::default();
-        if kernel.wants_q8k() {
-            x.chunks_exact(self.cols).for_each(|row| q8k.push(row));
+        let prepared = Prepared::new(kernel, self.packing.is_some(), x, self.cols);
+        let product = Product::new(
+            self,
+            prepared.activations(x, self.cols, m),
+            kernel,
+            out,
+            pool,
+        );
+        pool.run(product.tasks, &|task| product.run(task));
+    }
+
+    /// `outs[i][m, rows_i] = x[m, cols] W_i^T` for every `(W_i, outs[i])` of `products` (all
+    /// with `cols` columns), with `kernels`' activation format: the products' tasks run as
+    /// one job of the pool, so the threads meet once for all of them (a layer's query, key
+    /// and value projections, or its gate and up ones), and each kind of activations is
+    /// prepared once. Every output has the bits [`matmul`](Self::matmul) gives it.
+    ///
+    /// # Panics
+    /// If the matrices' `cols` differ, `x.len() != m * cols` or an output's length is not
+    /// `m * rows` of its matrix.
+    pub fn matmul_many(
+        products: &mut [(&QuantMatrix, &mut [f32])],
+        x: &[f32],
+        m: usize,
+        kernels: &Kernels,
+    ) {
+        let Some(cols) = products.first().map(|(w, _)| w.cols) else {
+            return;
+        };
+        assert!(
+            products.iter().all(|(w, _)| w.cols == cols),
+            "matrices of one input"
+        );
+        assert_eq!(x.len(), m * cols, "activation length");
+        for (w, out) in products.iter() {
+            assert_eq!(out.len(), m * w.rows, "output length");
         }
-        let q8: Vec<BlockQ8> = if kernel.int8() && !kernel.wants_q8k() {
-            x.chunks_exact(self.cols)
-                .flat_map(quantize_row_q8)
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let (permuted, block_sums) = if kernel.wants_permuted(self.packing.is_some()) {
-            let (order, scale, width) = kernel.permutation();
-            #[allow(unused_mut)]
-            let mut permuted: Vec<f32> = x
-                .chunks_exact(32)
-                .flat_map(|b| std::array::from_fn::<f32, 32, _>(|k| b[order[k]] * scale[k]))
-                .collect();
-            #[cfg(target_arch = "x86_64")]
-            if kernel.interleaves_k_pairs() {
-                x86_k::interleave_k_pairs(&mut permuted);
+        if m == 0 {
+            return;
+        }
+        let pool = kernels.pool();
+        let kernel_of = |w: &QuantMatrix| dot::Kernel::select(w.ty, kernels.activations());
+        // One preparation per distinct (kernel, packed) pair.
+        let mut prepared: Vec<(dot::Kernel, bool, Prepared)> = Vec::new();
+        for (w, _) in products.iter() {
+            let key = (kernel_of(w), w.packing.is_some());
+            if !prepared.iter().any(|(k, p, _)| (*k, *p) == key) {
+                prepared.push((key.0, key.1, Prepared::new(key.0, key.1, x, cols)));
             }
-            let sums = x.chunks_exact(width).map(|b| b.iter().sum()).collect();
-            (permuted, sums)
-        } else {
-            (Vec::new(), Vec::new())
-        };
-        let acts = dot::Activations {
-            f32: x,
-            q8: &q8,
-            q8_d: &q8.iter().map(|b| b.d).collect::<Vec<_>>(),
-            q8_s: &q8.iter().map(|b| b.s).collect::<Vec<_>>(),
-            q8k: &q8k,
-            permuted: &permuted,
-            block_sums: &block_sums,
-            cols: self.cols,
-            m,
-        };
-        let weights = dot::Weights {
-            ty: self.ty,
-            data: self.data.as_slice(),
-            row_bytes: self.row_bytes,
-            packing: self.packing,
-        };
-        let threads = pool.threads();
-        // One contiguous range of rows per thread (each keeping at least a few thousand
-        // multiply-adds, and whole row groups). The pool hands tasks to whichever thread gets
-        // there first, so a worker the OS has descheduled costs at most the task it holds:
-        // smaller tasks were measured slower (the cross-core claims, and each thread's stream
-        // of weights broken into pieces).
-        let min_rows = (16_384 / (self.cols * m).max(1)).max(packed::GROUP);
-        let per_task = self
-            .rows
-            .div_ceil(threads)
-            .max(min_rows)
-            .next_multiple_of(packed::GROUP);
-        let n_tasks = self.rows.div_ceil(per_task);
-        let rows = self.rows;
-        let out_ptr = SyncPtr(out.as_mut_ptr());
-        let work = |task: usize| {
-            let start = task * per_task;
-            if start >= rows {
-                return;
-            }
-            let end = (start + per_task).min(rows);
-            if m == 1 {
-                // SAFETY: tasks cover disjoint ranges of `out`, which outlives the call.
-                let chunk = unsafe {
-                    std::slice::from_raw_parts_mut(out_ptr.get().add(start), end - start)
-                };
-                kernel.rows(&weights, &acts, start, end, chunk);
-                return;
-            }
-            // The kernels write `[rows, m]`; each task turns its own rows into columns of the
-            // `[m, rows]` output.
-            let mut transposed = vec![0f32; (end - start) * m];
-            kernel.rows(&weights, &acts, start, end, &mut transposed);
-            for j in 0..m {
-                // SAFETY: tasks cover disjoint row ranges, so disjoint parts of each output
-                // row `j`, and `out` outlives the call.
-                let dst = unsafe {
-                    std::slice::from_raw_parts_mut(out_ptr.get().add(j * rows + start), end - start)
-                };
-                for (r, d) in dst.iter_mut().enumerate() {
-                    *d = transposed[r * m + j];
-                }
-            }
-        };
-        pool.run(n_tasks, &work);
+        }
+        let jobs: Vec<Product<'_>> = products
+            .iter_mut()
+            .filter(|(w, _)| w.rows > 0)
+            .map(|(w, out)| {
+                let key = (kernel_of(w), w.packing.is_some());
+                let (_, _, p) = prepared
+                    .iter()
+                    .find(|(k, p, _)| (*k, *p) == key)
+                    .expect("prepared above");
+                Product::new(w, p.activations(x, cols, m), key.0, out, pool)
+            })
+            .collect();
+        let starts: Vec<usize> = jobs
+            .iter()
+            .scan(0, |next, job| {
+                let start = *next;
+                *next += job.tasks;
+                Some(start)
+            })
+            .collect();
+        let total = jobs.iter().map(|job| job.tasks).sum();
+        pool.run(total, &|task| {
+            let i = starts.partition_point(|&start| start <= task) - 1;
+            jobs[i].run(task - starts[i]);
+        });
     }
 
     /// The whole matrix dequantised to `f32`, `[rows, cols]` row-major (rows split over
@@ -532,6 +518,152 @@ impl QuantMatrix {
                 let xs = &x[j * self.cols..(j + 1) * self.cols];
                 let dot: f64 = row.iter().zip(xs).map(|(&w, &v)| w as f64 * v as f64).sum();
                 out[j * self.rows + r] = dot as f32;
+            }
+        }
+    }
+}
+
+/// The forms of a product's activations its kernel reads, made once per product (or once
+/// for several products of one input, [`QuantMatrix::matmul_many`]).
+struct Prepared {
+    q8k: q8::RowsQ8K,
+    q8: Vec<BlockQ8>,
+    q8_d: Vec<f32>,
+    q8_s: Vec<f32>,
+    permuted: Vec<f32>,
+    block_sums: Vec<f32>,
+}
+
+impl Prepared {
+    /// What `kernel` reads of `x` (rows of `cols` values), for a packed matrix or not.
+    fn new(kernel: dot::Kernel, packed: bool, x: &[f32], cols: usize) -> Prepared {
+        let mut q8k = q8::RowsQ8K::default();
+        if kernel.wants_q8k() {
+            x.chunks_exact(cols).for_each(|row| q8k.push(row));
+        }
+        let q8: Vec<BlockQ8> = if kernel.int8() && !kernel.wants_q8k() {
+            x.chunks_exact(cols).flat_map(quantize_row_q8).collect()
+        } else {
+            Vec::new()
+        };
+        let (permuted, block_sums) = if kernel.wants_permuted(packed) {
+            let (order, scale, width) = kernel.permutation();
+            #[allow(unused_mut)]
+            let mut permuted: Vec<f32> = x
+                .chunks_exact(32)
+                .flat_map(|b| std::array::from_fn::<f32, 32, _>(|k| b[order[k]] * scale[k]))
+                .collect();
+            #[cfg(target_arch = "x86_64")]
+            if kernel.interleaves_k_pairs() {
+                x86_k::interleave_k_pairs(&mut permuted);
+            }
+            let sums = x.chunks_exact(width).map(|b| b.iter().sum()).collect();
+            (permuted, sums)
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        Prepared {
+            q8_d: q8.iter().map(|b| b.d).collect(),
+            q8_s: q8.iter().map(|b| b.s).collect(),
+            q8k,
+            q8,
+            permuted,
+            block_sums,
+        }
+    }
+
+    /// The kernels' view of `x` (`m` rows of `cols`) and these forms of it.
+    fn activations<'a>(&'a self, x: &'a [f32], cols: usize, m: usize) -> dot::Activations<'a> {
+        dot::Activations {
+            f32: x,
+            q8: &self.q8,
+            q8_d: &self.q8_d,
+            q8_s: &self.q8_s,
+            q8k: &self.q8k,
+            permuted: &self.permuted,
+            block_sums: &self.block_sums,
+            cols,
+            m,
+        }
+    }
+}
+
+/// One product split into tasks of whole row groups for the pool.
+struct Product<'a> {
+    weights: dot::Weights<'a>,
+    acts: dot::Activations<'a>,
+    kernel: dot::Kernel,
+    rows: usize,
+    per_task: usize,
+    tasks: usize,
+    out: SyncPtr,
+}
+
+impl<'a> Product<'a> {
+    fn new(
+        w: &'a QuantMatrix,
+        acts: dot::Activations<'a>,
+        kernel: dot::Kernel,
+        out: &'a mut [f32],
+        pool: &pool::Pool,
+    ) -> Product<'a> {
+        let m = acts.m;
+        // One contiguous range of rows per thread (each keeping at least a few thousand
+        // multiply-adds, and whole row groups). The pool hands tasks to whichever thread gets
+        // there first, so a worker the OS has descheduled costs at most the task it holds:
+        // smaller tasks were measured slower (the cross-core claims, and each thread's stream
+        // of weights broken into pieces).
+        let min_rows = (16_384 / (w.cols * m).max(1)).max(packed::GROUP);
+        let per_task = w
+            .rows
+            .div_ceil(pool.threads())
+            .max(min_rows)
+            .next_multiple_of(packed::GROUP);
+        Product {
+            weights: dot::Weights {
+                ty: w.ty,
+                data: w.data.as_slice(),
+                row_bytes: w.row_bytes,
+                packing: w.packing,
+            },
+            acts,
+            kernel,
+            rows: w.rows,
+            per_task,
+            tasks: w.rows.div_ceil(per_task),
+            out: SyncPtr(out.as_mut_ptr()),
+        }
+    }
+
+    /// Task `task`: its rows of every activation row.
+    fn run(&self, task: usize) {
+        let (m, rows) = (self.acts.m, self.rows);
+        let start = task * self.per_task;
+        if start >= rows {
+            return;
+        }
+        let end = (start + self.per_task).min(rows);
+        if m == 1 {
+            // SAFETY: tasks cover disjoint ranges of the output, which outlives the job.
+            let chunk =
+                unsafe { std::slice::from_raw_parts_mut(self.out.get().add(start), end - start) };
+            self.kernel
+                .rows(&self.weights, &self.acts, start, end, chunk);
+            return;
+        }
+        // The kernels write `[rows, m]`; each task turns its own rows into columns of the
+        // `[m, rows]` output.
+        let mut transposed = vec![0f32; (end - start) * m];
+        self.kernel
+            .rows(&self.weights, &self.acts, start, end, &mut transposed);
+        for j in 0..m {
+            // SAFETY: tasks cover disjoint row ranges, so disjoint parts of each output row
+            // `j`, and the output outlives the job.
+            let dst = unsafe {
+                std::slice::from_raw_parts_mut(self.out.get().add(j * rows + start), end - start)
+            };
+            for (r, d) in dst.iter_mut().enumerate() {
+                *d = transposed[r * m + j];
             }
         }
     }

@@ -685,3 +685,51 @@ fn simd_q8k_quantizer_matches_the_scalar_one() {
         assert_eq!(simd, scalar, "case {case}");
     }
 }
+
+#[test]
+fn products_run_together_give_the_bits_of_products_run_alone() {
+    // `matmul_many` shares one pool job (and each activation form) among matrices of one
+    // input, of different types and row counts; every output keeps `matmul`'s bits.
+    let mut rng = Rng(77);
+    let cols = 512;
+    let types = [
+        (GgmlType::Q5_0, 72),
+        (GgmlType::Q8_0, 16),
+        (GgmlType::Q5_0, 40),
+        (GgmlType::Q4_K, 24),
+        (GgmlType::Q4_1, 9),
+        (GgmlType::F16, 5),
+    ];
+    let ws: Vec<QuantMatrix> = types
+        .iter()
+        .map(|&(ty, rows)| random_matrix(ty, rows, cols, &mut rng))
+        .collect();
+    for format in [ActivationFormat::F32, ActivationFormat::Int8] {
+        let kernels = Kernels::new(KernelOptions {
+            activations: format,
+            ..KernelOptions::threads(2)
+        });
+        for m in [1, 3, 9] {
+            let x: Vec<f32> = (0..m * cols).map(|_| rng.float()).collect();
+            let alone: Vec<Vec<f32>> = ws
+                .iter()
+                .map(|w| {
+                    let mut out = vec![f32::NAN; m * w.rows()];
+                    w.matmul(&x, m, &mut out, &kernels);
+                    out
+                })
+                .collect();
+            let mut together: Vec<Vec<f32>> =
+                ws.iter().map(|w| vec![f32::NAN; m * w.rows()]).collect();
+            let mut products: Vec<(&QuantMatrix, &mut [f32])> = ws
+                .iter()
+                .zip(together.iter_mut())
+                .map(|(w, out)| (w, &mut out[..]))
+                .collect();
+            QuantMatrix::matmul_many(&mut products, &x, m, &kernels);
+            for (i, (a, t)) in alone.iter().zip(&together).enumerate() {
+                assert_eq!(a, t, "{:?} {format:?} m={m}", types[i].0);
+            }
+        }
+    }
+}

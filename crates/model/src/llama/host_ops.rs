@@ -128,6 +128,32 @@ impl LayerOps for HostOps<'_> {
         }
     }
 
+    /// The products as one job of the kernels' pool (the threads meet once for all), each
+    /// with [`linear`](LayerOps::linear)'s bits.
+    fn linear_many(&mut self, layers: &[&QLinear], x: &Vec<f32>, outs: &mut [&mut Vec<f32>]) {
+        let Some(first) = layers.first() else {
+            return;
+        };
+        let m = x.len() / matrix(first).cols();
+        let mut products: Vec<(&QuantMatrix, &mut [f32])> = layers
+            .iter()
+            .zip(outs.iter_mut())
+            .map(|(layer, out)| {
+                let q = matrix(layer);
+                out.resize(m * q.rows(), 0.0);
+                (q, &mut out[..])
+            })
+            .collect();
+        QuantMatrix::matmul_many(&mut products, x, m, self.kernels);
+        for (layer, out) in layers.iter().zip(outs.iter_mut()) {
+            if let Some(bias) = layer.host_bias() {
+                for row in out.chunks_exact_mut(bias.len()) {
+                    add(row, bias);
+                }
+            }
+        }
+    }
+
     fn rope(&mut self, x: &mut Vec<f32>, rope: &RopeTable) {
         let width = x.len() / rope.rows().max(1);
         for (r, row) in x.chunks_exact_mut(width).enumerate() {

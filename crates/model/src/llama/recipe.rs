@@ -84,6 +84,13 @@ pub(super) trait LayerOps {
     fn norm(&mut self, x: &Self::Act, norm: &Norm, out: &mut Self::Act);
     /// `out = x W^T (+ bias)`.
     fn linear(&mut self, layer: &QLinear, x: &Self::Act, out: &mut Self::Act);
+    /// [`linear`](Self::linear) of one input for each layer and output (a block's query, key
+    /// and value projections; its gate and up ones), which an executor may run as one job.
+    fn linear_many(&mut self, layers: &[&QLinear], x: &Self::Act, outs: &mut [&mut Self::Act]) {
+        for (layer, out) in layers.iter().zip(outs.iter_mut()) {
+            self.linear(layer, x, out);
+        }
+    }
     /// Rotate every head of each row of `x` by the row's angles.
     fn rope(&mut self, x: &mut Self::Act, rope: &Self::Rope);
     /// Write each sequence's new keys and values (`k`, `v`: `[rows, kv_width]`) into its
@@ -241,9 +248,11 @@ fn layer_forward<O: LayerOps>(
 
     // Attention.
     ops.norm(x, &block.attn_norm, &mut s.normed);
-    ops.linear(&block.wq, &s.normed, &mut s.q);
-    ops.linear(&block.wk, &s.normed, &mut s.k);
-    ops.linear(&block.wv, &s.normed, &mut s.v);
+    ops.linear_many(
+        &[&block.wq, &block.wk, &block.wv],
+        &s.normed,
+        &mut [&mut s.q, &mut s.k, &mut s.v],
+    );
     if let Some([q_norm, k_norm]) = &block.qk_norms {
         // `normed` is free until the feed-forward norm: it takes each result, then swaps.
         ops.norm(&s.q, q_norm, &mut s.normed);
@@ -265,8 +274,11 @@ fn layer_forward<O: LayerOps>(
     let activation = layer.arch.ffn_activation;
     match &block.w_gate {
         Some(w_gate) => {
-            ops.linear(w_gate, &s.normed, &mut s.gate);
-            ops.linear(&block.w_up, &s.normed, &mut s.up);
+            ops.linear_many(
+                &[w_gate, &block.w_up],
+                &s.normed,
+                &mut [&mut s.gate, &mut s.up],
+            );
             ops.gated(activation, &mut s.gate, &s.up);
         }
         None => {
