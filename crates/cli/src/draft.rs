@@ -51,7 +51,7 @@ pub const DEFAULT_LOOKUP_MIN: usize = 2;
 /// the target's. A draft only proposes tokens; the target verifies each with its own (exact)
 /// arithmetic and the speculative rule keeps the output distribution the target's, so the
 /// draft may take the faster, approximate kernels (as llama.cpp's drafts always do). Measured
-/// on SmolLM2 pairs: a Q4_1 draft costs about half as much per token with them.
+/// on SmolLM2 pairs: a Q4_1 draft token took 7.4 ms with them inside a pair, 10.9 without.
 pub const DEFAULT_DRAFT_ACTIVATIONS: ActivationFormat = ActivationFormat::Int8;
 
 impl DraftSettings {
