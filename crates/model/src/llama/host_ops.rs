@@ -44,6 +44,15 @@ pub(super) fn host_ready(
 }
 
 /// The quantized matrix of a layer [`host_ready`] checked.
+/// `layer`'s bias, if it has one, added to every row of `out`.
+fn add_bias(layer: &QLinear, out: &mut [f32]) {
+    if let Some(bias) = layer.host_bias() {
+        for row in out.chunks_exact_mut(bias.len()) {
+            add(row, bias);
+        }
+    }
+}
+
 fn matrix(layer: &QLinear) -> &QuantMatrix {
     match layer.weight() {
         LinearWeight::Quantized(q) => q,
@@ -121,11 +130,7 @@ impl LayerOps for HostOps<'_> {
         let m = x.len() / q.cols();
         out.resize(m * q.rows(), 0.0);
         q.matmul(x, m, out, self.kernels);
-        if let Some(bias) = layer.host_bias() {
-            for row in out.chunks_exact_mut(bias.len()) {
-                add(row, bias);
-            }
-        }
+        add_bias(layer, out);
     }
 
     /// The products as one job of the kernels' pool (the threads meet once for all), each
@@ -146,11 +151,7 @@ impl LayerOps for HostOps<'_> {
             .collect();
         QuantMatrix::matmul_many(&mut products, x, m, self.kernels);
         for (layer, out) in layers.iter().zip(outs.iter_mut()) {
-            if let Some(bias) = layer.host_bias() {
-                for row in out.chunks_exact_mut(bias.len()) {
-                    add(row, bias);
-                }
-            }
+            add_bias(layer, out);
         }
     }
 
