@@ -28,9 +28,15 @@
 //! F16C, or portable Rust. The work is split over output rows between the threads of a small
 //! persistent pool. The activation format and the thread count are not process-wide: a
 //! [`Kernels`] handle (made from [`KernelOptions`]) carries them, and every product is given
-//! one, so two models can run with different settings. For `m > 1` a group kernel decodes each weight
-//! block once for up to eight activation rows, with the same arithmetic per output as for
-//! `m = 1`: a row's result does not depend on the batch it was computed in.
+//! one, so two models can run with different settings. For `1 < m < 16` a group kernel decodes
+//! each weight block once for up to eight activation rows, with the same arithmetic per output
+//! as for `m = 1`: a row's result does not depend on the batch it was computed in (a
+//! speculative verification, a batch of decode steps).
+//!
+//! From 16 rows on (a prompt), `f32` products run as a register-blocked matrix multiply over
+//! weights dequantised a few rows at a time (`gemm.rs`): every output an FMA chain over the
+//! inner dimension in order, the same bits in any prefill of 16 rows or more, whatever the
+//! SIMD level or thread count, but not the decode kernels' bits (they sum a block at a time).
 //!
 //! ```
 //! use kindle_kernels::{KernelOptions, Kernels, QuantMatrix, WeightBytes};
@@ -53,6 +59,9 @@
 mod block;
 mod config;
 mod dot;
+mod gemm;
+#[cfg(test)]
+mod gemm_tests;
 mod packed;
 mod pool;
 #[cfg(target_arch = "x86_64")]
@@ -79,6 +88,10 @@ use kindle_gguf::quant::GgmlType;
 use kindle_gguf::{GgufFile, SharedBytes, TensorInfo};
 
 pub use config::{KernelOptions, Kernels};
+/// Activation rows from which an `f32` product runs as the prefill product (a register-blocked
+/// multiply over dequantised weights) instead of the decode kernels: 16. Below it a row has
+/// the bits it has alone; from it on, the bits it has in any such prefill.
+pub use gemm::GEMM_MIN_ROWS as PREFILL_ROWS;
 pub use pool::default_threads;
 
 /// The SIMD level the kernels run with on this CPU, for people: `AVX-512`, `AVX-VNNI`,
@@ -168,12 +181,13 @@ pub enum KernelError {
 
 /// Which form the activations take in the inner product (see the module docs).
 ///
-/// The default is `F32`: a row's product is then the same whether it runs alone (decode) or
-/// with others (prefill, which may use a dense product), so a cached prefix gives the same
-/// logits as a fresh prefill. `Int8` is llama.cpp's scheme: faster, about as exact as
-/// llama.cpp; where a prefill runs as a dense `f32` product instead of the batched kernels
-/// (weights that are not packed, or no SIMD), its decode and prefill differ by up to a few
-/// tenths of a logit.
+/// The default is `F32`: exact `f32` arithmetic on the dequantised weights. A row's product
+/// has the same bits alone (decode) and with up to 15 others (a speculative verification, a
+/// batch of decode steps), and the same bits in every prefill of 16 rows or more; between
+/// the two it differs only by the order of the sums (a few units in the last place). `Int8`
+/// is llama.cpp's scheme: faster, about as exact as llama.cpp; its prefill of weights
+/// without an integer group kernel (the K-quants) runs the `f32` prefill product, so its
+/// decode and prefill differ by up to a few tenths of a logit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ActivationFormat {
     /// 8-bit activations per 32-value block, integer dot products (falls back to `F32` for
@@ -332,15 +346,13 @@ impl QuantMatrix {
         self.row_bytes * self.rows
     }
 
-    /// Whether a product with many activation rows (prefill) runs in the batched kernels
-    /// rather than as Burn's dense `f32` matmul of the dequantised weight: for packed
-    /// `Q4_0`/`Q4_1`/`Q8_0`/`Q5_0`/`Q5_1` with any SIMD level. On AVX-512 they are faster at any
-    /// thread count. With the AVX2 kernels (measured on an AVX-512 machine with
-    /// `KINDLE_SIMD=avx2`, pp512 tok/s at 1 / 2 threads): `f32` 190 / 345 and `int8` 357-387 /
-    /// 645-681, against Burn's 267 / 268 (f32 and int8 alike), which also uses every core
-    /// whatever `-t` says: so `-t` bounds a prefill too, and two threads are faster.
+    /// Whether a product with many activation rows (prefill) runs in these kernels rather than
+    /// as Burn's dense `f32` matmul of the dequantised weight: with any SIMD level (the
+    /// prefill product needs AVX2 + FMA; the packed types' batched kernels any SIMD). They
+    /// are faster at any thread count, and `-t` bounds them (Burn's matmul used every core
+    /// whatever `-t` said).
     pub fn prefers_batched_kernel(&self) -> bool {
-        self.packing.is_some() && dot::Simd::detect() != dot::Simd::Scalar
+        gemm::available() || (self.packing.is_some() && dot::Simd::detect() != dot::Simd::Scalar)
     }
 
     /// Dequantise row `r` into `out` (`cols` values).
@@ -355,16 +367,17 @@ impl QuantMatrix {
     fn dequantize_row_with(&self, r: usize, out: &mut [f32], scratch: &mut Vec<u8>) {
         assert_eq!(out.len(), self.cols, "output row length");
         assert!(r < self.rows, "row {r} of {}", self.rows);
-        let data = self.data.as_slice();
-        let row = match &self.packing {
-            Some(p) => {
-                scratch.resize(self.row_bytes, 0);
-                packed::unpack_row(self.ty, p, data, r, scratch);
-                &scratch[..]
-            }
-            None => &data[r * self.row_bytes..(r + 1) * self.row_bytes],
-        };
-        kindle_gguf::quant::dequantize(self.ty, row, out).expect("shape checked at construction");
+        gemm::dequantize_row(&self.weights(), r, out, scratch);
+    }
+
+    /// The kernels' view of the weights.
+    fn weights(&self) -> dot::Weights<'_> {
+        dot::Weights {
+            ty: self.ty,
+            data: self.data.as_slice(),
+            row_bytes: self.row_bytes,
+            packing: self.packing,
+        }
     }
 
     /// `out[m, rows] = x[m, cols] W^T` with `kernels`' activation format, on its threads.
@@ -537,6 +550,17 @@ struct Prepared {
 impl Prepared {
     /// What `kernel` reads of `x` (rows of `cols` values), for a packed matrix or not.
     fn new(kernel: dot::Kernel, packed: bool, x: &[f32], cols: usize) -> Prepared {
+        if gemm::applies(kernel.int8(), packed, x.len() / cols.max(1)) {
+            // The prefill product reads the `f32` activations only.
+            return Prepared {
+                q8k: q8::RowsQ8K::default(),
+                q8: Vec::new(),
+                q8_d: Vec::new(),
+                q8_s: Vec::new(),
+                permuted: Vec::new(),
+                block_sums: Vec::new(),
+            };
+        }
         let mut q8k = q8::RowsQ8K::default();
         if kernel.wants_q8k() {
             x.chunks_exact(cols).for_each(|row| q8k.push(row));
@@ -591,6 +615,8 @@ impl Prepared {
 /// One product split into tasks of whole row groups for the pool.
 struct Product<'a> {
     weights: dot::Weights<'a>,
+    /// Whether the tasks run the prefill product ([`gemm`]) rather than the decode kernels.
+    gemm: bool,
     acts: dot::Activations<'a>,
     kernel: dot::Kernel,
     rows: usize,
@@ -620,12 +646,8 @@ impl<'a> Product<'a> {
             .max(min_rows)
             .next_multiple_of(packed::GROUP);
         Product {
-            weights: dot::Weights {
-                ty: w.ty,
-                data: w.data.as_slice(),
-                row_bytes: w.row_bytes,
-                packing: w.packing,
-            },
+            weights: w.weights(),
+            gemm: gemm::applies(kernel.int8(), w.packing.is_some(), m),
             acts,
             kernel,
             rows: w.rows,
@@ -653,6 +675,16 @@ impl<'a> Product<'a> {
         }
         // The kernels write `[rows, m]`; each task turns its own rows into columns of the
         // `[m, rows]` output.
+        if self.gemm {
+            let (x, cols) = (self.acts.f32, self.acts.cols);
+            // SAFETY: `gemm` is set only where a micro-kernel runs; tasks cover disjoint
+            // column ranges `start..end` of the `[m, rows]` output, which outlives the job.
+            unsafe {
+                let out = self.out.get().add(start);
+                gemm::rows(&self.weights, x, m, cols, start, end, out, rows);
+            }
+            return;
+        }
         let mut transposed = vec![0f32; (end - start) * m];
         self.kernel
             .rows(&self.weights, &self.acts, start, end, &mut transposed);

@@ -162,10 +162,13 @@ impl BlockParts {
             dst[2..4].copy_from_slice(&data[self.m..self.m + 2]);
         }
         if self.qh_len == 4 {
+            // Values `v` and `v + 16` have their fifth bits in one byte (see `q5_bit`).
+            let (byte, low_bit) = q5_bit(self.i, 0);
+            let (_, high_bit) = q5_bit(self.i, 16);
             let mut qh = 0u32;
-            for v in 0..32 {
-                let (byte, bit) = q5_bit(self.i, v);
-                qh |= u32::from((data[self.qh + byte] >> bit) & 1) << v;
+            for (v, &bits) in data[self.qh + byte..][..16].iter().enumerate() {
+                qh |= u32::from((bits >> low_bit) & 1) << v;
+                qh |= u32::from((bits >> high_bit) & 1) << (v + 16);
             }
             dst[f..f + 4].copy_from_slice(&qh.to_le_bytes());
         }

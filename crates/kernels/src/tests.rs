@@ -2,11 +2,11 @@ use super::dot::{Kernel, Simd};
 use super::*;
 
 /// Three threads (more than this machine's cores, so that tasks are split and stolen).
-fn threads() -> Kernels {
+pub(super) fn threads() -> Kernels {
     Kernels::new(KernelOptions::threads(3))
 }
 
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -16,7 +16,7 @@ impl Rng {
         self.0
     }
     /// Uniform in [-1, 1).
-    fn float(&mut self) -> f32 {
+    pub(super) fn float(&mut self) -> f32 {
         (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
     }
     fn byte(&mut self) -> u8 {
@@ -29,7 +29,7 @@ fn f16_bytes(v: f32) -> [u8; 2] {
 }
 
 /// Random blocks with finite, modest scales.
-fn random_matrix(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> QuantMatrix {
+pub(super) fn random_matrix(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> QuantMatrix {
     let bytes = random_bytes(ty, rows, cols, rng);
     QuantMatrix::new(ty, rows, cols, WeightBytes::owned(bytes)).unwrap()
 }
@@ -62,7 +62,7 @@ fn random_bytes(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8
     }
 }
 
-const TYPES: [GgmlType; 10] = [
+pub(super) const TYPES: [GgmlType; 10] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::Q4_0,

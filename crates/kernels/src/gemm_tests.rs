@@ -1,0 +1,140 @@
+//! The prefill product ([`super::gemm`]): its bits against an FMA chain over the dequantised
+//! weights, for every type, SIMD level, shape and thread count.
+
+use super::tests::{Rng, TYPES, random_matrix, threads};
+use super::*;
+
+/// `out[j, r] = fma(x[j, k], w[r, k], acc)` over `k` in order from zero: the arithmetic the
+/// prefill product promises (`fused`), or with a rounded product then a rounded sum (not
+/// `fused`: the planted error the check must catch).
+fn chain_reference(w: &QuantMatrix, x: &[f32], m: usize, fused: bool) -> Vec<f32> {
+    let (rows, cols) = (w.rows(), w.cols());
+    let mut row = vec![0f32; cols];
+    let mut out = vec![0f32; m * rows];
+    for r in 0..rows {
+        w.dequantize_row(r, &mut row);
+        for j in 0..m {
+            let xs = &x[j * cols..(j + 1) * cols];
+            out[j * rows + r] = xs.iter().zip(&row).fold(0f32, |acc, (&a, &b)| {
+                if fused {
+                    a.mul_add(b, acc)
+                } else {
+                    acc + a * b
+                }
+            });
+        }
+    }
+    out
+}
+
+/// Where two outputs first differ in their bits.
+fn first_difference(got: &[f32], want: &[f32]) -> Option<(usize, f32, f32)> {
+    got.iter()
+        .zip(want)
+        .enumerate()
+        .find(|(_, (a, b))| a.to_bits() != b.to_bits())
+        .map(|(i, (&a, &b))| (i, a, b))
+}
+
+fn require_simd() {
+    assert!(
+        gemm::available(),
+        "this CPU has no AVX2 + FMA: the prefill product does not run here"
+    );
+}
+
+/// From 16 rows on, every `f32` product is an FMA chain in `k` order: the same bits for every
+/// weight type, any number of rows (whole register tiles and partial ones, weight rows not a
+/// multiple of a tile) and any thread count.
+#[test]
+fn prefill_products_are_fma_chains_over_the_dequantised_weights() {
+    require_simd();
+    let mut rng = Rng(0x5eed);
+    for ty in TYPES {
+        let (rows, cols) = (45, 512);
+        let w = random_matrix(ty, rows, cols, &mut rng);
+        for m in [16, 17, 33, 45] {
+            let x: Vec<f32> = (0..m * cols).map(|_| rng.float()).collect();
+            let want = chain_reference(&w, &x, m, true);
+            for kernels in [Kernels::new(KernelOptions::threads(1)), threads()] {
+                let mut got = vec![f32::NAN; m * rows];
+                w.matmul_with(&x, m, &mut got, ActivationFormat::F32, &kernels);
+                assert_eq!(first_difference(&got, &want), None, "{ty:?} m={m}");
+            }
+        }
+    }
+}
+
+/// The bit-exact comparison above is not vacuous: the same chain with a rounded product
+/// before each sum (what the decode kernels' block sums come closer to) differs from it.
+#[test]
+fn an_unfused_chain_is_caught() {
+    require_simd();
+    let mut rng = Rng(0xfeed);
+    let (rows, cols, m) = (20, 256, 16);
+    let w = random_matrix(GgmlType::Q4_K, rows, cols, &mut rng);
+    let x: Vec<f32> = (0..m * cols).map(|_| rng.float()).collect();
+    let mut got = vec![f32::NAN; m * rows];
+    w.matmul_with(&x, m, &mut got, ActivationFormat::F32, &threads());
+    assert!(first_difference(&got, &chain_reference(&w, &x, m, false)).is_some());
+    // And one flipped weight bit shows up too.
+    let mut planted = chain_reference(&w, &x, m, true);
+    planted[7] = f32::from_bits(planted[7].to_bits() ^ 1);
+    assert_eq!(first_difference(&got, &planted).map(|d| d.0), Some(7));
+}
+
+/// Both micro-kernels (AVX2's 6-row tiles, AVX-512's 12-row ones where the CPU has it) give
+/// the chain's bits, over a range of rows that starts inside the matrix and ends in a
+/// partial tile, into a wider output.
+#[test]
+fn both_tile_heights_give_the_chain_bits() {
+    require_simd();
+    let mut rng = Rng(0xbeef);
+    let (rows, cols, m) = (40, 96, 19);
+    let w = random_matrix(GgmlType::Q8_0, rows, cols, &mut rng);
+    let x: Vec<f32> = (0..m * cols).map(|_| rng.float()).collect();
+    let want = chain_reference(&w, &x, m, true);
+    let mut heights = vec![gemm::WR256];
+    if dot::Simd::detect() == dot::Simd::Avx512 {
+        heights.push(gemm::WR512);
+    }
+    let (start, end) = (3, 37);
+    for wr in heights {
+        let mut out = vec![f32::NAN; m * rows];
+        // SAFETY: the CPU runs `wr`'s kernel; `out` has `m` rows of `rows >= end - start`.
+        unsafe {
+            let ptr = out.as_mut_ptr().add(start);
+            gemm::rows_in_tiles(wr, &w.weights(), &x, m, cols, start, end, ptr, rows);
+        }
+        for j in 0..m {
+            for r in 0..rows {
+                let (got, want) = (out[j * rows + r], want[j * rows + r]);
+                if (start..end).contains(&r) {
+                    assert_eq!(got.to_bits(), want.to_bits(), "wr {wr}, [{j}, {r}]");
+                } else {
+                    assert!(got.is_nan(), "wr {wr} wrote [{j}, {r}] outside its rows");
+                }
+            }
+        }
+    }
+}
+
+/// Below 16 rows (a speculative verification, a decode batch) a row keeps the decode
+/// kernels' bits: a 15-row product's rows are the rows computed alone.
+#[test]
+fn fifteen_rows_keep_the_decode_bits() {
+    let mut rng = Rng(0xcafe);
+    for ty in [GgmlType::Q4_1, GgmlType::Q4_K, GgmlType::F16] {
+        let (rows, cols, m) = (21, 256, gemm::GEMM_MIN_ROWS - 1);
+        let w = random_matrix(ty, rows, cols, &mut rng);
+        let x: Vec<f32> = (0..m * cols).map(|_| rng.float()).collect();
+        let mut all = vec![f32::NAN; m * rows];
+        w.matmul_with(&x, m, &mut all, ActivationFormat::F32, &threads());
+        for j in 0..m {
+            let mut one = vec![f32::NAN; rows];
+            let xj = &x[j * cols..(j + 1) * cols];
+            w.matmul_with(xj, 1, &mut one, ActivationFormat::F32, &threads());
+            assert_eq!(&all[j * rows..(j + 1) * rows], &one[..], "{ty:?} row {j}");
+        }
+    }
+}
