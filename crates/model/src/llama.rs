@@ -25,6 +25,7 @@ mod activation;
 mod arch;
 mod burn_ops;
 mod config;
+mod host_attend;
 mod host_ops;
 mod recipe;
 mod rope;

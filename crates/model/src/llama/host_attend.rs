@@ -1,0 +1,627 @@
+//! The host executor's attention: causal grouped-query attention of a pass's new rows over
+//! each sequence's cache, split over the kernels' threads (a leaf of `host_ops.rs`).
+//!
+//! Every output has one arithmetic whatever the split, the thread count or the rows computed
+//! with it: a row gets the same bits in a decode step and in a prefill.
+
+use kindle_kernels::Kernels;
+use kindle_kv_cache::HostKvLayer;
+
+use super::recipe::Attention;
+
+/// `a . b`, with eight partial sums so that it vectorizes.
+#[inline(always)]
+pub(super) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for l in 0..8 {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// [`dot`] of `a` with four vectors `b[j]` (each as long as `a`): the AVX2 instance runs
+/// the four chains of partial sums side by side ([`dot4_avx2`]), with `dot`'s arithmetic.
+#[inline(always)]
+fn dot4<const AVX2: bool>(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
+    #[cfg(target_arch = "x86_64")]
+    if AVX2 {
+        // SAFETY: the `AVX2` instance runs only where the CPU has AVX2 and FMA (`attend`).
+        return unsafe { dot4_avx2(a, b) };
+    }
+    b.map(|b| dot(a, b))
+}
+
+/// [`dot`] of `a` with four vectors `b[j]` (each as long as `a`), each with exactly `dot`'s
+/// arithmetic (8 lanes, a product then a sum per lane and chunk, the lanes summed in order
+/// from `Sum`'s -0.0, then the tail's products): the four chains are independent, so they
+/// overlap in the pipes instead of each waiting on its own additions.
+///
+/// # Safety
+/// The CPU has AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn dot4_avx2(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
+    use std::arch::x86_64::*;
+    let n = a.len() / 8 * 8;
+    let b = b.map(|b| &b[..a.len()]);
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut c = 0;
+    while c < n {
+        // SAFETY: `c + 8 <= n <= a.len()`, and every `b[j]` is as long as `a`.
+        unsafe {
+            let x = _mm256_loadu_ps(a.as_ptr().add(c));
+            for (acc, b) in acc.iter_mut().zip(&b) {
+                let y = _mm256_loadu_ps(b.as_ptr().add(c));
+                *acc = _mm256_add_ps(*acc, _mm256_mul_ps(x, y));
+            }
+        }
+        c += 8;
+    }
+    let lanes: [[f32; 8]; 4] = acc.map(|v| {
+        let mut out = [0f32; 8];
+        // SAFETY: `out` holds eight floats.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), v) };
+        out
+    });
+    std::array::from_fn(|j| {
+        let tail: f32 = a[n..].iter().zip(&b[j][n..]).map(|(x, y)| x * y).sum();
+        lanes[j].iter().sum::<f32>() + tail
+    })
+}
+
+/// One sequence's part of a pass's attention: its cache view (the pass's keys and values
+/// already written) and its new rows' queries.
+pub(super) struct AttendJob<'v, 'c> {
+    pub(super) view: &'v HostKvLayer<'c>,
+    /// `[rows, h * hd]` queries.
+    pub(super) q: &'v [f32],
+    /// The pass row of this sequence's first new token (where its output rows start).
+    pub(super) out_row: usize,
+    /// New tokens of this sequence.
+    pub(super) rows: usize,
+}
+
+/// Rows of one sequence, of one head, that one attention task computes.
+const ATTEND_ROWS: usize = 16;
+
+/// Causal grouped-query attention of every job's new rows into `out` (`[pass rows, q_width]`),
+/// split over `kernels`' threads by (sequence, query head, block of [`ATTEND_ROWS`] rows),
+/// the longest blocks (the last rows, which see the most positions) handed out first.
+pub(super) fn attend_all(
+    jobs: &[AttendJob<'_, '_>],
+    out: &mut [f32],
+    q_width: usize,
+    attention: Attention,
+    kernels: &Kernels,
+) {
+    let heads = attention.shape.heads;
+    if let [job] = jobs
+        && job.rows == 1
+        && job.view.len() + 1 - attention.first_seen(job.view.len()) >= SPLIT_ROW_FROM
+    {
+        let at = job.out_row * q_width;
+        return attend_long_row(job, &mut out[at..at + q_width], attention, kernels);
+    }
+    // (job, head, first row, rows) for every task, in the order they are handed out.
+    let mut tasks: Vec<(usize, usize, usize, usize)> = Vec::new();
+    for (j, job) in jobs.iter().enumerate() {
+        let blocks = job.rows.div_ceil(ATTEND_ROWS);
+        for b in (0..blocks).rev() {
+            let first = b * ATTEND_ROWS;
+            let n = ATTEND_ROWS.min(job.rows - first);
+            tasks.extend((0..heads).map(|head| (j, head, first, n)));
+        }
+    }
+    // Longest first: a task's cost grows with the positions its rows see.
+    tasks.sort_by_key(|&(j, _, first, n)| std::cmp::Reverse(jobs[j].view.len() + first + n));
+    let out_ptr = SyncPtr(out.as_mut_ptr());
+    let run = |task: usize| {
+        let (j, head, first, n) = tasks[task];
+        let job = &jobs[j];
+        let hd = job.view.head_dim();
+        // SAFETY: each (row, head) slot of `out` is written by exactly one task, and `out`
+        // outlives the job.
+        let mut contexts: Vec<&mut [f32]> = (first..first + n)
+            .map(|i| unsafe {
+                std::slice::from_raw_parts_mut(
+                    out_ptr.get().add((job.out_row + i) * q_width + head * hd),
+                    hd,
+                )
+            })
+            .collect();
+        SCRATCH.with_borrow_mut(|scratch| {
+            attend(job, head, first, &mut contexts, attention, scratch);
+        });
+    };
+    kernels.parallel_for(tasks.len(), &run);
+}
+
+/// Positions from which the attention of a pass's only row (a decode step) is split over
+/// positions and columns instead of query heads: a long context read once per KV head, by
+/// every thread.
+const SPLIT_ROW_FROM: usize = 256;
+
+/// Positions of one score task of [`attend_long_row`].
+const POSITION_BLOCK: usize = 256;
+
+/// Columns of one weighted-sum task ([`weighted_sum_cols`]'s width).
+const LANES: usize = 16;
+
+/// One row's attention over a long context, in three parallel stages with the arithmetic of
+/// [`attend_body`] for every output (the same bits whatever the split or thread count):
+/// scores by (KV head, block of positions), decoding an f16/int8 cache's values on the way;
+/// the softmax by query head; the weighted sum by (KV head, 16 columns). Every key and value
+/// is read once per KV head, not once per query head.
+fn attend_long_row(
+    job: &AttendJob<'_, '_>,
+    out: &mut [f32],
+    attention: Attention,
+    kernels: &Kernels,
+) {
+    let view = job.view;
+    let (h, hkv, hd) = (attention.shape.heads, view.n_kv_heads(), view.head_dim());
+    let held = view.len();
+    let first = attention.first_seen(held);
+    let n = held + 1 - first;
+    LONG_ROW.with_borrow_mut(|LongRowScratch { scores, values }| {
+        scores.resize(h * n, 0.0);
+        let borrowed = view.stores_f32();
+        if !borrowed {
+            values.resize(hkv * n * hd, 0.0);
+        }
+        let row = LongRow {
+            view,
+            q: &job.q[..h * hd],
+            first,
+            n,
+            scale: attention.scale,
+            rep: h / hkv,
+            borrowed,
+            scores: SyncPtr(scores.as_mut_ptr()),
+            values: SyncPtr(values.as_mut_ptr()),
+            out: SyncPtr(out.as_mut_ptr()),
+        };
+        let blocks = n.div_ceil(POSITION_BLOCK);
+        kernels.parallel_for(hkv * blocks, &|task| row.run(Stage::Scores, task));
+        kernels.parallel_for(h, &|task| row.run(Stage::Softmax, task));
+        kernels.parallel_for(hkv * hd.div_ceil(LANES), &|task| row.run(Stage::Sum, task));
+    });
+}
+
+/// The stages of [`attend_long_row`].
+#[derive(Clone, Copy)]
+enum Stage {
+    Scores,
+    Softmax,
+    Sum,
+}
+
+/// What the tasks of [`attend_long_row`] share.
+struct LongRow<'v, 'c> {
+    view: &'v HostKvLayer<'c>,
+    /// `[h * hd]` queries.
+    q: &'v [f32],
+    /// First position seen, and how many.
+    first: usize,
+    n: usize,
+    scale: f32,
+    /// Query heads per KV head.
+    rep: usize,
+    /// Whether the cache's values are read in place (f32), else decoded into `values`.
+    borrowed: bool,
+    /// `[h, n]` scores, then probabilities.
+    scores: SyncPtr,
+    /// `[hkv, n, hd]` decoded values (unused when `borrowed`).
+    values: SyncPtr,
+    /// `[h * hd]` context.
+    out: SyncPtr,
+}
+
+impl LongRow<'_, '_> {
+    fn run(&self, stage: Stage, task: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU has the features the function is compiled for.
+            return unsafe { self.run_avx2(stage, task) };
+        }
+        self.run_body::<false>(stage, task)
+    }
+
+    /// [`Self::run_body`] compiled for AVX2 and FMA (the same arithmetic: Rust does not fuse
+    /// multiplies and adds).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    fn run_avx2(&self, stage: Stage, task: usize) {
+        self.run_body::<true>(stage, task)
+    }
+
+    #[inline(always)]
+    fn run_body<const AVX2: bool>(&self, stage: Stage, task: usize) {
+        let (view, n) = (self.view, self.n);
+        let hd = view.head_dim();
+        match stage {
+            Stage::Scores => {
+                let blocks = n.div_ceil(POSITION_BLOCK);
+                let (g, b) = (task / blocks, task % blocks);
+                let start = b * POSITION_BLOCK;
+                let len = POSITION_BLOCK.min(n - start);
+                SCRATCH.with_borrow_mut(|scratch| {
+                    let keys = view.key_runs(g, self.first + start, len, &mut scratch.keys);
+                    for head in g * self.rep..(g + 1) * self.rep {
+                        let qv = &self.q[head * hd..(head + 1) * hd];
+                        // SAFETY: task (g, b) alone writes these scores of g's heads.
+                        let scores = unsafe {
+                            std::slice::from_raw_parts_mut(
+                                self.scores.get().add(head * n + start),
+                                len,
+                            )
+                        };
+                        let mut at = 0;
+                        let mut run_scores = std::mem::take(&mut scratch.scores);
+                        for run in keys.iter() {
+                            run_scores.clear();
+                            score_keys::<AVX2>(qv, run, self.scale, &mut run_scores);
+                            let n = run_scores.len().min(len - at);
+                            scores[at..at + n].copy_from_slice(&run_scores[..n]);
+                            at += n;
+                        }
+                        scratch.scores = run_scores;
+                    }
+                    if !self.borrowed {
+                        let values =
+                            view.values_at(g, self.first + start, len, &mut scratch.values);
+                        // SAFETY: task (g, b) alone writes these decoded values.
+                        let dst = unsafe {
+                            std::slice::from_raw_parts_mut(
+                                self.values.get().add((g * n + start) * hd),
+                                len * hd,
+                            )
+                        };
+                        dst.copy_from_slice(values);
+                    }
+                });
+            }
+            Stage::Softmax => {
+                // SAFETY: task `head` alone owns this head's scores now.
+                let scores =
+                    unsafe { std::slice::from_raw_parts_mut(self.scores.get().add(task * n), n) };
+                softmax(scores);
+            }
+            Stage::Sum => {
+                // Each value line is read once per KV head: the query heads that share it
+                // run one after another while its columns are in the cache.
+                let per_group = hd.div_ceil(LANES);
+                let (g, c) = (task / per_group, task % per_group);
+                let col = c * LANES;
+                let mut unused = Vec::new();
+                let rows = if self.borrowed {
+                    view.value_runs(g, self.first, n, &mut unused)
+                } else {
+                    // SAFETY: the decoded values are final (the score stage has returned).
+                    vec![unsafe {
+                        std::slice::from_raw_parts(self.values.get().add(g * n * hd), n * hd)
+                    }]
+                };
+                for head in g * self.rep..(g + 1) * self.rep {
+                    // SAFETY: the scores are final (the previous stage has returned).
+                    let weights =
+                        unsafe { std::slice::from_raw_parts(self.scores.get().add(head * n), n) };
+                    // SAFETY: task (g, c) alone writes these columns of g's heads.
+                    let out = unsafe {
+                        std::slice::from_raw_parts_mut(
+                            self.out.get().add(head * hd + col),
+                            LANES.min(hd - col),
+                        )
+                    };
+                    weighted_sum_cols::<LANES>(weights, &rows, hd, col, out);
+                }
+            }
+        }
+    }
+}
+
+/// The calling thread's buffers for [`attend_long_row`].
+#[derive(Default)]
+struct LongRowScratch {
+    scores: Vec<f32>,
+    values: Vec<f32>,
+}
+
+thread_local! {
+    static LONG_ROW: std::cell::RefCell<LongRowScratch> = std::cell::RefCell::default();
+}
+
+/// A raw pointer to the attention output, written at disjoint places by the tasks.
+#[derive(Clone, Copy)]
+pub(super) struct SyncPtr(pub(super) *mut f32);
+
+impl SyncPtr {
+    /// The pointer (a method, so that closures capture the whole `Sync` wrapper).
+    pub(super) fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+// SAFETY: only used to write disjoint slots from the pool's threads while the owner waits.
+unsafe impl Send for SyncPtr {}
+// SAFETY: as above.
+unsafe impl Sync for SyncPtr {}
+
+/// A thread's attention scratch: scores, and keys and values decoded from an f16/int8 cache.
+#[derive(Default)]
+struct AttendScratch {
+    scores: Vec<f32>,
+    keys: Vec<f32>,
+    values: Vec<f32>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<AttendScratch> = std::cell::RefCell::default();
+}
+
+/// Attention of new rows `first..first + contexts.len()` of `job`, query head `head`, over the
+/// cache, into `contexts` (one `head_dim`-wide slot per row). The head reads KV head
+/// `head / (h / hkv)`; row `i` sees positions `0..=held + i`, or of a local layer only the
+/// last `window` of them.
+fn attend(
+    job: &AttendJob<'_, '_>,
+    head: usize,
+    first: usize,
+    contexts: &mut [&mut [f32]],
+    attention: Attention,
+    scratch: &mut AttendScratch,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU has the features the function is compiled for.
+        return unsafe { attend_avx2(job, head, first, contexts, attention, scratch) };
+    }
+    attend_body::<false>(job, head, first, contexts, attention, scratch)
+}
+
+/// [`attend`] compiled for AVX2 and FMA: the loops of [`attend_body`] (inlined) vectorize
+/// twice as wide.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn attend_avx2(
+    job: &AttendJob<'_, '_>,
+    head: usize,
+    first: usize,
+    contexts: &mut [&mut [f32]],
+    attention: Attention,
+    scratch: &mut AttendScratch,
+) {
+    attend_body::<true>(job, head, first, contexts, attention, scratch)
+}
+
+#[inline(always)]
+fn attend_body<const AVX2: bool>(
+    job: &AttendJob<'_, '_>,
+    head: usize,
+    first_row: usize,
+    contexts: &mut [&mut [f32]],
+    attention: Attention,
+    scratch: &mut AttendScratch,
+) {
+    let view = job.view;
+    let (h, hkv, hd) = (attention.shape.heads, view.n_kv_heads(), view.head_dim());
+    let g = head / (h / hkv);
+    let held = view.len();
+    let AttendScratch {
+        scores,
+        keys,
+        values,
+    } = scratch;
+    // Every position the rows see, decoded once for the task's rows (borrowed from an f32
+    // cache: one run, or one per block of a paged pool).
+    let from = attention.first_seen(held + first_row);
+    let most = held + first_row + contexts.len();
+    let keys = view.key_runs(g, from, most - from, keys);
+    let values = view.value_runs(g, from, most - from, values);
+    let mut parts = Vec::with_capacity(values.len());
+    for (offset, context) in contexts.iter_mut().enumerate() {
+        let i = first_row + offset;
+        let seen = held + i + 1;
+        let first = attention.first_seen(held + i);
+        let qv = &job.q[(i * h + head) * hd..][..hd];
+        scores.clear();
+        span(&keys, hd, first - from, seen - from, &mut parts);
+        for part in &parts {
+            score_keys::<AVX2>(qv, part, attention.scale, scores);
+        }
+        softmax(scores);
+        span(&values, hd, first - from, seen - from, &mut parts);
+        weighted_sum(scores, &parts, context);
+    }
+}
+
+/// `scores.push(dot(q, k) * scale)` for each `q.len()`-wide key `k` of `keys`, in order: four
+/// keys at a time ([`dot4`], each with `dot`'s arithmetic), then the rest one by one. (A
+/// plain loop, not `extend(map(..))`: the iterator's fold was compiled apart from the AVX2
+/// instance of the attention, in SSE.)
+#[inline(always)]
+fn score_keys<const AVX2: bool>(q: &[f32], keys: &[f32], scale: f32, scores: &mut Vec<f32>) {
+    let hd = q.len();
+    for four in keys.chunks_exact(4 * hd) {
+        let (k0, rest) = four.split_at(hd);
+        let (k1, rest) = rest.split_at(hd);
+        let (k2, k3) = rest.split_at(hd);
+        scores.extend(dot4::<AVX2>(q, [k0, k1, k2, k3]).map(|d| d * scale));
+    }
+    let done = keys.len() / (4 * hd) * 4;
+    for k in keys.chunks_exact(hd).skip(done) {
+        scores.push(dot(q, k) * scale);
+    }
+}
+
+/// The vectors `from..to` (counted from the first vector of `runs`) of runs of `width`-wide
+/// vectors, as sub-slices of the runs, into `out`.
+#[inline(always)]
+fn span<'a>(runs: &[&'a [f32]], width: usize, from: usize, to: usize, out: &mut Vec<&'a [f32]>) {
+    out.clear();
+    let mut at = 0;
+    for run in runs {
+        let n = run.len() / width;
+        let (lo, hi) = (from.max(at), to.min(at + n));
+        if lo < hi {
+            out.push(&run[(lo - at) * width..(hi - at) * width]);
+        }
+        at += n;
+        if at >= to {
+            break;
+        }
+    }
+}
+
+/// Scores into probabilities, in place: `exp(s - max)`, summed in order, times `1 / sum`.
+#[inline(always)]
+fn softmax(scores: &mut [f32]) {
+    let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0;
+    for s in scores.iter_mut() {
+        *s = (*s - max).exp();
+        sum += *s;
+    }
+    let inv_sum = 1.0 / sum;
+    for p in scores.iter_mut() {
+        *p *= inv_sum;
+    }
+}
+
+/// `out = sum_j weights[j] * rows[j]` for the `out.len()`-wide rows of `runs` (in order, over
+/// the runs one after another), [`WIDE_LANES`] columns at a time (then [`LANES`]) so that the
+/// partial sums stay in registers, as several independent chains.
+#[inline(always)]
+fn weighted_sum(weights: &[f32], rows: &[&[f32]], out: &mut [f32]) {
+    let width = out.len();
+    let wide = width / WIDE_LANES * WIDE_LANES;
+    let (head, tail) = out.split_at_mut(wide);
+    for (c, out) in head.chunks_exact_mut(WIDE_LANES).enumerate() {
+        weighted_sum_cols::<WIDE_LANES>(weights, rows, width, c * WIDE_LANES, out);
+    }
+    for (c, out) in tail.chunks_mut(LANES).enumerate() {
+        weighted_sum_cols::<LANES>(weights, rows, width, wide + c * LANES, out);
+    }
+}
+
+/// Columns of one pass of [`weighted_sum`]: eight 8-lane chains of partial sums.
+const WIDE_LANES: usize = 64;
+
+/// Columns `col..col + out.len()` (at most `N`) of `sum_j weights[j] * rows[j]`, the rows
+/// `width` wide and given as runs of rows, one after another: each column summed over `j` in
+/// order, whatever else is computed, however the rows are split into runs and whatever `N`.
+#[inline(always)]
+fn weighted_sum_cols<const N: usize>(
+    weights: &[f32],
+    runs: &[&[f32]],
+    width: usize,
+    col: usize,
+    out: &mut [f32],
+) {
+    let n = out.len();
+    let mut acc = [0f32; N];
+    let mut weights = weights.iter();
+    for run in runs {
+        // The run first: `zip` stops on it without taking a weight that belongs to the next.
+        for (row, &w) in run.chunks_exact(width).zip(weights.by_ref()) {
+            let row = &row[col..col + n];
+            if n == N {
+                for l in 0..N {
+                    acc[l] += w * row[l];
+                }
+            } else {
+                for (a, &x) in acc.iter_mut().zip(row) {
+                    *a += w * x;
+                }
+            }
+        }
+    }
+    out.copy_from_slice(&acc[..n]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether this CPU runs the AVX2 instance.
+    fn avx2() -> bool {
+        cfg!(target_arch = "x86_64") && std::is_x86_feature_detected!("avx2")
+    }
+
+    /// Values with every kind of rounding, zeros of both signs among them.
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        let mut state = seed;
+        (0..n)
+            .map(|i| {
+                state ^= state << 13;
+                state ^= state >> 17;
+                state ^= state << 5;
+                match i % 11 {
+                    0 => 0.0,
+                    5 => -0.0,
+                    _ => (state as f32 / u32::MAX as f32 - 0.5) * 7.3,
+                }
+            })
+            .collect()
+    }
+
+    /// Four keys at once give each key the bits of `dot` alone, for lengths with and
+    /// without a tail past the last eight.
+    #[test]
+    fn dot4_has_the_bits_of_dot() {
+        for n in [1, 7, 8, 13, 64, 67, 256] {
+            let a = values(n, 1 + n as u32);
+            let b: Vec<Vec<f32>> = (0..4).map(|j| values(n, 100 + j + n as u32)).collect();
+            let mut fours = vec![dot4::<false>(&a, [&b[0], &b[1], &b[2], &b[3]])];
+            if avx2() {
+                fours.push(dot4::<true>(&a, [&b[0], &b[1], &b[2], &b[3]]));
+            }
+            for four in fours {
+                for j in 0..4 {
+                    assert_eq!(
+                        four[j].to_bits(),
+                        dot(&a, &b[j]).to_bits(),
+                        "n {n}, key {j}"
+                    );
+                }
+            }
+        }
+        // All-zero products: the sign of the zero too.
+        let z = vec![-0.0f32; 16];
+        let four = dot4::<false>(&z, [&z, &z, &z, &z]);
+        assert_eq!(four[0].to_bits(), dot(&z, &z).to_bits());
+        assert!(
+            avx2(),
+            "the AVX2 dot products are not tested: this CPU lacks AVX2"
+        );
+        let four = dot4::<true>(&z, [&z, &z, &z, &z]);
+        assert_eq!(four[0].to_bits(), dot(&z, &z).to_bits());
+    }
+
+    /// The wide and narrow weighted sums give every column the same bits, over rows split
+    /// into runs anywhere.
+    #[test]
+    fn weighted_sums_have_the_same_bits_whatever_their_width() {
+        let width = 256 + 16;
+        let rows = values(9 * width, 7);
+        let weights = values(9, 9);
+        let runs: Vec<&[f32]> = vec![&rows[..4 * width], &rows[4 * width..]];
+        let mut wide = vec![0f32; width];
+        weighted_sum(&weights, &runs, &mut wide);
+        for col in (0..width).step_by(LANES) {
+            let mut narrow = [0f32; LANES];
+            weighted_sum_cols::<LANES>(&weights, &[&rows[..]], width, col, &mut narrow);
+            for (l, v) in narrow.iter().enumerate() {
+                assert_eq!(v.to_bits(), wide[col + l].to_bits(), "column {}", col + l);
+            }
+        }
+    }
+}
