@@ -15,10 +15,11 @@ use crate::plan::RunPlan;
 pub const DEFAULT_DRAFT_MAX: usize = 8;
 
 /// The longest draft: a verification pass runs the last token and the draft, and from 16 rows
-/// on (`kindle_model`'s `DENSE_PREFILL_ROWS`) a pass takes the prefill path (a dense `f32`
-/// matmul, or `f32` activations where the kernels use 8-bit ones), whose rows can differ in
-/// their last bits from a one-token pass. Up to 15 rows every row is computed by the same
-/// kernels, in the same order, as a one-token pass, so greedy output cannot change.
+/// on (`kindle_model`'s `DENSE_PREFILL_ROWS`) a pass takes the prefill path (the kernels'
+/// prefill product: `f32` FMA chains over dequantised weights, or a dense `f32` matmul without
+/// SIMD), whose rows can differ in their last bits from a one-token pass. Up to 15 rows every
+/// row is computed by the same kernels, in the same order, as a one-token pass, so greedy
+/// output cannot change.
 pub const MAX_DRAFT: usize = 14;
 
 /// The drafting flags as plain values (at most one drafter).
