@@ -23,6 +23,8 @@ pub(crate) struct Activations<'a> {
     pub permuted: &'a [f32],
     /// For the same kernel: `[m, cols / 32]` block sums of `f32` (empty otherwise).
     pub block_sums: &'a [f32],
+    /// For the prefill product: `f32` in its panels (`gemm::pack_activations`; empty otherwise).
+    pub panels: &'a [f32],
     /// Values per activation row.
     pub cols: usize,
     /// Activation rows.

@@ -3,8 +3,9 @@
 //!
 //! For many activation rows (a prompt), decoding each weight block once per few activation
 //! rows, as the group and row kernels do, leaves the vector pipes mostly converting and
-//! shuffling: they ran at about a fifth of this CPU's `f32` FMA peak. Here a task transposes
-//! its activations once into panels of [`MB`] rows (`[cols][MB]`: the rows in the lanes),
+//! shuffling: they ran at about a fifth of this CPU's `f32` FMA peak. Here the activations are
+//! transposed once per product (once for several products of one input) into panels of [`MB`]
+//! rows (`[cols][MB]`: the rows in the lanes, [`pack_activations`]); each task
 //! dequantises a few weight rows at a time (each row's values exactly those of
 //! `kindle_gguf`'s dequantisation, the reference the kernels are tested against), and a
 //! micro-kernel keeps a tile of `weight rows x MB` outputs in registers over the whole inner
@@ -65,17 +66,19 @@ pub(crate) fn dequantize_row(w: &Weights, r: usize, out: &mut [f32], scratch: &m
 }
 
 /// `out[j * ld + (r - start)] = x[j] . W[r]` for the weight rows `r` in `start..end` and the
-/// `m` activation rows `x[j]` (`x` is `[m, cols]` row-major). `out` is written through a
-/// pointer so that threads can fill disjoint column ranges of one `[m, ld]` output.
+/// `m` activation rows `x[j]`, given as the `panels` [`pack_activations`] makes of them. `out`
+/// is written through a pointer so that threads can fill disjoint column ranges of one
+/// `[m, ld]` output.
 ///
 /// # Safety
-/// [`available`] is true, `x.len() == m * cols`, rows `start..end` exist in `w`, and `out`
+/// [`available`] is true, `panels` is [`pack_activations`] of `m` rows of `cols`, rows
+/// `start..end` exist in `w`, and `out`
 /// points to `m` rows of `ld >= end - start` values whose columns `0..end - start` nothing
 /// else accesses during the call.
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn rows(
     w: &Weights,
-    x: &[f32],
+    panels: &[f32],
     m: usize,
     cols: usize,
     start: usize,
@@ -89,7 +92,7 @@ pub(crate) unsafe fn rows(
         WR256
     };
     // SAFETY: the caller's guarantees, and `wr` is this CPU's tile height.
-    unsafe { rows_in_tiles(wr, w, x, m, cols, start, end, out, ld) }
+    unsafe { rows_in_tiles(wr, w, panels, m, cols, start, end, out, ld) }
 }
 
 /// [`rows`] with register tiles of `wr` weight rows: [`WR512`] (AVX-512) or [`WR256`] (AVX2).
@@ -100,7 +103,7 @@ pub(crate) unsafe fn rows(
 pub(crate) unsafe fn rows_in_tiles(
     wr: usize,
     w: &Weights,
-    x: &[f32],
+    panels: &[f32],
     m: usize,
     cols: usize,
     start: usize,
@@ -108,7 +111,7 @@ pub(crate) unsafe fn rows_in_tiles(
     out: *mut f32,
     ld: usize,
 ) {
-    let panels = pack_activations(x, m, cols);
+    debug_assert_eq!(panels.len(), m.div_ceil(MB) * cols * MB);
     // Weight rows `stride` apart, a cache line more than a row, so that a tile's rows do not
     // all map to one set of the L1 cache (rows of 2048 values are 8 KiB apart).
     let stride = cols + 16;
@@ -148,7 +151,7 @@ pub(crate) unsafe fn rows_in_tiles(
 
 /// `x` (`m` rows of `cols`) as panels of [`MB`] rows, each `[cols][MB]` (rows past `m` zero):
 /// the micro-kernel loads the panel's rows at one inner index as vectors.
-fn pack_activations(x: &[f32], m: usize, cols: usize) -> Vec<f32> {
+pub(crate) fn pack_activations(x: &[f32], m: usize, cols: usize) -> Vec<f32> {
     let panels = m.div_ceil(MB);
     let mut a = vec![0f32; panels * cols * MB];
     for (p, dst) in a.chunks_exact_mut(cols * MB).enumerate() {

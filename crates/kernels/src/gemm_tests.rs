@@ -99,12 +99,13 @@ fn both_tile_heights_give_the_chain_bits() {
         heights.push(gemm::WR512);
     }
     let (start, end) = (3, 37);
+    let panels = gemm::pack_activations(&x, m, cols);
     for wr in heights {
         let mut out = vec![f32::NAN; m * rows];
         // SAFETY: the CPU runs `wr`'s kernel; `out` has `m` rows of `rows >= end - start`.
         unsafe {
             let ptr = out.as_mut_ptr().add(start);
-            gemm::rows_in_tiles(wr, &w.weights(), &x, m, cols, start, end, ptr, rows);
+            gemm::rows_in_tiles(wr, &w.weights(), &panels, m, cols, start, end, ptr, rows);
         }
         for j in 0..m {
             for r in 0..rows {

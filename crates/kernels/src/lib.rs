@@ -545,13 +545,15 @@ struct Prepared {
     q8_s: Vec<f32>,
     permuted: Vec<f32>,
     block_sums: Vec<f32>,
+    panels: Vec<f32>,
 }
 
 impl Prepared {
     /// What `kernel` reads of `x` (rows of `cols` values), for a packed matrix or not.
     fn new(kernel: dot::Kernel, packed: bool, x: &[f32], cols: usize) -> Prepared {
-        if gemm::applies(kernel.int8(), packed, x.len() / cols.max(1)) {
-            // The prefill product reads the `f32` activations only.
+        let m = x.len() / cols.max(1);
+        if gemm::applies(kernel.int8(), packed, m) {
+            // The prefill product reads the activations in its panels only.
             return Prepared {
                 q8k: q8::RowsQ8K::default(),
                 q8: Vec::new(),
@@ -559,6 +561,7 @@ impl Prepared {
                 q8_s: Vec::new(),
                 permuted: Vec::new(),
                 block_sums: Vec::new(),
+                panels: gemm::pack_activations(x, m, cols),
             };
         }
         let mut q8k = q8::RowsQ8K::default();
@@ -593,6 +596,7 @@ impl Prepared {
             q8,
             permuted,
             block_sums,
+            panels: Vec::new(),
         }
     }
 
@@ -606,6 +610,7 @@ impl Prepared {
             q8k: &self.q8k,
             permuted: &self.permuted,
             block_sums: &self.block_sums,
+            panels: &self.panels,
             cols,
             m,
         }
@@ -676,12 +681,13 @@ impl<'a> Product<'a> {
         // The kernels write `[rows, m]`; each task turns its own rows into columns of the
         // `[m, rows]` output.
         if self.gemm {
-            let (x, cols) = (self.acts.f32, self.acts.cols);
-            // SAFETY: `gemm` is set only where a micro-kernel runs; tasks cover disjoint
-            // column ranges `start..end` of the `[m, rows]` output, which outlives the job.
+            let (panels, cols) = (self.acts.panels, self.acts.cols);
+            // SAFETY: `gemm` is set only where a micro-kernel runs, and then the activations
+            // were prepared in panels; tasks cover disjoint column ranges `start..end` of the
+            // `[m, rows]` output, which outlives the job.
             unsafe {
                 let out = self.out.get().add(start);
-                gemm::rows(&self.weights, x, m, cols, start, end, out, rows);
+                gemm::rows(&self.weights, panels, m, cols, start, end, out, rows);
             }
             return;
         }
