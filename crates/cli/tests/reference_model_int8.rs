@@ -9,14 +9,14 @@
 //! kernels apply, one whole pass gives the slices' logits bit for bit (a row's result does not
 //! depend on its batch).
 //!
-//! **Measured bound.** With 8-bit activations one top-5 logprob is 0.77 from llama.cpp's, past
-//! the reference's 0.6: `chat`, step 18 (position 55), token 50, ours -13.326 against
-//! llama.cpp's -12.557, in the tail of a step whose top token has probability 0.9998 (margin
-//! 9.0). `f32` activations give -12.822 there (0.27 off), and every other int8 top-5 logprob is
-//! within 0.53. The same value comes out for slices of 1, 4, 8 or 15 rows (a row's result has
-//! the same bits in any batch); with an `f16` KV cache, as llama.cpp keeps it, the outlier moves
-//! to `chat` step 16, token 1678 (0.78). So this test holds int8 to 0.8 everywhere and to the
-//! reference's 0.6 everywhere but at one place.
+//! **Measured bound.** With 8-bit activations two top-5 logprobs are past the reference's 0.6,
+//! both in the tails of steps whose top token is nearly certain: `chat` step 2, token 282,
+//! -10.128 against llama.cpp's -10.762 (0.634), and `chat` step 18 (position 55), token 50,
+//! -13.199 against -12.557 (0.642; margin 9.0, top token at probability 0.9998). Every other
+//! int8 top-5 logprob is within 0.6. (Before the attention summed with FMA, 2026-11-26, the
+//! second was 0.77 and the first within 0.6.) The same values come out for slices of 1, 4, 8 or
+//! 15 rows (a row's result has the same bits in any such batch). So this test holds int8 to 0.65
+//! everywhere and to the reference's 0.6 everywhere but at two places.
 
 mod common;
 
@@ -30,10 +30,10 @@ use kindle_model::{ActivationFormat, Kernels, Llama};
 /// Passes short enough that the kernels keep the selected activation format.
 const SLICES: Passes = Passes::Slices(DENSE_PREFILL_ROWS - 1);
 
-/// The bound on every int8 top-5 logprob (measured: 0.77, see the module docs).
-const INT8_BOUND: f64 = 0.8;
-/// How many int8 top-5 logprobs may be past the reference's 0.6 (measured: one).
-const INT8_PAST_TOLERANCE: usize = 1;
+/// The bound on every int8 top-5 logprob (measured: 0.642, see the module docs).
+const INT8_BOUND: f64 = 0.65;
+/// How many int8 top-5 logprobs may be past the reference's 0.6 (measured: two).
+const INT8_PAST_TOLERANCE: usize = 2;
 
 /// `model` with its quantized weights multiplied with `format` activations.
 fn with_activations(model: &Llama, format: ActivationFormat) -> Llama {
@@ -116,8 +116,9 @@ fn check_int8(found: &TeacherForced) -> Result<(), String> {
 }
 
 /// The checks fail on a planted error: a top-5 logprob moved by 0.7 breaks the reference's
-/// tolerance, two such break the int8 rules, one moved by 0.9 breaks the int8 bound, and a
-/// wrong argmax where llama.cpp's margin is decisive breaks both; llama.cpp's own values pass.
+/// tolerance, three moved by 0.625 break the int8 rules (two do not), one moved by 0.9 breaks
+/// the int8 bound, and a wrong argmax where llama.cpp's margin is decisive breaks both;
+/// llama.cpp's own values pass.
 #[test]
 fn the_teacher_forced_checks_catch_a_planted_error() {
     let france = &reference()["prompts"]["france"];
@@ -130,11 +131,11 @@ fn the_teacher_forced_checks_catch_a_planted_error() {
             .map(|p| (p[0].as_u64().unwrap() as u32, p[1].as_f64().unwrap() as f32))
             .collect()
     };
-    // Steps 0 and 1 as llama.cpp saw them, with `shift` added to the third top-5 logprob of
-    // each step in `shifted` and `argmax` as step 0's argmax.
+    // Steps 0, 1 and 2 as llama.cpp saw them, with `shift` added to the third top-5 logprob
+    // of each step in `shifted` and `argmax` as step 0's argmax.
     let check = |shift: f32, shifted: &[usize], argmax: u32| {
         let mut found = TeacherForced::default();
-        for step in 0..2 {
+        for step in 0..3 {
             let top = top5(step);
             let logprob = |id: u32| {
                 let i = top.iter().position(|p| p.0 == id).unwrap();
@@ -169,14 +170,21 @@ fn the_teacher_forced_checks_catch_a_planted_error() {
         "{message}"
     );
     assert!((planted.worst().unwrap().diff() - 0.7).abs() < 1e-5);
-    assert_eq!(check_int8(&planted), Ok(()), "one past 0.6 is allowed");
-    let message = check_int8(&check(0.7, &[0, 1], want)).unwrap_err();
+    assert!(check_int8(&planted).is_err(), "0.7 is past the int8 bound");
+    let between = (LOGPROB_TOLERANCE + INT8_BOUND) as f32 / 2.0;
+    assert_eq!(check_int8(&check(between, &[1], want)), Ok(()));
+    assert_eq!(
+        check_int8(&check(between, &[0, 1], want)),
+        Ok(()),
+        "two past 0.6 are allowed"
+    );
+    let message = check_int8(&check(between, &[0, 1, 2], want)).unwrap_err();
     assert!(
-        message.starts_with("2 top-5 logprobs past 0.6"),
+        message.starts_with("3 top-5 logprobs past 0.6"),
         "{message}"
     );
     let message = check_int8(&check(-0.9, &[0], want)).unwrap_err();
-    assert!(message.contains("over 0.8"), "{message}");
+    assert!(message.contains("over 0.65"), "{message}");
 
     let wrong = check(0.0, &[], top5(0)[1].0);
     let message = wrong.result(LOGPROB_TOLERANCE).unwrap_err();

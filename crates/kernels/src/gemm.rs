@@ -22,10 +22,8 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::dot::{Simd, Weights};
-use super::packed;
-
-/// Activation rows from which an `f32` product runs here instead of the decode kernels.
+/// Activation rows from which an `f32` product runs here instead of the decode kernels (the
+/// crate root decides, with the CPU's SIMD level and the activation format).
 pub const GEMM_MIN_ROWS: usize = 16;
 
 /// Activation rows of a panel: two 512-bit vectors (the AVX2 micro-kernel takes them as four
@@ -38,71 +36,22 @@ pub(crate) const WR512: usize = 12;
 /// Weight rows of a register tile with AVX2 (12 of the 16 registers accumulate).
 pub(crate) const WR256: usize = 6;
 
-/// Whether this CPU has a micro-kernel (AVX2 + FMA at least).
-pub(crate) fn available() -> bool {
-    Simd::detect() != Simd::Scalar
-}
-
-/// Whether a product of `m` activation rows runs here: at least [`GEMM_MIN_ROWS`] rows, a
-/// micro-kernel for this CPU, and not 8-bit activations on a packed matrix (their integer
-/// group kernels are faster: SmolLM2's `Q4_1` pp512 405-429 tok/s against 364-374 here at one
-/// thread). 8-bit activations on other types (the K-quants) run here in `f32`, faster than
-/// their integer row kernels (Gemma-3's pp512 306-325 -> 368-380).
-pub(crate) fn applies(int8: bool, packed: bool, m: usize) -> bool {
-    !(int8 && packed) && m >= GEMM_MIN_ROWS && available()
-}
-
-/// Dequantise row `r` of `w` (`out.len()` values), unpacking a packed row through `scratch`.
-pub(crate) fn dequantize_row(w: &Weights, r: usize, out: &mut [f32], scratch: &mut Vec<u8>) {
-    let row = match &w.packing {
-        Some(p) => {
-            scratch.resize(w.row_bytes, 0);
-            packed::unpack_row(w.ty, p, w.data, r, scratch);
-            &scratch[..]
-        }
-        None => &w.data[r * w.row_bytes..(r + 1) * w.row_bytes],
-    };
-    kindle_gguf::quant::dequantize(w.ty, row, out).expect("shape checked at construction");
-}
-
 /// `out[j * ld + (r - start)] = x[j] . W[r]` for the weight rows `r` in `start..end` and the
-/// `m` activation rows `x[j]`, given as the `panels` [`pack_activations`] makes of them. `out`
-/// is written through a pointer so that threads can fill disjoint column ranges of one
-/// `[m, ld]` output.
+/// `m` activation rows `x[j]`, given as the `panels` [`pack_activations`] makes of them, with
+/// register tiles of `wr` weight rows: [`WR512`] (AVX-512) or [`WR256`] (AVX2).
+/// `dequantize(r, out, scratch)` writes row `r` of `W` (`cols` values) to `out`. `out` is
+/// written through a pointer so that threads can fill disjoint column ranges of one `[m, ld]`
+/// output.
 ///
 /// # Safety
-/// [`available`] is true, `panels` is [`pack_activations`] of `m` rows of `cols`, rows
-/// `start..end` exist in `w`, and `out`
-/// points to `m` rows of `ld >= end - start` values whose columns `0..end - start` nothing
-/// else accesses during the call.
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn rows(
-    w: &Weights,
-    panels: &[f32],
-    m: usize,
-    cols: usize,
-    start: usize,
-    end: usize,
-    out: *mut f32,
-    ld: usize,
-) {
-    let wr = if Simd::detect() == Simd::Avx512 {
-        WR512
-    } else {
-        WR256
-    };
-    // SAFETY: the caller's guarantees, and `wr` is this CPU's tile height.
-    unsafe { rows_in_tiles(wr, w, panels, m, cols, start, end, out, ld) }
-}
-
-/// [`rows`] with register tiles of `wr` weight rows: [`WR512`] (AVX-512) or [`WR256`] (AVX2).
-///
-/// # Safety
-/// As [`rows`], and the CPU runs `wr`'s micro-kernel.
+/// The CPU runs `wr`'s micro-kernel (AVX-512F for [`WR512`], AVX2 + FMA for [`WR256`]),
+/// `panels` is [`pack_activations`] of `m` rows of `cols`, `dequantize` writes rows
+/// `start..end`, and `out` points to `m` rows of `ld >= end - start` values whose columns
+/// `0..end - start` nothing else accesses during the call.
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn rows_in_tiles(
     wr: usize,
-    w: &Weights,
+    dequantize: &dyn Fn(usize, &mut [f32], &mut Vec<u8>),
     panels: &[f32],
     m: usize,
     cols: usize,
@@ -123,7 +72,7 @@ pub(crate) unsafe fn rows_in_tiles(
         let nr = wr.min(end - n0);
         for (i, row) in tile.chunks_exact_mut(stride).enumerate() {
             if i < nr {
-                dequantize_row(w, n0 + i, &mut row[..cols], &mut scratch);
+                dequantize(n0 + i, &mut row[..cols], &mut scratch);
             } else {
                 row.fill(0.0);
             }
@@ -172,7 +121,7 @@ pub(crate) fn pack_activations(x: &[f32], m: usize, cols: usize) -> Vec<f32> {
 /// for `i < wr`, `j < MB`, each an FMA chain from zero in `k` order.
 ///
 /// # Safety
-/// [`available`]; `w` holds `wr` rows `stride >= cols` apart, `a` holds `cols * MB` values
+/// The CPU runs `wr`'s micro-kernel; `w` holds `wr` rows `stride >= cols` apart, `a` holds `cols * MB` values
 /// and `acc` `wr * MB`; `wr` is this CPU's tile height.
 #[cfg(target_arch = "x86_64")]
 unsafe fn tile_kernel(
@@ -199,7 +148,7 @@ unsafe fn tile_kernel(
 
 #[cfg(not(target_arch = "x86_64"))]
 unsafe fn tile_kernel(_: usize, _: usize, _: &[f32], _: usize, _: &[f32], _: &mut [f32]) {
-    unreachable!("no micro-kernel without x86-64 SIMD (`available` is false)")
+    unreachable!("no micro-kernel without x86-64 SIMD (the crate root never asks)")
 }
 
 /// [`tile_kernel`] with AVX-512: 12 weight rows by 32 activation rows in 24 registers.

@@ -38,7 +38,7 @@ fn first_difference(got: &[f32], want: &[f32]) -> Option<(usize, f32, f32)> {
 
 fn require_simd() {
     assert!(
-        gemm::available(),
+        gemm_tile().is_some(),
         "this CPU has no AVX2 + FMA: the prefill product does not run here"
     );
 }
@@ -105,7 +105,8 @@ fn both_tile_heights_give_the_chain_bits() {
         // SAFETY: the CPU runs `wr`'s kernel; `out` has `m` rows of `rows >= end - start`.
         unsafe {
             let ptr = out.as_mut_ptr().add(start);
-            gemm::rows_in_tiles(wr, &w.weights(), &panels, m, cols, start, end, ptr, rows);
+            let dequantize = |r: usize, out: &mut [f32], _: &mut Vec<u8>| w.dequantize_row(r, out);
+            gemm::rows_in_tiles(wr, &dequantize, &panels, m, cols, start, end, ptr, rows);
         }
         for j in 0..m {
             for r in 0..rows {

@@ -352,7 +352,7 @@ impl QuantMatrix {
     /// are faster at any thread count, and `-t` bounds them (Burn's matmul used every core
     /// whatever `-t` said).
     pub fn prefers_batched_kernel(&self) -> bool {
-        gemm::available() || (self.packing.is_some() && dot::Simd::detect() != dot::Simd::Scalar)
+        dot::Simd::detect() != dot::Simd::Scalar
     }
 
     /// Dequantise row `r` into `out` (`cols` values).
@@ -367,7 +367,16 @@ impl QuantMatrix {
     fn dequantize_row_with(&self, r: usize, out: &mut [f32], scratch: &mut Vec<u8>) {
         assert_eq!(out.len(), self.cols, "output row length");
         assert!(r < self.rows, "row {r} of {}", self.rows);
-        gemm::dequantize_row(&self.weights(), r, out, scratch);
+        let w = self.weights();
+        packed::dequantize_row(
+            w.ty,
+            w.packing.as_ref(),
+            w.data,
+            w.row_bytes,
+            r,
+            out,
+            scratch,
+        );
     }
 
     /// The kernels' view of the weights.
@@ -552,7 +561,7 @@ impl Prepared {
     /// What `kernel` reads of `x` (rows of `cols` values), for a packed matrix or not.
     fn new(kernel: dot::Kernel, packed: bool, x: &[f32], cols: usize) -> Prepared {
         let m = x.len() / cols.max(1);
-        if gemm::applies(kernel.int8(), packed, m) {
+        if runs_gemm(kernel.int8(), packed, m) {
             // The prefill product reads the activations in its panels only.
             return Prepared {
                 q8k: q8::RowsQ8K::default(),
@@ -652,7 +661,7 @@ impl<'a> Product<'a> {
             .next_multiple_of(packed::GROUP);
         Product {
             weights: w.weights(),
-            gemm: gemm::applies(kernel.int8(), w.packing.is_some(), m),
+            gemm: runs_gemm(kernel.int8(), w.packing.is_some(), m),
             acts,
             kernel,
             rows: w.rows,
@@ -682,12 +691,25 @@ impl<'a> Product<'a> {
         // `[m, rows]` output.
         if self.gemm {
             let (panels, cols) = (self.acts.panels, self.acts.cols);
-            // SAFETY: `gemm` is set only where a micro-kernel runs, and then the activations
-            // were prepared in panels; tasks cover disjoint column ranges `start..end` of the
+            let w = &self.weights;
+            let dequantize = |r: usize, out: &mut [f32], scratch: &mut Vec<u8>| {
+                packed::dequantize_row(
+                    w.ty,
+                    w.packing.as_ref(),
+                    w.data,
+                    w.row_bytes,
+                    r,
+                    out,
+                    scratch,
+                )
+            };
+            let wr = gemm_tile().expect("`gemm` is set only where a micro-kernel runs");
+            // SAFETY: `wr` is this CPU's tile, and the activations were prepared in panels
+            // (`gemm` is set); tasks cover disjoint column ranges `start..end` of the
             // `[m, rows]` output, which outlives the job.
             unsafe {
                 let out = self.out.get().add(start);
-                gemm::rows(&self.weights, panels, m, cols, start, end, out, rows);
+                gemm::rows_in_tiles(wr, &dequantize, panels, m, cols, start, end, out, rows);
             }
             return;
         }
@@ -705,6 +727,25 @@ impl<'a> Product<'a> {
             }
         }
     }
+}
+
+/// The prefill product's register tile height on this CPU ([`gemm::WR512`] with AVX-512,
+/// [`gemm::WR256`] with AVX2 + FMA), or `None` without a micro-kernel.
+fn gemm_tile() -> Option<usize> {
+    match dot::Simd::detect() {
+        dot::Simd::Scalar => None,
+        dot::Simd::Avx512 => Some(gemm::WR512),
+        dot::Simd::Avx2 | dot::Simd::Vnni => Some(gemm::WR256),
+    }
+}
+
+/// Whether a product of `m` activation rows runs the prefill product ([`gemm`]): at least
+/// [`PREFILL_ROWS`] rows, a micro-kernel for this CPU, and not 8-bit activations on a packed
+/// matrix (their integer group kernels are faster: SmolLM2's `Q4_1` pp512 405-429 tok/s
+/// against 364-374 in `f32` at one thread). 8-bit activations on other types (the K-quants)
+/// run it in `f32`, faster than their integer row kernels (Gemma-3's pp512 306-325 -> 368-380).
+fn runs_gemm(int8: bool, packed: bool, m: usize) -> bool {
+    !(int8 && packed) && m >= PREFILL_ROWS && gemm_tile().is_some()
 }
 
 /// A raw pointer handed to the pool's threads, each writing a disjoint range.

@@ -154,7 +154,8 @@ impl BlockParts {
         out[self.qs..self.qs + self.qs_len].copy_from_slice(&src[f + self.qh_len..]);
     }
 
-    /// The GGUF block back from `data` into `dst`.
+    /// The GGUF block back from `data` into `dst` (`data` may start a whole number of block
+    /// columns later than the matrix: the offsets are relative to it).
     fn get(&self, ty: GgmlType, data: &[u8], dst: &mut [u8]) {
         dst[0..2].copy_from_slice(&data[self.d..self.d + 2]);
         let f = 2 * f16_fields(ty);
@@ -172,7 +173,14 @@ impl BlockParts {
             }
             dst[f..f + 4].copy_from_slice(&qh.to_le_bytes());
         }
-        dst[f + self.qh_len..].copy_from_slice(&data[self.qs..self.qs + self.qs_len]);
+        let dst = &mut dst[f + self.qh_len..];
+        let qs = &data[self.qs..];
+        // Sizes the compiler knows, so each copy is a move or two, not a `memcpy` call.
+        match self.qs_len {
+            16 => dst[..16].copy_from_slice(&qs[..16]),
+            32 => dst[..32].copy_from_slice(&qs[..32]),
+            n => dst[..n].copy_from_slice(&qs[..n]),
+        }
     }
 }
 
@@ -213,6 +221,28 @@ pub(crate) fn pack_releasing(
     out
 }
 
+/// Row `r` of a matrix of `ty` (`packing`: in the packed layout; else plain rows of
+/// `row_bytes`) dequantised into `out`, unpacking a packed row through `scratch`.
+pub(crate) fn dequantize_row(
+    ty: GgmlType,
+    packing: Option<&Packing>,
+    data: &[u8],
+    row_bytes: usize,
+    r: usize,
+    out: &mut [f32],
+    scratch: &mut Vec<u8>,
+) {
+    let row = match packing {
+        Some(p) => {
+            scratch.resize(row_bytes, 0);
+            unpack_row(ty, p, data, r, scratch);
+            &scratch[..]
+        }
+        None => &data[r * row_bytes..(r + 1) * row_bytes],
+    };
+    kindle_gguf::quant::dequantize(ty, row, out).expect("shape checked at construction");
+}
+
 /// Row `r` of a packed matrix back in GGUF layout, written to `out` (`row_bytes` long).
 pub(crate) fn unpack_row(ty: GgmlType, p: &Packing, data: &[u8], r: usize, out: &mut [u8]) {
     let row_bytes = p.row_bytes();
@@ -220,8 +250,11 @@ pub(crate) fn unpack_row(ty: GgmlType, p: &Packing, data: &[u8], r: usize, out: 
         out.copy_from_slice(&data[r * row_bytes..(r + 1) * row_bytes]);
         return;
     }
+    // Block `b` of the row lies one block column (eight blocks) after block `b - 1`.
+    let parts = p.block_parts(ty, r, 0);
+    let column = GROUP * p.block_bytes;
     for (b, dst) in out.chunks_exact_mut(p.block_bytes).enumerate() {
-        p.block_parts(ty, r, b).get(ty, data, dst);
+        parts.get(ty, &data[b * column..], dst);
     }
 }
 
