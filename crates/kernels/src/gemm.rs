@@ -1,5 +1,5 @@
-//! The prefill product: a register-blocked `f32` matrix multiply over weights dequantised a
-//! panel at a time (a leaf module).
+//! The prefill product: a register-blocked `f32` matrix multiply over weights dequantised a few
+//! rows at a time (a leaf module).
 //!
 //! For many activation rows (a prompt), decoding each weight block once per few activation
 //! rows, as the group and row kernels do, leaves the vector pipes mostly converting and

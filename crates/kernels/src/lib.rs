@@ -367,16 +367,7 @@ impl QuantMatrix {
     fn dequantize_row_with(&self, r: usize, out: &mut [f32], scratch: &mut Vec<u8>) {
         assert_eq!(out.len(), self.cols, "output row length");
         assert!(r < self.rows, "row {r} of {}", self.rows);
-        let w = self.weights();
-        packed::dequantize_row(
-            w.ty,
-            w.packing.as_ref(),
-            w.data,
-            w.row_bytes,
-            r,
-            out,
-            scratch,
-        );
+        dequantize_weights_row(&self.weights(), r, out, scratch);
     }
 
     /// The kernels' view of the weights.
@@ -687,21 +678,10 @@ impl<'a> Product<'a> {
                 .rows(&self.weights, &self.acts, start, end, chunk);
             return;
         }
-        // The kernels write `[rows, m]`; each task turns its own rows into columns of the
-        // `[m, rows]` output.
         if self.gemm {
             let (panels, cols) = (self.acts.panels, self.acts.cols);
-            let w = &self.weights;
             let dequantize = |r: usize, out: &mut [f32], scratch: &mut Vec<u8>| {
-                packed::dequantize_row(
-                    w.ty,
-                    w.packing.as_ref(),
-                    w.data,
-                    w.row_bytes,
-                    r,
-                    out,
-                    scratch,
-                )
+                dequantize_weights_row(&self.weights, r, out, scratch)
             };
             let wr = gemm_tile().expect("`gemm` is set only where a micro-kernel runs");
             // SAFETY: `wr` is this CPU's tile, and the activations were prepared in panels
@@ -713,6 +693,8 @@ impl<'a> Product<'a> {
             }
             return;
         }
+        // The kernels write `[rows, m]`; each task turns its own rows into columns of the
+        // `[m, rows]` output.
         let mut transposed = vec![0f32; (end - start) * m];
         self.kernel
             .rows(&self.weights, &self.acts, start, end, &mut transposed);
@@ -727,6 +709,12 @@ impl<'a> Product<'a> {
             }
         }
     }
+}
+
+/// Row `r` of `w` dequantised into `out`, a packed row unpacked through `scratch`.
+fn dequantize_weights_row(w: &dot::Weights, r: usize, out: &mut [f32], scratch: &mut Vec<u8>) {
+    let packing = w.packing.as_ref();
+    packed::dequantize_row(w.ty, packing, w.data, w.row_bytes, r, out, scratch);
 }
 
 /// The prefill product's register tile height on this CPU ([`gemm::WR512`] with AVX-512,
