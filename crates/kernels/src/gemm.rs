@@ -36,6 +36,10 @@ pub(crate) const WR512: usize = 12;
 /// Weight rows of a register tile with AVX2 (12 of the 16 registers accumulate).
 pub(crate) const WR256: usize = 6;
 
+/// `dequantize(r, out, scratch)`: row `r` of a weight (`out.len()` values) into `out`, with
+/// `scratch` for whatever bytes it needs on the way.
+pub(crate) type RowDequantizer<'a> = dyn Fn(usize, &mut [f32], &mut Vec<u8>) + 'a;
+
 /// `out[j * ld + (r - start)] = x[j] . W[r]` for the weight rows `r` in `start..end` and the
 /// `m` activation rows `x[j]`, given as the `panels` [`pack_activations`] makes of them, with
 /// register tiles of `wr` weight rows: [`WR512`] (AVX-512) or [`WR256`] (AVX2).
@@ -51,7 +55,7 @@ pub(crate) const WR256: usize = 6;
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn rows_in_tiles(
     wr: usize,
-    dequantize: &dyn Fn(usize, &mut [f32], &mut Vec<u8>),
+    dequantize: &RowDequantizer<'_>,
     panels: &[f32],
     m: usize,
     cols: usize,

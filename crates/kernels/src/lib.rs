@@ -652,7 +652,8 @@ impl<'a> Product<'a> {
             .next_multiple_of(packed::GROUP);
         Product {
             weights: w.weights(),
-            gemm: runs_gemm(kernel.int8(), w.packing.is_some(), m),
+            // Prepared in panels exactly where the prefill product runs (`runs_gemm`).
+            gemm: !acts.panels.is_empty(),
             acts,
             kernel,
             rows: w.rows,

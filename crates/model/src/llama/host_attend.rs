@@ -289,15 +289,12 @@ impl LongRow<'_, '_> {
                             )
                         };
                         let mut at = 0;
-                        let mut run_scores = std::mem::take(&mut scratch.scores);
                         for run in keys.iter() {
-                            run_scores.clear();
-                            score_keys::<AVX2>(qv, run, self.scale, &mut run_scores);
-                            let n = run_scores.len().min(len - at);
-                            scores[at..at + n].copy_from_slice(&run_scores[..n]);
+                            let n = (run.len() / hd).min(len - at);
+                            let out = &mut scores[at..at + n];
+                            score_keys::<AVX2>(qv, &run[..n * hd], self.scale, out);
                             at += n;
                         }
-                        scratch.scores = run_scores;
                     }
                     if !self.borrowed {
                         let values =
@@ -458,7 +455,9 @@ fn attend_body<const AVX2: bool>(
         scores.clear();
         span(&keys, hd, first - from, seen - from, &mut parts);
         for part in &parts {
-            score_keys::<AVX2>(qv, part, attention.scale, scores);
+            let at = scores.len();
+            scores.resize(at + part.len() / hd, 0.0);
+            score_keys::<AVX2>(qv, part, attention.scale, &mut scores[at..]);
         }
         softmax(scores);
         span(&values, hd, first - from, seen - from, &mut parts);
@@ -466,22 +465,26 @@ fn attend_body<const AVX2: bool>(
     }
 }
 
-/// `scores.push(key_dot(q, k) * scale)` for each `q.len()`-wide key `k` of `keys`, in order:
-/// four keys at a time ([`dot4`], each with `key_dot`'s arithmetic), then the rest one by one. (A
-/// plain loop, not `extend(map(..))`: the iterator's fold was compiled apart from the AVX2
-/// instance of the attention, in SSE.)
+/// `scores[i] = key_dot(q, k_i) * scale` for the `q.len()`-wide keys `k_i` of `keys` (as many
+/// as `scores` holds), in order: four keys at a time ([`dot4`], each with `key_dot`'s
+/// arithmetic), then the rest one by one. (A plain loop, not `extend(map(..))`: the
+/// iterator's fold was compiled apart from the AVX2 instance of the attention, in SSE.)
 #[inline(always)]
-fn score_keys<const AVX2: bool>(q: &[f32], keys: &[f32], scale: f32, scores: &mut Vec<f32>) {
+fn score_keys<const AVX2: bool>(q: &[f32], keys: &[f32], scale: f32, scores: &mut [f32]) {
     let hd = q.len();
-    for four in keys.chunks_exact(4 * hd) {
-        let (k0, rest) = four.split_at(hd);
-        let (k1, rest) = rest.split_at(hd);
-        let (k2, k3) = rest.split_at(hd);
-        scores.extend(dot4::<AVX2>(q, [k0, k1, k2, k3]).map(|d| d * scale));
+    let (fours, rest) = scores.split_at_mut(scores.len() / 4 * 4);
+    for (out, four) in fours.chunks_exact_mut(4).zip(keys.chunks_exact(4 * hd)) {
+        let (k0, more) = four.split_at(hd);
+        let (k1, more) = more.split_at(hd);
+        let (k2, k3) = more.split_at(hd);
+        let dots = dot4::<AVX2>(q, [k0, k1, k2, k3]);
+        for (o, d) in out.iter_mut().zip(dots) {
+            *o = d * scale;
+        }
     }
-    let done = keys.len() / (4 * hd) * 4;
-    for k in keys.chunks_exact(hd).skip(done) {
-        scores.push(key_dot(q, k) * scale);
+    let done = fours.len();
+    for (o, k) in rest.iter_mut().zip(keys.chunks_exact(hd).skip(done)) {
+        *o = key_dot(q, k) * scale;
     }
 }
 
