@@ -140,3 +140,47 @@ fn fifteen_rows_keep_the_decode_bits() {
         }
     }
 }
+
+#[test]
+fn verification_batches_keep_the_decode_bits_over_long_rows() {
+    // Below the prefill product's 16 rows, a batch (a speculative verification) must give
+    // each row the bits of a one-row pass, for every batch size up to 15, on rows of 100
+    // blocks (the group kernels' activation rows then no longer fit in L1 together).
+    let mut rng = Rng(77);
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q8_0,
+        GgmlType::Q5_1,
+    ] {
+        let (rows, cols) = (17, 32 * 100);
+        let w = random_matrix(ty, rows, cols, &mut rng);
+        let x: Vec<f32> = (0..15 * cols).map(|_| rng.float()).collect();
+        let mut single = vec![0f32; 15 * rows];
+        for j in 0..15 {
+            let out = &mut single[j * rows..(j + 1) * rows];
+            w.matmul_with(
+                &x[j * cols..(j + 1) * cols],
+                1,
+                out,
+                ActivationFormat::F32,
+                &threads(),
+            );
+        }
+        for m in 2..=15 {
+            let mut all = vec![f32::NAN; m * rows];
+            w.matmul_with(
+                &x[..m * cols],
+                m,
+                &mut all,
+                ActivationFormat::F32,
+                &threads(),
+            );
+            assert_eq!(
+                first_difference(&all, &single[..m * rows]),
+                None,
+                "{ty:?}, {m} rows"
+            );
+        }
+    }
+}

@@ -40,7 +40,8 @@
 //!   `llama-bpe` (Llama 3) a fragment that is itself a token is taken whole (`ignore_merges`).
 //! * **Special tokens.** Control and unknown tokens are registered as *special* added tokens and
 //!   user-defined tokens as plain added tokens. With `parse_special == false` a second copy of
-//!   the tokenizer with [`encode_special_tokens`](tokenizers::TokenizerImpl::set_encode_special_tokens)
+//!   the pipeline (sharing the first one's model: [`SharedModel`])
+//!   with [`encode_special_tokens`](tokenizers::TokenizerImpl::set_encode_special_tokens)
 //!   set tokenizes control tokens as plain text but still splits out user-defined tokens,
 //!   which is what llama.cpp does.
 //! * **BOS/EOS** are added only if `add_bos` / `add_eos` say so; nothing else is added.
@@ -65,6 +66,7 @@ mod bpe;
 mod eog;
 mod error;
 mod pre_tokenizer;
+mod shared_model;
 mod spm;
 #[cfg(test)]
 mod tests;
@@ -88,6 +90,7 @@ use spm::Spm;
 use vocab::KEY_TOKEN_TYPE;
 
 pub use error::{Result, TokenizerError};
+pub use shared_model::{HfTokenizer, SharedModel};
 pub use vocab::{GgufVocab, TokenType};
 
 /// kindle's tokenizer: byte-level BPE or SentencePiece, tokenizing and detokenizing as
@@ -120,13 +123,14 @@ enum Backend {
     Spm(Arc<Spm>),
 }
 
-/// Two copies of one `tokenizers` pipeline, and the bytes its vocabulary cannot spell.
+/// Two copies of one `tokenizers` pipeline (one model between them), and the bytes its vocabulary cannot spell.
 #[derive(Clone)]
 struct HfBackend {
     /// Splits control tokens out of the text (`parse_special == true`).
-    special: tokenizers::Tokenizer,
-    /// Tokenizes control tokens as plain text (`parse_special == false`).
-    plain: tokenizers::Tokenizer,
+    special: HfTokenizer,
+    /// Tokenizes control tokens as plain text (`parse_special == false`); shares `special`'s
+    /// model.
+    plain: HfTokenizer,
     /// Bytes that no token of a byte-level vocabulary can represent (empty: not checked).
     missing_bytes: Vec<u8>,
 }
@@ -467,7 +471,7 @@ impl Tokenizer {
     /// The underlying Hugging Face tokenizer (the one that parses special tokens), e.g. for
     /// [`decode_stream`](tokenizers::TokenizerImpl::decode_stream); `None` for SentencePiece
     /// vocabularies, which kindle tokenizes itself.
-    pub fn inner(&self) -> Option<&tokenizers::Tokenizer> {
+    pub fn inner(&self) -> Option<&HfTokenizer> {
         match &self.backend {
             Backend::Hf(hf) => Some(&hf.special),
             Backend::Spm(_) => None,
@@ -494,7 +498,7 @@ fn bpe_backend(
         .build()
         .map_err(|e| TokenizerError::Build(e.to_string()))?;
 
-    let mut special = tokenizers::Tokenizer::new(bpe);
+    let mut special = HfTokenizer::new(SharedModel::new(bpe));
     special.with_pre_tokenizer(Some(pre.build()?));
     special.with_decoder(Some(ByteLevelDecoder::default()));
     let added: Vec<AddedToken> = vocab

@@ -132,6 +132,7 @@ impl Tokenizer {
             .collect();
         special.add_special_tokens(&forced);
 
+        let special = crate::shared_model::share(special);
         let mut plain = special.clone();
         plain.set_encode_special_tokens(true);
         Ok(Self {
@@ -217,5 +218,42 @@ mod tests {
             Tokenizer::from_file(std::env::temp_dir().join("kindle-no-such-dir/tokenizer.json")),
             Err(TokenizerError::Io { .. })
         ));
+    }
+
+    #[test]
+    fn a_tokenizer_json_never_truncates_or_pads_a_prompt() {
+        // A file may carry truncation and padding meant for training; kindle keeps every
+        // token of a prompt (an over-long one is refused by the engine, not cut here).
+        let built = Tokenizer::from_vocab(tiny_vocab()).unwrap();
+        let dir = std::env::temp_dir().join(format!(
+            "kindle-tokenizer-trunc-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut json: serde_json::Value =
+            serde_json::from_str(&built.inner().unwrap().to_string(false).unwrap()).unwrap();
+        json["truncation"] = serde_json::json!({
+            "direction": "Right", "max_length": 2, "strategy": "LongestFirst", "stride": 0
+        });
+        json["padding"] = serde_json::json!({
+            "strategy": { "Fixed": 64 }, "direction": "Right", "pad_to_multiple_of": null,
+            "pad_id": 0, "pad_type_id": 0, "pad_token": "a"
+        });
+        std::fs::write(dir.join("tokenizer.json"), json.to_string()).unwrap();
+        // The file as written is what `tokenizers` itself truncates and pads.
+        let raw = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json"));
+        let loaded = Tokenizer::from_file(dir.join("tokenizer.json"));
+        std::fs::remove_dir_all(&dir).unwrap();
+        let text = "hello world hello world";
+        let want = built.encode(text, false).unwrap();
+        assert!(want.len() > 2, "{want:?}");
+        let raw = raw.unwrap().encode(text, false).unwrap();
+        assert_eq!(
+            raw.get_ids().len(),
+            64,
+            "the planted truncation and padding apply"
+        );
+        assert_eq!(loaded.unwrap().encode(text, false).unwrap(), want);
     }
 }
