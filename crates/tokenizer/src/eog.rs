@@ -1,7 +1,5 @@
 //! llama.cpp's end-of-generation rules: which tokens end a turn or a generation.
 
-use std::collections::HashMap;
-
 use crate::{GgufVocab, TokenType};
 
 /// Texts llama.cpp auto-detects as the end-of-turn token when `eot_token_id` is absent.
@@ -45,15 +43,11 @@ const FIM_EOG_TEXTS: &[&[&str]] = &[
 /// detected tokens to control type.
 pub(crate) fn end_of_generation(
     vocab: &GgufVocab,
-    token_to_id: &HashMap<String, u32>,
+    token_to_id: &dyn Fn(&str) -> Option<u32>,
     types: &mut [TokenType],
 ) -> (Option<u32>, Option<u32>, Vec<u32>) {
-    let find = |texts: &[&str]| -> Option<u32> {
-        texts
-            .iter()
-            .filter_map(|t| token_to_id.get(*t).copied())
-            .min()
-    };
+    let find =
+        |texts: &[&str]| -> Option<u32> { texts.iter().filter_map(|t| token_to_id(t)).min() };
     let mut force_control = |id: u32| types[id as usize] = TokenType::Control;
 
     let eot = vocab.eot.or_else(|| find(EOT_TEXTS));
@@ -71,13 +65,13 @@ pub(crate) fn end_of_generation(
         }
     }
     for text in EOG_TEXTS {
-        if let Some(&id) = token_to_id.get(*text) {
+        if let Some(id) = token_to_id(text) {
             force_control(id);
             eog.push(id);
         }
     }
     for text in EOG_TEXTS_IF_CONTROL {
-        if let Some(&id) = token_to_id.get(*text)
+        if let Some(id) = token_to_id(text)
             && types[id as usize] == TokenType::Control
         {
             eog.push(id);

@@ -65,6 +65,7 @@
 mod bpe;
 mod eog;
 mod error;
+mod piece_index;
 mod pre_tokenizer;
 mod shared_model;
 mod spm;
@@ -100,7 +101,8 @@ pub use vocab::{GgufVocab, TokenType};
 #[derive(Clone)]
 pub struct Tokenizer {
     backend: Backend,
-    pieces: Vec<String>,
+    /// Token texts by id (shared with a SentencePiece model).
+    pieces: Arc<[String]>,
     types: Vec<TokenType>,
     bos: Option<u32>,
     eos: Option<u32>,
@@ -177,7 +179,7 @@ impl Tokenizer {
     /// `vocab.model` picks the kind: `"gpt2"` (byte-level BPE: tokens, merges, pre-tokenizer)
     /// or `"llama"` (SentencePiece: tokens, scores, byte-fallback tokens); anything else is
     /// [`TokenizerError::UnsupportedModel`].
-    pub fn from_vocab(vocab: GgufVocab) -> Result<Self> {
+    pub fn from_vocab(mut vocab: GgufVocab) -> Result<Self> {
         let spm = match vocab.model.as_str() {
             "gpt2" => false,
             "llama" => true,
@@ -233,27 +235,28 @@ impl Tokenizer {
         }
 
         // llama.cpp: later duplicates win in the text -> id map.
-        let token_to_id: HashMap<String, u32> = vocab
-            .tokens
-            .iter()
-            .enumerate()
-            .map(|(id, text)| (text.clone(), id as u32))
-            .collect();
-
-        let (eot, eom, eog) = end_of_generation(&vocab, &token_to_id, &mut types);
-
-        let (backend, pieces) = if spm {
+        let (backend, pieces, (eot, eom, eog)) = if spm {
+            let (pieces, index) = spm::index_pieces(std::mem::take(&mut vocab.tokens));
+            let eog = end_of_generation(&vocab, &|t| index.get(&pieces, t), &mut types);
             let model = Spm::new(
-                vocab.tokens,
-                vocab.scores,
+                Arc::clone(&pieces),
+                index,
+                std::mem::take(&mut vocab.scores),
                 types.clone(),
                 vocab.add_space_prefix.unwrap_or(true),
             )?;
-            let pieces = model.pieces().to_vec();
-            (Backend::Spm(Arc::new(model)), pieces)
+            (Backend::Spm(Arc::new(model)), pieces, eog)
         } else {
+            let token_to_id: HashMap<String, u32> = vocab
+                .tokens
+                .iter()
+                .enumerate()
+                .map(|(id, text)| (text.clone(), id as u32))
+                .collect();
+            let eog = end_of_generation(&vocab, &|t| token_to_id.get(t).copied(), &mut types);
             let hf = bpe_backend(&vocab, token_to_id, &types)?;
-            (Backend::Hf(Box::new(hf)), vocab.tokens)
+            let pieces = Arc::from(std::mem::take(&mut vocab.tokens));
+            (Backend::Hf(Box::new(hf)), pieces, eog)
         };
         Ok(Self {
             backend,

@@ -10,9 +10,11 @@
 //! vocabularies; this module is llama.cpp's algorithm, step for step.
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
+use std::sync::Arc;
 
 use crate::error::malformed;
+use crate::piece_index::PieceIndex;
 use crate::vocab::{KEY_SCORES, KEY_TOKENS};
 use crate::{Result, TokenType, TokenizerError};
 
@@ -22,12 +24,13 @@ const SPACE_MARKER: &str = "\u{2581}";
 /// A SentencePiece vocabulary ready to tokenize.
 #[derive(Debug)]
 pub(crate) struct Spm {
-    /// Piece texts by id (an empty piece is spelled `[EMPTY_<id>]`, as llama.cpp does).
-    pieces: Vec<String>,
+    /// Piece texts by id (an empty piece is spelled `[EMPTY_<id>]`, as llama.cpp does),
+    /// shared with the [`Tokenizer`](crate::Tokenizer) that holds this model.
+    pieces: Arc<[String]>,
     scores: Vec<f32>,
     types: Vec<TokenType>,
     /// Piece text to id; later duplicates win, as in llama.cpp.
-    token_to_id: HashMap<String, u32>,
+    token_to_id: PieceIndex,
     /// The token of every byte (`<0xXX>`, else the one-character piece).
     byte_tokens: Vec<u32>,
     /// Control, user-defined and unknown tokens, longest text first: split out of the text
@@ -45,11 +48,25 @@ enum Fragment<'a> {
     Token(u32),
 }
 
+/// A SentencePiece vocabulary's pieces as [`Spm::new`] takes them: an empty piece renamed
+/// `[EMPTY_<id>]` (as llama.cpp does), and the index from text to id.
+pub(crate) fn index_pieces(mut pieces: Vec<String>) -> (Arc<[String]>, PieceIndex) {
+    for (id, piece) in pieces.iter_mut().enumerate() {
+        if piece.is_empty() {
+            *piece = format!("[EMPTY_{id}]");
+        }
+    }
+    let index = PieceIndex::new(&pieces);
+    (pieces.into(), index)
+}
+
 impl Spm {
-    /// Checks the vocabulary and builds the lookup tables. `pieces` and `types` have one entry
-    /// per token (checked by the caller); `scores` is checked here.
+    /// Checks the vocabulary and builds the lookup tables. `pieces` (with their index) come
+    /// from [`index_pieces`]; they and `types` have one entry per token (checked by the
+    /// caller); `scores` is checked here.
     pub(crate) fn new(
-        mut pieces: Vec<String>,
+        pieces: Arc<[String]>,
+        token_to_id: PieceIndex,
         scores: Vec<f32>,
         types: Vec<TokenType>,
         add_space_prefix: bool,
@@ -71,16 +88,6 @@ impl Spm {
                 format!("the score of token {id} is NaN"),
             ));
         }
-        for (id, piece) in pieces.iter_mut().enumerate() {
-            if piece.is_empty() {
-                *piece = format!("[EMPTY_{id}]");
-            }
-        }
-        let token_to_id: HashMap<String, u32> = pieces
-            .iter()
-            .enumerate()
-            .map(|(id, text)| (text.clone(), id as u32))
-            .collect();
         let mut byte_tokens = Vec::with_capacity(256);
         for byte in 0..=255u8 {
             // llama.cpp looks up the one-byte C string: never for NUL, and only ASCII is a `str`.
@@ -88,10 +95,10 @@ impl Spm {
                 .contains(&byte)
                 .then(|| char::from(byte).to_string());
             let id = token_to_id
-                .get(&format!("<0x{byte:02X}>"))
-                .or_else(|| single.and_then(|s| token_to_id.get(&s)))
+                .get(&pieces, &format!("<0x{byte:02X}>"))
+                .or_else(|| single.and_then(|s| token_to_id.get(&pieces, &s)))
                 .ok_or(TokenizerError::MissingByteToken(byte))?;
-            byte_tokens.push(*id);
+            byte_tokens.push(id);
         }
         for (id, (piece, ty)) in pieces.iter().zip(&types).enumerate() {
             if *ty == TokenType::Byte && byte_value(piece).is_none() {
@@ -121,14 +128,9 @@ impl Spm {
         })
     }
 
-    /// The piece texts by id.
-    pub(crate) fn pieces(&self) -> &[String] {
-        &self.pieces
-    }
-
     /// The id of the piece spelled `piece`.
     pub(crate) fn piece_to_id(&self, piece: &str) -> Option<u32> {
-        self.token_to_id.get(piece).copied()
+        self.token_to_id.get(&self.pieces, piece)
     }
 
     /// Whether a space is put before the text (`tokenizer.ggml.add_space_prefix`).
@@ -253,8 +255,8 @@ impl Spm {
         while let Some(i) = at {
             let symbol = symbols[i];
             let piece = &text[symbol.start..symbol.start + symbol.len];
-            match self.token_to_id.get(piece) {
-                Some(&id) => out.push(id),
+            match self.piece_to_id(piece) {
+                Some(id) => out.push(id),
                 None => out.extend(piece.bytes().map(|b| self.byte_tokens[usize::from(b)])),
             }
             at = symbol.next;
@@ -275,7 +277,7 @@ impl Spm {
         };
         let start = symbols[left].start;
         let len = symbols[left].len + symbols[right].len;
-        if let Some(&id) = self.token_to_id.get(&text[start..start + len]) {
+        if let Some(id) = self.piece_to_id(&text[start..start + len]) {
             queue.push(Bigram {
                 left,
                 right,

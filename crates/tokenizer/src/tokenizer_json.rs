@@ -101,7 +101,8 @@ impl Tokenizer {
             eos,
             ..GgufVocab::default()
         };
-        let (eot, eom, mut eog) = end_of_generation(&pseudo, &token_to_id, &mut types);
+        let (eot, eom, mut eog) =
+            end_of_generation(&pseudo, &|t| token_to_id.get(t).copied(), &mut types);
         if let Some(generation) = &generation {
             let ids = match generation.get("eos_token_id") {
                 Some(serde_json::Value::Array(list)) => {
@@ -141,7 +142,7 @@ impl Tokenizer {
                 plain,
                 missing_bytes: Vec::new(),
             })),
-            pieces,
+            pieces: pieces.into(),
             types,
             bos,
             eos,
