@@ -18,7 +18,7 @@ const LAYERS: u64 = 2;
 /// The tiny model's metadata (vocabulary of 64 printable characters, width 16, 2 blocks, 4
 /// heads, 2 KV heads), with `changes` set over it.
 fn metadata(changes: &[(&'static str, MetadataValue)]) -> Vec<(&'static str, MetadataValue)> {
-    let tokens = (0..VOCAB)
+    let tokens: Vec<MetadataValue> = (0..VOCAB)
         .map(|i| MetadataValue::String(char::from(b'!' + i as u8).to_string()))
         .collect();
     let mut meta: Vec<(&'static str, MetadataValue)> = vec![
@@ -36,7 +36,7 @@ fn metadata(changes: &[(&'static str, MetadataValue)]) -> Vec<(&'static str, Met
         ),
         ("tokenizer.ggml.model", "gpt2".into()),
         ("tokenizer.ggml.pre", "gpt2".into()),
-        ("tokenizer.ggml.tokens", MetadataValue::Array(tokens)),
+        ("tokenizer.ggml.tokens", MetadataValue::Array(tokens.into())),
     ];
     for (key, value) in changes {
         meta.retain(|(k, _)| k != key);

@@ -32,6 +32,7 @@ mod metadata;
 mod parse;
 pub mod quant;
 mod reader;
+mod strings;
 mod value;
 pub mod writer;
 
@@ -39,7 +40,8 @@ pub use error::GgufError;
 pub use layout::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAX_ALIGNMENT, TensorInfo};
 pub use quant::{GgmlType, QuantError};
 pub use reader::{GgufFile, SharedBytes};
-pub use value::MetadataValue;
+pub use strings::StringArray;
+pub use value::{MetadataArray, MetadataValue};
 pub use writer::GgufWriter;
 
 #[cfg(test)]
@@ -64,22 +66,28 @@ mod tests {
             ("u64", V::U64(u64::MAX)),
             ("i64", V::I64(i64::MIN)),
             ("f64", V::F64(-2.5e300)),
-            ("arr.u8", V::Array(vec![V::U8(1), V::U8(2)])),
-            ("arr.i8", V::Array(vec![V::I8(-1)])),
-            ("arr.u16", V::Array(vec![V::U16(7)])),
-            ("arr.i16", V::Array(vec![V::I16(-7)])),
-            ("arr.u32", V::Array(vec![V::U32(1), V::U32(2), V::U32(3)])),
-            ("arr.i32", V::Array(vec![V::I32(-1), V::I32(3)])),
-            ("arr.f32", V::Array(vec![V::F32(0.25), V::F32(-8.0)])),
-            ("arr.bool", V::Array(vec![V::Bool(true), V::Bool(false)])),
+            ("arr.u8", V::Array(vec![V::U8(1), V::U8(2)].into())),
+            ("arr.i8", V::Array(vec![V::I8(-1)].into())),
+            ("arr.u16", V::Array(vec![V::U16(7)].into())),
+            ("arr.i16", V::Array(vec![V::I16(-7)].into())),
+            (
+                "arr.u32",
+                V::Array(vec![V::U32(1), V::U32(2), V::U32(3)].into()),
+            ),
+            ("arr.i32", V::Array(vec![V::I32(-1), V::I32(3)].into())),
+            ("arr.f32", V::Array(vec![V::F32(0.25), V::F32(-8.0)].into())),
+            (
+                "arr.bool",
+                V::Array(vec![V::Bool(true), V::Bool(false)].into()),
+            ),
             (
                 "arr.string",
-                V::Array(vec![V::String("a".into()), V::String(String::new())]),
+                V::Array(vec![V::String("a".into()), V::String(String::new())].into()),
             ),
-            ("arr.u64", V::Array(vec![V::U64(u64::MAX)])),
-            ("arr.i64", V::Array(vec![V::I64(-5)])),
-            ("arr.f64", V::Array(vec![V::F64(3.25)])),
-            ("arr.empty", V::Array(vec![])),
+            ("arr.u64", V::Array(vec![V::U64(u64::MAX)].into())),
+            ("arr.i64", V::Array(vec![V::I64(-5)].into())),
+            ("arr.f64", V::Array(vec![V::F64(3.25)].into())),
+            ("arr.empty", V::Array(vec![].into())),
         ]
     }
 
@@ -104,6 +112,17 @@ mod tests {
         for (k, v) in &values {
             assert_eq!(file.get(k), Some(v));
         }
+        // Arrays read back stored by element type (one vector, strings in one buffer), not as
+        // a value per element.
+        use MetadataArray as A;
+        let array = |k: &str| file.get_array(k).unwrap();
+        assert!(matches!(array("arr.u8"), A::U8(v) if v == &[1, 2]));
+        assert!(matches!(array("arr.i32"), A::I32(v) if v == &[-1, 3]));
+        assert!(matches!(array("arr.f32"), A::F32(v) if v == &[0.25, -8.0]));
+        assert!(matches!(array("arr.bool"), A::Bool(v) if v == &[true, false]));
+        assert!(matches!(array("arr.string"), A::String(s) if s.iter().eq(["a", ""])));
+        assert!(matches!(array("arr.f64"), A::F64(v) if v == &[3.25]));
+        assert!(matches!(array("arr.empty"), A::U8(v) if v.is_empty()));
     }
 
     #[test]
@@ -230,7 +249,7 @@ mod tests {
         assert_eq!(V::U16(9).as_f64(), Some(9.0));
         assert_eq!(V::String("x".into()).as_f64(), None);
         assert_eq!(V::Bool(true).as_u64(), None);
-        assert_eq!(V::Array(vec![]).type_name(), "array");
+        assert_eq!(V::Array(vec![].into()).type_name(), "array");
         assert_eq!(V::U32(13).to_string(), "u32 13");
         assert_eq!(V::String("ab".into()).to_string(), "string \"ab\"");
         let long = V::from((0..20u32).collect::<Vec<_>>());

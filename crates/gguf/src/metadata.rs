@@ -3,7 +3,7 @@
 
 use super::error::GgufError;
 use super::reader::GgufFile;
-use super::value::MetadataValue;
+use super::value::{MetadataArray, MetadataValue};
 
 impl GgufFile {
     fn typed<'a, T>(
@@ -36,22 +36,22 @@ impl GgufFile {
         })
     }
 
-    /// `key` as an array whose every element `convert` accepts; `None` when absent. The error
-    /// for a bad element names its index and value.
-    fn typed_array<'a, T>(
-        &'a self,
+    /// `key` as an array, converted element by element by `convert`; `None` when absent. The
+    /// error for a bad element names its index and value.
+    fn typed_array<T>(
+        &self,
         key: &str,
         expected: &'static str,
-        convert: impl Fn(&'a MetadataValue) -> Option<T>,
+        convert: impl Fn(&MetadataValue) -> Option<T>,
     ) -> Result<Option<Vec<T>>, GgufError> {
         let Some(items) = self.typed(key, expected, MetadataValue::as_array)? else {
             return Ok(None);
         };
         items
-            .iter()
+            .values()
             .enumerate()
             .map(|(i, item)| {
-                convert(item).ok_or_else(|| GgufError::WrongType {
+                convert(&item).ok_or_else(|| GgufError::WrongType {
                     key: key.to_owned(),
                     expected,
                     actual: format!("an array whose element {i} is {item}"),
@@ -97,14 +97,24 @@ impl GgufFile {
     }
 
     /// `key` as an array; `None` when absent, an error when of another type.
-    pub fn opt_array(&self, key: &str) -> Result<Option<&[MetadataValue]>, GgufError> {
+    pub fn opt_array(&self, key: &str) -> Result<Option<&MetadataArray>, GgufError> {
         self.typed(key, "an array", MetadataValue::as_array)
     }
 
     /// `key` as an array of strings (such as a vocabulary's tokens); `None` when absent, an
     /// error when not an array or when an element is not a string (naming the element).
     pub fn opt_str_array(&self, key: &str) -> Result<Option<Vec<&str>>, GgufError> {
-        self.typed_array(key, "an array of strings", MetadataValue::as_str)
+        const EXPECTED: &str = "an array of strings";
+        let Some(items) = self.typed(key, EXPECTED, MetadataValue::as_array)? else {
+            return Ok(None);
+        };
+        match items.strs() {
+            Some(strs) => Ok(Some(strs)),
+            // Name the first element that is not a string.
+            None => self
+                .typed_array(key, EXPECTED, |v| v.as_str().map(|_| ()))
+                .map(|_| None),
+        }
     }
 
     /// `key` as an array of `i32` (any integer element type holding values that fit, such as
@@ -147,7 +157,7 @@ impl GgufFile {
     }
 
     /// `key` as an array; an error naming the key when absent or of another type.
-    pub fn get_array(&self, key: &str) -> Result<&[MetadataValue], GgufError> {
+    pub fn get_array(&self, key: &str) -> Result<&MetadataArray, GgufError> {
         Self::required(key, self.opt_array(key))
     }
 
@@ -239,7 +249,7 @@ mod tests {
     fn string_array_getters() {
         let w = GgufWriter::new()
             .metadata("tokens", vec!["a", "", "Ġb"])
-            .metadata("empty", MetadataValue::Array(vec![]))
+            .metadata("empty", MetadataValue::Array(vec![].into()))
             .metadata("ints", vec![1u32, 2])
             .metadata("s", "text");
         let file = GgufFile::from_bytes(w.to_bytes()).unwrap();

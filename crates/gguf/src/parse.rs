@@ -5,7 +5,8 @@ use std::fmt;
 
 use super::error::GgufError;
 use super::layout::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAX_ALIGNMENT, TensorInfo};
-use super::value::{MetadataValue, min_encoded_size, type_id, type_id_name};
+use super::strings::StringArray;
+use super::value::{MetadataArray, MetadataValue, min_encoded_size, type_id, type_id_name};
 use crate::quant::GgmlType;
 
 /// Fewest bytes a metadata entry occupies: key length, value type, a one-byte value.
@@ -105,6 +106,11 @@ impl<'a> Cursor<'a> {
     }
 
     fn string(&mut self, ctx: Ctx<'_>) -> Result<String, GgufError> {
+        self.str(ctx).map(str::to_owned)
+    }
+
+    /// A GGUF string (`u64` length, UTF-8 bytes), borrowed from the file's bytes.
+    fn str(&mut self, ctx: Ctx<'_>) -> Result<&'a str, GgufError> {
         let offset = self.pos as u64;
         let len = self.u64(ctx)?;
         let remaining = self.remaining();
@@ -122,7 +128,7 @@ impl<'a> Cursor<'a> {
         let bytes_offset = self.pos as u64;
         let bytes = self.take(n, ctx)?;
         match std::str::from_utf8(bytes) {
-            Ok(s) => Ok(s.to_owned()),
+            Ok(s) => Ok(s),
             Err(_) => Err(GgufError::InvalidUtf8 {
                 what: ctx.to_string(),
                 offset: bytes_offset,
@@ -301,14 +307,65 @@ fn read_value(c: &mut Cursor<'_>, ty: u32, key: &str) -> Result<MetadataValue, G
                 });
             }
         };
-        let mut items = Vec::with_capacity(n);
-        for i in 0..n {
-            items.push(read_scalar(c, elem_ty, key, Ctx::Elem(key, i as u64))?);
-        }
-        Ok(MetadataValue::Array(items))
+        Ok(MetadataValue::Array(read_array(c, elem_ty, n, key)?))
     } else {
         read_scalar(c, ty, key, Ctx::Value(key))
     }
+}
+
+/// `n` elements of type `elem_ty` (not an array: checked by the caller), stored by type.
+fn read_array(
+    c: &mut Cursor<'_>,
+    elem_ty: u32,
+    n: usize,
+    key: &str,
+) -> Result<MetadataArray, GgufError> {
+    use MetadataArray as A;
+    let ctx = |i: usize| Ctx::Elem(key, i as u64);
+    macro_rules! numbers {
+        ($variant:ident, $t:ty) => {{
+            let mut v = Vec::with_capacity(n);
+            for i in 0..n {
+                v.push(<$t>::from_le_bytes(c.array(ctx(i))?));
+            }
+            A::$variant(v)
+        }};
+    }
+    Ok(match elem_ty {
+        type_id::U8 => numbers!(U8, u8),
+        type_id::I8 => numbers!(I8, i8),
+        type_id::U16 => numbers!(U16, u16),
+        type_id::I16 => numbers!(I16, i16),
+        type_id::U32 => numbers!(U32, u32),
+        type_id::I32 => numbers!(I32, i32),
+        type_id::F32 => numbers!(F32, f32),
+        type_id::U64 => numbers!(U64, u64),
+        type_id::I64 => numbers!(I64, i64),
+        type_id::F64 => numbers!(F64, f64),
+        type_id::STRING => {
+            let mut strings = StringArray::with_capacity(n);
+            for i in 0..n {
+                strings.push(c.str(ctx(i))?);
+            }
+            A::String(strings)
+        }
+        _ => {
+            // Bool (each byte checked) and anything else `read_scalar` names.
+            let mut bools = Vec::with_capacity(n);
+            for i in 0..n {
+                match read_scalar(c, elem_ty, key, ctx(i))? {
+                    MetadataValue::Bool(b) => bools.push(b),
+                    other => {
+                        return Err(GgufError::UnknownValueType {
+                            key: key.to_owned(),
+                            type_id: other.type_id(),
+                        });
+                    }
+                }
+            }
+            A::Bool(bools)
+        }
+    })
 }
 
 fn read_scalar(

@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use super::strings::StringArray;
+
 /// GGUF metadata value type ids (the `u32` written before every value).
 pub(crate) mod type_id {
     pub const U8: u32 = 0;
@@ -75,7 +77,7 @@ pub enum MetadataValue {
     /// Type 8 (`u64` length, then UTF-8 bytes).
     String(String),
     /// Type 9 (`u32` element type, `u64` count, then the elements).
-    Array(Vec<MetadataValue>),
+    Array(MetadataArray),
     /// Type 10.
     U64(u64),
     /// Type 11.
@@ -143,7 +145,7 @@ impl MetadataValue {
     }
 
     /// The elements, for [`MetadataValue::Array`].
-    pub fn as_array(&self) -> Option<&[MetadataValue]> {
+    pub fn as_array(&self) -> Option<&MetadataArray> {
         match self {
             Self::Array(a) => Some(a),
             _ => None,
@@ -186,9 +188,8 @@ impl fmt::Display for MetadataValue {
 }
 
 impl MetadataValue {
-    fn fmt_bare(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    pub(crate) fn fmt_bare(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         const MAX_STR: usize = 64;
-        const MAX_ELEMS: usize = 8;
         match self {
             Self::U8(v) => write!(f, "{v}"),
             Self::I8(v) => write!(f, "{v}"),
@@ -209,19 +210,7 @@ impl MetadataValue {
                     write!(f, "{s:?}")
                 }
             }
-            Self::Array(items) => {
-                write!(f, "of {} elements [", items.len())?;
-                for (i, item) in items.iter().take(MAX_ELEMS).enumerate() {
-                    if i > 0 {
-                        f.write_str(", ")?;
-                    }
-                    item.fmt_bare(f)?;
-                }
-                if items.len() > MAX_ELEMS {
-                    f.write_str(", ...")?;
-                }
-                f.write_str("]")
-            }
+            Self::Array(items) => write!(f, "{items}"),
         }
     }
 }
@@ -249,6 +238,185 @@ impl From<&str> for MetadataValue {
 
 impl<T: Into<MetadataValue>> From<Vec<T>> for MetadataValue {
     fn from(v: Vec<T>) -> Self {
-        Self::Array(v.into_iter().map(Into::into).collect())
+        Self::Array(MetadataArray::Values(
+            v.into_iter().map(Into::into).collect(),
+        ))
+    }
+}
+
+impl From<MetadataArray> for MetadataValue {
+    fn from(a: MetadataArray) -> Self {
+        Self::Array(a)
+    }
+}
+
+/// A metadata array (GGUF type 9). Arrays read from a file hold one element type and are
+/// stored as a vector of it; [`MetadataArray::Values`] holds any list of values built by hand
+/// (written with the first element's type; arrays of arrays can be written, so that tests can
+/// make files kindle must refuse).
+#[derive(Debug, Clone)]
+pub enum MetadataArray {
+    /// Of `u8`.
+    U8(Vec<u8>),
+    /// Of `i8`.
+    I8(Vec<i8>),
+    /// Of `u16`.
+    U16(Vec<u16>),
+    /// Of `i16`.
+    I16(Vec<i16>),
+    /// Of `u32`.
+    U32(Vec<u32>),
+    /// Of `i32`.
+    I32(Vec<i32>),
+    /// Of `f32`.
+    F32(Vec<f32>),
+    /// Of `bool`.
+    Bool(Vec<bool>),
+    /// Of strings.
+    String(StringArray),
+    /// Of `u64`.
+    U64(Vec<u64>),
+    /// Of `i64`.
+    I64(Vec<i64>),
+    /// Of `f64`.
+    F64(Vec<f64>),
+    /// Any list of values.
+    Values(Vec<MetadataValue>),
+}
+
+macro_rules! each_typed {
+    ($self:expr, $v:ident => $e:expr, $s:ident => $se:expr, $vals:ident => $ve:expr) => {
+        match $self {
+            MetadataArray::U8($v) => $e,
+            MetadataArray::I8($v) => $e,
+            MetadataArray::U16($v) => $e,
+            MetadataArray::I16($v) => $e,
+            MetadataArray::U32($v) => $e,
+            MetadataArray::I32($v) => $e,
+            MetadataArray::F32($v) => $e,
+            MetadataArray::Bool($v) => $e,
+            MetadataArray::U64($v) => $e,
+            MetadataArray::I64($v) => $e,
+            MetadataArray::F64($v) => $e,
+            MetadataArray::String($s) => $se,
+            MetadataArray::Values($vals) => $ve,
+        }
+    };
+}
+
+impl MetadataArray {
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        each_typed!(self, v => v.len(), s => s.len(), v => v.len())
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Element `i` as a value (a string is copied).
+    pub fn get(&self, i: usize) -> Option<MetadataValue> {
+        each_typed!(
+            self,
+            v => v.get(i).map(|&x| MetadataValue::from(x)),
+            s => s.get(i).map(MetadataValue::from),
+            v => v.get(i).cloned()
+        )
+    }
+
+    /// The elements as values, in order (strings copied).
+    pub fn values(&self) -> impl Iterator<Item = MetadataValue> + '_ {
+        (0..self.len()).filter_map(|i| self.get(i))
+    }
+
+    /// The strings, if every element is one.
+    pub fn strs(&self) -> Option<Vec<&str>> {
+        match self {
+            MetadataArray::String(s) => Some(s.iter().collect()),
+            MetadataArray::Values(v) => v.iter().map(MetadataValue::as_str).collect(),
+            _ if self.is_empty() => Some(Vec::new()),
+            _ => None,
+        }
+    }
+
+    /// The GGUF type id of the elements as written: the stored type, or for
+    /// [`MetadataArray::Values`] the first element's (`u8` when empty).
+    pub(crate) fn elem_type_id(&self) -> u32 {
+        match self {
+            MetadataArray::U8(_) => type_id::U8,
+            MetadataArray::I8(_) => type_id::I8,
+            MetadataArray::U16(_) => type_id::U16,
+            MetadataArray::I16(_) => type_id::I16,
+            MetadataArray::U32(_) => type_id::U32,
+            MetadataArray::I32(_) => type_id::I32,
+            MetadataArray::F32(_) => type_id::F32,
+            MetadataArray::Bool(_) => type_id::BOOL,
+            MetadataArray::String(_) => type_id::STRING,
+            MetadataArray::U64(_) => type_id::U64,
+            MetadataArray::I64(_) => type_id::I64,
+            MetadataArray::F64(_) => type_id::F64,
+            MetadataArray::Values(v) => v.first().map_or(type_id::U8, MetadataValue::type_id),
+        }
+    }
+}
+
+impl PartialEq for MetadataArray {
+    /// Equal elements in order, however stored.
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.values().eq(other.values())
+    }
+}
+
+impl From<Vec<MetadataValue>> for MetadataArray {
+    fn from(v: Vec<MetadataValue>) -> Self {
+        MetadataArray::Values(v)
+    }
+}
+
+impl From<StringArray> for MetadataArray {
+    fn from(s: StringArray) -> Self {
+        MetadataArray::String(s)
+    }
+}
+
+impl fmt::Display for MetadataArray {
+    /// `of N elements [a, b, ...]` (at most eight shown).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const MAX_ELEMS: usize = 8;
+        write!(f, "of {} elements [", self.len())?;
+        for (i, item) in self.values().take(MAX_ELEMS).enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            item.fmt_bare(f)?;
+        }
+        if self.len() > MAX_ELEMS {
+            f.write_str(", ...")?;
+        }
+        f.write_str("]")
+    }
+}
+
+#[cfg(test)]
+mod array_tests {
+    use super::*;
+
+    #[test]
+    fn arrays_compare_by_elements_however_stored() {
+        let typed = MetadataArray::U32(vec![1, 2]);
+        let values = MetadataArray::Values(vec![MetadataValue::U32(1), MetadataValue::U32(2)]);
+        assert_eq!(typed, values);
+        assert_ne!(typed, MetadataArray::U32(vec![1, 3]));
+        assert_ne!(
+            typed,
+            MetadataArray::I32(vec![1, 2]),
+            "the element type counts"
+        );
+        assert_eq!(typed.to_string(), "of 2 elements [1, 2]");
+        let strings = MetadataArray::String(["x", "ab"].into_iter().collect());
+        assert_eq!(strings.get(1), Some(MetadataValue::String("ab".into())));
+        assert_eq!(strings.strs(), Some(vec!["x", "ab"]));
+        assert_eq!(MetadataArray::U8(vec![1]).strs(), None);
     }
 }

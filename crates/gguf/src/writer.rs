@@ -4,7 +4,7 @@ use std::io;
 use std::path::Path;
 
 use super::layout::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAX_ALIGNMENT};
-use super::value::{MetadataValue, type_id};
+use super::value::{MetadataArray, MetadataValue};
 use crate::quant::GgmlType;
 
 /// A tensor queued for writing.
@@ -235,11 +235,12 @@ fn write_payload(out: &mut Vec<u8>, value: &MetadataValue) {
         V::I64(v) => out.extend_from_slice(&v.to_le_bytes()),
         V::F64(v) => out.extend_from_slice(&v.to_le_bytes()),
         V::Array(items) => {
-            let elem_ty = items.first().map_or(type_id::U8, MetadataValue::type_id);
-            out.extend_from_slice(&elem_ty.to_le_bytes());
+            out.extend_from_slice(&items.elem_type_id().to_le_bytes());
             out.extend_from_slice(&(items.len() as u64).to_le_bytes());
-            for item in items {
-                write_payload(out, item);
+            match items {
+                MetadataArray::String(strings) => strings.iter().for_each(|s| write_str(out, s)),
+                MetadataArray::Values(values) => values.iter().for_each(|v| write_payload(out, v)),
+                _ => items.values().for_each(|v| write_payload(out, &v)),
             }
         }
     }

@@ -229,7 +229,8 @@ fn huge_arrays_rejected_before_allocating() {
 
 #[test]
 fn nested_arrays_rejected() {
-    let nested = MetadataValue::Array(vec![MetadataValue::Array(vec![MetadataValue::U8(1)])]);
+    let nested =
+        MetadataValue::Array(vec![MetadataValue::Array(vec![MetadataValue::U8(1)].into())].into());
     let err = parse_err(GgufWriter::new().metadata("nested", nested).to_bytes());
     assert!(
         matches!(&err, GgufError::NestedArray { key } if key == "nested"),

@@ -279,10 +279,10 @@ fn read_scores(file: &GgufFile) -> Result<Vec<f32>> {
     let Some(list) = file.opt_array("tokenizer.ggml.scores")? else {
         return Ok(Vec::new());
     };
-    list.iter()
+    list.values()
         .enumerate()
         .map(|(i, v)| match v {
-            MetadataValue::F32(f) => Ok(*f),
+            MetadataValue::F32(f) => Ok(f),
             other => other.as_f64().map(|f| f as f32).ok_or_else(|| {
                 HfError::Tokenizer(format!("tokenizer.ggml.scores[{i}] is not a number"))
             }),

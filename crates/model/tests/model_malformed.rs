@@ -62,9 +62,12 @@ fn metadata() -> Vec<(&'static str, MetadataValue)> {
         ),
         ("tokenizer.ggml.model", "gpt2".into()),
         ("tokenizer.ggml.pre", "gpt2".into()),
-        ("tokenizer.ggml.tokens", MetadataValue::Array(tokens)),
-        ("tokenizer.ggml.merges", MetadataValue::Array(merges)),
-        ("tokenizer.ggml.token_type", MetadataValue::Array(types)),
+        ("tokenizer.ggml.tokens", MetadataValue::Array(tokens.into())),
+        ("tokenizer.ggml.merges", MetadataValue::Array(merges.into())),
+        (
+            "tokenizer.ggml.token_type",
+            MetadataValue::Array(types.into()),
+        ),
         ("tokenizer.ggml.bos_token_id", MetadataValue::U32(0)),
         ("tokenizer.ggml.eos_token_id", MetadataValue::U32(0)),
     ]
@@ -322,7 +325,7 @@ fn token_types_not_one_per_token() {
     let err = tokenizer_err(
         &[Edit::Set(
             "tokenizer.ggml.token_type",
-            MetadataValue::Array(vec![MetadataValue::I32(1); 3]),
+            MetadataValue::Array(vec![MetadataValue::I32(1); 3].into()),
         )],
         &["64 tokens", "3 token types"],
     );

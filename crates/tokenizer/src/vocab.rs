@@ -168,8 +168,11 @@ fn read_scores(file: &GgufFile) -> Result<Option<Vec<f32>>> {
     let Some(items) = file.opt_array(KEY_SCORES)? else {
         return Ok(None);
     };
+    if let kindle_gguf::MetadataArray::F32(scores) = items {
+        return Ok(Some(scores.clone()));
+    }
     items
-        .iter()
+        .values()
         .enumerate()
         .map(|(i, item)| {
             item.as_f64().map(|v| v as f32).ok_or_else(|| {

@@ -34,11 +34,11 @@ fn describe(value: &MetadataValue) -> serde_json::Value {
             json!(format!(
                 "[{} items of {}]",
                 items.len(),
-                items.first().map(|v| v.type_name()).unwrap_or("?")
+                items.get(0).map(|v| v.type_name()).unwrap_or("?")
             ))
         }
         MetadataValue::Array(items) => {
-            serde_json::Value::Array(items.iter().map(describe).collect())
+            serde_json::Value::Array(items.values().map(|v| describe(&v)).collect())
         }
         MetadataValue::String(s) if s.len() > 200 => json!(format!(
             "{}... ({} bytes)",

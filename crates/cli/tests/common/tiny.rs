@@ -22,13 +22,13 @@ impl TinyLlama {
 
     /// A writer holding the model's metadata, and no tensor yet.
     pub fn writer(&self) -> GgufWriter {
-        let tokens = (0..self.vocab)
+        let tokens: Vec<MetadataValue> = (0..self.vocab)
             .map(|i| MetadataValue::String(char::from(b'!' + i as u8).to_string()))
             .collect();
         self.writer_without_vocab()
             .metadata("tokenizer.ggml.model", "gpt2")
             .metadata("tokenizer.ggml.pre", "gpt2")
-            .metadata("tokenizer.ggml.tokens", MetadataValue::Array(tokens))
+            .metadata("tokenizer.ggml.tokens", MetadataValue::Array(tokens.into()))
     }
 
     /// A writer holding the model's hyperparameters only: the caller adds a vocabulary of
