@@ -81,7 +81,7 @@ use tokenizers::AddedToken;
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
 use tokenizers::models::bpe::{BPE, Vocab as BpeVocab};
 
-use kindle_gguf::GgufFile;
+use kindle_gguf::{GgufFile, StringArray};
 
 use bpe::{missing_byte_tokens, parse_merges};
 use eog::end_of_generation;
@@ -102,7 +102,7 @@ pub use vocab::{GgufVocab, TokenType};
 pub struct Tokenizer {
     backend: Backend,
     /// Token texts by id (shared with a SentencePiece model).
-    pieces: Arc<[String]>,
+    pieces: Arc<StringArray>,
     types: Vec<TokenType>,
     bos: Option<u32>,
     eos: Option<u32>,
@@ -255,7 +255,7 @@ impl Tokenizer {
                 .collect();
             let eog = end_of_generation(&vocab, &|t| token_to_id.get(t).copied(), &mut types);
             let hf = bpe_backend(&vocab, token_to_id, &types)?;
-            let pieces = Arc::from(std::mem::take(&mut vocab.tokens));
+            let pieces = Arc::new(vocab.tokens.iter().collect());
             (Backend::Hf(Box::new(hf)), pieces, eog)
         };
         Ok(Self {
@@ -342,10 +342,7 @@ impl Tokenizer {
         for (piece, &ty) in self.pieces.iter().zip(&self.types) {
             let split_out = ty == TokenType::UserDefined || (parse_special && ty.is_special());
             if split_out && !piece.is_empty() {
-                covered.extend(
-                    text.match_indices(piece.as_str())
-                        .map(|(at, p)| at..at + p.len()),
-                );
+                covered.extend(text.match_indices(piece).map(|(at, p)| at..at + p.len()));
             }
         }
         match text
@@ -384,7 +381,7 @@ impl Tokenizer {
     /// The raw vocabulary entry of `id` (byte-level spelling, e.g. `"Ġworld"`, or
     /// SentencePiece's, e.g. `"▁world"`).
     pub fn id_to_piece(&self, id: u32) -> Option<&str> {
-        self.pieces.get(id as usize).map(String::as_str)
+        self.pieces.get(id as usize)
     }
 
     /// The id of the vocabulary entry spelled exactly `piece`.

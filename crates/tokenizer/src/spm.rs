@@ -17,6 +17,7 @@ use crate::error::malformed;
 use crate::piece_index::PieceIndex;
 use crate::vocab::{KEY_SCORES, KEY_TOKENS};
 use crate::{Result, TokenType, TokenizerError};
+use kindle_gguf::StringArray;
 
 /// SentencePiece's space marker (U+2581), which stands for a space inside pieces.
 const SPACE_MARKER: &str = "\u{2581}";
@@ -26,7 +27,7 @@ const SPACE_MARKER: &str = "\u{2581}";
 pub(crate) struct Spm {
     /// Piece texts by id (an empty piece is spelled `[EMPTY_<id>]`, as llama.cpp does),
     /// shared with the [`Tokenizer`](crate::Tokenizer) that holds this model.
-    pieces: Arc<[String]>,
+    pieces: Arc<StringArray>,
     scores: Vec<f32>,
     types: Vec<TokenType>,
     /// Piece text to id; later duplicates win, as in llama.cpp.
@@ -50,14 +51,22 @@ enum Fragment<'a> {
 
 /// A SentencePiece vocabulary's pieces as [`Spm::new`] takes them: an empty piece renamed
 /// `[EMPTY_<id>]` (as llama.cpp does), and the index from text to id.
-pub(crate) fn index_pieces(mut pieces: Vec<String>) -> (Arc<[String]>, PieceIndex) {
-    for (id, piece) in pieces.iter_mut().enumerate() {
-        if piece.is_empty() {
-            *piece = format!("[EMPTY_{id}]");
+pub(crate) fn index_pieces(texts: Vec<String>) -> (Arc<StringArray>, PieceIndex) {
+    let mut pieces = StringArray::with_capacity(texts.len());
+    for (id, text) in texts.into_iter().enumerate() {
+        if text.is_empty() {
+            pieces.push(&format!("[EMPTY_{id}]"));
+        } else {
+            pieces.push(&text);
         }
     }
     let index = PieceIndex::new(&pieces);
-    (pieces.into(), index)
+    (Arc::new(pieces), index)
+}
+
+/// The length of piece `id`'s text.
+fn piece_len(pieces: &StringArray, id: u32) -> usize {
+    pieces.get(id as usize).map_or(0, str::len)
 }
 
 impl Spm {
@@ -65,7 +74,7 @@ impl Spm {
     /// from [`index_pieces`]; they and `types` have one entry per token (checked by the
     /// caller); `scores` is checked here.
     pub(crate) fn new(
-        pieces: Arc<[String]>,
+        pieces: Arc<StringArray>,
         token_to_id: PieceIndex,
         scores: Vec<f32>,
         types: Vec<TokenType>,
@@ -116,7 +125,7 @@ impl Spm {
                 )
             })
             .collect();
-        specials.sort_by_key(|&id| std::cmp::Reverse(pieces[id as usize].len()));
+        specials.sort_by_key(|&id| std::cmp::Reverse(piece_len(&pieces, id)));
         Ok(Spm {
             pieces,
             scores,
@@ -126,6 +135,11 @@ impl Spm {
             specials,
             add_space_prefix,
         })
+    }
+
+    /// The text of piece `id` (empty past the vocabulary).
+    fn piece(&self, id: u32) -> &str {
+        self.pieces.get(id as usize).unwrap_or_default()
     }
 
     /// The id of the piece spelled `piece`.
@@ -187,7 +201,7 @@ impl Spm {
             if !parse_special && self.types[id as usize] != TokenType::UserDefined {
                 continue;
             }
-            let piece = self.pieces[id as usize].as_str();
+            let piece = self.piece(id);
             if !fragments
                 .iter()
                 .any(|f| matches!(f, Fragment::Text(t) if t.contains(piece)))
@@ -308,7 +322,7 @@ impl Spm {
 
     /// `token_to_piece` for one id (in range: checked by the caller).
     fn push_piece(&self, id: u32, render_special: bool, out: &mut Vec<u8>) {
-        let piece = &self.pieces[id as usize];
+        let piece = self.piece(id);
         match self.types[id as usize] {
             TokenType::Control | TokenType::Unknown if !render_special => {}
             TokenType::Control | TokenType::Unknown | TokenType::UserDefined => {

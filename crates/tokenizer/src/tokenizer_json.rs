@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use tokenizers::AddedToken;
 
@@ -142,7 +143,7 @@ impl Tokenizer {
                 plain,
                 missing_bytes: Vec::new(),
             })),
-            pieces: pieces.into(),
+            pieces: Arc::new(pieces.iter().collect()),
             types,
             bos,
             eos,
