@@ -347,23 +347,24 @@ fn read_array(
             for i in 0..n {
                 strings.push(c.str(ctx(i))?);
             }
+            strings.shrink_to_fit();
             A::String(strings)
         }
-        _ => {
-            // Bool (each byte checked) and anything else `read_scalar` names.
+        type_id::BOOL => {
             let mut bools = Vec::with_capacity(n);
             for i in 0..n {
-                match read_scalar(c, elem_ty, key, ctx(i))? {
-                    MetadataValue::Bool(b) => bools.push(b),
-                    other => {
-                        return Err(GgufError::UnknownValueType {
-                            key: key.to_owned(),
-                            type_id: other.type_id(),
-                        });
-                    }
+                // Each byte checked (0 or 1) as a scalar bool is.
+                if let MetadataValue::Bool(b) = read_scalar(c, elem_ty, key, ctx(i))? {
+                    bools.push(b);
                 }
             }
             A::Bool(bools)
+        }
+        _ => {
+            return Err(GgufError::UnknownValueType {
+                key: key.to_owned(),
+                type_id: elem_ty,
+            });
         }
     })
 }

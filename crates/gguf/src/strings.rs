@@ -29,6 +29,12 @@ impl StringArray {
         self.ends.push(self.text.len());
     }
 
+    /// Give back the buffers' spare capacity.
+    pub fn shrink_to_fit(&mut self) {
+        self.text.shrink_to_fit();
+        self.ends.shrink_to_fit();
+    }
+
     /// The number of strings.
     pub fn len(&self) -> usize {
         self.ends.len()

@@ -255,7 +255,9 @@ impl Tokenizer {
                 .collect();
             let eog = end_of_generation(&vocab, &|t| token_to_id.get(t).copied(), &mut types);
             let hf = bpe_backend(&vocab, token_to_id, &types)?;
-            let pieces = Arc::new(vocab.tokens.iter().collect());
+            let mut pieces: StringArray = vocab.tokens.iter().collect();
+            pieces.shrink_to_fit();
+            let pieces = Arc::new(pieces);
             (Backend::Hf(Box::new(hf)), pieces, eog)
         };
         Ok(Self {

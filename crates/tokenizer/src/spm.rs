@@ -60,6 +60,7 @@ pub(crate) fn index_pieces(texts: Vec<String>) -> (Arc<StringArray>, PieceIndex)
             pieces.push(&text);
         }
     }
+    pieces.shrink_to_fit();
     let index = PieceIndex::new(&pieces);
     (Arc::new(pieces), index)
 }
