@@ -110,10 +110,15 @@ impl GgufFile {
         };
         match items.strs() {
             Some(strs) => Ok(Some(strs)),
-            // Name the first element that is not a string.
-            None => self
-                .typed_array(key, EXPECTED, |v| v.as_str().map(|_| ()))
-                .map(|_| None),
+            None => {
+                // The error names the first element that is not a string.
+                self.typed_array(key, EXPECTED, |v| v.as_str().map(|_| ()))?;
+                Err(GgufError::WrongType {
+                    key: key.to_owned(),
+                    expected: EXPECTED,
+                    actual: format!("an array {items}"),
+                })
+            }
         }
     }
 
