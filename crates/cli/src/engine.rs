@@ -73,6 +73,7 @@ impl DeviceArgs {
             threads: self.threads,
             activations: self.activations,
             kv_type: self.kv_type,
+            ..EngineOptions::default()
         }
     }
 }

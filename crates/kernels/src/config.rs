@@ -8,7 +8,8 @@ use std::sync::Arc;
 use crate::ActivationFormat;
 use crate::pool::{self, Pool};
 
-/// The kernels' settings: thread count and activation format.
+/// The kernels' settings: thread count, activation format, and the arithmetic of products of
+/// several rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct KernelOptions {
     /// Threads that split a product, the calling thread among them; `None`:
@@ -16,6 +17,8 @@ pub struct KernelOptions {
     pub threads: Option<usize>,
     /// Activations in the inner products.
     pub activations: ActivationFormat,
+    /// How products of several rows choose their arithmetic ([`RowArithmetic`]).
+    pub arithmetic: RowArithmetic,
 }
 
 impl KernelOptions {
@@ -51,7 +54,27 @@ impl KernelOptions {
 #[derive(Clone)]
 pub struct Kernels {
     activations: ActivationFormat,
+    arithmetic: RowArithmetic,
     pool: Arc<Pool>,
+}
+
+/// Which arithmetic a product of several activation rows gives its `f32` outputs.
+///
+/// The decode kernels sum each row a block at a time; the prefill product (`gemm.rs`) runs an
+/// FMA chain over the whole row. Each gives a row the same bits whatever the number of rows
+/// it runs with, but not the other's. A caller that batches rows of different origins (a
+/// server's prompts and decode steps together) picks the arithmetic by what the rows are, so
+/// that a row's result does not depend on its batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RowArithmetic {
+    /// By row count: the prefill product from [`PREFILL_ROWS`](crate::PREFILL_ROWS) rows on
+    /// (where this CPU has its micro-kernel), the decode kernels below.
+    #[default]
+    ByRows,
+    /// The prefill product's for any number of rows (a prompt's rows, however split).
+    Prefill,
+    /// The decode kernels' for any number of rows (decode steps, batched or not).
+    Decode,
 }
 
 impl Kernels {
@@ -60,6 +83,7 @@ impl Kernels {
         let threads = options.threads.unwrap_or_else(pool::default_threads);
         Kernels {
             activations: options.activations,
+            arithmetic: options.arithmetic,
             pool: pool::shared(threads),
         }
     }
@@ -79,6 +103,7 @@ impl Kernels {
         KernelOptions {
             threads: Some(self.threads()),
             activations: self.activations,
+            arithmetic: self.arithmetic,
         }
     }
 
@@ -86,7 +111,7 @@ impl Kernels {
     pub fn with_threads(&self, threads: usize) -> Self {
         Kernels::new(KernelOptions {
             threads: Some(threads),
-            activations: self.activations,
+            ..self.options()
         })
     }
 
@@ -94,8 +119,32 @@ impl Kernels {
     pub fn with_activations(&self, activations: ActivationFormat) -> Self {
         Kernels {
             activations,
+            arithmetic: self.arithmetic,
             pool: Arc::clone(&self.pool),
         }
+    }
+
+    /// The same threads and activations, products of several rows in `arithmetic`.
+    ///
+    /// ```
+    /// use kindle_kernels::{KernelOptions, Kernels, RowArithmetic};
+    ///
+    /// let kernels = Kernels::new(KernelOptions::threads(1));
+    /// assert_eq!(kernels.arithmetic(), RowArithmetic::ByRows);
+    /// let decode = kernels.with_arithmetic(RowArithmetic::Decode);
+    /// assert_eq!((decode.arithmetic(), decode.threads()), (RowArithmetic::Decode, 1));
+    /// ```
+    pub fn with_arithmetic(&self, arithmetic: RowArithmetic) -> Self {
+        Kernels {
+            activations: self.activations,
+            arithmetic,
+            pool: Arc::clone(&self.pool),
+        }
+    }
+
+    /// How products of several rows choose their arithmetic.
+    pub fn arithmetic(&self) -> RowArithmetic {
+        self.arithmetic
     }
 
     /// Run `task(i)` for every `i` in `0..n_tasks` on this handle's threads (the caller

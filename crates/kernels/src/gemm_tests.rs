@@ -184,3 +184,43 @@ fn verification_batches_keep_the_decode_bits_over_long_rows() {
         }
     }
 }
+
+/// A caller that knows what its rows are picks the arithmetic whatever their number: a
+/// prompt's rows the prefill product's FMA chain (one row, three, fifteen), decode rows the
+/// decode kernels' bits (twenty rows of a batch of decode steps, each as a product alone).
+#[test]
+fn the_arithmetic_asked_for_holds_at_any_row_count() {
+    require_simd();
+    let mut rng = Rng(0xa11);
+    let prefill = threads().with_arithmetic(RowArithmetic::Prefill);
+    let decode = threads().with_arithmetic(RowArithmetic::Decode);
+    for ty in [
+        GgmlType::Q4_1,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q5_0,
+    ] {
+        let (rows, cols) = (24, 256);
+        let w = random_matrix(ty, rows, cols, &mut rng);
+        let x: Vec<f32> = (0..20 * cols).map(|_| rng.float()).collect();
+        for m in [1, 3, 15] {
+            let mut got = vec![f32::NAN; m * rows];
+            w.matmul(&x[..m * cols], m, &mut got, &prefill);
+            let want = chain_reference(&w, &x[..m * cols], m, true);
+            assert_eq!(first_difference(&got, &want), None, "{ty:?} prefill, m={m}");
+        }
+        let mut batch = vec![f32::NAN; 20 * rows];
+        w.matmul(&x, 20, &mut batch, &decode);
+        for j in 0..20 {
+            let mut one = vec![f32::NAN; rows];
+            w.matmul(&x[j * cols..(j + 1) * cols], 1, &mut one, &threads());
+            let row = &batch[j * rows..(j + 1) * rows];
+            assert_eq!(first_difference(row, &one), None, "{ty:?} decode, row {j}");
+        }
+        // The default picks by count: twenty rows take the prefill product.
+        let mut by_rows = vec![f32::NAN; 20 * rows];
+        w.matmul(&x, 20, &mut by_rows, &threads());
+        let chain = chain_reference(&w, &x, 20, true);
+        assert_eq!(first_difference(&by_rows, &chain), None, "{ty:?} by rows");
+    }
+}

@@ -87,7 +87,7 @@ use thiserror::Error;
 use kindle_gguf::quant::GgmlType;
 use kindle_gguf::{GgufFile, SharedBytes, TensorInfo};
 
-pub use config::{KernelOptions, Kernels};
+pub use config::{KernelOptions, Kernels, RowArithmetic};
 /// Activation rows from which an `f32` product runs as the prefill product (a register-blocked
 /// multiply over dequantised weights) instead of the decode kernels: 16. Below it a row has
 /// the bits it has alone; from it on, the bits it has in any such prefill.
@@ -402,7 +402,7 @@ impl QuantMatrix {
         kernels: &Kernels,
     ) {
         let kernel = dot::Kernel::select(self.ty, format);
-        self.matmul_kernel(x, m, out, kernel, kernels.pool());
+        self.matmul_kernel(x, m, out, kernel, kernels);
     }
 
     fn matmul_kernel(
@@ -411,14 +411,21 @@ impl QuantMatrix {
         m: usize,
         out: &mut [f32],
         kernel: dot::Kernel,
-        pool: &pool::Pool,
+        kernels: &Kernels,
     ) {
         assert_eq!(x.len(), m * self.cols, "activation length");
         assert_eq!(out.len(), m * self.rows, "output length");
         if m == 0 || self.rows == 0 {
             return;
         }
-        let prepared = Prepared::new(kernel, self.packing.is_some(), x, self.cols);
+        let pool = kernels.pool();
+        let prepared = Prepared::new(
+            kernel,
+            self.packing.is_some(),
+            x,
+            self.cols,
+            kernels.arithmetic(),
+        );
         let product = Product::new(
             self,
             prepared.activations(x, self.cols, m),
@@ -465,7 +472,12 @@ impl QuantMatrix {
         for (w, _) in products.iter() {
             let key = (kernel_of(w), w.packing.is_some());
             if !prepared.iter().any(|(k, p, _)| (*k, *p) == key) {
-                prepared.push((key.0, key.1, Prepared::new(key.0, key.1, x, cols)));
+                let arithmetic = kernels.arithmetic();
+                prepared.push((
+                    key.0,
+                    key.1,
+                    Prepared::new(key.0, key.1, x, cols, arithmetic),
+                ));
             }
         }
         let jobs: Vec<Product<'_>> = products
@@ -550,9 +562,15 @@ struct Prepared {
 
 impl Prepared {
     /// What `kernel` reads of `x` (rows of `cols` values), for a packed matrix or not.
-    fn new(kernel: dot::Kernel, packed: bool, x: &[f32], cols: usize) -> Prepared {
+    fn new(
+        kernel: dot::Kernel,
+        packed: bool,
+        x: &[f32],
+        cols: usize,
+        arithmetic: RowArithmetic,
+    ) -> Prepared {
         let m = x.len() / cols.max(1);
-        if runs_gemm(kernel.int8(), packed, m) {
+        if runs_gemm(kernel.int8(), packed, m, arithmetic) {
             // The prefill product reads the activations in its panels only.
             return Prepared {
                 q8k: q8::RowsQ8K::default(),
@@ -671,7 +689,7 @@ impl<'a> Product<'a> {
             return;
         }
         let end = (start + self.per_task).min(rows);
-        if m == 1 {
+        if m == 1 && !self.gemm {
             // SAFETY: tasks cover disjoint ranges of the output, which outlives the job.
             let chunk =
                 unsafe { std::slice::from_raw_parts_mut(self.out.get().add(start), end - start) };
@@ -728,13 +746,20 @@ fn gemm_tile() -> Option<usize> {
     }
 }
 
-/// Whether a product of `m` activation rows runs the prefill product ([`gemm`]): at least
-/// [`PREFILL_ROWS`] rows, a micro-kernel for this CPU, and not 8-bit activations on a packed
-/// matrix (their integer group kernels are faster: SmolLM2's `Q4_1` pp512 405-429 tok/s
-/// against 364-374 in `f32` at one thread). 8-bit activations on other types (the K-quants)
-/// run it in `f32`, faster than their integer row kernels (Gemma-3's pp512 306-325 -> 368-380).
-fn runs_gemm(int8: bool, packed: bool, m: usize) -> bool {
-    !(int8 && packed) && m >= PREFILL_ROWS && gemm_tile().is_some()
+/// Whether a product of `m` activation rows runs the prefill product ([`gemm`]): as
+/// `arithmetic` says ([`RowArithmetic::ByRows`]: from [`PREFILL_ROWS`] rows on), where this
+/// CPU has a micro-kernel, and not for 8-bit activations on a packed matrix (their integer
+/// group kernels are faster, SmolLM2's `Q4_1` pp512 405-429 tok/s against 364-374 in `f32` at
+/// one thread, and give a row the same bits in any batch). 8-bit activations on other types
+/// (the K-quants) run it in `f32`, faster than their integer row kernels (Gemma-3's pp512
+/// 306-325 -> 368-380).
+fn runs_gemm(int8: bool, packed: bool, m: usize, arithmetic: RowArithmetic) -> bool {
+    let rows = match arithmetic {
+        RowArithmetic::ByRows => m >= PREFILL_ROWS,
+        RowArithmetic::Prefill => true,
+        RowArithmetic::Decode => false,
+    };
+    !(int8 && packed) && rows && gemm_tile().is_some()
 }
 
 /// A raw pointer handed to the pool's threads, each writing a disjoint range.

@@ -100,7 +100,7 @@ fn check(ty: GgmlType, kernel: Kernel, rel_tol: f32) {
             w.matmul_reference(&x, m, &mut want);
             let scale = magnitudes(&w, &x, m);
             let mut got = vec![f32::NAN; m * rows];
-            w.matmul_kernel(&x, m, &mut got, kernel, threads().pool());
+            w.matmul_kernel(&x, m, &mut got, kernel, &threads());
             for i in 0..m * rows {
                 let err = (got[i] - want[i]).abs();
                 assert!(
@@ -162,11 +162,11 @@ fn simd_kernels_match_scalar_kernels() {
                 for format in [ActivationFormat::Int8, ActivationFormat::F32] {
                     let mut want = vec![f32::NAN; m * rows];
                     let scalar = Kernel::select_simd(ty, format, Simd::Scalar);
-                    w.matmul_kernel(&x, m, &mut want, scalar, threads().pool());
+                    w.matmul_kernel(&x, m, &mut want, scalar, &threads());
                     for simd in Simd::available() {
                         let mut got = vec![f32::NAN; m * rows];
                         let kernel = Kernel::select_simd(ty, format, simd);
-                        w.matmul_kernel(&x, m, &mut got, kernel, threads().pool());
+                        w.matmul_kernel(&x, m, &mut got, kernel, &threads());
                         for i in 0..got.len() {
                             assert!(
                                 (got[i] - want[i]).abs() <= 1e-5 * scale[i] + 1e-7,
@@ -201,14 +201,14 @@ fn vnni_and_avx2_agree_exactly() {
                     m,
                     &mut a,
                     Kernel::select_simd(ty, format, Simd::Avx2),
-                    threads().pool(),
+                    &threads(),
                 );
                 w.matmul_kernel(
                     &x,
                     m,
                     &mut b,
                     Kernel::select_simd(ty, format, Simd::Vnni),
-                    threads().pool(),
+                    &threads(),
                 );
                 assert_eq!(a, b, "{ty:?} {format:?} m={m}");
             }
@@ -455,7 +455,7 @@ fn first_mismatch(
     reference.matmul_reference(x, m, &mut want);
     let scale = magnitudes(reference, x, m);
     let mut got = vec![f32::NAN; m * rows];
-    w.matmul_kernel(x, m, &mut got, kernel, threads().pool());
+    w.matmul_kernel(x, m, &mut got, kernel, &threads());
     (0..m * rows).find_map(|i| {
         let err = (got[i] - want[i]).abs();
         (!(err <= rel_tol * scale[i] + 1e-6)).then(|| {

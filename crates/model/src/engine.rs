@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use kindle_generate::{BlockStats, LanguageModel, ModelCache, PagedModel};
 use kindle_gguf::GgufFile;
-use kindle_kernels::{ActivationFormat, KernelOptions};
+use kindle_kernels::{ActivationFormat, KernelOptions, RowArithmetic};
 use kindle_kv_cache::{
     KvCache, KvCacheError, KvStore, KvType, PagedCache, PagedPool, SlidingWindowCache,
 };
@@ -32,6 +32,12 @@ pub struct EngineOptions {
     pub activations: ActivationFormat,
     /// How KV caches store keys and values.
     pub kv_type: KvType,
+    /// The arithmetic of the CPU kernels' products of several rows
+    /// ([`RowArithmetic::ByRows`]: a prompt of 16 tokens or more takes the prefill product,
+    /// decode steps the decode kernels). A server batching prompts and decode steps of many
+    /// requests together asks for [`RowArithmetic::Decode`], so that a row's logits do not
+    /// depend on its batch, its prompt's chunking or a cached prefix.
+    pub arithmetic: RowArithmetic,
 }
 
 impl Default for EngineOptions {
@@ -43,6 +49,7 @@ impl Default for EngineOptions {
             threads: None,
             activations: ActivationFormat::F32,
             kv_type: KvType::F32,
+            arithmetic: RowArithmetic::ByRows,
         }
     }
 }
@@ -70,6 +77,7 @@ impl EngineOptions {
         KernelOptions {
             threads: self.threads,
             activations: self.activations,
+            arithmetic: self.arithmetic,
         }
     }
 }

@@ -24,7 +24,9 @@ pub mod loader;
 pub use device::{DeviceError, DeviceKind, Dtype, OpenDevice};
 pub use engine::{Engine, EngineCache, EngineOptions};
 pub use error::ModelError;
-pub use kindle_kernels::{ActivationFormat, KernelOptions, Kernels, simd_cap_name, simd_level};
+pub use kindle_kernels::{
+    ActivationFormat, KernelOptions, Kernels, RowArithmetic, simd_cap_name, simd_level,
+};
 pub use kindle_kv_cache::{
     KvCache, KvCacheConfig, KvStore, KvType, SlidingWindowCache, WINDOW_SLACK, ring_slots,
 };

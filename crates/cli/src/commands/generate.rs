@@ -20,6 +20,7 @@ use kindle_cli::run::{self, Mode};
 use kindle_cli::sampling_args::SamplingArgs;
 use kindle_cli::sink::{Format, sink_for};
 use kindle_generate::{BeamConfig, EarlyStopping};
+use kindle_model::RowArithmetic;
 
 use super::draft_args::DraftArgs;
 use super::{DeviceArgs, ModelArgs};
@@ -132,7 +133,12 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     if draft.enabled() {
         run::check_drafting(&mode)?;
     }
-    let settings = args.settings(inputs)?;
+    let mut settings = args.settings(inputs)?;
+    if mode == Mode::Batch {
+        // A batch's rows mix prompts of different lengths, then decode steps: one arithmetic
+        // for all of them keeps each output what its prompt gives alone in a batch of one.
+        settings.model.engine.arithmetic = RowArithmetic::Decode;
+    }
     let plan = RunPlan::build(&settings)?;
     let mut spec = draft.speculator(
         &plan,

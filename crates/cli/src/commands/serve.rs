@@ -20,6 +20,7 @@ use kindle_cli::plan::{
 use kindle_constrain::{Constrainer, ConstraintSpec};
 use kindle_generate::chat::{ChatMessage, ChatTemplate};
 use kindle_generate::{BoxError, TokenDecoder};
+use kindle_model::{EngineOptions, RowArithmetic};
 use kindle_sampling::LogitsConstraint;
 use kindle_server::{Guided, ServerConfig, TextCodec};
 use kindle_tokenizer::{Tokenizer, TokenizerError};
@@ -152,7 +153,13 @@ impl ServeArgs {
             model: ModelSettings {
                 path: self.model.path()?,
                 quantize: self.model.quantize,
-                engine: self.device.options(),
+                // Prompts and decode steps of many requests share each pass: one arithmetic
+                // for every row keeps a request's output what it gives alone, whatever its
+                // batch, its prompt's chunking or a cached prefix.
+                engine: EngineOptions {
+                    arithmetic: RowArithmetic::Decode,
+                    ..self.device.options()
+                },
             },
             prompts: PromptSettings {
                 inputs: Vec::new(),
