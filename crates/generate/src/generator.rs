@@ -14,7 +14,7 @@ use crate::decode::{StreamDecoder, TokenDecoder};
 use crate::error::{GenerateError, check_vocab};
 use crate::model::LanguageModel;
 use crate::session::Session;
-use crate::speculative::Speculator;
+use crate::speculative::{SpecRef, Speculator};
 use crate::stop::{FinishReason, StopMatch, StopStringMatcher};
 use kindle_sampling::logprobs::{log_sum_exp, logprob, top_n_logprobs};
 
@@ -264,7 +264,7 @@ pub(crate) struct Core<D: TokenDecoder> {
     started: Option<Instant>,
     timings: Timings,
     /// The step in flight: whether it is the prefill, and when it started.
-    pending: Option<(bool, Instant)>,
+    pub(crate) pending: Option<(bool, Instant)>,
     /// The output constraint, if any.
     pub(crate) constraint: Option<Box<dyn LogitsConstraint>>,
     /// Record a [`TraceSummary`] of each sampled token with this many candidates.
@@ -603,7 +603,7 @@ pub fn generate_to_end<M: LanguageModel, D: TokenDecoder + ?Sized>(
 
 /// One generation's use of a [`Speculator`]: the tokens verified but not yet emitted.
 pub(crate) struct SpecRun<'a> {
-    spec: &'a mut Speculator,
+    pub(crate) spec: SpecRef<'a>,
     queue: VecDeque<Queued>,
     /// False until a plain step was taken, when the speculator asks for a timing step.
     timed: bool,
@@ -621,12 +621,21 @@ struct Queued {
 
 impl<'a> SpecRun<'a> {
     pub(crate) fn new(spec: &'a mut Speculator) -> Self {
+        Self::with(SpecRef::Borrowed(spec))
+    }
+
+    fn with(spec: SpecRef<'a>) -> Self {
         let timed = !spec.timing_step;
         SpecRun {
             spec,
             queue: VecDeque::new(),
             timed,
         }
+    }
+
+    /// A run that owns its speculator.
+    pub(crate) fn owned(spec: Speculator) -> SpecRun<'static> {
+        SpecRun::with(SpecRef::Owned(Box::new(spec)))
     }
 
     /// Refuse samplers whose distribution cannot be verified.

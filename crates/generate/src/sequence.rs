@@ -4,8 +4,11 @@
 
 use kindle_sampling::{LogitsConstraint, Sampler, TraceSummary};
 
-use crate::generator::{Core, Step};
-use crate::{Event, GenerateError, GenerationConfig, LanguageModel, Session, TokenDecoder};
+use crate::generator::{Core, SpecRun, Step};
+use crate::{
+    Event, GenerateError, GenerationConfig, LanguageModel, Session, SpecStats, Speculator,
+    TokenDecoder,
+};
 
 /// One generation in progress, owning its [`Session`], [`Sampler`] and detokeniser (`D`, for
 /// instance an `Arc` of the tokenizer), driven step by step: [`plan`](Self::plan) says what the
@@ -74,6 +77,8 @@ pub struct Sequence<M: LanguageModel, D: TokenDecoder> {
     session: Session<M>,
     sampler: Sampler,
     core: Core<D>,
+    /// Drafting, when asked for ([`with_speculator`](Self::with_speculator)).
+    spec: Option<SpecRun<'static>>,
 }
 
 impl<M: LanguageModel, D: TokenDecoder> Sequence<M, D> {
@@ -94,7 +99,36 @@ impl<M: LanguageModel, D: TokenDecoder> Sequence<M, D> {
             session,
             sampler,
             core,
+            spec: None,
         })
+    }
+
+    /// Decode speculatively with `speculator` (see
+    /// [`Generator::with_speculator`](crate::Generator::with_speculator): the same output,
+    /// distribution and events as without it). The prompt still goes through
+    /// [`plan`](Self::plan) and batches; each decode step is then taken alone by
+    /// [`speculative_step`](Self::speculative_step), a verification pass scoring the last
+    /// token and a draft in one forward pass of this sequence's session.
+    ///
+    /// Errors: [`GenerateError::InvalidDraft`] for a mirostat sampler.
+    pub fn with_speculator(mut self, speculator: Speculator) -> Result<Self, GenerateError> {
+        SpecRun::check_sampler(&self.sampler)?;
+        self.spec = Some(SpecRun::owned(speculator));
+        Ok(self)
+    }
+
+    /// For a speculative sequence whose next step is a decode step: take it alone (emit a
+    /// token already verified, or run a verification pass, or a plain one-token step when
+    /// nothing is drafted) and return its event. `None` otherwise (no speculator, or the next
+    /// step is the prompt's or the end): take the step through [`plan`](Self::plan).
+    pub fn speculative_step(&mut self, model: &M) -> Option<Result<Event, GenerateError>> {
+        let spec = self.spec.as_mut()?;
+        spec.step(model, &mut self.session, &mut self.sampler, &mut self.core)
+    }
+
+    /// The drafting counters, for a speculative sequence.
+    pub fn spec_stats(&self) -> Option<&SpecStats> {
+        self.spec.as_ref().map(|s| s.spec.stats())
     }
 
     /// Restrict the output to what `constraint` allows (see
@@ -129,8 +163,14 @@ impl<M: LanguageModel, D: TokenDecoder> Sequence<M, D> {
     /// Finish the step that [`plan`](Self::plan) asked for with the logits of the fed tokens'
     /// last position: sample, detokenise, check the stops. Returns the [`Event::Token`].
     pub fn complete(&mut self, logits: Vec<f32>) -> Result<Event, GenerateError> {
-        self.core
-            .complete(Ok(logits), &mut self.sampler, &self.session)
+        let mut logits = Ok(logits);
+        if let (Some(spec), Some((true, _))) = (self.spec.as_mut(), self.core.pending)
+            && let Err(e) = spec.spec.prefill(self.session.tokens())
+        {
+            // The prompt's step fails as a whole: the drafter's part is in it.
+            logits = Err(e);
+        }
+        self.core.complete(logits, &mut self.sampler, &self.session)
     }
 
     /// Run each sequence's fed tokens (from its [`Step::Feed`]) in one batched forward pass

@@ -329,3 +329,29 @@ impl Speculator {
         Ok(out)
     }
 }
+
+/// A [`Speculator`] borrowed (a [`Generator`](crate::Generator)'s) or owned (a [`Sequence`](crate::Sequence)'s).
+pub(crate) enum SpecRef<'a> {
+    Borrowed(&'a mut Speculator),
+    Owned(Box<Speculator>),
+}
+
+impl std::ops::Deref for SpecRef<'_> {
+    type Target = Speculator;
+
+    fn deref(&self) -> &Speculator {
+        match self {
+            SpecRef::Borrowed(s) => s,
+            SpecRef::Owned(s) => s,
+        }
+    }
+}
+
+impl std::ops::DerefMut for SpecRef<'_> {
+    fn deref_mut(&mut self) -> &mut Speculator {
+        match self {
+            SpecRef::Borrowed(s) => s,
+            SpecRef::Owned(s) => s,
+        }
+    }
+}

@@ -13,7 +13,7 @@ use common::ByteVocab;
 use gamma::{ln_gamma, upper_gamma_q};
 use kindle_generate::{
     AcceptRule, Event, GenerateError, GenerationConfig, LanguageModel, ModelCache, ModelDrafter,
-    PromptLookup, Session, Speculator, Summary, generate,
+    PromptLookup, Sequence, Session, Speculator, Step, Summary, generate,
 };
 use kindle_generate::{FinishReason, StopMatch};
 use kindle_sampling::{
@@ -737,4 +737,64 @@ fn adaptive_draft_length_shrinks_after_rejections_and_keeps_the_output() {
         (s.drafted as f64 / s.passes as f64) < (f.drafted as f64 / f.passes as f64),
         "adaptive {s:?} against fixed {f:?}"
     );
+}
+
+#[test]
+fn a_sequence_stepped_from_outside_drafts_with_the_same_output() {
+    // As a server steps it: the prompt in batches, each decode step alone.
+    let target = HashModel::target(12);
+    let prompt = [1, 2, 3, 4, 5, 1, 2, 3, 6, 7, 1, 2];
+    let vocab = letters(12);
+    for config in [
+        GenerationConfig::default()
+            .with_max_new_tokens(40)
+            .with_top_logprobs(3),
+        GenerationConfig::default()
+            .with_max_new_tokens(40)
+            .with_stop_strings(["3 4 "]),
+    ] {
+        let plain = run(
+            &target,
+            &prompt,
+            &mut greedy_with_penalties(),
+            &config,
+            None,
+        );
+        let session = Session::new(&target, 128).unwrap();
+        let lookup = Speculator::new(Box::new(PromptLookup::new(3).unwrap()), 4).unwrap();
+        let mut seq = Sequence::new(
+            &target,
+            session,
+            &prompt,
+            greedy_with_penalties(),
+            &vocab,
+            &config,
+        )
+        .unwrap()
+        .with_speculator(lookup)
+        .unwrap();
+        let mut events = Vec::new();
+        loop {
+            let event = match seq.speculative_step(&target) {
+                Some(event) => event.unwrap(),
+                None => match seq.plan() {
+                    Step::Feed(tokens) => {
+                        let rows = Sequence::forward_batch(&target, &mut [(&tokens[..], &mut seq)]);
+                        seq.complete(rows.unwrap().remove(0)).unwrap()
+                    }
+                    Step::Emit(event) => event,
+                    Step::End => break,
+                },
+            };
+            events.extend((!matches!(event, Event::Done(_))).then_some(event));
+        }
+        assert_eq!(plain.0, events);
+        assert_eq!(
+            plain.2,
+            seq.session().tokens(),
+            "the session holds the same tokens"
+        );
+        let stats = seq.spec_stats().unwrap();
+        assert!(stats.passes > 0 && stats.accepted > 0, "{stats:?}");
+    }
 }
