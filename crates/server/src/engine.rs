@@ -32,7 +32,8 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::time::{Duration, Instant};
 
 use kindle_generate::{
-    Event, FinishReason, GenerationConfig, ModelCache, PagedModel, Sequence, Session, Step,
+    Event, FinishReason, GenerationConfig, ModelCache, PagedModel, PromptLookup, Sequence, Session,
+    Speculator, Step,
 };
 use kindle_sampling::{LogitsConstraint, Sampler, TraceSummary};
 use tokio::sync::mpsc::UnboundedSender;
@@ -40,6 +41,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::codec::TextCodec;
 use crate::error::ServerError;
 use crate::metrics::Metrics;
+use crate::request::Lookup;
 
 /// What a handler asks the engine to run: one sequence (one choice of one prompt).
 pub struct Job {
@@ -61,6 +63,8 @@ pub struct Job {
     pub constraint: Option<Box<dyn LogitsConstraint>>,
     /// Trace each sampled token (`kindle_trace`), with [`TRACE_CANDIDATES`] candidates.
     pub trace: bool,
+    /// Decode speculatively with prompt lookup (`kindle_lookup_ngram`).
+    pub lookup: Option<Lookup>,
 }
 
 /// Candidates in a `kindle_trace` (the most likely raw, and after the chain).
@@ -356,6 +360,20 @@ impl<M: PagedModel, C: TextCodec> Engine<M, C> {
                     } else {
                         seq
                     };
+                    let seq = match job.lookup {
+                        None => Ok(seq),
+                        Some(lookup) => with_lookup(seq, lookup),
+                    };
+                    let seq = match seq {
+                        Ok(seq) => seq,
+                        Err(message) => {
+                            let _ = job.events.send(Update::Error {
+                                index: job.index,
+                                message,
+                            });
+                            continue;
+                        }
+                    };
                     self.metrics
                         .prompt_tokens
                         .fetch_add(job.prompt.len() as u64, Ordering::SeqCst);
@@ -412,6 +430,23 @@ impl<M: PagedModel, C: TextCodec> Engine<M, C> {
         // Tokens each running sequence feeds this step (0: it sits this one out).
         let mut take = vec![0usize; self.running.len()];
         for (i, r) in self.running.iter_mut().enumerate() {
+            if r.feed.is_none()
+                && let Some(result) = r.seq.speculative_step(&self.model)
+            {
+                // A drafting sequence's decode step runs alone: a verified token, or one
+                // pass scoring its last token and a draft.
+                match result {
+                    Ok(event) => send_event(r, event, None, &self.metrics),
+                    Err(error) => {
+                        let _ = r.events.send(Update::Error {
+                            index: r.index,
+                            message: error.to_string(),
+                        });
+                        r.finished = true;
+                    }
+                }
+                continue;
+            }
             if r.feed.is_none() {
                 match r.seq.plan() {
                     Step::Feed(tokens) => r.feed = Some(tokens),
@@ -499,6 +534,20 @@ impl<M: PagedModel, C: TextCodec> Engine<M, C> {
             }
         }
     }
+}
+
+/// `seq` drafting by prompt lookup (n-grams from 2 tokens, or from 1 when `ngram` is 1, as
+/// `kindle generate`).
+fn with_lookup<M: PagedModel, D: kindle_generate::TokenDecoder>(
+    seq: Sequence<M, D>,
+    lookup: Lookup,
+) -> Result<Sequence<M, D>, String> {
+    let drafter = PromptLookup::new(lookup.ngram)
+        .and_then(|d| d.with_min(lookup.ngram.min(2)))
+        .map_err(|e| e.to_string())?;
+    let speculator =
+        Speculator::new(Box::new(drafter), lookup.draft_max).map_err(|e| e.to_string())?;
+    seq.with_speculator(speculator).map_err(|e| e.to_string())
 }
 
 /// Send a sequence's event to its client, recording metrics; a closed channel (the client went

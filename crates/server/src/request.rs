@@ -144,7 +144,30 @@ pub struct GenerationParams {
     /// `kindle_trace`: report what the sampler's chain did for each token (inside the
     /// logprobs, which it needs).
     pub trace: bool,
+    /// `kindle_lookup_ngram` and `kindle_draft_max`: decode speculatively, drafting by prompt
+    /// lookup (n-grams up to the first, at most the second tokens a step). The output is what
+    /// the request gives without it.
+    pub lookup: Option<Lookup>,
 }
+
+/// Prompt-lookup drafting for one request (see [`GenerationParams::lookup`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lookup {
+    /// The longest n-gram matched.
+    pub ngram: usize,
+    /// Most tokens drafted per step.
+    pub draft_max: usize,
+}
+
+/// Longest n-gram `kindle_lookup_ngram` takes.
+pub const MAX_LOOKUP_NGRAM: i64 = 16;
+
+/// Most tokens `kindle_draft_max` drafts per step: a verification pass stays under the CPU
+/// kernels' 16 rows (as `kindle generate --draft-max`).
+pub const MAX_DRAFT: i64 = 14;
+
+/// Tokens drafted per step when `kindle_draft_max` is not given (as `kindle generate`).
+pub const DEFAULT_DRAFT_MAX: usize = 8;
 
 /// Most choices per prompt.
 pub const MAX_N: i64 = 128;
@@ -247,6 +270,7 @@ pub fn generation_params(object: &Object, chat: bool) -> Result<GenerationParams
         ));
     }
     let guided = crate::guided::guided(object)?;
+    let lookup = lookup(object, trace)?;
     Ok(GenerationParams {
         model,
         max_tokens,
@@ -259,7 +283,33 @@ pub fn generation_params(object: &Object, chat: bool) -> Result<GenerationParams
         sampler,
         guided,
         trace,
+        lookup,
     })
+}
+
+/// `kindle_lookup_ngram` (1-16) with `kindle_draft_max` (1-14, default 8).
+fn lookup(object: &Object, trace: bool) -> Result<Option<Lookup>, ApiError> {
+    let ngram = integer(object, "kindle_lookup_ngram", 1, MAX_LOOKUP_NGRAM)?;
+    let draft_max = integer(object, "kindle_draft_max", 1, MAX_DRAFT)?;
+    let Some(ngram) = ngram else {
+        return match draft_max {
+            Some(_) => Err(ApiError::invalid(
+                "kindle_draft_max",
+                "'kindle_draft_max' needs a drafter: set 'kindle_lookup_ngram'.",
+            )),
+            None => Ok(None),
+        };
+    };
+    if trace {
+        return Err(ApiError::invalid(
+            "kindle_lookup_ngram",
+            "'kindle_lookup_ngram' cannot be combined with 'kindle_trace' (verified tokens are not traced).",
+        ));
+    }
+    Ok(Some(Lookup {
+        ngram: ngram as usize,
+        draft_max: draft_max.map_or(DEFAULT_DRAFT_MAX, |k| k as usize),
+    }))
 }
 
 /// `stop`: a string or an array of up to 4 non-empty strings.

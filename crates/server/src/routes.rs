@@ -495,6 +495,7 @@ fn jobs<C: TextCodec>(
             out.push(Job {
                 constraint,
                 trace: params.trace,
+                lookup: params.lookup,
                 capacity: prompt.len() + max_new,
                 prompt: prompt.clone(),
                 sampler,

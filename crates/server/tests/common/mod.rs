@@ -171,6 +171,8 @@ pub struct HashModel {
     pub largest_batch: Arc<AtomicUsize>,
     pub largest_rows: Arc<AtomicUsize>,
     pub passes: Arc<AtomicUsize>,
+    /// Passes returning every position's logits (speculative verifications).
+    pub all_passes: Arc<AtomicUsize>,
     pool: Option<Arc<Mutex<BlockManager>>>,
 }
 
@@ -181,6 +183,7 @@ impl HashModel {
             largest_batch: Arc::new(AtomicUsize::new(0)),
             largest_rows: Arc::new(AtomicUsize::new(0)),
             passes: Arc::new(AtomicUsize::new(0)),
+            all_passes: Arc::new(AtomicUsize::new(0)),
             pool: None,
         }
     }
@@ -238,8 +241,17 @@ impl LanguageModel for HashModel {
         self.forward_batch(&mut [(tokens, cache)])
             .map(|mut rows| rows.remove(0))
     }
-    fn forward_all(&self, _: &[u32], _: &mut Tokens) -> Result<Vec<f32>, CacheFull> {
-        unimplemented!("not used by the server")
+    fn forward_all(&self, tokens: &[u32], cache: &mut Tokens) -> Result<Vec<f32>, CacheFull> {
+        if cache.tokens.len() + tokens.len() > cache.capacity {
+            return Err(CacheFull);
+        }
+        self.all_passes.fetch_add(1, Ordering::SeqCst);
+        let mut rows = Vec::with_capacity(tokens.len() * VOCAB);
+        for &t in tokens {
+            cache.tokens.push(t);
+            rows.extend(Self::row(&cache.tokens));
+        }
+        Ok(rows)
     }
     fn forward_batch(
         &self,

@@ -1,0 +1,100 @@
+//! Prompt-lookup drafting per request (`kindle_lookup_ngram`, `kindle_draft_max`): a greedy
+//! request gives what it gives without drafting (tokens, finish reason, logprobs, usage),
+//! beside other requests in the same batches; bad settings are clear 400s.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use common::{TestServer, config};
+use serde_json::{Value, json};
+
+fn with(mut body: Value, extra: Value) -> Value {
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drafting_gives_the_output_of_the_request_without_it() {
+    let server = TestServer::start(config(), Duration::ZERO).await;
+    let plain = json!({
+        "model": "toy", "prompt": "abcab abcab abcab abc", "max_tokens": 150,
+        "temperature": 0, "logprobs": 2,
+    });
+    let drafting = with(
+        plain.clone(),
+        json!({"kindle_lookup_ngram": 3, "kindle_draft_max": 4}),
+    );
+    let other = json!({"model": "toy", "prompt": "the cat", "max_tokens": 60, "temperature": 0});
+    let (a, b, c) = tokio::join!(
+        server.post("/v1/completions", &plain),
+        server.post("/v1/completions", &drafting),
+        server.post("/v1/completions", &other),
+    );
+    assert_eq!((a.0, b.0, c.0), (200, 200, 200), "{} {}", a.1, b.1);
+    assert_eq!(a.1["choices"], b.1["choices"]);
+    assert_eq!(a.1["usage"], b.1["usage"]);
+    assert!(
+        server.model.all_passes.load(Ordering::SeqCst) > 0,
+        "no draft was verified: the test shows nothing"
+    );
+    // Alone too, and with a chat request.
+    let (status, again) = server.post("/v1/completions", &drafting).await;
+    assert_eq!(status, 200);
+    assert_eq!(a.1["choices"], again["choices"]);
+    let chat = json!({
+        "model": "toy", "messages": [{"role": "user", "content": "abcab abcab abcab"}],
+        "max_tokens": 80, "temperature": 0,
+    });
+    let (s1, plain_chat) = server.post("/v1/chat/completions", &chat).await;
+    let chat = with(chat, json!({"kindle_lookup_ngram": 2}));
+    let (s2, drafted_chat) = server.post("/v1/chat/completions", &chat).await;
+    assert_eq!((s1, s2), (200, 200));
+    assert_eq!(plain_chat["choices"], drafted_chat["choices"]);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_drafting_settings_are_clear_errors() {
+    let server = TestServer::start(config(), Duration::ZERO).await;
+    let base = json!({"model": "toy", "prompt": "abc", "max_tokens": 4});
+    for (extra, field, says) in [
+        (
+            json!({"kindle_lookup_ngram": 0}),
+            "kindle_lookup_ngram",
+            "between 1 and 16",
+        ),
+        (
+            json!({"kindle_lookup_ngram": "3"}),
+            "kindle_lookup_ngram",
+            "integer",
+        ),
+        (
+            json!({"kindle_lookup_ngram": 3, "kindle_draft_max": 15}),
+            "kindle_draft_max",
+            "between 1 and 14",
+        ),
+        (
+            json!({"kindle_draft_max": 4}),
+            "kindle_draft_max",
+            "needs a drafter",
+        ),
+        (
+            json!({"kindle_lookup_ngram": 3, "kindle_trace": true, "logprobs": 1}),
+            "kindle_lookup_ngram",
+            "kindle_trace",
+        ),
+    ] {
+        let (status, body) = server
+            .post("/v1/completions", &with(base.clone(), extra.clone()))
+            .await;
+        assert_eq!(status, 400, "{extra}: {body}");
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert_eq!(body["error"]["param"], field, "{extra}: {body}");
+        assert!(message.contains(says), "{extra}: {message}");
+    }
+    server.stop().await;
+}
