@@ -23,7 +23,10 @@
 //! cache until the room is needed (least recently released first).
 //!
 //! A sequence's output is what the same request gives alone: each has its own session, sampler
-//! (and seed), stops and logprobs, and the model gives each row the same logits in any batch.
+//! (and seed), stops and logprobs, and the model gives each row the same logits in any batch
+//! (`kindle serve` loads it with one arithmetic for every row of its CPU kernels). A request
+//! drafting by prompt lookup takes its decode steps outside the batch, one verification pass
+//! at a time ([`Sequence::speculative_step`]); its output is what it gives without drafting.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
