@@ -173,12 +173,10 @@ fn greedy_with_penalties() -> Sampler {
     .unwrap()
 }
 
-#[test]
-fn greedy_output_is_the_plain_output_with_every_drafter() {
-    let vocab = 12;
-    let target = HashModel::target(vocab);
-    let prompt = [1, 2, 3, 4, 5, 1, 2, 3, 6, 7, 1, 2];
-    let configs = [
+/// The generation settings the greedy identity tests run: logprobs, a stop string, an
+/// end-of-generation token, a short limit.
+fn greedy_configs() -> Vec<GenerationConfig> {
+    vec![
         GenerationConfig::default()
             .with_max_new_tokens(40)
             .with_top_logprobs(3),
@@ -189,7 +187,15 @@ fn greedy_output_is_the_plain_output_with_every_drafter() {
             .with_max_new_tokens(40)
             .with_eog_token_ids([9]),
         GenerationConfig::default().with_max_new_tokens(7),
-    ];
+    ]
+}
+
+#[test]
+fn greedy_output_is_the_plain_output_with_every_drafter() {
+    let vocab = 12;
+    let target = HashModel::target(vocab);
+    let prompt = [1, 2, 3, 4, 5, 1, 2, 3, 6, 7, 1, 2];
+    let configs = greedy_configs();
     for config in &configs {
         for penalties in [false, true] {
             let sampler = || {
@@ -745,14 +751,7 @@ fn a_sequence_stepped_from_outside_drafts_with_the_same_output() {
     let target = HashModel::target(12);
     let prompt = [1, 2, 3, 4, 5, 1, 2, 3, 6, 7, 1, 2];
     let vocab = letters(12);
-    for config in [
-        GenerationConfig::default()
-            .with_max_new_tokens(40)
-            .with_top_logprobs(3),
-        GenerationConfig::default()
-            .with_max_new_tokens(40)
-            .with_stop_strings(["3 4 "]),
-    ] {
+    for config in greedy_configs().into_iter().take(2) {
         let plain = run(
             &target,
             &prompt,
