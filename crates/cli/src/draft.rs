@@ -15,9 +15,10 @@ use crate::plan::RunPlan;
 pub const DEFAULT_DRAFT_MAX: usize = 8;
 
 /// The longest draft: a verification pass runs the last token and the draft, and from 16 rows
-/// on (`kindle_model`'s `DENSE_PREFILL_ROWS`) a pass takes the prefill path (the kernels'
-/// prefill product: `f32` FMA chains over dequantised weights, or a dense `f32` matmul without
-/// SIMD), whose rows can differ in their last bits from a one-token pass. Up to 15 rows every
+/// on (`kindle_model`'s `DENSE_PREFILL_ROWS`) a pass can take a prefill path (a dense `f32`
+/// matmul without SIMD; with SIMD the kernels' prefill product, `f32` FMA chains over
+/// dequantised weights, from `PREFILL_ROWS` = 32 rows), whose rows can differ in their last
+/// bits from a one-token pass. Up to 15 rows every
 /// row is computed by the same kernels, in the same order, as a one-token pass, so greedy
 /// output cannot change.
 pub const MAX_DRAFT: usize = 14;
@@ -78,7 +79,7 @@ impl DraftSettings {
                 "--draft-max must be at least 1 (a draft of 0 tokens is plain decoding: drop the drafting flags)"
             ),
             Some(k) if k > MAX_DRAFT => bail!(
-                "--draft-max {k}: at most {MAX_DRAFT} (a verification pass of 16 rows or more takes the prefill path, whose rows can differ in their last bits from one-token passes)"
+                "--draft-max {k}: at most {MAX_DRAFT} (a verification pass of 16 rows or more can take a prefill path, whose rows can differ in their last bits from one-token passes)"
             ),
             Some(_) if !self.enabled() => bail!(
                 "--draft-max needs a drafter: --lookup-ngram N, --draft-model FILE or --self-speculative L"

@@ -23,8 +23,13 @@
 use std::arch::x86_64::*;
 
 /// Activation rows from which an `f32` product runs here instead of the decode kernels (the
-/// crate root decides, with the CPU's SIMD level and the activation format).
-pub const GEMM_MIN_ROWS: usize = 16;
+/// crate root decides, with the CPU's SIMD level and the activation format). Below 32 rows a
+/// panel is more than half empty. Measured on an Intel Sapphire Rapids VM, alternating
+/// `kindle bench -p 16,24,31,32,64` with this at 16 and at 32 (tok/s, 1 / 2 threads): SmolLM2
+/// Q4_1 pp16 144 / 271 -> 241 / 425, pp24 219 / 390 -> 245 / 427, pp31 281 / 511 -> 249 /
+/// 438; Gemma-3 Q4_K_M pp16 101 / 202 -> 185 / 338, pp24 149 / 284 -> 230 / 349, pp31 193 /
+/// 337 -> 215 / 317: the decode kernels win up to about 28 rows.
+pub const GEMM_MIN_ROWS: usize = 32;
 
 /// Activation rows of a panel: two 512-bit vectors (the AVX2 micro-kernel takes them as four
 /// 256-bit ones, in two passes of two).

@@ -43,7 +43,7 @@ fn require_simd() {
     );
 }
 
-/// From 16 rows on, every `f32` product is an FMA chain in `k` order: the same bits for every
+/// From 32 rows on, every `f32` product is an FMA chain in `k` order: the same bits for every
 /// weight type, any number of rows (whole register tiles and partial ones, weight rows not a
 /// multiple of a tile) and any thread count.
 #[test]
@@ -53,7 +53,7 @@ fn prefill_products_are_fma_chains_over_the_dequantised_weights() {
     for ty in TYPES {
         let (rows, cols) = (45, 512);
         let w = random_matrix(ty, rows, cols, &mut rng);
-        for m in [16, 17, 33, 45] {
+        for m in [PREFILL_ROWS, PREFILL_ROWS + 1, 45, 70] {
             let x: Vec<f32> = (0..m * cols).map(|_| rng.float()).collect();
             let want = chain_reference(&w, &x, m, true);
             for kernels in [Kernels::new(KernelOptions::threads(1)), threads()] {
@@ -71,7 +71,7 @@ fn prefill_products_are_fma_chains_over_the_dequantised_weights() {
 fn an_unfused_chain_is_caught() {
     require_simd();
     let mut rng = Rng(0xfeed);
-    let (rows, cols, m) = (20, 256, 16);
+    let (rows, cols, m) = (20, 256, PREFILL_ROWS);
     let w = random_matrix(GgmlType::Q4_K, rows, cols, &mut rng);
     let x: Vec<f32> = (0..m * cols).map(|_| rng.float()).collect();
     let mut got = vec![f32::NAN; m * rows];
@@ -121,7 +121,7 @@ fn both_tile_heights_give_the_chain_bits() {
     }
 }
 
-/// Below 16 rows (a speculative verification, a decode batch) a row keeps the decode
+/// Below 32 rows (a speculative verification, a decode batch) a row keeps the decode
 /// kernels' bits: a 15-row product's rows are the rows computed alone.
 #[test]
 fn fifteen_rows_keep_the_decode_bits() {
@@ -143,7 +143,7 @@ fn fifteen_rows_keep_the_decode_bits() {
 
 #[test]
 fn verification_batches_keep_the_decode_bits_over_long_rows() {
-    // Below the prefill product's 16 rows, a batch (a speculative verification) must give
+    // Below the prefill product's 32 rows, a batch (a speculative verification) must give
     // each row the bits of a one-row pass, for every batch size up to 15, on rows of 100
     // blocks (the group kernels' activation rows then no longer fit in L1 together).
     let mut rng = Rng(77);
@@ -187,7 +187,7 @@ fn verification_batches_keep_the_decode_bits_over_long_rows() {
 
 /// A caller that knows what its rows are picks the arithmetic whatever their number: a
 /// prompt's rows the prefill product's FMA chain (one row, three, fifteen), decode rows the
-/// decode kernels' bits (twenty rows of a batch of decode steps, each as a product alone).
+/// decode kernels' bits (forty rows of a batch of decode steps, each as a product alone).
 #[test]
 fn the_arithmetic_asked_for_holds_at_any_row_count() {
     require_simd();
@@ -202,25 +202,25 @@ fn the_arithmetic_asked_for_holds_at_any_row_count() {
     ] {
         let (rows, cols) = (24, 256);
         let w = random_matrix(ty, rows, cols, &mut rng);
-        let x: Vec<f32> = (0..20 * cols).map(|_| rng.float()).collect();
+        let x: Vec<f32> = (0..40 * cols).map(|_| rng.float()).collect();
         for m in [1, 3, 15] {
             let mut got = vec![f32::NAN; m * rows];
             w.matmul(&x[..m * cols], m, &mut got, &prefill);
             let want = chain_reference(&w, &x[..m * cols], m, true);
             assert_eq!(first_difference(&got, &want), None, "{ty:?} prefill, m={m}");
         }
-        let mut batch = vec![f32::NAN; 20 * rows];
-        w.matmul(&x, 20, &mut batch, &decode);
-        for j in 0..20 {
+        let mut batch = vec![f32::NAN; 40 * rows];
+        w.matmul(&x, 40, &mut batch, &decode);
+        for j in 0..40 {
             let mut one = vec![f32::NAN; rows];
             w.matmul(&x[j * cols..(j + 1) * cols], 1, &mut one, &threads());
             let row = &batch[j * rows..(j + 1) * rows];
             assert_eq!(first_difference(row, &one), None, "{ty:?} decode, row {j}");
         }
-        // The default picks by count: twenty rows take the prefill product.
-        let mut by_rows = vec![f32::NAN; 20 * rows];
-        w.matmul(&x, 20, &mut by_rows, &threads());
-        let chain = chain_reference(&w, &x, 20, true);
+        // The default picks by count: forty rows take the prefill product.
+        let mut by_rows = vec![f32::NAN; 40 * rows];
+        w.matmul(&x, 40, &mut by_rows, &threads());
+        let chain = chain_reference(&w, &x, 40, true);
         assert_eq!(first_difference(&by_rows, &chain), None, "{ty:?} by rows");
     }
 }

@@ -33,9 +33,9 @@
 //! as for `m = 1`: a row's result does not depend on the batch it was computed in (a
 //! speculative verification, a batch of decode steps).
 //!
-//! From 16 rows on (a prompt), `f32` products run as a register-blocked matrix multiply over
+//! From 32 rows on (a prompt), `f32` products run as a register-blocked matrix multiply over
 //! weights dequantised a few rows at a time (`gemm.rs`): every output an FMA chain over the
-//! inner dimension in order, the same bits in any prefill of 16 rows or more, whatever the
+//! inner dimension in order, the same bits in any prefill of 32 rows or more, whatever the
 //! SIMD level or thread count, but not the decode kernels' bits (they sum a block at a time).
 //!
 //! ```
@@ -183,7 +183,7 @@ pub enum KernelError {
 ///
 /// The default is `F32`: exact `f32` arithmetic on the dequantised weights. A row's product
 /// has the same bits alone (decode) and with up to 15 others (a speculative verification, a
-/// batch of decode steps), and the same bits in every prefill of 16 rows or more; between
+/// batch of decode steps), and the same bits in every prefill of 32 rows or more; between
 /// the two it differs only by the order of the sums (a few units in the last place). `Int8`
 /// is llama.cpp's scheme: faster, about as exact as llama.cpp; its prefill of weights
 /// without an integer group kernel (the K-quants) runs the `f32` prefill product, so its

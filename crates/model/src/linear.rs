@@ -202,11 +202,11 @@ impl QLinear {
     }
 }
 
-/// From this many activation rows on (the kernels' [`PREFILL_ROWS`](kindle_kernels::PREFILL_ROWS)),
-/// a pass is a prefill: the kernels run their prefill product, and a quantized layer without
-/// a batched kernel ([`QuantMatrix::prefers_batched_kernel`]: no SIMD) dequantises its weight
-/// for the call and multiplies with Burn's `f32` matmul.
-pub const DENSE_PREFILL_ROWS: usize = kindle_kernels::PREFILL_ROWS;
+/// From this many activation rows on a quantized layer without a batched kernel
+/// ([`QuantMatrix::prefers_batched_kernel`]: no SIMD) dequantises its weight for the call and
+/// multiplies with Burn's `f32` matmul (the SIMD kernels run their prefill product from
+/// [`PREFILL_ROWS`](kindle_kernels::PREFILL_ROWS) rows on).
+pub const DENSE_PREFILL_ROWS: usize = 16;
 
 /// The values of `tensor` on the host as `f32`, in row-major order.
 fn host_f32<const D: usize>(tensor: Tensor<D>) -> Vec<f32> {

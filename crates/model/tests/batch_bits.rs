@@ -18,11 +18,11 @@ fn model(arithmetic: RowArithmetic) -> Llama {
     }))
 }
 
-/// Sequence A (a short prompt, then one decode step) and sequence B (a 20-token prompt):
+/// Sequence A (a short prompt, then one decode step) and sequence B (a 40-token prompt):
 /// A's decode logits alone and batched with B's prompt, and B's last logits alone, batched,
 /// and fed in two chunks.
 fn runs(model: &Llama) -> [Vec<f32>; 5] {
-    let (prompt_a, next_a, prompt_b) = (tokens(1, 5, 96), [7u32], tokens(2, 20, 96));
+    let (prompt_a, next_a, prompt_b) = (tokens(1, 5, 96), [7u32], tokens(2, 40, 96));
     let mut a = model.new_cache(64);
     model.forward(&prompt_a, &mut a, LogitsFor::Last).unwrap();
     let a_alone = model
@@ -67,7 +67,7 @@ fn with_one_arithmetic_a_row_keeps_its_bits_in_any_batch_and_chunking() {
         "a decode row batched beside a 20-token prompt"
     );
     assert_eq!(b_batched, b_alone, "a prompt batched beside a decode row");
-    assert_eq!(b_chunked, b_alone, "a prompt fed as 16 + 4 tokens");
+    assert_eq!(b_chunked, b_alone, "a prompt fed as 32 + 8 tokens");
 }
 
 #[test]

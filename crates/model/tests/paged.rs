@@ -9,14 +9,21 @@ mod common;
 use common::paths::{tiny_quantized, tokens};
 use kindle_gguf::quant::GgmlType;
 use kindle_kv_cache::{PagedCache, PagedPool};
-use kindle_model::{BatchSequence, KvStore, KvType, Llama, LogitsFor};
+use kindle_model::{
+    BatchSequence, KernelOptions, Kernels, KvStore, KvType, Llama, LogitsFor, RowArithmetic,
+};
 use kindle_sampling::logprobs::argmax;
 
 const VOCAB: usize = 96;
 
 fn model() -> Llama {
-    // `Q8_0` up-projection: long prefills take the host path too.
-    tiny_quantized(false, GgmlType::Q8_0, 512)
+    // `Q8_0` up-projection: long prefills take the host path too. One arithmetic for every
+    // row, as `kindle serve` (the paged caches' user) loads its model: by row count a
+    // batch, or the rest of a prompt after a reused prefix, could take the other one.
+    tiny_quantized(false, GgmlType::Q8_0, 512).with_kernels(Kernels::new(KernelOptions {
+        arithmetic: RowArithmetic::Decode,
+        ..KernelOptions::default()
+    }))
 }
 
 /// A pool of 64 blocks.

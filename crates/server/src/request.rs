@@ -163,7 +163,7 @@ pub struct Lookup {
 pub const MAX_LOOKUP_NGRAM: i64 = 16;
 
 /// Most tokens `kindle_draft_max` drafts per step: a verification pass stays under the CPU
-/// kernels' 16 rows (as `kindle generate --draft-max`).
+/// row count at which the CPU kernels' prefill product starts (as `kindle generate --draft-max`).
 pub const MAX_DRAFT: i64 = 14;
 
 /// Tokens drafted per step when `kindle_draft_max` is not given (as `kindle generate`).

@@ -254,7 +254,7 @@ pub(super) fn host_path_applies(
 ///
 /// A long prompt of one sequence runs in slices of at most [`HOST_UBATCH`] rows (llama.cpp's
 /// micro-batches), each attending to the cache the slices before it wrote: the same
-/// arithmetic row by row (the kernels give a row the same bits in any prefill of 16 rows or
+/// arithmetic row by row (the kernels give a row the same bits in any prefill of 32 rows or
 /// more), with buffers half the size for a 512-token prompt (a few MB less resident).
 /// 256 rows: against 128, Gemma-3's pp512 went about 330 -> 370 tok/s at one thread (its
 /// weights dequantised half as often), SmolLM2's the same.
