@@ -320,7 +320,8 @@ fn check(t: Tiny) {
         })
         .expect("reading the HF directory");
     let from_gguf = gguf(&t, &w);
-    // A prompt longer than 16 rows takes the prefill path; the steps the decode path.
+    // A prompt of 16 rows or more takes a prefill path (Burn's dense matmul without SIMD; the
+    // kernels' prefill product from 32 rows); the steps the decode path.
     let tokens: Vec<u32> = (0..20).map(|i| (i * 7 + 3) % t.vocab as u32).collect();
     let expected = reference(&t, &w, &tokens);
     let device = OpenDevice::flex();

@@ -264,7 +264,7 @@ pub(crate) struct Core<D: TokenDecoder> {
     started: Option<Instant>,
     timings: Timings,
     /// The step in flight: whether it is the prefill, and when it started.
-    pub(crate) pending: Option<(bool, Instant)>,
+    pending: Option<(bool, Instant)>,
     /// The output constraint, if any.
     pub(crate) constraint: Option<Box<dyn LogitsConstraint>>,
     /// Record a [`TraceSummary`] of each sampled token with this many candidates.
@@ -432,6 +432,11 @@ impl<D: TokenDecoder> Core<D> {
         }
     }
 
+    /// Whether the step in flight is the prompt's.
+    pub(crate) fn is_prompt_step(&self) -> bool {
+        matches!(self.pending, Some((true, _)))
+    }
+
     /// Whether the last emitted token ended the generation (or an error did).
     pub(crate) fn is_finished(&self) -> bool {
         matches!(self.state, State::Finished { .. } | State::Done)
@@ -562,12 +567,9 @@ impl<M: LanguageModel, D: TokenDecoder + ?Sized> Iterator for Generator<'_, M, D
             Step::Emit(event) => Some(Ok(event)),
             Step::Feed(tokens) => {
                 let mut logits = self.session.forward_last(self.model, &tokens);
-                if let (Some(spec), Some((true, _)), Ok(_)) =
-                    (self.spec.as_mut(), self.core.pending, &logits)
-                    && let Err(e) = spec.spec.prefill(self.session.tokens())
-                {
-                    // The prompt's step fails as a whole: the drafter's part is in it.
-                    logits = Err(e);
+                if let Some(spec) = self.spec.as_mut() {
+                    let prompt = self.core.is_prompt_step();
+                    logits = spec.after_step(prompt, self.session.tokens(), logits);
                 }
                 Some(self.complete(logits))
             }
@@ -636,6 +638,20 @@ impl<'a> SpecRun<'a> {
     /// A run that owns its speculator.
     pub(crate) fn owned(spec: Speculator) -> SpecRun<'static> {
         SpecRun::with(SpecRef::Owned(Box::new(spec)))
+    }
+
+    /// After the target's pass of a step: for the prompt's (`prompt`), the drafter takes in
+    /// the prompt too (`tokens`, the session's), and its failure fails the step as a whole.
+    pub(crate) fn after_step(
+        &mut self,
+        prompt: bool,
+        tokens: &[u32],
+        logits: Result<Vec<f32>, GenerateError>,
+    ) -> Result<Vec<f32>, GenerateError> {
+        match logits {
+            Ok(logits) if prompt => self.spec.prefill(tokens).map(|()| logits),
+            other => other,
+        }
     }
 
     /// Refuse samplers whose distribution cannot be verified.

@@ -164,11 +164,9 @@ impl<M: LanguageModel, D: TokenDecoder> Sequence<M, D> {
     /// last position: sample, detokenise, check the stops. Returns the [`Event::Token`].
     pub fn complete(&mut self, logits: Vec<f32>) -> Result<Event, GenerateError> {
         let mut logits = Ok(logits);
-        if let (Some(spec), Some((true, _))) = (self.spec.as_mut(), self.core.pending)
-            && let Err(e) = spec.spec.prefill(self.session.tokens())
-        {
-            // The prompt's step fails as a whole: the drafter's part is in it.
-            logits = Err(e);
+        if let Some(spec) = self.spec.as_mut() {
+            let prompt = self.core.is_prompt_step();
+            logits = spec.after_step(prompt, self.session.tokens(), logits);
         }
         self.core.complete(logits, &mut self.sampler, &self.session)
     }

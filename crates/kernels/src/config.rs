@@ -119,8 +119,7 @@ impl Kernels {
     pub fn with_activations(&self, activations: ActivationFormat) -> Self {
         Kernels {
             activations,
-            arithmetic: self.arithmetic,
-            pool: Arc::clone(&self.pool),
+            ..self.clone()
         }
     }
 
@@ -136,9 +135,8 @@ impl Kernels {
     /// ```
     pub fn with_arithmetic(&self, arithmetic: RowArithmetic) -> Self {
         Kernels {
-            activations: self.activations,
             arithmetic,
-            pool: Arc::clone(&self.pool),
+            ..self.clone()
         }
     }
 

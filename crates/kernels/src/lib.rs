@@ -28,7 +28,7 @@
 //! F16C, or portable Rust. The work is split over output rows between the threads of a small
 //! persistent pool. The activation format and the thread count are not process-wide: a
 //! [`Kernels`] handle (made from [`KernelOptions`]) carries them, and every product is given
-//! one, so two models can run with different settings. For `1 < m < 16` a group kernel decodes
+//! one, so two models can run with different settings. For `1 < m < 32` a group kernel decodes
 //! each weight block once for up to eight activation rows, with the same arithmetic per output
 //! as for `m = 1`: a row's result does not depend on the batch it was computed in (a
 //! speculative verification, a batch of decode steps).
@@ -89,8 +89,9 @@ use kindle_gguf::{GgufFile, SharedBytes, TensorInfo};
 
 pub use config::{KernelOptions, Kernels, RowArithmetic};
 /// Activation rows from which an `f32` product runs as the prefill product (a register-blocked
-/// multiply over dequantised weights) instead of the decode kernels: 16. Below it a row has
-/// the bits it has alone; from it on, the bits it has in any such prefill.
+/// multiply over dequantised weights) instead of the decode kernels: 32 (by default: see
+/// [`RowArithmetic`]). Below it a row has the bits it has alone; from it on, the bits it has
+/// in any such prefill.
 pub use gemm::GEMM_MIN_ROWS as PREFILL_ROWS;
 pub use pool::default_threads;
 
@@ -182,7 +183,7 @@ pub enum KernelError {
 /// Which form the activations take in the inner product (see the module docs).
 ///
 /// The default is `F32`: exact `f32` arithmetic on the dequantised weights. A row's product
-/// has the same bits alone (decode) and with up to 15 others (a speculative verification, a
+/// has the same bits alone (decode) and with up to 31 others (a speculative verification, a
 /// batch of decode steps), and the same bits in every prefill of 32 rows or more; between
 /// the two it differs only by the order of the sums (a few units in the last place). `Int8`
 /// is llama.cpp's scheme: faster, about as exact as llama.cpp; its prefill of weights

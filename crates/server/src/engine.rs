@@ -348,6 +348,10 @@ impl<M: PagedModel, C: TextCodec> Engine<M, C> {
                         &job.config,
                     )
                     .map_err(|e| e.to_string())
+                    .and_then(|seq| match job.lookup {
+                        Some(lookup) => with_lookup(seq, lookup),
+                        None => Ok(seq),
+                    })
                 }
                 Some(Err(message)) => Err(message),
                 None => unreachable!("a job that waits is not popped"),
@@ -362,20 +366,6 @@ impl<M: PagedModel, C: TextCodec> Engine<M, C> {
                         seq.with_trace(TRACE_CANDIDATES)
                     } else {
                         seq
-                    };
-                    let seq = match job.lookup {
-                        None => Ok(seq),
-                        Some(lookup) => with_lookup(seq, lookup),
-                    };
-                    let seq = match seq {
-                        Ok(seq) => seq,
-                        Err(message) => {
-                            let _ = job.events.send(Update::Error {
-                                index: job.index,
-                                message,
-                            });
-                            continue;
-                        }
                     };
                     self.metrics
                         .prompt_tokens
@@ -438,16 +428,7 @@ impl<M: PagedModel, C: TextCodec> Engine<M, C> {
             {
                 // A drafting sequence's decode step runs alone: a verified token, or one
                 // pass scoring its last token and a draft.
-                match result {
-                    Ok(event) => send_event(r, event, None, &self.metrics),
-                    Err(error) => {
-                        let _ = r.events.send(Update::Error {
-                            index: r.index,
-                            message: error.to_string(),
-                        });
-                        r.finished = true;
-                    }
-                }
+                deliver(r, result, &self.metrics);
                 continue;
             }
             if r.feed.is_none() {
@@ -520,21 +501,32 @@ impl<M: PagedModel, C: TextCodec> Engine<M, C> {
                         r.feed = Some(feed[n..].to_vec());
                         continue;
                     }
-                    match r.seq.complete(row) {
-                        Ok(event) => {
-                            let trace = r.seq.take_trace();
-                            send_event(r, event, trace, &self.metrics);
-                        }
-                        Err(error) => {
-                            let _ = r.events.send(Update::Error {
-                                index: r.index,
-                                message: error.to_string(),
-                            });
-                            r.finished = true;
-                        }
-                    }
+                    let result = r.seq.complete(row);
+                    deliver(r, result, &self.metrics);
                 }
             }
+        }
+    }
+}
+
+/// The outcome of a sequence's step to its client: the event (with the sampled token's
+/// trace, when tracing), or the error, which ends the sequence.
+fn deliver<M: PagedModel, C: TextCodec>(
+    r: &mut Running<M, C>,
+    result: Result<Event, kindle_generate::GenerateError>,
+    metrics: &Metrics,
+) {
+    match result {
+        Ok(event) => {
+            let trace = r.seq.take_trace();
+            send_event(r, event, trace, metrics);
+        }
+        Err(error) => {
+            let _ = r.events.send(Update::Error {
+                index: r.index,
+                message: error.to_string(),
+            });
+            r.finished = true;
         }
     }
 }
