@@ -156,10 +156,11 @@ impl Kernel {
 
     /// As [`Kernel::select`], with a given instruction set (tests compare them).
     pub fn select_simd(ty: GgmlType, format: super::ActivationFormat, simd: Simd) -> Self {
+        // `Q4_K` (packed as `Q4_1`) and the row K-quants have 8-bit kernels only with SIMD.
         let int8_type = matches!(
             ty,
             GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q5_1
-        ) || (k_quant(ty) && simd.any());
+        ) || ((k_quant(ty) || ty == GgmlType::Q4_K) && simd.any());
         if format == super::ActivationFormat::Int8 && int8_type {
             Kernel::Int8 { ty, simd }
         } else {
@@ -173,12 +174,12 @@ impl Kernel {
     }
 
     /// Whether the kernel reads [`Activations::q8k`] instead of [`Activations::q8`]: the SIMD
-    /// 8-bit `Q4_K`/`Q5_K` kernels.
+    /// 8-bit `Q5_K` kernel.
     pub fn wants_q8k(self) -> bool {
         matches!(
             self,
             Kernel::Int8 {
-                ty: GgmlType::Q4_K | GgmlType::Q5_K,
+                ty: GgmlType::Q5_K,
                 simd
             } if simd.any()
         )
@@ -188,7 +189,8 @@ impl Kernel {
     pub fn wants_permuted(self, packed: bool) -> bool {
         match self {
             Kernel::F32 {
-                ty: GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1,
+                ty:
+                    GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q4_K,
                 simd,
             } => packed && simd.any(),
             Kernel::F32 { ty, simd } => k_quant(ty) && simd.any(),
@@ -202,7 +204,7 @@ impl Kernel {
         matches!(
             self,
             Kernel::F32 {
-                ty: GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K,
+                ty: GgmlType::Q5_K | GgmlType::Q6_K,
                 simd: Simd::Avx512,
             }
         )
@@ -256,19 +258,32 @@ impl Kernel {
         if let Some(p) = w.packing {
             let group_bytes = p.group_bytes();
             let mut unpacked = Vec::new();
-            while r + GROUP <= end.min(p.grouped_rows) {
+            let mut padded = Vec::new();
+            while r < end.min(p.grouped_rows) {
                 let g = r / GROUP;
                 let data = &w.data[g * group_bytes..(g + 1) * group_bytes];
-                let out = &mut out[(r - start) * m..(r - start + GROUP) * m];
-                if !self.group(data, &p, acts, out) {
+                // A `Q4_K` matrix's last group may be padded: its rows past `end` (zeros) are
+                // computed into a buffer and dropped.
+                let real = GROUP.min(end - r);
+                let out = &mut out[(r - start) * m..(r - start + real) * m];
+                let whole = real == GROUP;
+                if !whole {
+                    padded.resize(GROUP * m, 0.0);
+                }
+                let dst = if whole { &mut *out } else { &mut padded[..] };
+                if self.group(data, acts, dst) {
+                    if !whole {
+                        out.copy_from_slice(&padded[..real * m]);
+                    }
+                } else {
                     // No SIMD: each row back in GGUF layout, then the portable kernels.
                     unpacked.resize(p.row_bytes(), 0);
-                    for i in 0..GROUP {
+                    for i in 0..real {
                         packed::unpack_row(w.ty, &p, w.data, r + i, &mut unpacked);
                         self.row(&unpacked, acts, &mut out[i * m..(i + 1) * m]);
                     }
                 }
-                r += GROUP;
+                r += real;
             }
         }
         #[cfg(target_arch = "x86_64")]
@@ -383,10 +398,7 @@ impl Kernel {
                     d: std::array::from_fn(|jj| q.d[(j0 + jj) * (cols / 256)..].as_ptr()),
                     bsums: std::array::from_fn(|jj| q.bsums[(j0 + jj) * (cols / 16)..].as_ptr()),
                 };
-                match ty {
-                    GgmlType::Q4_K => k::q45_k_q8k::<JN, false>(row, &ys, out),
-                    _ => k::q45_k_q8k::<JN, true>(row, &ys, out),
-                }
+                k::q45_k_q8k::<JN, true>(row, &ys, out);
                 return;
             }
             if self.int8() {
@@ -398,7 +410,7 @@ impl Kernel {
                     d: rows(acts.q8_d),
                     s: rows(acts.q8_s),
                 };
-                // Q6_K (Q4_K and Q5_K read `Q8_K` rows, above).
+                // Q6_K (Q5_K reads `Q8_K` rows, above).
                 k::q6_k_q8::<JN, _>(row, ys, out);
                 return;
             }
@@ -410,9 +422,7 @@ impl Kernel {
             });
             let avx512 = self.interleaves_k_pairs();
             match ty {
-                GgmlType::Q4_K if avx512 => k::q45_k_f32_avx512::<JN, false>(row, xs, sums, out),
                 GgmlType::Q5_K if avx512 => k::q45_k_f32_avx512::<JN, true>(row, xs, sums, out),
-                GgmlType::Q4_K => k::q45_k_f32::<JN, false>(row, xs, sums, out),
                 GgmlType::Q5_K => k::q45_k_f32::<JN, true>(row, xs, sums, out),
                 _ if avx512 => k::q6_k_f32_avx512::<JN>(row, xs, sums, out),
                 _ => k::q6_k_f32::<JN>(row, xs, sums, out),
@@ -435,7 +445,7 @@ impl Kernel {
 
     /// One packed group times every activation row, `out[i * m + j]` for row `i` of the
     /// group; false (nothing written) without SIMD.
-    fn group(self, data: &[u8], p: &Packing, acts: &Activations, out: &mut [f32]) -> bool {
+    fn group(self, data: &[u8], acts: &Activations, out: &mut [f32]) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
             let (simd, ty) = match self {
@@ -444,7 +454,8 @@ impl Kernel {
             if !simd.any() {
                 return false;
             }
-            let (m, nb) = (acts.m, p.nb);
+            // Blocks of 32 values per row (a `Q4_K` super-block column holds eight).
+            let (m, nb) = (acts.m, acts.cols / 32);
             let w = data.as_ptr();
             let mut j = 0;
             while j < m {
@@ -475,7 +486,7 @@ impl Kernel {
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
-            let _ = (data, p, acts, out);
+            let _ = (data, acts, out);
             false
         }
     }
@@ -556,31 +567,46 @@ impl Kernel {
                     let ys: [&[BlockQ8]; JN] =
                         std::array::from_fn(|jj| &acts.q8[(j0 + jj) * nb..(j0 + jj + 1) * nb]);
                     let wide = matches!(simd, Simd::Vnni | Simd::Avx512);
+                    use super::q4_columns::{Q4_0, Q4_1, Q4_K};
                     match (ty, wide) {
-                        (GgmlType::Q4_1, true) => vnni::q4_1_q8::<JN, false>(w, nb, ys, out),
-                        (GgmlType::Q4_1, false) => avx2::q4_1_q8::<JN, false>(w, nb, ys, out),
-                        (GgmlType::Q4_0, true) => vnni::q4_1_q8::<JN, true>(w, nb, ys, out),
-                        (GgmlType::Q4_0, false) => avx2::q4_1_q8::<JN, true>(w, nb, ys, out),
+                        (GgmlType::Q4_1, true) => vnni::q4_1_q8::<JN, Q4_1>(w, nb, ys, out),
+                        (GgmlType::Q4_1, false) => avx2::q4_1_q8::<JN, Q4_1>(w, nb, ys, out),
+                        (GgmlType::Q4_0, true) => vnni::q4_1_q8::<JN, Q4_0>(w, nb, ys, out),
+                        (GgmlType::Q4_0, false) => avx2::q4_1_q8::<JN, Q4_0>(w, nb, ys, out),
+                        (GgmlType::Q4_K, true) => vnni::q4_1_q8::<JN, Q4_K>(w, nb, ys, out),
+                        (GgmlType::Q4_K, false) => avx2::q4_1_q8::<JN, Q4_K>(w, nb, ys, out),
                         (_, true) => vnni::q8_0_q8(w, nb, ys, out),
                         (_, false) => avx2::q8_0_q8(w, nb, ys, out),
                     }
                 }
-                (Kernel::F32 { .. }, _) if matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1) => {
+                (Kernel::F32 { .. }, _)
+                    if matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K) =>
+                {
                     let xs: [&[f32]; JN] = std::array::from_fn(|jj| {
                         &acts.permuted[(j0 + jj) * cols..(j0 + jj + 1) * cols]
                     });
                     let sums: [&[f32]; JN] = std::array::from_fn(|jj| {
                         &acts.block_sums[(j0 + jj) * nb..(j0 + jj + 1) * nb]
                     });
-                    match (simd, ty == GgmlType::Q4_0) {
-                        (Simd::Avx512, false) => {
-                            avx512::q4_1_f32::<JN, false>(w, nb, xs, sums, out)
+                    use super::q4_columns::{Q4_0, Q4_1, Q4_K};
+                    match (simd, ty) {
+                        (Simd::Avx512, GgmlType::Q4_1) => {
+                            avx512::q4_1_f32::<JN, Q4_1>(w, nb, xs, sums, out)
                         }
-                        (Simd::Avx512, true) => avx512::q4_1_f32::<JN, true>(w, nb, xs, sums, out),
-                        (Simd::Vnni, false) => vnni::q4_1_f32::<JN, false>(w, nb, xs, sums, out),
-                        (Simd::Vnni, true) => vnni::q4_1_f32::<JN, true>(w, nb, xs, sums, out),
-                        (_, false) => avx2::q4_1_f32::<JN, false>(w, nb, xs, sums, out),
-                        (_, true) => avx2::q4_1_f32::<JN, true>(w, nb, xs, sums, out),
+                        (Simd::Avx512, GgmlType::Q4_0) => {
+                            avx512::q4_1_f32::<JN, Q4_0>(w, nb, xs, sums, out)
+                        }
+                        (Simd::Avx512, _) => avx512::q4_1_f32::<JN, Q4_K>(w, nb, xs, sums, out),
+                        (Simd::Vnni, GgmlType::Q4_1) => {
+                            vnni::q4_1_f32::<JN, Q4_1>(w, nb, xs, sums, out)
+                        }
+                        (Simd::Vnni, GgmlType::Q4_0) => {
+                            vnni::q4_1_f32::<JN, Q4_0>(w, nb, xs, sums, out)
+                        }
+                        (Simd::Vnni, _) => vnni::q4_1_f32::<JN, Q4_K>(w, nb, xs, sums, out),
+                        (_, GgmlType::Q4_1) => avx2::q4_1_f32::<JN, Q4_1>(w, nb, xs, sums, out),
+                        (_, GgmlType::Q4_0) => avx2::q4_1_f32::<JN, Q4_0>(w, nb, xs, sums, out),
+                        (_, _) => avx2::q4_1_f32::<JN, Q4_K>(w, nb, xs, sums, out),
                     }
                 }
                 _ => match simd {
@@ -593,9 +619,10 @@ impl Kernel {
     }
 }
 
-/// Whether `ty` is a K-quant with SIMD kernels (`x86_k.rs`), in `f32` and 8-bit activations.
+/// Whether `ty` is a K-quant with SIMD row kernels (`x86_k.rs`), in `f32` and 8-bit
+/// activations (`Q4_K` is packed and runs the `Q4_1` group kernels).
 fn k_quant(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K)
+    matches!(ty, GgmlType::Q5_K | GgmlType::Q6_K)
 }
 
 /// Whether `ty` is `Q5_0` or `Q5_1` (packed; SIMD group kernels in `x86_q5.rs`).

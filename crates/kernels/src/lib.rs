@@ -11,7 +11,9 @@
 //! `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0` matrices are repacked once at load into groups of eight
 //! rows interleaved block column by block column (see `packed.rs`): the same bytes, moved, so
 //! that one load gives eight rows' `f16` scales and eight rows' dot products land in the lanes
-//! of one vector. The file's pages are then released, so resident memory stays near the file
+//! of one vector. `Q4_K` is repacked into the `Q4_1` form (each 32-value sub-block a block
+//! column, its scale and min unpacked to bytes, 2% larger than the file) and runs the `Q4_1`
+//! kernels. The file's pages are then released, so resident memory stays near the file
 //! size. Other types are read in place from the memory-mapped file, a row at a time.
 //!
 //! Two activation formats, chosen by [`ActivationFormat`]:
@@ -66,6 +68,8 @@ mod packed;
 mod pool;
 #[cfg(target_arch = "x86_64")]
 mod prefetch;
+#[cfg(target_arch = "x86_64")]
+mod q4_columns;
 mod q8;
 mod scalar;
 #[cfg(test)]
@@ -250,14 +254,16 @@ pub struct QuantMatrix {
     cols: usize,
     row_bytes: usize,
     data: WeightBytes,
-    /// For `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0`: `data` is in the interleaved layout of [`packed`].
+    /// For `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0` and `Q4_K`: `data` is in the interleaved
+    /// layout of [`packed`].
     packing: Option<packed::Packing>,
 }
 
 impl QuantMatrix {
     /// A matrix of `rows` rows of `cols` values of type `ty`, stored row after row in `data`.
     ///
-    /// `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0` data is copied into the interleaved layout the group
+    /// `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0` and `Q4_K` data is copied into the interleaved
+    /// layout the group
     /// kernels read
     /// (and a mapped range's pages are released: it is not read again); other types keep
     /// `data` as it is.
@@ -312,7 +318,7 @@ impl QuantMatrix {
     }
 
     /// The 2-D tensor `info` of `file` (GGUF dims `[cols, rows]`): its bytes read in place,
-    /// or for `Q4_0`/`Q4_1`/`Q5_0`/`Q5_1`/`Q8_0` repacked (see [`QuantMatrix::new`]).
+    /// or for `Q4_0`/`Q4_1`/`Q5_0`/`Q5_1`/`Q8_0`/`Q4_K` repacked (see [`QuantMatrix::new`]).
     pub fn from_gguf(file: &GgufFile, info: &TensorInfo) -> Result<Self, KernelError> {
         let (rows, cols) = info.shape_rows_cols();
         let (rows, cols) = (

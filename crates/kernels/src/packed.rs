@@ -1,4 +1,4 @@
-//! The load-time layout of `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0` matrices: rows
+//! The load-time layout of `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0` and `Q4_K` matrices: rows
 //! interleaved in groups of eight.
 //!
 //! A GGUF row stores its blocks one after another, each block with its own `f16` scale. A
@@ -26,6 +26,25 @@
 //! horizontal adds leave the rows. The groups follow each other (each `nb` block columns
 //! long) and the `rows % 8` rows left over follow in the plain GGUF layout. The bytes are the
 //! file's bytes, moved: same scales, same quants, same size.
+//!
+//! `Q4_K` is regrouped into the same form: each 32-value sub-block of a super-block becomes
+//! a `Q4_1`-like block column (its eight rows' quants as `Q4_1` nibbles), so that the `Q4_1`
+//! group kernels run it, 8-bit ones included. Its scales are not `f16` (a sub-block's scale is
+//! `d * sc` with a 6-bit `sc`, exact in `f32` but not in `f16`), so each super-block column
+//! starts with the eight rows' `d` and `dmin` (`f16`) and their eight 6-bit scales and mins
+//! unpacked to bytes, and the kernels form `d * sc` and `-(dmin * mn)` in `f32`, exactly
+//! llama.cpp's `d1` and `m1`:
+//!
+//! ```text
+//! group g, super-block column s (1184 bytes for 8 x 144):
+//!   [d of rows P[0..8], f16 x 8] [dmin, f16 x 8] [sc of sub-block 0 of rows P[0..8], u8 x 8]
+//!   ... [sc of sub-block 7] [mn of sub-block 0, u8 x 8] ... [mn of sub-block 7]
+//!   [sub-block 0: qs of row 0, 16 bytes] ... [qs of row 7] ... [sub-block 7: ...]
+//! ```
+//!
+//! A sub-block's 16 quant bytes hold its values `t` (low nibble) and `t + 16` (high nibble)
+//! as `Q4_1` does. The rows past the last whole group are padded with zero rows to a group
+//! (32 bytes more per row of each super-block than the file, 2%).
 
 use kindle_gguf::quant::GgmlType;
 
@@ -39,7 +58,28 @@ pub(crate) const LANE_ROWS: [usize; GROUP] = [0, 2, 4, 6, 1, 3, 5, 7];
 /// Whether matrices of `ty` are stored interleaved.
 pub(crate) fn packs(ty: GgmlType) -> bool {
     use GgmlType::*;
-    matches!(ty, Q4_0 | Q4_1 | Q8_0 | Q5_0 | Q5_1)
+    matches!(ty, Q4_0 | Q4_1 | Q8_0 | Q5_0 | Q5_1 | Q4_K)
+}
+
+/// Bytes of a packed `Q4_K` super-block column: the `d` and `dmin` rows (`f16 x 8` each), the
+/// scales and mins (`8 x 8` bytes each), and eight sub-blocks of eight rows' 16 quant bytes.
+pub(crate) const Q4K_COLUMN: usize = 32 + 128 + 8 * GROUP * 16;
+
+/// Where, in a packed `Q4_K` super-block column, the scales (then the mins) of sub-block `j`
+/// start, eight bytes in lane order.
+pub(crate) const fn q4k_scales_at(j: usize) -> usize {
+    32 + 8 * j
+}
+
+/// Where, in a packed `Q4_K` super-block column, the mins of sub-block `j` start.
+pub(crate) const fn q4k_mins_at(j: usize) -> usize {
+    96 + 8 * j
+}
+
+/// Where, in a packed `Q4_K` super-block column, sub-block `j`'s quants start (row `i` 16
+/// bytes further on per row).
+pub(crate) const fn q4k_quants_at(j: usize) -> usize {
+    160 + 128 * j
 }
 
 /// `f16` fields at the start of a block: `d`, and `m` for `Q4_1`/`Q5_1`.
@@ -70,24 +110,44 @@ pub(crate) fn scale_bytes(ty: GgmlType) -> usize {
 pub(crate) struct Packing {
     /// Bytes of one GGUF block.
     pub block_bytes: usize,
-    /// Blocks per row.
+    /// GGUF blocks per row.
     pub nb: usize,
-    /// Rows in whole groups (`rows - rows % 8`); the rest are stored plainly after them.
+    /// Rows in groups: `rows - rows % 8`, the rest stored plainly after them; for `Q4_K`
+    /// every row, the last group padded (`rows.next_multiple_of(8)`).
     pub grouped_rows: usize,
+    /// Bytes of one block column of a group (eight GGUF blocks' worth, [`Q4K_COLUMN`] for
+    /// `Q4_K`).
+    pub column_bytes: usize,
 }
 
 impl Packing {
     pub fn new(ty: GgmlType, rows: usize, cols: usize) -> Self {
+        let (block_bytes, nb) = (ty.type_size(), cols / ty.block_size());
+        if ty == GgmlType::Q4_K {
+            return Packing {
+                block_bytes,
+                nb,
+                grouped_rows: rows.next_multiple_of(GROUP),
+                column_bytes: Q4K_COLUMN,
+            };
+        }
         Packing {
-            block_bytes: ty.type_size(),
-            nb: cols / ty.block_size(),
+            block_bytes,
+            nb,
             grouped_rows: rows - rows % GROUP,
+            column_bytes: GROUP * block_bytes,
         }
     }
 
     /// Bytes of one group (eight whole rows).
     pub fn group_bytes(&self) -> usize {
-        GROUP * self.nb * self.block_bytes
+        self.nb * self.column_bytes
+    }
+
+    /// Bytes of the packed matrix of `rows` rows.
+    pub fn bytes(&self, rows: usize) -> usize {
+        let plain = rows.saturating_sub(self.grouped_rows);
+        self.grouped_rows / GROUP * self.group_bytes() + plain * self.row_bytes()
     }
 
     /// Bytes of one plain row.
@@ -200,21 +260,29 @@ pub(crate) fn pack_releasing(
 ) -> Vec<u8> {
     let p = Packing::new(ty, rows, cols);
     let row_bytes = p.row_bytes();
-    // Zeroed by the allocator (fresh pages for a large buffer): only written pages count.
-    let mut out = vec![0u8; data.len()];
+    // Zeroed by the allocator (fresh pages for a large buffer): only written pages count,
+    // and a padded `Q4_K` group's missing rows are zero (`d = dmin = 0`).
+    let mut out = vec![0u8; p.bytes(rows)];
     let mut done = 0;
-    for r in 0..p.grouped_rows {
+    for r in 0..p.grouped_rows.min(rows) {
         if r > 0 && r % CHUNK_ROWS == 0 {
             consumed(done..r * row_bytes);
             done = r * row_bytes;
         }
         for b in 0..p.nb {
             let src = &data[r * row_bytes + b * p.block_bytes..][..p.block_bytes];
-            p.block_parts(ty, r, b).put(ty, src, &mut out);
+            if ty == GgmlType::Q4_K {
+                put_q4k(&p, r, b, src, &mut out);
+            } else {
+                p.block_parts(ty, r, b).put(ty, src, &mut out);
+            }
         }
     }
-    let tail = p.grouped_rows * row_bytes;
-    out[tail..].copy_from_slice(&data[tail..]);
+    if rows > p.grouped_rows {
+        let tail = p.grouped_rows * row_bytes;
+        let at = p.grouped_rows / GROUP * p.group_bytes();
+        out[at..].copy_from_slice(&data[tail..]);
+    }
     if done < data.len() {
         consumed(done..data.len());
     }
@@ -247,7 +315,14 @@ pub(crate) fn dequantize_row(
 pub(crate) fn unpack_row(ty: GgmlType, p: &Packing, data: &[u8], r: usize, out: &mut [u8]) {
     let row_bytes = p.row_bytes();
     if r >= p.grouped_rows {
-        out.copy_from_slice(&data[r * row_bytes..(r + 1) * row_bytes]);
+        let at = p.grouped_rows / GROUP * p.group_bytes() + (r - p.grouped_rows) * row_bytes;
+        out.copy_from_slice(&data[at..at + row_bytes]);
+        return;
+    }
+    if ty == GgmlType::Q4_K {
+        for (b, dst) in out.chunks_exact_mut(p.block_bytes).enumerate() {
+            get_q4k(p, data, r, b, dst);
+        }
         return;
     }
     // Block `b` of the row lies one block column (eight blocks) after block `b - 1`.
@@ -255,6 +330,62 @@ pub(crate) fn unpack_row(ty: GgmlType, p: &Packing, data: &[u8], r: usize, out: 
     let column = GROUP * p.block_bytes;
     for (b, dst) in out.chunks_exact_mut(p.block_bytes).enumerate() {
         parts.get(ty, &data[b * column..], dst);
+    }
+}
+
+/// Where super-block column `b` of row `r`'s group starts in a packed `Q4_K` matrix, and the
+/// row's lane (the place of its scales) and index within the group.
+fn q4k_place(p: &Packing, r: usize, b: usize) -> (usize, usize, usize) {
+    let (g, i) = (r / GROUP, r % GROUP);
+    let lane = LANE_ROWS.iter().position(|&row| row == i).unwrap_or(0);
+    (g * p.group_bytes() + b * p.column_bytes, lane, i)
+}
+
+/// Copy `Q4_K` super-block `b` of row `r` (`src`, 144 bytes) into its places in `out`.
+fn put_q4k(p: &Packing, r: usize, b: usize, src: &[u8], out: &mut [u8]) {
+    let (col, lane, i) = q4k_place(p, r, b);
+    out[col + 2 * lane..][..2].copy_from_slice(&src[0..2]);
+    out[col + 16 + 2 * lane..][..2].copy_from_slice(&src[2..4]);
+    let packed: [u8; 12] = std::array::from_fn(|k| src[4 + k]);
+    let (sc, mn) = kindle_gguf::quant::unpack_scale_min_k4(&packed);
+    let qs = &src[16..144];
+    for j in 0..8 {
+        out[col + q4k_scales_at(j) + lane] = sc[j];
+        out[col + q4k_mins_at(j) + lane] = mn[j];
+        // Sub-block `j`: the low (even `j`) or high (odd) nibbles of 32 bytes of `qs`.
+        let value = |t: usize| {
+            let byte = qs[32 * (j / 2) + t];
+            if j % 2 == 0 { byte & 0x0F } else { byte >> 4 }
+        };
+        let dst = &mut out[col + q4k_quants_at(j) + 16 * i..][..16];
+        for (t, d) in dst.iter_mut().enumerate() {
+            *d = value(t) | (value(t + 16) << 4);
+        }
+    }
+}
+
+/// `Q4_K` super-block `b` of row `r` back from its places in `data`, into `dst` (144 bytes).
+fn get_q4k(p: &Packing, data: &[u8], r: usize, b: usize, dst: &mut [u8]) {
+    let (col, lane, i) = q4k_place(p, r, b);
+    dst[0..2].copy_from_slice(&data[col + 2 * lane..][..2]);
+    dst[2..4].copy_from_slice(&data[col + 16 + 2 * lane..][..2]);
+    let sc: [u8; 8] = std::array::from_fn(|j| data[col + q4k_scales_at(j) + lane]);
+    let mn: [u8; 8] = std::array::from_fn(|j| data[col + q4k_mins_at(j) + lane]);
+    // The inverse of `unpack_scale_min_k4`: twelve bytes hold exactly the 16 six-bit values.
+    for j in 0..4 {
+        dst[4 + j] = (sc[j] & 63) | ((sc[j + 4] >> 4) << 6);
+        dst[8 + j] = (mn[j] & 63) | ((mn[j + 4] >> 4) << 6);
+        dst[12 + j] = (sc[j + 4] & 0x0F) | ((mn[j + 4] & 0x0F) << 4);
+    }
+    let qs = &mut dst[16..144];
+    qs.fill(0);
+    for j in 0..8 {
+        let src = &data[col + q4k_quants_at(j) + 16 * i..][..16];
+        let shift = if j % 2 == 0 { 0 } else { 4 };
+        for (t, &byte) in src.iter().enumerate() {
+            qs[32 * (j / 2) + t] |= (byte & 0x0F) << shift;
+            qs[32 * (j / 2) + t + 16] |= (byte >> 4) << shift;
+        }
     }
 }
 
@@ -271,8 +402,9 @@ mod tests {
             GgmlType::Q8_0,
             GgmlType::Q5_0,
             GgmlType::Q5_1,
+            GgmlType::Q4_K,
         ] {
-            let (rows, cols) = (2 * CHUNK_ROWS + 13, 64);
+            let (rows, cols) = (2 * CHUNK_ROWS + 13, ty.block_size() * 2);
             let row_bytes = cols / ty.block_size() * ty.type_size();
             let mut state = 0x9e37_79b9_u32;
             let data: Vec<u8> = (0..rows * row_bytes)

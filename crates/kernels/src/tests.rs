@@ -146,6 +146,7 @@ fn int8_kernels_match_the_reference_within_activation_rounding() {
 fn simd_kernels_match_scalar_kernels() {
     // Every instruction set against the portable kernels, on shapes that leave rows outside
     // the packed groups and activation batches that are not a multiple of the kernels' four.
+    // `Q4_K` (packed, its last group padded) in `f32` only: it has no portable 8-bit kernel.
     let mut rng = Rng(99);
     for ty in [
         GgmlType::Q4_0,
@@ -153,13 +154,24 @@ fn simd_kernels_match_scalar_kernels() {
         GgmlType::Q8_0,
         GgmlType::Q5_0,
         GgmlType::Q5_1,
+        GgmlType::Q4_K,
     ] {
-        for (rows, cols) in [(37, 1536), (8, 32), (24, 96), (3, 64)] {
+        let shapes = if ty == GgmlType::Q4_K {
+            [(37, 1536), (8, 256), (24, 512), (3, 256)]
+        } else {
+            [(37, 1536), (8, 32), (24, 96), (3, 64)]
+        };
+        let formats = if ty == GgmlType::Q4_K {
+            &[ActivationFormat::F32][..]
+        } else {
+            &[ActivationFormat::Int8, ActivationFormat::F32][..]
+        };
+        for (rows, cols) in shapes {
             let w = random_matrix(ty, rows, cols, &mut rng);
             for m in 1..=17 {
                 let x: Vec<f32> = (0..m * cols).map(|_| rng.float()).collect();
                 let scale = magnitudes(&w, &x, m);
-                for format in [ActivationFormat::Int8, ActivationFormat::F32] {
+                for &format in formats {
                     let mut want = vec![f32::NAN; m * rows];
                     let scalar = Kernel::select_simd(ty, format, Simd::Scalar);
                     w.matmul_kernel(&x, m, &mut want, scalar, &threads());
@@ -189,10 +201,11 @@ fn vnni_and_avx2_agree_exactly() {
         return;
     }
     let mut rng = Rng(5);
-    for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
-        let w = random_matrix(ty, 40, 576, &mut rng);
+    for ty in [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K] {
+        let cols = if ty == GgmlType::Q4_K { 768 } else { 576 };
+        let w = random_matrix(ty, 40, cols, &mut rng);
         for m in [1, 3, 6] {
-            let x: Vec<f32> = (0..m * 576).map(|_| rng.float() * 4.0).collect();
+            let x: Vec<f32> = (0..m * cols).map(|_| rng.float() * 4.0).collect();
             for format in [ActivationFormat::Int8, ActivationFormat::F32] {
                 let mut a = vec![0f32; m * 40];
                 let mut b = vec![0f32; m * 40];
@@ -225,9 +238,10 @@ fn packed_rows_dequantize_to_the_file_rows() {
         GgmlType::Q8_0,
         GgmlType::Q5_0,
         GgmlType::Q5_1,
+        GgmlType::Q4_K,
     ] {
         for rows in [1, 8, 13, 24, 31] {
-            let cols = 96;
+            let cols = 3 * ty.block_size();
             let (block, size) = (ty.block_size(), ty.type_size());
             let bytes: Vec<u8> = (0..rows * cols / block * size)
                 .map(|i| if i % size < 4 { 0x30 } else { rng.byte() })
@@ -529,8 +543,9 @@ fn a_wrong_sub_block_scale_is_caught() {
     let mut rng = Rng(4242);
     for ty in K_TYPES {
         let (rows, cols) = (5, 512);
-        let w = random_matrix(ty, rows, cols, &mut rng);
-        let mut bytes = w.data.as_slice().to_vec();
+        // The file's bytes (`Q4_K` is repacked at load).
+        let mut bytes = random_bytes(ty, rows, cols, &mut rng);
+        let w = QuantMatrix::new(ty, rows, cols, WeightBytes::owned(bytes.clone())).unwrap();
         let row_bytes = cols / 256 * ty.type_size();
         let block = &mut bytes[2 * row_bytes + ty.type_size()..];
         match ty {

@@ -217,33 +217,6 @@ pub(crate) unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     sum
 }
 
-/// Bytes of a packed `Q4_1` block column (eight blocks of 20), or of a `Q4_0` one (`ZERO`:
-/// eight blocks of 18, no `m` row).
-pub(crate) const fn q4_column_bytes(zero: bool) -> usize {
-    if zero { 144 } else { 160 }
-}
-
-/// Where a packed `Q4_1` (or, `ZERO`, `Q4_0`) block column's quants start.
-pub(crate) const fn q4_quants_at(zero: bool) -> usize {
-    if zero { 16 } else { 32 }
-}
-
-/// The eight rows' `m` of a block column: `Q4_1`'s stored `m`, or for `Q4_0` (`ZERO`) the
-/// offset `-8 d` (its quants are `0..16` less 8: an offset like `Q4_1`'s min).
-///
-/// # Safety
-/// AVX2, FMA and F16C; `col` points to a whole block column.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn q4_mins<const ZERO: bool>(col: *const u8, d: __m256) -> __m256 {
-    if ZERO {
-        _mm256_mul_ps(d, _mm256_set1_ps(-8.0))
-    } else {
-        // SAFETY: the `m` row follows the `d` row in a `Q4_1` column (caller).
-        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(col.add(16) as *const __m128i)) }
-    }
-}
-
 /// The kernels over [`super::packed`] groups of eight rows, once per instruction set: `avx2`
 /// (`maddubs` + `madd`) and `vnni` (AVX-VNNI `vpdpbusd`, one instruction for both). Each
 /// computes the eight rows of one group against `JN` activation rows at once (the weights are
@@ -256,6 +229,7 @@ macro_rules! group_kernels {
             use std::arch::x86_64::*;
 
             use super::super::packed::LANE_ROWS;
+            use super::super::q4_columns::{SuperBlock, q4_column};
             use super::super::q8::BlockQ8;
             use super::prefetch_ahead;
 
@@ -337,13 +311,13 @@ macro_rules! group_kernels {
                 }
             }
 
-            /// A `Q4_1` group (`nb` block columns of 160 bytes at `w`) times `JN` rows of 8-bit
-            /// activation blocks.
+            /// A `Q4_1` group (`nb` block columns at `w`; `F` another format of that form,
+            /// `super::super::q4_columns`) times `JN` rows of 8-bit activation blocks.
             ///
             /// # Safety
-            /// `w` holds `nb * 160` bytes and every `ys[j]` at least `nb` blocks.
+            /// `w` holds `nb` block columns of `F` and every `ys[j]` at least `nb` blocks.
             #[target_feature(enable = $features)]
-            pub(crate) unsafe fn q4_1_q8<const JN: usize, const ZERO: bool>(
+            pub(crate) unsafe fn q4_1_q8<const JN: usize, const F: u8>(
                 w: *const u8,
                 nb: usize,
                 ys: [&[BlockQ8]; JN],
@@ -352,22 +326,17 @@ macro_rules! group_kernels {
                 let mask = _mm256_set1_epi8(0x0F);
                 let mut acc = [_mm256_setzero_ps(); JN];
                 let mut acc_min = [_mm256_setzero_ps(); JN];
+                let mut sb = SuperBlock::new();
                 for b in 0..nb {
-                    // SAFETY: block column `b` lies within the caller's `nb * 160` bytes, and
+                    // SAFETY: block column `b` lies within the caller's `nb` columns, and
                     // each activation row has block `b`.
                     unsafe {
-                        let bytes = super::q4_column_bytes(ZERO);
-                        let col = w.add(b * bytes);
-                        prefetch_ahead(col, bytes);
-                        let d = _mm256_cvtph_ps(_mm_loadu_si128(col as *const __m128i));
-                        let m = super::q4_mins::<ZERO>(col, d);
+                        let (qs, d, m) = q4_column::<F>(w, b, &mut sb);
                         // Rows (2k, 2k+1) in the two 128-bit lanes.
                         let mut lo = [_mm256_setzero_si256(); 4];
                         let mut hi = [_mm256_setzero_si256(); 4];
                         for k in 0..4 {
-                            let v = _mm256_loadu_si256(
-                                col.add(super::q4_quants_at(ZERO) + 32 * k) as *const __m256i
-                            );
+                            let v = _mm256_loadu_si256(qs.add(32 * k) as *const __m256i);
                             lo[k] = _mm256_and_si256(v, mask);
                             hi[k] = _mm256_and_si256(_mm256_srli_epi16::<4>(v), mask);
                         }
@@ -458,10 +427,10 @@ macro_rules! group_kernels {
             /// per-block sums.
             ///
             /// # Safety
-            /// `w` holds `nb * 160` bytes, every `xs[j]` at least `32 * nb` values and every
+            /// `w` holds `nb` block columns of `F`, every `xs[j]` at least `32 * nb` values and every
             /// `sums[j]` at least `nb`.
             #[target_feature(enable = $features)]
-            pub(crate) unsafe fn q4_1_f32<const JN: usize, const ZERO: bool>(
+            pub(crate) unsafe fn q4_1_f32<const JN: usize, const F: u8>(
                 w: *const u8,
                 nb: usize,
                 xs: [&[f32]; JN],
@@ -480,17 +449,14 @@ macro_rules! group_kernels {
                 ];
                 let mut acc = [_mm256_setzero_ps(); JN];
                 let mut acc_min = [_mm256_setzero_ps(); JN];
+                let mut sb = SuperBlock::new();
                 for b in 0..nb {
-                    // SAFETY: block column `b` lies within `nb * 160` bytes; activation block
+                    // SAFETY: block column `b` lies within the `nb` columns; activation block
                     // `b` within `32 * nb` values.
                     unsafe {
-                        let bytes = super::q4_column_bytes(ZERO);
-                        let col = w.add(b * bytes);
-                        prefetch_ahead(col, bytes);
-                        let d = _mm256_cvtph_ps(_mm_loadu_si128(col as *const __m128i));
-                        let m = super::q4_mins::<ZERO>(col, d);
+                        let (qs, d, m) = q4_column::<F>(w, b, &mut sb);
                         let decode = |row: usize| -> [__m256; 4] {
-                            let p = col.add(super::q4_quants_at(ZERO) + 16 * row) as *const __m128i;
+                            let p = qs.add(16 * row) as *const __m128i;
                             let lo = _mm256_broadcastsi128_si256(_mm_loadu_si128(p));
                             let hi = _mm256_srli_epi32::<4>(lo);
                             [
@@ -671,6 +637,7 @@ pub(crate) mod avx512 {
     use std::arch::x86_64::*;
 
     use super::super::packed::LANE_ROWS;
+    use super::super::q4_columns::{SuperBlock, q4_column};
     use super::prefetch_ahead;
 
     /// `w[0] x[0..16] + w[1] x[16..32]`, lane by lane.
@@ -696,7 +663,7 @@ pub(crate) mod avx512 {
     /// # Safety
     /// As there; the CPU must have AVX-512F.
     #[target_feature(enable = "avx2,fma,f16c,avx512f")]
-    pub(crate) unsafe fn q4_1_f32<const JN: usize, const ZERO: bool>(
+    pub(crate) unsafe fn q4_1_f32<const JN: usize, const F: u8>(
         w: *const u8,
         nb: usize,
         xs: [&[f32]; JN],
@@ -713,19 +680,16 @@ pub(crate) mod avx512 {
         let mask_hi = _mm512_slli_epi32::<4>(mask);
         let mut acc = [[_mm512_setzero_ps(); 8]; JN];
         let mut acc_min = [_mm256_setzero_ps(); JN];
+        let mut sb = SuperBlock::new();
         for b in 0..nb {
-            // SAFETY: block column `b` lies within `nb * 160` bytes; activation block `b`
+            // SAFETY: block column `b` lies within the `nb` columns; activation block `b`
             // within `32 * nb` values.
             unsafe {
-                let bytes = super::q4_column_bytes(ZERO);
-                let col = w.add(b * bytes);
-                prefetch_ahead(col, bytes);
-                let dv = _mm256_cvtph_ps(_mm_loadu_si128(col as _));
+                let (qs, dv, m) = q4_column::<F>(w, b, &mut sb);
                 let mut d = [0f32; 8];
                 _mm256_storeu_ps(d.as_mut_ptr(), dv);
-                let m = super::q4_mins::<ZERO>(col, dv);
                 for (s, &row) in LANE_ROWS.iter().enumerate() {
-                    let p = col.add(super::q4_quants_at(ZERO) + 16 * row) as *const __m128i;
+                    let p = qs.add(16 * row) as *const __m128i;
                     let v = _mm512_broadcast_i32x4(_mm_loadu_si128(p));
                     let wv = [
                         _mm512_cvtepu32_ps(_mm512_and_si512(v, mask)),
