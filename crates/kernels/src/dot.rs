@@ -1,7 +1,7 @@
 //! Choosing a kernel for a weight type and applying it to a range of rows.
 
 use super::packed::{self, GROUP, Packing};
-use super::q8::{BlockQ8, RowsQ8K};
+use super::q8::BlockQ8;
 use super::scalar;
 use kindle_gguf::quant::{self, GgmlType};
 
@@ -15,9 +15,6 @@ pub(crate) struct Activations<'a> {
     pub q8_d: &'a [f32],
     /// The sums `s` of [`Activations::q8`], laid out alike.
     pub q8_s: &'a [f32],
-    /// `[m, cols]` in 256-value blocks, for the kernels that [`Kernel::wants_q8k`] (empty
-    /// otherwise; [`Activations::q8`] is then empty).
-    pub q8k: &'a RowsQ8K,
     /// For the SIMD `f32` kernel of packed `Q4_1`: `f32` with each block's values in
     /// [`Q4_ORDER`], scaled by [`Kernel::q4_scale`] (empty otherwise).
     pub permuted: &'a [f32],
@@ -156,11 +153,13 @@ impl Kernel {
 
     /// As [`Kernel::select`], with a given instruction set (tests compare them).
     pub fn select_simd(ty: GgmlType, format: super::ActivationFormat, simd: Simd) -> Self {
-        // `Q4_K` (packed as `Q4_1`) and the row K-quants have 8-bit kernels only with SIMD.
+        // `Q4_K`, `Q5_K` (packed as `Q4_1`, `Q5_1`) and `Q6_K` have 8-bit kernels only with
+        // SIMD.
         let int8_type = matches!(
             ty,
             GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q5_1
-        ) || ((k_quant(ty) || ty == GgmlType::Q4_K) && simd.any());
+        ) || ((k_quant(ty) || matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K))
+            && simd.any());
         if format == super::ActivationFormat::Int8 && int8_type {
             Kernel::Int8 { ty, simd }
         } else {
@@ -173,24 +172,17 @@ impl Kernel {
         matches!(self, Kernel::Int8 { .. })
     }
 
-    /// Whether the kernel reads [`Activations::q8k`] instead of [`Activations::q8`]: the SIMD
-    /// 8-bit `Q5_K` kernel.
-    pub fn wants_q8k(self) -> bool {
-        matches!(
-            self,
-            Kernel::Int8 {
-                ty: GgmlType::Q5_K,
-                simd
-            } if simd.any()
-        )
-    }
-
     /// Whether the kernel reads [`Activations::permuted`] and [`Activations::block_sums`].
     pub fn wants_permuted(self, packed: bool) -> bool {
         match self {
             Kernel::F32 {
                 ty:
-                    GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q4_K,
+                    GgmlType::Q4_0
+                    | GgmlType::Q4_1
+                    | GgmlType::Q5_0
+                    | GgmlType::Q5_1
+                    | GgmlType::Q4_K
+                    | GgmlType::Q5_K,
                 simd,
             } => packed && simd.any(),
             Kernel::F32 { ty, simd } => k_quant(ty) && simd.any(),
@@ -204,7 +196,7 @@ impl Kernel {
         matches!(
             self,
             Kernel::F32 {
-                ty: GgmlType::Q5_K | GgmlType::Q6_K,
+                ty: GgmlType::Q6_K,
                 simd: Simd::Avx512,
             }
         )
@@ -230,8 +222,9 @@ impl Kernel {
         if let Kernel::F32 { ty, .. } = self
             && k_quant(ty)
         {
-            let width = if ty == GgmlType::Q6_K { 16 } else { 32 };
-            return (super::x86_k::K_ORDER, super::x86_k::K_SCALE, width);
+            // `Q6_K`: its `-32` offset acts on sums per 16 values.
+            let _ = ty;
+            return (super::x86_k::K_ORDER, super::x86_k::K_SCALE, 16);
         }
         (Q4_ORDER, self.q4_scale(), 32)
     }
@@ -391,16 +384,6 @@ impl Kernel {
         let (cols, nb) = (acts.cols, acts.cols / 32);
         // SAFETY: forwarded from the caller.
         unsafe {
-            if self.wants_q8k() {
-                let q = acts.q8k;
-                let ys = k::Q8KRows::<JN> {
-                    qs: std::array::from_fn(|jj| q.qs[(j0 + jj) * cols..].as_ptr()),
-                    d: std::array::from_fn(|jj| q.d[(j0 + jj) * (cols / 256)..].as_ptr()),
-                    bsums: std::array::from_fn(|jj| q.bsums[(j0 + jj) * (cols / 16)..].as_ptr()),
-                };
-                k::q45_k_q8k::<JN, true>(row, &ys, out);
-                return;
-            }
             if self.int8() {
                 let rows = |v: &'_ [f32]| -> [*const f32; JN] {
                     std::array::from_fn(|jj| v[(j0 + jj) * nb..].as_ptr())
@@ -410,7 +393,6 @@ impl Kernel {
                     d: rows(acts.q8_d),
                     s: rows(acts.q8_s),
                 };
-                // Q6_K (Q5_K reads `Q8_K` rows, above).
                 k::q6_k_q8::<JN, _>(row, ys, out);
                 return;
             }
@@ -422,8 +404,6 @@ impl Kernel {
             });
             let avx512 = self.interleaves_k_pairs();
             match ty {
-                GgmlType::Q5_K if avx512 => k::q45_k_f32_avx512::<JN, true>(row, xs, sums, out),
-                GgmlType::Q5_K => k::q45_k_f32::<JN, true>(row, xs, sums, out),
                 _ if avx512 => k::q6_k_f32_avx512::<JN>(row, xs, sums, out),
                 _ => k::q6_k_f32::<JN>(row, xs, sums, out),
             }
@@ -539,10 +519,16 @@ impl Kernel {
                         d: rows(acts.q8_d),
                         s: rows(acts.q8_s),
                     };
-                    if ty == GgmlType::Q5_0 {
-                        x86_q5::q5_q8::<JN, false, _>(w, nb, &ys, out)
-                    } else {
-                        x86_q5::q5_q8::<JN, true, _>(w, nb, &ys, out)
+                    use super::columns::{Q5_0, Q5_1, Q5_K};
+                    use x86_q5::{q5_q8, q5_q8_vnni};
+                    let vnni = matches!(simd, Simd::Vnni | Simd::Avx512);
+                    match (ty, vnni) {
+                        (GgmlType::Q5_0, true) => q5_q8_vnni::<JN, Q5_0, _>(w, nb, &ys, out),
+                        (GgmlType::Q5_1, true) => q5_q8_vnni::<JN, Q5_1, _>(w, nb, &ys, out),
+                        (_, true) => q5_q8_vnni::<JN, Q5_K, _>(w, nb, &ys, out),
+                        (GgmlType::Q5_0, false) => q5_q8::<JN, Q5_0, _>(w, nb, &ys, out),
+                        (GgmlType::Q5_1, false) => q5_q8::<JN, Q5_1, _>(w, nb, &ys, out),
+                        (_, false) => q5_q8::<JN, Q5_K, _>(w, nb, &ys, out),
                     }
                 }
                 (Kernel::F32 { .. }, _) if q5(ty) => {
@@ -552,22 +538,27 @@ impl Kernel {
                     let sums: [&[f32]; JN] = std::array::from_fn(|jj| {
                         &acts.block_sums[(j0 + jj) * nb..(j0 + jj + 1) * nb]
                     });
-                    match (ty == GgmlType::Q5_0, simd) {
-                        (true, Simd::Avx512) => {
-                            x86_q5::q5_f32_avx512::<JN, false>(w, nb, xs, sums, out)
+                    use super::columns::{Q5_0, Q5_1, Q5_K};
+                    match (ty, simd) {
+                        (GgmlType::Q5_0, Simd::Avx512) => {
+                            x86_q5::q5_f32_avx512::<JN, Q5_0>(w, nb, xs, sums, out)
                         }
-                        (false, Simd::Avx512) => {
-                            x86_q5::q5_f32_avx512::<JN, true>(w, nb, xs, sums, out)
+                        (GgmlType::Q5_1, Simd::Avx512) => {
+                            x86_q5::q5_f32_avx512::<JN, Q5_1>(w, nb, xs, sums, out)
                         }
-                        (true, _) => x86_q5::q5_f32::<JN, false>(w, nb, xs, sums, out),
-                        (false, _) => x86_q5::q5_f32::<JN, true>(w, nb, xs, sums, out),
+                        (_, Simd::Avx512) => {
+                            x86_q5::q5_f32_avx512::<JN, Q5_K>(w, nb, xs, sums, out)
+                        }
+                        (GgmlType::Q5_0, _) => x86_q5::q5_f32::<JN, Q5_0>(w, nb, xs, sums, out),
+                        (GgmlType::Q5_1, _) => x86_q5::q5_f32::<JN, Q5_1>(w, nb, xs, sums, out),
+                        _ => x86_q5::q5_f32::<JN, Q5_K>(w, nb, xs, sums, out),
                     }
                 }
                 (Kernel::Int8 { .. }, _) => {
                     let ys: [&[BlockQ8]; JN] =
                         std::array::from_fn(|jj| &acts.q8[(j0 + jj) * nb..(j0 + jj + 1) * nb]);
                     let wide = matches!(simd, Simd::Vnni | Simd::Avx512);
-                    use super::q4_columns::{Q4_0, Q4_1, Q4_K};
+                    use super::columns::{Q4_0, Q4_1, Q4_K};
                     match (ty, wide) {
                         (GgmlType::Q4_1, true) => vnni::q4_1_q8::<JN, Q4_1>(w, nb, ys, out),
                         (GgmlType::Q4_1, false) => avx2::q4_1_q8::<JN, Q4_1>(w, nb, ys, out),
@@ -588,7 +579,7 @@ impl Kernel {
                     let sums: [&[f32]; JN] = std::array::from_fn(|jj| {
                         &acts.block_sums[(j0 + jj) * nb..(j0 + jj + 1) * nb]
                     });
-                    use super::q4_columns::{Q4_0, Q4_1, Q4_K};
+                    use super::columns::{Q4_0, Q4_1, Q4_K};
                     match (simd, ty) {
                         (Simd::Avx512, GgmlType::Q4_1) => {
                             avx512::q4_1_f32::<JN, Q4_1>(w, nb, xs, sums, out)
@@ -620,14 +611,15 @@ impl Kernel {
 }
 
 /// Whether `ty` is a K-quant with SIMD row kernels (`x86_k.rs`), in `f32` and 8-bit
-/// activations (`Q4_K` is packed and runs the `Q4_1` group kernels).
+/// activations: `Q6_K` (`Q4_K` and `Q5_K` are packed and run the `Q4_1` and `Q5` group
+/// kernels).
 fn k_quant(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q5_K | GgmlType::Q6_K)
+    ty == GgmlType::Q6_K
 }
 
-/// Whether `ty` is `Q5_0` or `Q5_1` (packed; SIMD group kernels in `x86_q5.rs`).
+/// Whether `ty` is `Q5_0`, `Q5_1` or `Q5_K` (packed; SIMD group kernels in `x86_q5.rs`).
 fn q5(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q5_0 | GgmlType::Q5_1)
+    matches!(ty, GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q5_K)
 }
 
 /// Whether `ty` has a fused dequantise-and-multiply `f32` kernel.

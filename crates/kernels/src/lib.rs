@@ -59,6 +59,8 @@
 //! ```
 
 mod block;
+#[cfg(target_arch = "x86_64")]
+mod columns;
 mod config;
 mod dot;
 mod gemm;
@@ -68,8 +70,6 @@ mod packed;
 mod pool;
 #[cfg(target_arch = "x86_64")]
 mod prefetch;
-#[cfg(target_arch = "x86_64")]
-mod q4_columns;
 mod q8;
 mod scalar;
 #[cfg(test)]
@@ -558,7 +558,6 @@ impl QuantMatrix {
 /// The forms of a product's activations its kernel reads, made once per product (or once
 /// for several products of one input, [`QuantMatrix::matmul_many`]).
 struct Prepared {
-    q8k: q8::RowsQ8K,
     q8: Vec<BlockQ8>,
     q8_d: Vec<f32>,
     q8_s: Vec<f32>,
@@ -580,7 +579,6 @@ impl Prepared {
         if runs_gemm(kernel.int8(), packed, m, arithmetic) {
             // The prefill product reads the activations in its panels only.
             return Prepared {
-                q8k: q8::RowsQ8K::default(),
                 q8: Vec::new(),
                 q8_d: Vec::new(),
                 q8_s: Vec::new(),
@@ -589,11 +587,7 @@ impl Prepared {
                 panels: gemm::pack_activations(x, m, cols),
             };
         }
-        let mut q8k = q8::RowsQ8K::default();
-        if kernel.wants_q8k() {
-            x.chunks_exact(cols).for_each(|row| q8k.push(row));
-        }
-        let q8: Vec<BlockQ8> = if kernel.int8() && !kernel.wants_q8k() {
+        let q8: Vec<BlockQ8> = if kernel.int8() {
             x.chunks_exact(cols).flat_map(quantize_row_q8).collect()
         } else {
             Vec::new()
@@ -617,7 +611,6 @@ impl Prepared {
         Prepared {
             q8_d: q8.iter().map(|b| b.d).collect(),
             q8_s: q8.iter().map(|b| b.s).collect(),
-            q8k,
             q8,
             permuted,
             block_sums,
@@ -632,7 +625,6 @@ impl Prepared {
             q8: &self.q8,
             q8_d: &self.q8_d,
             q8_s: &self.q8_s,
-            q8k: &self.q8k,
             permuted: &self.permuted,
             block_sums: &self.block_sums,
             panels: &self.panels,

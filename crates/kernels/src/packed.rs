@@ -1,5 +1,5 @@
-//! The load-time layout of `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0` and `Q4_K` matrices: rows
-//! interleaved in groups of eight.
+//! The load-time layout of `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0`, `Q4_K` and `Q5_K`
+//! matrices: rows interleaved in groups of eight.
 //!
 //! A GGUF row stores its blocks one after another, each block with its own `f16` scale. A
 //! kernel that walks one row at a time must convert one scale per block with scalar code and
@@ -27,24 +27,26 @@
 //! long) and the `rows % 8` rows left over follow in the plain GGUF layout. The bytes are the
 //! file's bytes, moved: same scales, same quants, same size.
 //!
-//! `Q4_K` is regrouped into the same form: each 32-value sub-block of a super-block becomes
-//! a `Q4_1`-like block column (its eight rows' quants as `Q4_1` nibbles), so that the `Q4_1`
-//! group kernels run it, 8-bit ones included. Its scales are not `f16` (a sub-block's scale is
-//! `d * sc` with a 6-bit `sc`, exact in `f32` but not in `f16`), so each super-block column
-//! starts with the eight rows' `d` and `dmin` (`f16`) and their eight 6-bit scales and mins
-//! unpacked to bytes, and the kernels form `d * sc` and `-(dmin * mn)` in `f32`, exactly
-//! llama.cpp's `d1` and `m1`:
+//! `Q4_K` and `Q5_K` are regrouped into the same forms: each 32-value sub-block of a
+//! super-block becomes a `Q4_1`-like (`Q5_1`-like) block column, so that the `Q4_1` (`Q5`)
+//! group kernels run them, 8-bit ones included. Their scales are not `f16` (a sub-block's
+//! scale is `d * sc` with a 6-bit `sc`, exact in `f32` but not in `f16`), so each super-block
+//! column starts with a header of the eight rows' `d` and `dmin` (`f16`) and their eight
+//! 6-bit scales and mins unpacked to bytes, and the kernels form `d * sc` and `-(dmin * mn)`
+//! in `f32`, exactly llama.cpp's `d1` and `m1`:
 //!
 //! ```text
-//! group g, super-block column s (1184 bytes for 8 x 144):
+//! group g, super-block column s (Q4_K: 1184 bytes for 8 x 144; Q5_K: 1440 for 8 x 176):
 //!   [d of rows P[0..8], f16 x 8] [dmin, f16 x 8] [sc of sub-block 0 of rows P[0..8], u8 x 8]
 //!   ... [sc of sub-block 7] [mn of sub-block 0, u8 x 8] ... [mn of sub-block 7]
-//!   [sub-block 0: qs of row 0, 16 bytes] ... [qs of row 7] ... [sub-block 7: ...]
+//!   [sub-block 0: (Q5_K: its 32 bytes of fifth bits) qs of row 0, 16 bytes ... qs of row 7]
+//!   ... [sub-block 7]
 //! ```
 //!
 //! A sub-block's 16 quant bytes hold its values `t` (low nibble) and `t + 16` (high nibble)
-//! as `Q4_1` does. The rows past the last whole group are padded with zero rows to a group
-//! (32 bytes more per row of each super-block than the file, 2%).
+//! as `Q4_1` does, its fifth bits transposed as `Q5_1`'s. The rows past the last whole group
+//! are padded with zero rows to a group (32 bytes more per row of each super-block than the
+//! file, 2%).
 
 use kindle_gguf::quant::GgmlType;
 
@@ -58,28 +60,44 @@ pub(crate) const LANE_ROWS: [usize; GROUP] = [0, 2, 4, 6, 1, 3, 5, 7];
 /// Whether matrices of `ty` are stored interleaved.
 pub(crate) fn packs(ty: GgmlType) -> bool {
     use GgmlType::*;
-    matches!(ty, Q4_0 | Q4_1 | Q8_0 | Q5_0 | Q5_1 | Q4_K)
+    matches!(ty, Q4_0 | Q4_1 | Q8_0 | Q5_0 | Q5_1 | Q4_K | Q5_K)
 }
 
-/// Bytes of a packed `Q4_K` super-block column: the `d` and `dmin` rows (`f16 x 8` each), the
-/// scales and mins (`8 x 8` bytes each), and eight sub-blocks of eight rows' 16 quant bytes.
-pub(crate) const Q4K_COLUMN: usize = 32 + 128 + 8 * GROUP * 16;
+/// Whether `ty` is packed as K-quant super-block columns (`Q4_K`, `Q5_K`).
+fn k_packed(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K)
+}
 
-/// Where, in a packed `Q4_K` super-block column, the scales (then the mins) of sub-block `j`
-/// start, eight bytes in lane order.
-pub(crate) const fn q4k_scales_at(j: usize) -> usize {
+/// Bytes of a packed K-quant super-block column's header: the `d` and `dmin` rows (`f16 x 8`
+/// each), the scales and the mins (`8 x 8` bytes each).
+pub(crate) const K_HEADER: usize = 32 + 128;
+
+/// Bytes of one sub-block of a packed K-quant super-block column: eight rows' 16 quant bytes,
+/// after 32 bytes of fifth bits for `Q5_K` (`five`).
+const fn k_sub_bytes(five: bool) -> usize {
+    GROUP * 16 + if five { 32 } else { 0 }
+}
+
+/// Bytes of a packed `Q4_K` (or, `five`, `Q5_K`) super-block column.
+pub(crate) const fn k_column_bytes(five: bool) -> usize {
+    K_HEADER + 8 * k_sub_bytes(five)
+}
+
+/// Where, in a packed K-quant super-block column, the scales of sub-block `j` start, eight
+/// bytes in lane order.
+pub(crate) const fn k_scales_at(j: usize) -> usize {
     32 + 8 * j
 }
 
-/// Where, in a packed `Q4_K` super-block column, the mins of sub-block `j` start.
-pub(crate) const fn q4k_mins_at(j: usize) -> usize {
+/// Where, in a packed K-quant super-block column, the mins of sub-block `j` start.
+pub(crate) const fn k_mins_at(j: usize) -> usize {
     96 + 8 * j
 }
 
-/// Where, in a packed `Q4_K` super-block column, sub-block `j`'s quants start (row `i` 16
-/// bytes further on per row).
-pub(crate) const fn q4k_quants_at(j: usize) -> usize {
-    160 + 128 * j
+/// Where, in a packed K-quant super-block column, sub-block `j` starts (its fifth bits for
+/// `Q5_K`, then row `i`'s quants 16 bytes further on per row).
+const fn k_sub_at(five: bool, j: usize) -> usize {
+    K_HEADER + k_sub_bytes(five) * j
 }
 
 /// `f16` fields at the start of a block: `d`, and `m` for `Q4_1`/`Q5_1`.
@@ -115,20 +133,20 @@ pub(crate) struct Packing {
     /// Rows in groups: `rows - rows % 8`, the rest stored plainly after them; for `Q4_K`
     /// every row, the last group padded (`rows.next_multiple_of(8)`).
     pub grouped_rows: usize,
-    /// Bytes of one block column of a group (eight GGUF blocks' worth, [`Q4K_COLUMN`] for
-    /// `Q4_K`).
+    /// Bytes of one block column of a group (eight GGUF blocks' worth, [`k_column_bytes`]
+    /// for `Q4_K`/`Q5_K`).
     pub column_bytes: usize,
 }
 
 impl Packing {
     pub fn new(ty: GgmlType, rows: usize, cols: usize) -> Self {
         let (block_bytes, nb) = (ty.type_size(), cols / ty.block_size());
-        if ty == GgmlType::Q4_K {
+        if k_packed(ty) {
             return Packing {
                 block_bytes,
                 nb,
                 grouped_rows: rows.next_multiple_of(GROUP),
-                column_bytes: Q4K_COLUMN,
+                column_bytes: k_column_bytes(ty == GgmlType::Q5_K),
             };
         }
         Packing {
@@ -271,8 +289,8 @@ pub(crate) fn pack_releasing(
         }
         for b in 0..p.nb {
             let src = &data[r * row_bytes + b * p.block_bytes..][..p.block_bytes];
-            if ty == GgmlType::Q4_K {
-                put_q4k(&p, r, b, src, &mut out);
+            if k_packed(ty) {
+                put_k(ty, &p, r, b, src, &mut out);
             } else {
                 p.block_parts(ty, r, b).put(ty, src, &mut out);
             }
@@ -319,9 +337,9 @@ pub(crate) fn unpack_row(ty: GgmlType, p: &Packing, data: &[u8], r: usize, out: 
         out.copy_from_slice(&data[at..at + row_bytes]);
         return;
     }
-    if ty == GgmlType::Q4_K {
+    if k_packed(ty) {
         for (b, dst) in out.chunks_exact_mut(p.block_bytes).enumerate() {
-            get_q4k(p, data, r, b, dst);
+            get_k(ty, p, data, r, b, dst);
         }
         return;
     }
@@ -333,58 +351,79 @@ pub(crate) fn unpack_row(ty: GgmlType, p: &Packing, data: &[u8], r: usize, out: 
     }
 }
 
-/// Where super-block column `b` of row `r`'s group starts in a packed `Q4_K` matrix, and the
-/// row's lane (the place of its scales) and index within the group.
-fn q4k_place(p: &Packing, r: usize, b: usize) -> (usize, usize, usize) {
+/// Where super-block column `b` of row `r`'s group starts in a packed K-quant matrix, and
+/// the row's lane (the place of its scales) and index within the group.
+fn k_place(p: &Packing, r: usize, b: usize) -> (usize, usize, usize) {
     let (g, i) = (r / GROUP, r % GROUP);
     let lane = LANE_ROWS.iter().position(|&row| row == i).unwrap_or(0);
     (g * p.group_bytes() + b * p.column_bytes, lane, i)
 }
 
-/// Copy `Q4_K` super-block `b` of row `r` (`src`, 144 bytes) into its places in `out`.
-fn put_q4k(p: &Packing, r: usize, b: usize, src: &[u8], out: &mut [u8]) {
-    let (col, lane, i) = q4k_place(p, r, b);
+/// Copy `Q4_K` or `Q5_K` super-block `b` of row `r` (`src`, 144 or 176 bytes) into its
+/// places in `out`.
+fn put_k(ty: GgmlType, p: &Packing, r: usize, b: usize, src: &[u8], out: &mut [u8]) {
+    let five = ty == GgmlType::Q5_K;
+    let (col, lane, i) = k_place(p, r, b);
     out[col + 2 * lane..][..2].copy_from_slice(&src[0..2]);
     out[col + 16 + 2 * lane..][..2].copy_from_slice(&src[2..4]);
     let packed: [u8; 12] = std::array::from_fn(|k| src[4 + k]);
     let (sc, mn) = kindle_gguf::quant::unpack_scale_min_k4(&packed);
-    let qs = &src[16..144];
+    // `Q5_K`: 32 bytes of fifth bits (bit `j` of byte `t`: value `t` of sub-block `j`).
+    let (qh, qs) = if five {
+        (&src[16..48], &src[48..176])
+    } else {
+        (&src[16..16], &src[16..144])
+    };
     for j in 0..8 {
-        out[col + q4k_scales_at(j) + lane] = sc[j];
-        out[col + q4k_mins_at(j) + lane] = mn[j];
+        out[col + k_scales_at(j) + lane] = sc[j];
+        out[col + k_mins_at(j) + lane] = mn[j];
         // Sub-block `j`: the low (even `j`) or high (odd) nibbles of 32 bytes of `qs`.
         let value = |t: usize| {
             let byte = qs[32 * (j / 2) + t];
             if j % 2 == 0 { byte & 0x0F } else { byte >> 4 }
         };
-        let dst = &mut out[col + q4k_quants_at(j) + 16 * i..][..16];
-        for (t, d) in dst.iter_mut().enumerate() {
+        let sub = col + k_sub_at(five, j);
+        let quants = sub + if five { 32 } else { 0 };
+        for (t, d) in out[quants + 16 * i..][..16].iter_mut().enumerate() {
             *d = value(t) | (value(t + 16) << 4);
+        }
+        if five {
+            for (v, &h) in qh.iter().enumerate() {
+                let (byte, bit) = q5_bit(i, v);
+                out[sub + byte] |= ((h >> j) & 1) << bit;
+            }
         }
     }
 }
 
-/// `Q4_K` super-block `b` of row `r` back from its places in `data`, into `dst` (144 bytes).
-fn get_q4k(p: &Packing, data: &[u8], r: usize, b: usize, dst: &mut [u8]) {
-    let (col, lane, i) = q4k_place(p, r, b);
+/// `Q4_K` or `Q5_K` super-block `b` of row `r` back from its places in `data`, into `dst`.
+fn get_k(ty: GgmlType, p: &Packing, data: &[u8], r: usize, b: usize, dst: &mut [u8]) {
+    let five = ty == GgmlType::Q5_K;
+    let (col, lane, i) = k_place(p, r, b);
     dst[0..2].copy_from_slice(&data[col + 2 * lane..][..2]);
     dst[2..4].copy_from_slice(&data[col + 16 + 2 * lane..][..2]);
-    let sc: [u8; 8] = std::array::from_fn(|j| data[col + q4k_scales_at(j) + lane]);
-    let mn: [u8; 8] = std::array::from_fn(|j| data[col + q4k_mins_at(j) + lane]);
+    let sc: [u8; 8] = std::array::from_fn(|j| data[col + k_scales_at(j) + lane]);
+    let mn: [u8; 8] = std::array::from_fn(|j| data[col + k_mins_at(j) + lane]);
     // The inverse of `unpack_scale_min_k4`: twelve bytes hold exactly the 16 six-bit values.
     for j in 0..4 {
         dst[4 + j] = (sc[j] & 63) | ((sc[j + 4] >> 4) << 6);
         dst[8 + j] = (mn[j] & 63) | ((mn[j + 4] >> 4) << 6);
         dst[12 + j] = (sc[j + 4] & 0x0F) | ((mn[j + 4] & 0x0F) << 4);
     }
-    let qs = &mut dst[16..144];
+    let (qh, qs) = dst[16..].split_at_mut(if five { 32 } else { 0 });
+    qh.fill(0);
     qs.fill(0);
     for j in 0..8 {
-        let src = &data[col + q4k_quants_at(j) + 16 * i..][..16];
+        let sub = col + k_sub_at(five, j);
+        let quants = sub + if five { 32 } else { 0 };
         let shift = if j % 2 == 0 { 0 } else { 4 };
-        for (t, &byte) in src.iter().enumerate() {
+        for (t, &byte) in data[quants + 16 * i..][..16].iter().enumerate() {
             qs[32 * (j / 2) + t] |= (byte & 0x0F) << shift;
             qs[32 * (j / 2) + t + 16] |= (byte >> 4) << shift;
+        }
+        for (v, h) in qh.iter_mut().enumerate() {
+            let (byte, bit) = q5_bit(i, v);
+            *h |= ((data[sub + byte] >> bit) & 1) << j;
         }
     }
 }
@@ -403,6 +442,7 @@ mod tests {
             GgmlType::Q5_0,
             GgmlType::Q5_1,
             GgmlType::Q4_K,
+            GgmlType::Q5_K,
         ] {
             let (rows, cols) = (2 * CHUNK_ROWS + 13, ty.block_size() * 2);
             let row_bytes = cols / ty.block_size() * ty.type_size();

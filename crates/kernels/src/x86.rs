@@ -228,8 +228,8 @@ macro_rules! group_kernels {
         pub(crate) mod $module {
             use std::arch::x86_64::*;
 
+            use super::super::columns::{SuperBlock, column};
             use super::super::packed::LANE_ROWS;
-            use super::super::q4_columns::{SuperBlock, q4_column};
             use super::super::q8::BlockQ8;
             use super::prefetch_ahead;
 
@@ -312,7 +312,7 @@ macro_rules! group_kernels {
             }
 
             /// A `Q4_1` group (`nb` block columns at `w`; `F` another format of that form,
-            /// `super::super::q4_columns`) times `JN` rows of 8-bit activation blocks.
+            /// `super::super::columns`) times `JN` rows of 8-bit activation blocks.
             ///
             /// # Safety
             /// `w` holds `nb` block columns of `F` and every `ys[j]` at least `nb` blocks.
@@ -331,7 +331,7 @@ macro_rules! group_kernels {
                     // SAFETY: block column `b` lies within the caller's `nb` columns, and
                     // each activation row has block `b`.
                     unsafe {
-                        let (qs, d, m) = q4_column::<F>(w, b, &mut sb);
+                        let (qs, d, m) = column::<F>(w, b, &mut sb);
                         // Rows (2k, 2k+1) in the two 128-bit lanes.
                         let mut lo = [_mm256_setzero_si256(); 4];
                         let mut hi = [_mm256_setzero_si256(); 4];
@@ -454,7 +454,7 @@ macro_rules! group_kernels {
                     // SAFETY: block column `b` lies within the `nb` columns; activation block
                     // `b` within `32 * nb` values.
                     unsafe {
-                        let (qs, d, m) = q4_column::<F>(w, b, &mut sb);
+                        let (qs, d, m) = column::<F>(w, b, &mut sb);
                         let decode = |row: usize| -> [__m256; 4] {
                             let p = qs.add(16 * row) as *const __m128i;
                             let lo = _mm256_broadcastsi128_si256(_mm_loadu_si128(p));
@@ -636,8 +636,8 @@ pub(crate) const Q4_SCALE_AVX512: [f32; 32] = {
 pub(crate) mod avx512 {
     use std::arch::x86_64::*;
 
+    use super::super::columns::{SuperBlock, column};
     use super::super::packed::LANE_ROWS;
-    use super::super::q4_columns::{SuperBlock, q4_column};
     use super::prefetch_ahead;
 
     /// `w[0] x[0..16] + w[1] x[16..32]`, lane by lane.
@@ -685,7 +685,7 @@ pub(crate) mod avx512 {
             // SAFETY: block column `b` lies within the `nb` columns; activation block `b`
             // within `32 * nb` values.
             unsafe {
-                let (qs, dv, m) = q4_column::<F>(w, b, &mut sb);
+                let (qs, dv, m) = column::<F>(w, b, &mut sb);
                 let mut d = [0f32; 8];
                 _mm256_storeu_ps(d.as_mut_ptr(), dv);
                 for (s, &row) in LANE_ROWS.iter().enumerate() {

@@ -1,25 +1,22 @@
-//! AVX2 + FMA + F16C kernels for the 256-value K-quant super-blocks (`Q4_K`, `Q5_K`, `Q6_K`),
-//! read in place from the file's rows (no repacking: a super-block's scales are per 32 or 16
-//! values, so there is no per-block `f16` to gather across rows, and each row is reduced
-//! horizontally once, not once per block).
+//! AVX2 + FMA + F16C kernels for the 256-value `Q6_K` super-blocks, read in place from the
+//! file's rows (no repacking: a super-block's scales are per 16 values, so there is no
+//! per-block `f16` to gather across rows, and each row is reduced horizontally once, not once
+//! per block). `Q4_K` and `Q5_K` are repacked at load into the `Q4_1` and `Q5_1` group forms
+//! (`packed.rs`, `columns.rs`) and run those kernels.
 //!
 //! Each kernel takes one weight row and `JN` activation rows: a super-block is decoded once
 //! for all of them, and the arithmetic of one output does not depend on `JN` (a row gives the
 //! same bits alone and in a batch).
 //!
-//! - `f32` activations: 32 quant bytes are loaded once and each 4-, 5- or 6-bit value is masked
+//! - `f32` activations: 32 quant bytes are loaded once and each 6-bit value is masked
 //!   *in place* in its 32-bit lane (byte `k` of lane `l` is value `4l + k`, left at bit `8k`),
 //!   converted, and multiplied with activations permuted into [`K_ORDER`] and scaled by
-//!   [`K_SCALE`] (`2^-8k`), so every product is exactly `q * x`. Each 32-value sub-block's dot
-//!   product is scaled by its `d * scale` as it is added (one FMA); `Q4_K`/`Q5_K` mins and
-//!   `Q6_K`'s `-32` offset are applied to activation sums per 32 (per 16) values, once per
-//!   super-block.
-//! - 8-bit activations: `Q4_K`/`Q5_K` read ggml's `Q8_K` form (one scale per 256 values and
-//!   sums per 16, [`Q8KRows`], quantized by [`quantize_q8k`]): `maddubs` of the unsigned
-//!   quants with the signed activations, the eight sub-blocks' integer sums gathered into one
-//!   vector, converted once and scaled by the eight `d * scale * y.d` in one FMA; mins on the
-//!   sums per 32 in one integer `madd`. `Q6_K` reads the crate's 32-value `BlockQ8` blocks
-//!   (through [`Q8Block`]): the 16-value scales in the `madd`, one FMA by `d * y.d` per 256.
+//!   [`K_SCALE`] (`2^-8k`), so every product is exactly `q * x`. Each 16 values' dot
+//!   product is scaled by its `d * scale` as it is added (one FMA); the `-32` offset is
+//!   applied to activation sums per 16 values, once per super-block.
+//! - 8-bit activations: the crate's 32-value `BlockQ8` blocks (through [`Q8Block`]): `maddubs`
+//!   of the unsigned quants with the signed activations, the 16-value scales in the `madd`,
+//!   one FMA by `d * y.d` per 256.
 //!
 //! Every function requires AVX2, FMA and F16C (the caller checks them at run time), a row of
 //! whole super-blocks, and activation rows at least as long.
@@ -58,10 +55,6 @@ pub(crate) fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
 }
 
-/// Bytes of one `Q4_K` super-block.
-const Q4_K_BYTES: usize = 144;
-/// Bytes of one `Q5_K` super-block.
-const Q5_K_BYTES: usize = 176;
 /// Bytes of one `Q6_K` super-block.
 const Q6_K_BYTES: usize = 210;
 
@@ -119,196 +112,7 @@ unsafe fn dot4(w: &[__m256; 4], x: *const f32) -> __m256 {
     }
 }
 
-/// Eight bytes widened to `f32` lanes (unsigned).
-///
-/// # Safety
-/// `p` points to eight readable bytes.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn u8x8(p: *const u8) -> __m256 {
-    // SAFETY: the caller passes eight readable bytes.
-    unsafe { _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i))) }
-}
-
-/// `h` shifted so that bit `bit` of each byte lands at bit 4 (other bits: anything).
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-fn bit_to_4(h: __m256i, bit: i32) -> __m256i {
-    if bit <= 4 {
-        _mm256_sll_epi32(h, _mm_cvtsi32_si128(4 - bit))
-    } else {
-        _mm256_srl_epi32(h, _mm_cvtsi32_si128(bit - 4))
-    }
-}
-
-/// The 32 quant bytes of the sub-block pair `g` of a `Q4_K` (`FIVE` false) or `Q5_K`
-/// super-block at `b`: values of sub-block `2g` and `2g + 1`, each byte one value (0..32).
-///
-/// # Safety
-/// `b` points to a whole super-block of the type.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn k45_pair<const FIVE: bool>(b: *const u8, g: usize) -> (__m256i, __m256i) {
-    // SAFETY: within the super-block (caller).
-    unsafe {
-        let low = _mm256_set1_epi8(0x0F);
-        let qs = if FIVE { b.add(48) } else { b.add(16) };
-        let v = _mm256_loadu_si256(qs.add(32 * g) as *const __m256i);
-        let lo = _mm256_and_si256(v, low);
-        let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
-        if !FIVE {
-            return (lo, hi);
-        }
-        let h = _mm256_loadu_si256(b.add(16) as *const __m256i);
-        let bit = _mm256_set1_epi8(0x10);
-        let g = g as i32;
-        (
-            _mm256_or_si256(lo, _mm256_and_si256(bit_to_4(h, 2 * g), bit)),
-            _mm256_or_si256(hi, _mm256_and_si256(bit_to_4(h, 2 * g + 1), bit)),
-        )
-    }
-}
-
-/// `(d * scale[s], dmin * min[s])` for the eight sub-blocks of a `Q4_K`/`Q5_K` super-block.
-///
-/// # Safety
-/// `b` points to a whole super-block.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn k45_scales(b: *const u8) -> (__m256, __m256) {
-    // SAFETY: within the super-block (caller).
-    unsafe {
-        let bytes: [u8; 12] = std::ptr::read_unaligned(b.add(4) as *const [u8; 12]);
-        let (sc, mn) = kindle_gguf::quant::unpack_scale_min_k4(&bytes);
-        let d = _mm256_set1_ps(f16_at(b));
-        let dmin = _mm256_set1_ps(f16_at(b.add(2)));
-        (
-            _mm256_mul_ps(d, u8x8(sc.as_ptr())),
-            _mm256_mul_ps(dmin, u8x8(mn.as_ptr())),
-        )
-    }
-}
-
-/// A `Q4_K` (`FIVE` false) or `Q5_K` row times `JN` rows of `f32` activations, each in
-/// [`K_ORDER`] scaled by [`K_SCALE`] (`xs`), with their sums per 32 values (`sums`).
-///
-/// # Safety
-/// AVX2, FMA and F16C; `row` holds whole super-blocks; each `xs[j]` as many values and each
-/// `sums[j]` one per 32.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn q45_k_f32<const JN: usize, const FIVE: bool>(
-    row: &[u8],
-    xs: [&[f32]; JN],
-    sums: [&[f32]; JN],
-    out: &mut [f32],
-) {
-    let bytes = if FIVE { Q5_K_BYTES } else { Q4_K_BYTES };
-    // After the pair's bytes are split into one value per byte, 5 bits of each stay in place.
-    let masks = lane_masks(if FIVE { 0x1F } else { 0x0F });
-    let mut acc = [[_mm256_setzero_ps(); 2]; JN];
-    let mut acc_min = [_mm256_setzero_ps(); JN];
-    for (i, b) in row.chunks_exact(bytes).enumerate() {
-        // SAFETY: `b` is one super-block; activation super-block `i` lies within `xs[j]`
-        // (`256 * i + 256` values) and `sums[j]` (`8 * i + 8`).
-        unsafe {
-            let b = b.as_ptr();
-            let (scales, mins) = k45_scales(b);
-            let mut ds = [0f32; 8];
-            _mm256_storeu_ps(ds.as_mut_ptr(), scales);
-            for j in 0..JN {
-                let s = _mm256_loadu_ps(sums[j].as_ptr().add(8 * i));
-                acc_min[j] = _mm256_fmadd_ps(mins, s, acc_min[j]);
-            }
-            for g in 0..4 {
-                let (lo, hi) = if FIVE {
-                    k45_pair::<true>(b, g)
-                } else {
-                    // The high nibbles shifted down to the low ones' places; the masks keep
-                    // one nibble per byte either way.
-                    let v = _mm256_loadu_si256(b.add(16 + 32 * g) as *const __m256i);
-                    (v, _mm256_srli_epi32::<4>(v))
-                };
-                let wa = decode(lo, &masks);
-                let wb = decode(hi, &masks);
-                let sa = _mm256_set1_ps(ds[2 * g]);
-                let sb = _mm256_set1_ps(ds[2 * g + 1]);
-                for j in 0..JN {
-                    let x = xs[j].as_ptr().add(256 * i + 64 * g);
-                    acc[j][0] = _mm256_fmadd_ps(dot4(&wa, x), sa, acc[j][0]);
-                    acc[j][1] = _mm256_fmadd_ps(dot4(&wb, x.add(32)), sb, acc[j][1]);
-                }
-            }
-        }
-    }
-    for j in 0..JN {
-        out[j] = hsum(_mm256_add_ps(acc[j][0], acc[j][1])) - hsum(acc_min[j]);
-    }
-}
-
-/// [`q45_k_f32`] with 16-lane AVX-512 vectors: a sub-block pair's 64 values in one vector
-/// (sub-block `2g` in the low eight lanes, `2g + 1` in the high); per pair and activation
-/// row the four products of a lane are summed and scaled by the lane's `d * scale` as they
-/// are added to its partial sum, and the lanes are reduced once, at the end. Activations in [`K_ORDER`] scaled by [`K_SCALE`], then each 64 values' 8-value pieces
-/// interleaved by [`interleave_k_pairs`].
-///
-/// # Safety
-/// As [`q45_k_f32`]; the CPU must have AVX-512F.
-#[target_feature(enable = "avx2,fma,f16c,avx512f")]
-pub(crate) unsafe fn q45_k_f32_avx512<const JN: usize, const FIVE: bool>(
-    row: &[u8],
-    xs: [&[f32]; JN],
-    sums: [&[f32]; JN],
-    out: &mut [f32],
-) {
-    let bytes = if FIVE { Q5_K_BYTES } else { Q4_K_BYTES };
-    let mask = if FIVE { 0x1F } else { 0x0F };
-    let masks: [__m512i; 4] = std::array::from_fn(|k| _mm512_set1_epi32(mask << (8 * k)));
-    let pair_scale: [__m512i; 4] = std::array::from_fn(|g| {
-        let (a, b) = (2 * g as i32, 2 * g as i32 + 1);
-        _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
-    });
-    let mut acc = [[_mm512_setzero_ps(); 2]; JN];
-    let mut acc_min = [_mm256_setzero_ps(); JN];
-    for (i, b) in row.chunks_exact(bytes).enumerate() {
-        // SAFETY: `b` is one super-block; activation super-block `i` lies within `xs[j]`
-        // (`256 * i + 256` values) and `sums[j]` (`8 * i + 8`).
-        unsafe {
-            let b = b.as_ptr();
-            let (scales, mins) = k45_scales(b);
-            let scales = _mm512_castps256_ps512(scales);
-            for j in 0..JN {
-                let s = _mm256_loadu_ps(sums[j].as_ptr().add(8 * i));
-                acc_min[j] = _mm256_fmadd_ps(mins, s, acc_min[j]);
-            }
-            for g in 0..4 {
-                let (lo, hi) = if FIVE {
-                    k45_pair::<true>(b, g)
-                } else {
-                    let v = _mm256_loadu_si256(b.add(16 + 32 * g) as *const __m256i);
-                    (v, _mm256_srli_epi32::<4>(v))
-                };
-                let v = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
-                let s = _mm512_permutexvar_ps(pair_scale[g], scales);
-                let w: [__m512; 4] =
-                    std::array::from_fn(|k| _mm512_cvtepi32_ps(_mm512_and_si512(v, masks[k])));
-                for j in 0..JN {
-                    let x = xs[j].as_ptr().add(256 * i + 64 * g);
-                    let mut t = _mm512_mul_ps(w[0], _mm512_loadu_ps(x));
-                    for (k, &wk) in w.iter().enumerate().skip(1) {
-                        t = _mm512_fmadd_ps(wk, _mm512_loadu_ps(x.add(16 * k)), t);
-                    }
-                    acc[j][g % 2] = _mm512_fmadd_ps(t, s, acc[j][g % 2]);
-                }
-            }
-        }
-    }
-    for j in 0..JN {
-        let total = _mm512_add_ps(acc[j][0], acc[j][1]);
-        out[j] = _mm512_reduce_add_ps(total) - hsum(acc_min[j]);
-    }
-}
-
-/// Reorder each 64 [`K_ORDER`]ed activations (two sub-blocks) for [`q45_k_f32_avx512`]:
+/// Reorder each 64 [`K_ORDER`]ed activations (two 32-value pieces) for [`q6_k_f32_avx512`]:
 /// position `16k + 8h + l` takes position `32h + 8k + l`, so that the values byte `k` of both
 /// sub-blocks meets lie in one 16-lane load.
 pub(crate) fn interleave_k_pairs(x: &mut [f32]) {
@@ -344,153 +148,6 @@ fn sum_lanes_i32(h: [__m256i; 4]) -> __m256i {
         _mm256_permute2x128_si256::<0x20>(a, b),
         _mm256_permute2x128_si256::<0x31>(a, b),
     )
-}
-
-/// `JN` activation rows in `Q8_K` form (`q8::RowsQ8K`): each row's quants, its scales (one
-/// per 256 values) and its sums of 16 quants.
-pub(crate) struct Q8KRows<const JN: usize> {
-    /// Each row's quants.
-    pub qs: [*const i8; JN],
-    /// Each row's scales.
-    pub d: [*const f32; JN],
-    /// Each row's sums of 16 quants.
-    pub bsums: [*const i16; JN],
-}
-
-/// 256 activations quantized as `q8::RowsQ8K::push` does (the same scale, rounding half away
-/// from zero) into `qs` (256) and `bsums` (16); returns the scale.
-///
-/// # Safety
-/// AVX2, FMA and F16C; `x` and `qs` hold 256 values, `bsums` 16.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn quantize_q8k(x: &[f32], qs: &mut [i8], bsums: &mut [i16]) -> f32 {
-    // SAFETY: the lengths are the caller's.
-    unsafe {
-        let sign = _mm256_set1_ps(-0.0);
-        let xp = x.as_ptr();
-        let mut max = _mm256_setzero_ps();
-        for k in 0..32 {
-            max = _mm256_max_ps(max, _mm256_andnot_ps(sign, _mm256_loadu_ps(xp.add(8 * k))));
-        }
-        let max4 = _mm_max_ps(_mm256_castps256_ps128(max), _mm256_extractf128_ps::<1>(max));
-        let max2 = _mm_max_ps(max4, _mm_movehl_ps(max4, max4));
-        let amax = _mm_cvtss_f32(_mm_max_ss(max2, _mm_movehdup_ps(max2)));
-        let d = amax / 127.0;
-        let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
-        for c in 0..8 {
-            let q: [__m256i; 4] = std::array::from_fn(|k| {
-                let p = _mm256_mul_ps(_mm256_loadu_ps(xp.add(32 * c + 8 * k)), id);
-                let t = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(p);
-                let half = _mm256_cmp_ps::<_CMP_GE_OQ>(
-                    _mm256_andnot_ps(sign, _mm256_sub_ps(p, t)),
-                    _mm256_set1_ps(0.5),
-                );
-                let step = _mm256_or_ps(_mm256_and_ps(p, sign), _mm256_set1_ps(1.0));
-                _mm256_cvtps_epi32(_mm256_add_ps(t, _mm256_and_ps(half, step)))
-            });
-            for h in 0..2 {
-                let s = _mm256_add_epi32(q[2 * h], q[2 * h + 1]);
-                let s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
-                let s2 = _mm_add_epi32(s4, _mm_shuffle_epi32::<0b01_00_11_10>(s4));
-                let s1 = _mm_add_epi32(s2, _mm_shuffle_epi32::<0b10_11_00_01>(s2));
-                bsums[2 * c + h] = _mm_cvtsi128_si32(s1) as i16;
-            }
-            let bytes = _mm256_packs_epi16(
-                _mm256_packs_epi32(q[0], q[1]),
-                _mm256_packs_epi32(q[2], q[3]),
-            );
-            let bytes =
-                _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-            _mm256_storeu_si256(qs.as_mut_ptr().add(32 * c) as *mut __m256i, bytes);
-        }
-        d
-    }
-}
-
-/// Sum of the four lanes.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-fn hsum128(s: __m128) -> f32 {
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
-}
-
-/// The eight 6-bit scales and eight mins of a `Q4_K`/`Q5_K` super-block at `p`, one per
-/// byte, as `kindle_gguf::quant::unpack_scale_min_k4` unpacks them, but in 32-bit registers
-/// (ggml's masks): no byte stores read back as a vector.
-///
-/// # Safety
-/// `p` points to a whole super-block.
-#[inline(always)]
-unsafe fn k4_scales_u64(p: *const u8) -> (u64, u64) {
-    // SAFETY: bytes 4..16 lie within the super-block (caller).
-    let u = unsafe { std::ptr::read_unaligned(p.add(4) as *const [u32; 3]) }.map(u32::from_le);
-    let (low6, low4, top2) = (0x3f3f_3f3f, 0x0f0f_0f0f, 0x0303_0303);
-    let sc_hi = (u[2] & low4) | (((u[0] >> 6) & top2) << 4);
-    let mn_hi = ((u[2] >> 4) & low4) | (((u[1] >> 6) & top2) << 4);
-    let sc = u64::from(u[0] & low6) | (u64::from(sc_hi) << 32);
-    let mn = u64::from(u[1] & low6) | (u64::from(mn_hi) << 32);
-    (sc, mn)
-}
-
-/// A `Q4_K` (`FIVE` false) or `Q5_K` row times `JN` rows of `Q8_K` activations (ggml's
-/// scheme, one activation scale per 256 values): the eight sub-blocks' integer dot products
-/// are gathered into the lanes of one vector (`vphaddd`), converted once and scaled by the
-/// eight `d * scale * y.d` in one FMA; the mins meet the activation sums per 32 values
-/// (`hadd` of the sums per 16) in one integer `madd`.
-///
-/// # Safety
-/// AVX2, FMA and F16C; `row` holds whole super-blocks and each row of `ys` 256 quants, one
-/// scale and 16 sums per super-block.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn q45_k_q8k<const JN: usize, const FIVE: bool>(
-    row: &[u8],
-    ys: &Q8KRows<JN>,
-    out: &mut [f32],
-) {
-    let bytes = if FIVE { Q5_K_BYTES } else { Q4_K_BYTES };
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = [_mm256_setzero_ps(); JN];
-    let mut acc_min = [_mm_setzero_ps(); JN];
-    for (i, b) in row.chunks_exact(bytes).enumerate() {
-        // SAFETY: `b` is one super-block; activation super-block `i` exists in every row.
-        unsafe {
-            let p = b.as_ptr();
-            let (sc, mn) = k4_scales_u64(p);
-            let dd = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(p as *const i32)));
-            let sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(sc as i64)));
-            let scales = _mm256_mul_ps(_mm256_broadcastss_ps(dd), sc);
-            let mn16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(mn as i64));
-            let dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
-            let mut h = [[_mm256_setzero_si256(); 4]; JN];
-            for g in 0..4 {
-                let (lo, hi) = k45_pair::<FIVE>(p, g);
-                for j in 0..JN {
-                    let y = ys.qs[j].add(256 * i + 64 * g);
-                    let ya = _mm256_loadu_si256(y as *const __m256i);
-                    let yb = _mm256_loadu_si256(y.add(32) as *const __m256i);
-                    let pa = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ya), ones);
-                    let pb = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yb), ones);
-                    h[j][g] = _mm256_hadd_epi32(pa, pb);
-                }
-            }
-            for j in 0..JN {
-                let yd = *ys.d[j].add(i);
-                let dots = _mm256_cvtepi32_ps(sum_lanes_i32(h[j]));
-                acc[j] = _mm256_fmadd_ps(dots, _mm256_mul_ps(scales, _mm256_set1_ps(yd)), acc[j]);
-                let bs = ys.bsums[j].add(16 * i);
-                let s32 = _mm_hadd_epi16(
-                    _mm_loadu_si128(bs as *const __m128i),
-                    _mm_loadu_si128(bs.add(8) as *const __m128i),
-                );
-                let mins = _mm_cvtepi32_ps(_mm_madd_epi16(mn16, s32));
-                acc_min[j] = _mm_fmadd_ps(_mm_set1_ps(dmin * yd), mins, acc_min[j]);
-            }
-        }
-    }
-    for j in 0..JN {
-        out[j] = hsum(acc[j]) - hsum128(acc_min[j]);
-    }
 }
 
 /// The four 32-value sub-blocks `k` of half `h` of a `Q6_K` super-block at `b`, one 6-bit
@@ -613,7 +270,7 @@ pub(crate) unsafe fn q6_k_f32<const JN: usize>(
     }
 }
 
-/// [`q6_k_f32`] with 16-lane AVX-512 vectors, as [`q45_k_f32_avx512`]: two 32-value
+/// [`q6_k_f32`] with 16-lane AVX-512 vectors: two 32-value
 /// sub-blocks per vector, activations interleaved per 64 by [`interleave_k_pairs`], each
 /// lane's four products summed and scaled by its 16 values' `d * scale` as they are added.
 ///
@@ -674,7 +331,7 @@ pub(crate) unsafe fn q6_k_f32_avx512<const JN: usize>(
 }
 
 /// A `Q6_K` row times `JN` rows of 8-bit activation blocks (the 16-value scales applied in
-/// the integer `madd`, the eight blocks' sums gathered as in [`q45_k_q8`]).
+/// the integer `madd`, the eight blocks' sums gathered into one vector by `vphaddd`).
 ///
 /// # Safety
 /// AVX2, FMA and F16C; `row` holds whole super-blocks and each row of `ys` eight blocks (and

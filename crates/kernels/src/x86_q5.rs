@@ -1,13 +1,15 @@
-//! AVX2 + FMA + F16C kernels over packed groups of eight `Q5_0` / `Q5_1` rows (the layout of
-//! `packed.rs`: per block column the eight `d` (and `m`) in lane order, the eight rows' `qh`,
-//! then their `qs`).
+//! AVX2 + FMA + F16C kernels over packed groups of eight `Q5_0` / `Q5_1` / `Q5_K` rows (the
+//! layout of `packed.rs`: per block column the eight `d` (and `m`) in lane order, the eight
+//! rows' `qh`, then their `qs`; for `Q5_K` the scales of a super-block column's eight
+//! sub-block columns in its header, `super::columns`).
 //!
 //! A 5-bit value is its 4-bit nibble OR-ed with its fifth bit at bit 4. The fifth bits were
 //! transposed at load (`packed::q5_bit`): the 32 bytes of a block column's fifth bits, shifted
 //! by one count per vector and masked with `0x10`, give the fifth bits of 32 values at bit 4
-//! of their bytes (ggml spreads each row's `qh` with a shuffle, an OR and a compare instead). `Q5_0`'s `-16` offset is an
-//! offset like `Q4_1`'s min, `m = -16 d`, applied to activation sums, so both types share one
-//! kernel with unsigned quants (`0..32`).
+//! of their bytes (ggml spreads each row's `qh` with a shuffle, an OR and a compare instead).
+//! `Q5_0`'s `-16` offset is an offset like `Q4_1`'s min, `m = -16 d`, and `Q5_K`'s min
+//! `-(dmin * mn)` another, applied to activation sums, so the three types share one kernel
+//! with unsigned quants (`0..32`).
 //!
 //! - 8-bit activations: two rows' quants per 32-byte load (as the `Q4_1` kernel), `maddubs`
 //!   of the unsigned 5-bit quants with the signed activations (two products of at most
@@ -24,17 +26,8 @@
 
 use std::arch::x86_64::*;
 
+use super::columns::{SuperBlock, column};
 use super::x86_k::{Q8Block, Q8Rows, hsum};
-
-/// Bytes of one packed block column: eight blocks of 22 (`Q5_0`) or 24 (`Q5_1`) bytes.
-const fn column_bytes(one: bool) -> usize {
-    if one { 192 } else { 176 }
-}
-
-/// Bytes of scales at the start of a block column.
-const fn scale_bytes(one: bool) -> usize {
-    if one { 32 } else { 16 }
-}
 
 /// The order of a block's 32 activations that the `f32` kernel reads: position `p` holds
 /// value `16 h + 4 l + k` with `h = p / 16`, `k = p % 16 / 4`, `l = p % 4` (the four values
@@ -61,40 +54,22 @@ pub(crate) const Q5_SCALE: [f32; 32] = {
     scale
 };
 
-/// `(d, m)` of the eight rows of block column `col`, in lane order (`m = -16 d` for `Q5_0`).
+/// The 5-bit quants (one per byte, `0..32`) of rows `2k` and `2k + 1` of the block column
+/// whose fifth bits start at `at` (its quants 32 bytes later), one row per 128-bit lane:
+/// values `0..16` (`lo`) and `16..32` (`hi`). `qh` is the column's 32 bytes of transposed
+/// fifth bits: those of values `0..16` of the two rows lie at bit `4 + k`, of values
+/// `16..32` at bit `3 - k`.
 ///
 /// # Safety
-/// `col` points to a whole block column.
+/// `at` points to a whole block column's fifth bits and quants.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn scales<const ONE: bool>(col: *const u8) -> (__m256, __m256) {
-    // SAFETY: the scales lie at the start of the column (caller).
-    unsafe {
-        let d = _mm256_cvtph_ps(_mm_loadu_si128(col as *const __m128i));
-        let m = if ONE {
-            _mm256_cvtph_ps(_mm_loadu_si128(col.add(16) as *const __m128i))
-        } else {
-            _mm256_mul_ps(d, _mm256_set1_ps(-16.0))
-        };
-        (d, m)
-    }
-}
-
-/// The 5-bit quants (one per byte, `0..32`) of rows `2k` and `2k + 1` of block column `col`,
-/// one row per 128-bit lane: values `0..16` (`lo`) and `16..32` (`hi`). `qh` is the column's
-/// 32 bytes of transposed fifth bits: those of values `0..16` of the two rows lie at bit
-/// `4 + k`, of values `16..32` at bit `3 - k`.
-///
-/// # Safety
-/// `col` points to a whole block column with `sb` bytes of scales.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn pair_quants(col: *const u8, sb: usize, qh: __m256i, k: usize) -> (__m256i, __m256i) {
+unsafe fn pair_quants(at: *const u8, qh: __m256i, k: usize) -> (__m256i, __m256i) {
     // SAFETY: the pair's quants lie within the column (caller).
     unsafe {
         let low = _mm256_set1_epi8(0x0F);
         let bit4 = _mm256_set1_epi8(0x10);
-        let v = _mm256_loadu_si256(col.add(sb + 32 + 32 * k) as *const __m256i);
+        let v = _mm256_loadu_si256(at.add(32 + 32 * k) as *const __m256i);
         let h_lo = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(k as i32));
         let h_hi = _mm256_sll_epi16(qh, _mm_cvtsi32_si128(k as i32 + 1));
         (
@@ -107,71 +82,93 @@ unsafe fn pair_quants(col: *const u8, sb: usize, qh: __m256i, k: usize) -> (__m2
     }
 }
 
-/// A `Q5_0` (`ONE` false) or `Q5_1` group times `JN` rows of 8-bit activation blocks; the
-/// eight results of activation row `j` to `out[j]` in the lane order [`super::packed::LANE_ROWS`].
-///
-/// # Safety
-/// AVX2, FMA and F16C; `w` holds `nb` block columns; each row of `ys` `nb` blocks, scales
-/// and sums.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn q5_q8<const JN: usize, const ONE: bool, Y: Q8Block>(
-    w: *const u8,
-    nb: usize,
-    ys: &Q8Rows<'_, Y, JN>,
-    out: &mut [[f32; 8]; JN],
-) {
-    let ones = _mm256_set1_epi16(1);
-    let (bytes, sb) = (column_bytes(ONE), scale_bytes(ONE));
-    let mut acc = [_mm256_setzero_ps(); JN];
-    let mut acc_min = [_mm256_setzero_ps(); JN];
-    for b in 0..nb {
-        // SAFETY: block column `b` lies within the group; activation block `b` exists.
-        unsafe {
-            let col = w.add(b * bytes);
-            super::prefetch::prefetch_ahead(col, bytes);
-            let (d, m) = scales::<ONE>(col);
-            let qh = _mm256_loadu_si256(col.add(sb) as *const __m256i);
-            let mut lo = [_mm256_setzero_si256(); 4];
-            let mut hi = [_mm256_setzero_si256(); 4];
-            for k in 0..4 {
-                (lo[k], hi[k]) = pair_quants(col, sb, qh, k);
+/// The 8-bit kernel, once per instruction set: `avx2` (`maddubs` + `madd`) and `vnni`
+/// (AVX-VNNI `vpdpbusd`, one instruction for both; the integer sums are the same).
+macro_rules! q5_q8_kernel {
+    ($name:ident, $features:tt, $vnni:expr) => {
+        /// A `Q5_1` group (or another format `F` of its form: `Q5_0`, `Q5_K`, see
+        /// `super::columns`) times `JN` rows of 8-bit activation blocks; the eight results of
+        /// activation row `j` to `out[j]` in the lane order [`super::packed::LANE_ROWS`].
+        ///
+        /// # Safety
+        /// The instance's features; `w` holds `nb` block columns; each row of `ys` `nb`
+        /// blocks, scales and sums.
+        #[target_feature(enable = $features)]
+        #[allow(unused_unsafe)]
+        pub(crate) unsafe fn $name<const JN: usize, const F: u8, Y: Q8Block>(
+            w: *const u8,
+            nb: usize,
+            ys: &Q8Rows<'_, Y, JN>,
+            out: &mut [[f32; 8]; JN],
+        ) {
+            let ones = _mm256_set1_epi16(1);
+            let mut sb = SuperBlock::new();
+            let mut acc = [_mm256_setzero_ps(); JN];
+            let mut acc_min = [_mm256_setzero_ps(); JN];
+            for b in 0..nb {
+                // SAFETY: block column `b` lies within the group; activation block `b`
+                // exists; the VNNI branch runs only in the instance with AVX-VNNI.
+                unsafe {
+                    let (at, d, m) = column::<F>(w, b, &mut sb);
+                    let qh = _mm256_loadu_si256(at as *const __m256i);
+                    let mut lo = [_mm256_setzero_si256(); 4];
+                    let mut hi = [_mm256_setzero_si256(); 4];
+                    for k in 0..4 {
+                        (lo[k], hi[k]) = pair_quants(at, qh, k);
+                    }
+                    for j in 0..JN {
+                        let q = ys.blocks[j].get_unchecked(b).qs().as_ptr();
+                        let ylo = _mm256_broadcastsi128_si256(_mm_loadu_si128(q as *const __m128i));
+                        let yhi = _mm256_broadcastsi128_si256(_mm_loadu_si128(
+                            q.add(16) as *const __m128i
+                        ));
+                        let p: [__m256i; 4] = std::array::from_fn(|k| {
+                            if $vnni {
+                                let zero = _mm256_setzero_si256();
+                                _mm256_dpbusd_avx_epi32(
+                                    _mm256_dpbusd_avx_epi32(zero, lo[k], ylo),
+                                    hi[k],
+                                    yhi,
+                                )
+                            } else {
+                                let p16 = _mm256_add_epi16(
+                                    _mm256_maddubs_epi16(lo[k], ylo),
+                                    _mm256_maddubs_epi16(hi[k], yhi),
+                                );
+                                _mm256_madd_epi16(p16, ones)
+                            }
+                        });
+                        // Lanes [r0 r2 r4 r6 | r1 r3 r5 r7] = LANE_ROWS.
+                        let sums = _mm256_cvtepi32_ps(_mm256_hadd_epi32(
+                            _mm256_hadd_epi32(p[0], p[1]),
+                            _mm256_hadd_epi32(p[2], p[3]),
+                        ));
+                        let yd = _mm256_set1_ps(*ys.d[j].add(b));
+                        acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(d, yd), sums, acc[j]);
+                        let ysum = _mm256_set1_ps(*ys.s[j].add(b));
+                        acc_min[j] = _mm256_fmadd_ps(m, ysum, acc_min[j]);
+                    }
+                }
             }
             for j in 0..JN {
-                let q = ys.blocks[j].get_unchecked(b).qs().as_ptr();
-                let ylo = _mm256_broadcastsi128_si256(_mm_loadu_si128(q as *const __m128i));
-                let yhi = _mm256_broadcastsi128_si256(_mm_loadu_si128(q.add(16) as *const __m128i));
-                let p: [__m256i; 4] = std::array::from_fn(|k| {
-                    let p16 = _mm256_add_epi16(
-                        _mm256_maddubs_epi16(lo[k], ylo),
-                        _mm256_maddubs_epi16(hi[k], yhi),
-                    );
-                    _mm256_madd_epi16(p16, ones)
-                });
-                // Lanes [r0 r2 r4 r6 | r1 r3 r5 r7] = LANE_ROWS.
-                let sums = _mm256_cvtepi32_ps(_mm256_hadd_epi32(
-                    _mm256_hadd_epi32(p[0], p[1]),
-                    _mm256_hadd_epi32(p[2], p[3]),
-                ));
-                let yd = _mm256_set1_ps(*ys.d[j].add(b));
-                acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(d, yd), sums, acc[j]);
-                acc_min[j] = _mm256_fmadd_ps(m, _mm256_set1_ps(*ys.s[j].add(b)), acc_min[j]);
+                // SAFETY: `out[j]` holds eight floats.
+                unsafe { _mm256_storeu_ps(out[j].as_mut_ptr(), _mm256_add_ps(acc[j], acc_min[j])) };
             }
         }
-    }
-    for j in 0..JN {
-        // SAFETY: `out[j]` holds eight floats.
-        unsafe { _mm256_storeu_ps(out[j].as_mut_ptr(), _mm256_add_ps(acc[j], acc_min[j])) };
-    }
+    };
 }
 
-/// A `Q5_0` (`ONE` false) or `Q5_1` group times `JN` rows of `f32` activations, each block in
+q5_q8_kernel!(q5_q8, "avx2,fma,f16c", false);
+q5_q8_kernel!(q5_q8_vnni, "avx2,fma,f16c,avxvnni", true);
+
+/// A `Q5_1` group (or another format `F` of its form) times `JN` rows of `f32` activations, each block in
 /// [`Q5_ORDER`] scaled by [`Q5_SCALE`] (`xs`), with their sums per block (`sums`).
 ///
 /// # Safety
 /// AVX2, FMA and F16C; `w` holds `nb` block columns; each `xs[j]` `32 * nb` values and each
 /// `sums[j]` `nb`.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn q5_f32<const JN: usize, const ONE: bool>(
+pub(crate) unsafe fn q5_f32<const JN: usize, const F: u8>(
     w: *const u8,
     nb: usize,
     xs: [&[f32]; JN],
@@ -179,20 +176,18 @@ pub(crate) unsafe fn q5_f32<const JN: usize, const ONE: bool>(
     out: &mut [[f32; 8]; JN],
 ) {
     let masks: [__m256i; 4] = std::array::from_fn(|k| _mm256_set1_epi32(0x1F << (8 * k)));
-    let (bytes, sb) = (column_bytes(ONE), scale_bytes(ONE));
+    let mut sb = SuperBlock::new();
     let mut acc = [_mm256_setzero_ps(); JN];
     let mut acc_min = [_mm256_setzero_ps(); JN];
     for b in 0..nb {
         // SAFETY: block column `b` lies within the group; activation block `b` within
         // `32 * nb` values and `nb` sums.
         unsafe {
-            let col = w.add(b * bytes);
-            super::prefetch::prefetch_ahead(col, bytes);
-            let (d, m) = scales::<ONE>(col);
-            let qh = _mm256_loadu_si256(col.add(sb) as *const __m256i);
+            let (at, d, m) = column::<F>(w, b, &mut sb);
+            let qh = _mm256_loadu_si256(at as *const __m256i);
             let mut p = [[_mm256_setzero_ps(); 4]; JN];
             for k in 0..4 {
-                let (lo, hi) = pair_quants(col, sb, qh, k);
+                let (lo, hi) = pair_quants(at, qh, k);
                 let wl: [__m256; 4] =
                     std::array::from_fn(|i| _mm256_cvtepi32_ps(_mm256_and_si256(lo, masks[i])));
                 let wh: [__m256; 4] =
@@ -254,7 +249,7 @@ pub(crate) const Q5_ORDER_AVX512: [usize; 32] = {
 /// # Safety
 /// As [`q5_f32`]; the CPU must have AVX-512F.
 #[target_feature(enable = "avx2,fma,f16c,avx512f")]
-pub(crate) unsafe fn q5_f32_avx512<const JN: usize, const ONE: bool>(
+pub(crate) unsafe fn q5_f32_avx512<const JN: usize, const F: u8>(
     w: *const u8,
     nb: usize,
     xs: [&[f32]; JN],
@@ -269,20 +264,18 @@ pub(crate) unsafe fn q5_f32_avx512<const JN: usize, const ONE: bool>(
         let (a, b) = (k as i32, 4 + k as i32);
         _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
     });
-    let (bytes, sb) = (column_bytes(ONE), scale_bytes(ONE));
+    let mut sb = SuperBlock::new();
     let mut acc = [[_mm512_setzero_ps(); 4]; JN];
     let mut acc_min = [_mm256_setzero_ps(); JN];
     for b in 0..nb {
         // SAFETY: block column `b` lies within the group; activation block `b` within
         // `32 * nb` values and `nb` sums.
         unsafe {
-            let col = w.add(b * bytes);
-            super::prefetch::prefetch_ahead(col, bytes);
-            let (d, m) = scales::<ONE>(col);
+            let (at, d, m) = column::<F>(w, b, &mut sb);
             let d512 = _mm512_castps256_ps512(d);
-            let qh = _mm256_loadu_si256(col.add(sb) as *const __m256i);
+            let qh = _mm256_loadu_si256(at as *const __m256i);
             for k in 0..4 {
-                let (lo, hi) = pair_quants(col, sb, qh, k);
+                let (lo, hi) = pair_quants(at, qh, k);
                 let v = _mm512_permutex2var_epi64(
                     _mm512_castsi256_si512(lo),
                     rows_of_pair,
