@@ -23,10 +23,12 @@
 
 use std::arch::x86_64::*;
 
+use super::prefetch::prefetch_ahead;
+
 /// An activation block of 32 values quantized to 8 bits (the crate's `BlockQ8`): its quants,
 /// which the 8-bit kernels read (its scale and sum come as plain rows, [`Q8Rows`]). A trait,
-/// so that these kernels stay a leaf module: the dispatcher names them, they name nothing of
-/// the crate.
+/// so that these kernels stay near the leaves: the dispatcher names them, they name nothing of
+/// the crate but the leaf `prefetch.rs`.
 pub(crate) trait Q8Block {
     /// The 32 quants.
     fn qs(&self) -> &[i8; 32];
@@ -248,6 +250,8 @@ pub(crate) unsafe fn q6_k_f32<const JN: usize>(
         // and `sums[j]` (`16 * i + 16`).
         unsafe {
             let p = b.as_ptr();
+            // The rows of a task follow each other: this streams its weights ahead.
+            prefetch_ahead(p, Q6_K_BYTES);
             let halves = q6_scales(p);
             for j in 0..JN {
                 q6_offsets(&halves, sums[j].as_ptr().add(16 * i), &mut acc_offset[j]);
@@ -297,6 +301,8 @@ pub(crate) unsafe fn q6_k_f32_avx512<const JN: usize>(
         // and `sums[j]` (`16 * i + 16`).
         unsafe {
             let p = b.as_ptr();
+            // The rows of a task follow each other: this streams its weights ahead.
+            prefetch_ahead(p, Q6_K_BYTES);
             let halves = q6_scales(p);
             for j in 0..JN {
                 q6_offsets(&halves, sums[j].as_ptr().add(16 * i), &mut acc_offset[j]);
@@ -348,6 +354,8 @@ pub(crate) unsafe fn q6_k_q8<const JN: usize, Y: Q8Block>(
         // SAFETY: `b` is one super-block; activation blocks `8 * i..8 * i + 8` exist.
         unsafe {
             let p = b.as_ptr();
+            // The rows of a task follow each other: this streams its weights ahead.
+            prefetch_ahead(p, Q6_K_BYTES);
             let d = _mm256_set1_ps(f16_at(p.add(208)));
             let mut h = [[_mm256_setzero_si256(); 4]; JN];
             for half in 0..2 {
