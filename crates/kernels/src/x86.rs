@@ -3,7 +3,6 @@
 
 use std::arch::x86_64::*;
 
-pub(crate) use super::prefetch::prefetch_ahead;
 use super::q8::BlockQ8;
 
 /// A little-endian `f16` at `p`, widened with F16C.
@@ -231,7 +230,7 @@ macro_rules! group_kernels {
             use super::super::columns::{SuperBlock, column};
             use super::super::packed::LANE_ROWS;
             use super::super::q8::BlockQ8;
-            use super::prefetch_ahead;
+            use super::super::prefetch::prefetch_ahead;
 
             /// `lo . ylo + hi . yhi` per 32-bit lane: unsigned 4-bit weights times signed
             /// 8-bit activations.
@@ -389,7 +388,6 @@ macro_rules! group_kernels {
                     unsafe {
                         let col = w.add(b * 272);
                         prefetch_ahead(col, 272);
-                        prefetch_ahead(col, 272);
                         let d = _mm256_cvtph_ps(_mm_loadu_si128(col as *const __m128i));
                         let yv: [__m256i; JN] = std::array::from_fn(|j| {
                             let q = ys[j].get_unchecked(b).qs.as_ptr();
@@ -506,7 +504,6 @@ macro_rules! group_kernels {
                     // SAFETY: as in `q4_1_f32`, with 272-byte block columns.
                     unsafe {
                         let col = w.add(b * 272);
-                        prefetch_ahead(col, 272);
                         prefetch_ahead(col, 272);
                         let d = _mm256_cvtph_ps(_mm_loadu_si128(col as *const __m128i));
                         let decode = |row: usize| -> [__m256; 4] {
@@ -638,7 +635,7 @@ pub(crate) mod avx512 {
 
     use super::super::columns::{SuperBlock, column};
     use super::super::packed::LANE_ROWS;
-    use super::prefetch_ahead;
+    use super::super::prefetch::prefetch_ahead;
 
     /// `w[0] x[0..16] + w[1] x[16..32]`, lane by lane.
     ///
