@@ -229,8 +229,8 @@ macro_rules! group_kernels {
 
             use super::super::columns::{SuperBlock, column};
             use super::super::packed::LANE_ROWS;
-            use super::super::q8::BlockQ8;
             use super::super::prefetch::prefetch_ahead;
+            use super::super::q8::BlockQ8;
 
             /// `lo . ylo + hi . yhi` per 32-bit lane: unsigned 4-bit weights times signed
             /// 8-bit activations.
