@@ -15,10 +15,10 @@ pub(crate) struct Activations<'a> {
     pub q8_d: &'a [f32],
     /// The sums `s` of [`Activations::q8`], laid out alike.
     pub q8_s: &'a [f32],
-    /// For the SIMD `f32` kernel of packed `Q4_1`: `f32` with each block's values in
-    /// [`Q4_ORDER`], scaled by [`Kernel::q4_scale`] (empty otherwise).
+    /// For the SIMD `f32` kernels of the packed types and `Q6_K`: `f32` with each block's
+    /// values in the order and scaling [`Kernel::permutation`] gives (empty otherwise).
     pub permuted: &'a [f32],
-    /// For the same kernel: `[m, cols / 32]` block sums of `f32` (empty otherwise).
+    /// For the same kernels: block sums of `f32` (empty otherwise).
     pub block_sums: &'a [f32],
     /// For the prefill product: `f32` in its panels (`gemm::pack_activations`; empty otherwise).
     pub panels: &'a [f32],
@@ -223,7 +223,6 @@ impl Kernel {
             && k_quant(ty)
         {
             // `Q6_K`: its `-32` offset acts on sums per 16 values.
-            let _ = ty;
             return (super::x86_k::K_ORDER, super::x86_k::K_SCALE, 16);
         }
         (Q4_ORDER, self.q4_scale(), 32)
