@@ -11,17 +11,9 @@ use kindle_tokenizer::Tokenizer;
 use crate::engine;
 use crate::plan::RunPlan;
 
-/// Tokens drafted per step when `--draft-max` is not given.
-pub const DEFAULT_DRAFT_MAX: usize = 8;
-
-/// The longest draft: a verification pass runs the last token and the draft, and from 16 rows
-/// on (`kindle_model`'s `DENSE_PREFILL_ROWS`) a pass can take a prefill path (a dense `f32`
-/// matmul without SIMD; with SIMD the kernels' prefill product, `f32` FMA chains over
-/// dequantised weights, from `PREFILL_ROWS` = 32 rows), whose rows can differ in their last
-/// bits from a one-token pass. Up to 15 rows every
-/// row is computed by the same kernels, in the same order, as a one-token pass, so greedy
-/// output cannot change.
-pub const MAX_DRAFT: usize = 14;
+/// Tokens drafted per step when `--draft-max` is not given, and the longest draft (see
+/// `kindle_generate`: the server takes the same).
+pub use kindle_generate::{DEFAULT_DRAFT_MAX, MAX_DRAFT};
 
 /// The drafting flags as plain values (at most one drafter).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

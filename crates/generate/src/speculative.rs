@@ -106,6 +106,18 @@ pub enum AcceptRule {
     ResampleFromTarget,
 }
 
+/// Tokens drafted per step when a caller does not say (`kindle generate --draft-max`, the
+/// server's `kindle_draft_max`).
+pub const DEFAULT_DRAFT_MAX: usize = 8;
+
+/// The longest draft the callers take. A verification pass runs the last token and the draft,
+/// and from 16 rows on (`kindle_model`'s `DENSE_PREFILL_ROWS`) a pass can take a prefill path
+/// (a dense `f32` matmul without SIMD; with SIMD the CPU kernels' prefill product, `f32` FMA
+/// chains over dequantised weights, from `PREFILL_ROWS` = 32 rows), whose rows can differ in
+/// their last bits from a one-token pass. Up to 15 rows every row is computed by the same
+/// kernels, in the same order, as a one-token pass, so greedy output cannot change.
+pub const MAX_DRAFT: usize = 14;
+
 /// A drafter and how far it may draft: hand it to
 /// [`Generator::with_speculator`](crate::Generator::with_speculator). Keeps the
 /// [`SpecStats`] of the generations it served.

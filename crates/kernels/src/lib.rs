@@ -11,9 +11,9 @@
 //! `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0` matrices are repacked once at load into groups of eight
 //! rows interleaved block column by block column (see `packed.rs`): the same bytes, moved, so
 //! that one load gives eight rows' `f16` scales and eight rows' dot products land in the lanes
-//! of one vector. `Q4_K` is repacked into the `Q4_1` form (each 32-value sub-block a block
-//! column, its scale and min unpacked to bytes, 2% larger than the file) and runs the `Q4_1`
-//! kernels. The file's pages are then released, so resident memory stays near the file
+//! of one vector. `Q4_K` and `Q5_K` are repacked into the `Q4_1` and `Q5_1` forms (each
+//! 32-value sub-block a block column, its scale and min unpacked to bytes, 2% larger than the
+//! file) and run those kernels. The file's pages are then released, so resident memory stays near the file
 //! size. Other types are read in place from the memory-mapped file, a row at a time.
 //!
 //! Two activation formats, chosen by [`ActivationFormat`]:
@@ -191,7 +191,7 @@ pub enum KernelError {
 /// batch of decode steps), and the same bits in every prefill of 32 rows or more; between
 /// the two it differs only by the order of the sums (a few units in the last place). `Int8`
 /// is llama.cpp's scheme: faster, about as exact as llama.cpp; its prefill of weights
-/// without an integer group kernel (the K-quants) runs the `f32` prefill product, so its
+/// without an integer group kernel (`Q6_K`) runs the `f32` prefill product, so its
 /// decode and prefill differ by up to a few tenths of a logit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ActivationFormat {
@@ -254,19 +254,17 @@ pub struct QuantMatrix {
     cols: usize,
     row_bytes: usize,
     data: WeightBytes,
-    /// For `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0` and `Q4_K`: `data` is in the interleaved
-    /// layout of [`packed`].
+    /// For `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0`, `Q4_K` and `Q5_K`: `data` is in the
+    /// interleaved layout of [`packed`].
     packing: Option<packed::Packing>,
 }
 
 impl QuantMatrix {
     /// A matrix of `rows` rows of `cols` values of type `ty`, stored row after row in `data`.
     ///
-    /// `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0` and `Q4_K` data is copied into the interleaved
-    /// layout the group
-    /// kernels read
-    /// (and a mapped range's pages are released: it is not read again); other types keep
-    /// `data` as it is.
+    /// `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0`, `Q4_K` and `Q5_K` data is copied into the
+    /// interleaved layout the group kernels read (and a mapped range's pages are released: it
+    /// is not read again); other types keep `data` as it is.
     pub fn new(
         ty: GgmlType,
         rows: usize,
@@ -318,7 +316,8 @@ impl QuantMatrix {
     }
 
     /// The 2-D tensor `info` of `file` (GGUF dims `[cols, rows]`): its bytes read in place,
-    /// or for `Q4_0`/`Q4_1`/`Q5_0`/`Q5_1`/`Q8_0`/`Q4_K` repacked (see [`QuantMatrix::new`]).
+    /// or for `Q4_0`/`Q4_1`/`Q5_0`/`Q5_1`/`Q8_0`/`Q4_K`/`Q5_K` repacked (see
+    /// [`QuantMatrix::new`]).
     pub fn from_gguf(file: &GgufFile, info: &TensorInfo) -> Result<Self, KernelError> {
         let (rows, cols) = info.shape_rows_cols();
         let (rows, cols) = (
@@ -750,8 +749,8 @@ fn gemm_tile() -> Option<usize> {
 /// CPU has a micro-kernel, and not for 8-bit activations on a packed matrix (their integer
 /// group kernels are faster, SmolLM2's `Q4_1` pp512 405-429 tok/s against 364-374 in `f32` at
 /// one thread, and give a row the same bits in any batch). 8-bit activations on other types
-/// (the K-quants) run it in `f32`, faster than their integer row kernels (Gemma-3's pp512
-/// 306-325 -> 368-380).
+/// (`Q6_K`, read a row at a time) run it in `f32`, faster than their integer row kernels
+/// (measured when the K-quants were all row kernels: Gemma-3's pp512 306-325 -> 368-380).
 fn runs_gemm(int8: bool, packed: bool, m: usize, arithmetic: RowArithmetic) -> bool {
     let rows = match arithmetic {
         RowArithmetic::ByRows => m >= PREFILL_ROWS,

@@ -33,7 +33,7 @@ pub struct EngineOptions {
     /// How KV caches store keys and values.
     pub kv_type: KvType,
     /// The arithmetic of the CPU kernels' products of several rows
-    /// ([`RowArithmetic::ByRows`]: a prompt of 16 tokens or more takes the prefill product,
+    /// ([`RowArithmetic::ByRows`]: a prompt of 32 tokens or more takes the prefill product,
     /// decode steps the decode kernels). A server batching prompts and decode steps of many
     /// requests together asks for [`RowArithmetic::Decode`], so that a row's logits do not
     /// depend on its batch, its prompt's chunking or a cached prefix.

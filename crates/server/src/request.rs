@@ -2,6 +2,7 @@
 //! naming its field; nothing here panics on any input.
 
 use kindle_generate::chat::ChatMessage;
+use kindle_generate::{DEFAULT_DRAFT_MAX, MAX_DRAFT};
 use kindle_sampling::{PenaltyScope, SamplerConfig, parse_order};
 use serde_json::{Map, Value};
 
@@ -162,13 +163,6 @@ pub struct Lookup {
 /// Longest n-gram `kindle_lookup_ngram` takes.
 pub const MAX_LOOKUP_NGRAM: i64 = 16;
 
-/// Most tokens `kindle_draft_max` drafts per step: a verification pass stays under the CPU
-/// row count at which the CPU kernels' prefill product starts (as `kindle generate --draft-max`).
-pub const MAX_DRAFT: i64 = 14;
-
-/// Tokens drafted per step when `kindle_draft_max` is not given (as `kindle generate`).
-pub const DEFAULT_DRAFT_MAX: usize = 8;
-
 /// Most choices per prompt.
 pub const MAX_N: i64 = 128;
 
@@ -290,7 +284,8 @@ pub fn generation_params(object: &Object, chat: bool) -> Result<GenerationParams
 /// `kindle_lookup_ngram` (1-16) with `kindle_draft_max` (1-14, default 8).
 fn lookup(object: &Object, trace: bool) -> Result<Option<Lookup>, ApiError> {
     let ngram = integer(object, "kindle_lookup_ngram", 1, MAX_LOOKUP_NGRAM)?;
-    let draft_max = integer(object, "kindle_draft_max", 1, MAX_DRAFT)?;
+    // At most `kindle_generate::MAX_DRAFT`: a verification pass keeps a one-token pass's bits.
+    let draft_max = integer(object, "kindle_draft_max", 1, MAX_DRAFT as i64)?;
     let Some(ngram) = ngram else {
         return match draft_max {
             Some(_) => Err(ApiError::invalid(
