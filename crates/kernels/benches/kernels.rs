@@ -121,6 +121,20 @@ fn same_shape(c: &mut Criterion) {
     }
 }
 
+/// Several activation rows per weight pass below the prefill product's 32: speculative
+/// verification (a draft of k tokens is k + 1 rows) and batched decode, in the decode kernels'
+/// arithmetic (`cargo bench -p kindle-kernels --bench kernels -- rows_`). Time per call
+/// against `m = 1` is what a verification costs in one-row steps.
+fn rows(c: &mut Criterion) {
+    use ActivationFormat::{F32, Int8};
+    for m in [1, 2, 4, 9, 15] {
+        let name = format!("rows_q4_1_1536x576_m{m}");
+        bench_product(c, &name, GgmlType::Q4_1, 1536, 576, m, &[Int8, F32]);
+        let name = format!("rows_q8_0_4096x576_m{m}");
+        bench_product(c, &name, GgmlType::Q8_0, 4096, 576, m, &[Int8, F32]);
+    }
+}
+
 fn memory_baseline(c: &mut Criterion) {
     let buffer: Vec<u64> = (0..(256usize << 20) / 8).map(|i| i as u64).collect();
     let mut group = c.benchmark_group("memory_read_256MB");
@@ -175,5 +189,5 @@ fn prefill(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, kernels, same_shape, prefill, memory_baseline);
+criterion_group!(benches, kernels, same_shape, rows, prefill, memory_baseline);
 criterion_main!(benches);

@@ -229,15 +229,14 @@ impl Kernel {
     }
 
     /// The factors by which the SIMD `f32` group kernel of `Q4_1` needs each position of a
-    /// [`Q4_ORDER`]ed block scaled (see `x86::Q4_SCALE`).
+    /// [`Q4_ORDER`]ed block scaled (see `x86::Q4_SCALE`; the AVX-512 kernels look the
+    /// weights up as `d * q` and need none).
     pub fn q4_scale(self) -> [f32; 32] {
         #[cfg(target_arch = "x86_64")]
-        if let Kernel::F32 { simd, .. } = self {
-            return if simd == Simd::Avx512 {
-                super::x86::Q4_SCALE_AVX512
-            } else {
-                super::x86::Q4_SCALE
-            };
+        if let Kernel::F32 { simd, .. } = self
+            && simd != Simd::Avx512
+        {
+            return super::x86::Q4_SCALE;
         }
         [1.0; 32]
     }
@@ -433,6 +432,16 @@ impl Kernel {
             if !simd.any() {
                 return false;
             }
+            if matches!(self, Kernel::F32 { .. })
+                && simd == Simd::Avx512
+                && super::x86_512::covers(ty)
+            {
+                let rows = (acts.f32, acts.permuted, acts.block_sums);
+                // SAFETY: AVX-512 was detected (or is below what was), `data` is one whole
+                // group, and `acts` holds the rows its format reads.
+                unsafe { super::x86_512::group(ty, data, (acts.m, acts.cols), rows, out) };
+                return true;
+            }
             // Blocks of 32 values per row (a `Q4_K` super-block column holds eight).
             let (m, nb) = (acts.m, acts.cols / 32);
             let w = data.as_ptr();
@@ -470,14 +479,13 @@ impl Kernel {
         }
     }
 
-    /// How many activation rows the group kernel takes at once: eight, or four for the
-    /// AVX-512 `f32` kernels, whose eight rows x four activation rows of partial sums fill the
-    /// register file (eight measured 15% slower, spilling).
+    /// How many activation rows the group kernel takes at once: eight, or six for the
+    /// AVX-512 `f32` kernels of `Q5`, whose partial sums fill the register file (the
+    /// AVX-512 `f32` kernels of the other types are `x86_512`'s).
     #[cfg(target_arch = "x86_64")]
     fn max_batch(self, simd: Simd) -> usize {
         match (self, simd) {
-            (Kernel::F32 { ty, .. }, Simd::Avx512) if q5(ty) => 6,
-            (Kernel::F32 { .. }, Simd::Avx512) => 4,
+            (Kernel::F32 { .. }, Simd::Avx512) => 6,
             _ => MAX_JN,
         }
     }
@@ -498,7 +506,7 @@ impl Kernel {
         j0: usize,
         res: &mut [[f32; 8]; MAX_JN],
     ) {
-        use super::x86::{avx2, avx512, vnni};
+        use super::x86::{avx2, vnni};
         use super::x86_q5;
         let out: &mut [[f32; 8]; JN] = (&mut res[..JN]).try_into().expect("JN <= MAX_JN");
         let cols = acts.cols;
@@ -580,13 +588,6 @@ impl Kernel {
                     });
                     use super::columns::{Q4_0, Q4_1, Q4_K};
                     match (simd, ty) {
-                        (Simd::Avx512, GgmlType::Q4_1) => {
-                            avx512::q4_1_f32::<JN, Q4_1>(w, nb, xs, sums, out)
-                        }
-                        (Simd::Avx512, GgmlType::Q4_0) => {
-                            avx512::q4_1_f32::<JN, Q4_0>(w, nb, xs, sums, out)
-                        }
-                        (Simd::Avx512, _) => avx512::q4_1_f32::<JN, Q4_K>(w, nb, xs, sums, out),
                         (Simd::Vnni, GgmlType::Q4_1) => {
                             vnni::q4_1_f32::<JN, Q4_1>(w, nb, xs, sums, out)
                         }
@@ -600,7 +601,6 @@ impl Kernel {
                     }
                 }
                 _ => match simd {
-                    Simd::Avx512 => avx512::q8_0_f32(w, nb, f32_rows, out),
                     Simd::Vnni => vnni::q8_0_f32(w, nb, f32_rows, out),
                     _ => avx2::q8_0_f32(w, nb, f32_rows, out),
                 },

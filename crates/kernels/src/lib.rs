@@ -77,6 +77,8 @@ mod tests;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 #[cfg(target_arch = "x86_64")]
+mod x86_512;
+#[cfg(target_arch = "x86_64")]
 mod x86_dense;
 #[cfg(target_arch = "x86_64")]
 mod x86_k;

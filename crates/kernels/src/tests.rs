@@ -289,30 +289,34 @@ fn batched_products_give_the_bits_of_single_rows() {
         GgmlType::F16,
     ] {
         // Dense rows of 235 values: whole 64- and 32-value chunks, 16- and 8-value ones and
-        // a few left over, for both SIMD widths' loops and tails.
-        let cols = if ty.block_size() == 1 { 235 } else { 192 };
+        // a few left over, for both SIMD widths' loops and tails; 18 blocks: two chunks of
+        // the AVX-512 kernels' eight and a partial one.
+        let cols = if ty.block_size() == 1 { 235 } else { 576 };
         let w = random_matrix(ty, 29, cols, &mut rng);
-        // Nine rows: more than one call of every multi-row kernel, and a partial one.
-        let m = 9;
-        let x: Vec<f32> = (0..m * cols).map(|_| rng.float()).collect();
-        for format in [ActivationFormat::Int8, ActivationFormat::F32] {
-            let mut all = vec![f32::NAN; m * 29];
-            w.matmul_with(&x, m, &mut all, format, &threads());
-            for j in 0..m {
-                let mut one = vec![f32::NAN; 29];
-                w.matmul_with(
-                    &x[j * cols..(j + 1) * cols],
-                    1,
-                    &mut one,
-                    format,
-                    &threads(),
-                );
-                assert_eq!(
-                    &all[j * 29..(j + 1) * 29],
-                    &one[..],
-                    "{ty:?} {format:?} row {j}"
-                );
-            }
+        // Up to 23 rows: one and several calls of every multi-row kernel, partial ones, and
+        // both loop orders of the AVX-512 `f32` kernels (`x86_512.rs`), split 12 + 11.
+        for m in [2, 3, 4, 9, 16, 23] {
+            batch_bits(&w, m, cols, &mut rng);
+        }
+    }
+}
+
+/// Asserts that `m` rows multiplied together give the bits of each row multiplied alone.
+fn batch_bits(w: &QuantMatrix, m: usize, cols: usize, rng: &mut Rng) {
+    let (ty, rows) = (w.ty(), w.rows());
+    let x: Vec<f32> = (0..m * cols).map(|_| rng.float()).collect();
+    for format in [ActivationFormat::Int8, ActivationFormat::F32] {
+        let mut all = vec![f32::NAN; m * rows];
+        w.matmul_with(&x, m, &mut all, format, &threads());
+        for j in 0..m {
+            let mut one = vec![f32::NAN; rows];
+            let row = &x[j * cols..(j + 1) * cols];
+            w.matmul_with(row, 1, &mut one, format, &threads());
+            assert_eq!(
+                &all[j * rows..(j + 1) * rows],
+                &one[..],
+                "{ty:?} {format:?} row {j} of {m}"
+            );
         }
     }
 }
@@ -589,27 +593,11 @@ fn a_wrong_sub_block_scale_is_caught() {
 fn k_quant_batches_give_the_bits_of_single_rows() {
     let mut rng = Rng(31);
     for ty in K_TYPES {
-        let (rows, cols, m) = (11, 512, 7);
+        // Three super-blocks: 24 block columns, three chunks of the AVX-512 `f32` kernels.
+        let (rows, cols) = (11, 768);
         let w = random_matrix(ty, rows, cols, &mut rng);
-        let x: Vec<f32> = (0..m * cols).map(|_| rng.float()).collect();
-        for format in [ActivationFormat::Int8, ActivationFormat::F32] {
-            let mut all = vec![f32::NAN; m * rows];
-            w.matmul_with(&x, m, &mut all, format, &threads());
-            for j in 0..m {
-                let mut one = vec![f32::NAN; rows];
-                w.matmul_with(
-                    &x[j * cols..(j + 1) * cols],
-                    1,
-                    &mut one,
-                    format,
-                    &threads(),
-                );
-                assert_eq!(
-                    &all[j * rows..(j + 1) * rows],
-                    &one[..],
-                    "{ty:?} {format:?} row {j}"
-                );
-            }
+        for m in [3, 7, 20] {
+            batch_bits(&w, m, cols, &mut rng);
         }
     }
 }

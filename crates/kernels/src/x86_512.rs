@@ -1,0 +1,373 @@
+//! The `f32` group kernels of `Q4_1`, `Q4_0`, `Q4_K` and `Q8_0` with 16-lane AVX-512 vectors
+//! and 32 registers: each pair of a weight row and an activation row keeps 16 lanes of
+//! partial sums until the end instead of reducing them per block.
+//!
+//! **The arithmetic.** `Q4`: a weight row's 32 values of a block are looked up (`vpermps`, by
+//! the nibble) in a table of `d * q` for `q` in `0..16`, exact (`d` has an 11-bit
+//! significand, or 17 bits for a K-quant's `d * sc`, times at most 4 bits: below `f32`'s 24),
+//! and each product is added to the pair's partial sums by one fused multiply-add, rounded
+//! once; the offsets (`m`, `-8 d`, `-dmin * mn`) times the activations' block sums are
+//! summed apart, per row, and added at the end. `Q8_0`: the block's two half products are
+//! summed and scaled by `d` as they are added (`mul`, `fmadd`, `fmadd`): three operations per
+//! activation row against two plus a multiply per weight row for `d * q`, the cheaper one for
+//! a single row. A pair's sums go through the same operations in the same order however many
+//! rows a call takes and whichever tile computes them, so batches give the bits of single
+//! rows (speculative verification and batched decode agree with decode).
+//!
+//! **Register tiles.** A call takes `S` of a group's eight weight rows and `J` activation
+//! rows and keeps their `S x J` sums in registers over all block columns; per block it loads
+//! each activation row's 32 values into registers once and decodes each weight row once,
+//! then runs the `2 S J` FMAs on registers. (An FMA with a memory operand ran at about 1.2 a
+//! cycle on an Intel Sapphire Rapids VM, against 2 a cycle for two registers: the kernels
+//! that read the activations from memory for every weight row were bound by it.) One or two
+//! activation rows (decode) take all eight weight rows at once, three or four take four, up
+//! to [`J_MAX`] two ([`tile_rows`]); a group's weights are then decoded two or four times per
+//! call, from L1 after the first. Criterion (`-- rows_`, one thread, 1536 x 576 `Q4_1`
+//! against the kernels before, which loaded the activations per weight row and multiplied
+//! `d` per activation row): 9 rows 273 -> 198 us, 4 rows 108 -> 89 us, 1 row 38 us either way.
+
+use std::arch::x86_64::*;
+
+use kindle_gguf::quant::GgmlType;
+
+use super::columns::{SuperBlock, column};
+use super::packed::LANE_ROWS;
+use super::prefetch::prefetch_ahead;
+
+/// `Q8_0`'s block columns (272 bytes: eight `f16` `d`, then eight rows of 32 `i8`), beside
+/// the formats of [`super::columns`].
+const Q8_0: u8 = 6;
+
+/// Activation rows one call takes at most (with two weight rows: 12 sums, 12 activation
+/// vectors and the decoded weights fill the 32 registers).
+pub(crate) const J_MAX: usize = 6;
+
+/// Whether these kernels cover `ty` (the AVX-512 `f32` activations of a packed matrix).
+pub(crate) fn covers(ty: GgmlType) -> bool {
+    matches!(
+        ty,
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K | GgmlType::Q8_0
+    )
+}
+
+/// One packed group of `ty` times every activation row, `out[i * m + j]` for row `i` of the
+/// group: activation rows in even shares of at most [`J_MAX`], each share in tiles of
+/// [`tile_rows`] weight rows.
+///
+/// # Safety
+/// AVX-512F, AVX2, FMA and F16C; `covers(ty)`; `data` is one whole packed group of
+/// `cols / 32` block columns; `plain` (`Q8_0`) or `permuted` (`Q4`) holds `m` activation rows
+/// of `cols` values, and for `Q4` `block_sums` their `cols / 32` block sums each; `out` holds
+/// `8 * m` values.
+pub(crate) unsafe fn group(
+    ty: GgmlType,
+    data: &[u8],
+    (m, cols): (usize, usize),
+    (plain, permuted, block_sums): (&[f32], &[f32], &[f32]),
+    out: &mut [f32],
+) {
+    let nb = cols / 32;
+    let q8 = ty == GgmlType::Q8_0;
+    let rows = if q8 { plain } else { permuted };
+    let per_call = m.div_ceil(m.div_ceil(J_MAX));
+    let mut j0 = 0;
+    while j0 < m {
+        let jn = per_call.min(m - j0);
+        let xs = |jj: usize| &rows[(j0 + jj) * cols..(j0 + jj + 1) * cols];
+        // `Q8_0` has no offsets: its sums are not read.
+        let sums = |jj: usize| {
+            if q8 {
+                &[][..]
+            } else {
+                &block_sums[(j0 + jj) * nb..(j0 + jj + 1) * nb]
+            }
+        };
+        let mut res = [[0f32; 8]; J_MAX];
+        // SAFETY: forwarded from the caller; `jn` rows from `j0` lie within `m`.
+        unsafe { dispatch(ty, jn, data.as_ptr(), nb, &xs, &sums, &mut res) };
+        if !q8 && tile_rows(jn) < 8 {
+            // SAFETY: as above.
+            unsafe { dispatch_offsets(ty, jn, data.as_ptr(), nb, &sums, &mut res) };
+        }
+        for (jj, lanes) in res.iter().take(jn).enumerate() {
+            for (s, &v) in lanes.iter().enumerate() {
+                out[LANE_ROWS[s] * m + j0 + jj] = v;
+            }
+        }
+        j0 += jn;
+    }
+}
+
+/// Weight rows per tile for `jn` activation rows: what fits the registers beside the tile's
+/// `2 * jn` activation vectors.
+const fn tile_rows(jn: usize) -> usize {
+    match jn {
+        1 | 2 => 8,
+        3 | 4 => 4,
+        _ => 2,
+    }
+}
+
+/// The tiles of `jn` rows of format `ty`, all eight weight rows' sums into `res`.
+///
+/// # Safety
+/// As [`group`].
+unsafe fn dispatch<'a>(
+    ty: GgmlType,
+    jn: usize,
+    w: *const u8,
+    nb: usize,
+    xs: &dyn Fn(usize) -> &'a [f32],
+    sums: &dyn Fn(usize) -> &'a [f32],
+    res: &mut [[f32; 8]; J_MAX],
+) {
+    use super::columns::{Q4_0, Q4_1, Q4_K};
+    macro_rules! rows {
+        ($jn:literal) => {{
+            const S: usize = tile_rows($jn);
+            let out: &mut [[f32; 8]; $jn] = (&mut res[..$jn]).try_into().expect("jn <= J_MAX");
+            let (x, sum) = (std::array::from_fn(xs), std::array::from_fn(sums));
+            for s0 in (0..8).step_by(S) {
+                // SAFETY: forwarded from the caller.
+                unsafe {
+                    match ty {
+                        GgmlType::Q4_1 => tile::<S, $jn, Q4_1>(w, nb, s0, x, sum, out),
+                        GgmlType::Q4_0 => tile::<S, $jn, Q4_0>(w, nb, s0, x, sum, out),
+                        GgmlType::Q4_K => tile::<S, $jn, Q4_K>(w, nb, s0, x, sum, out),
+                        _ => tile::<S, $jn, Q8_0>(w, nb, s0, x, sum, out),
+                    }
+                }
+            }
+        }};
+    }
+    match jn {
+        1 => rows!(1),
+        2 => rows!(2),
+        3 => rows!(3),
+        4 => rows!(4),
+        5 => rows!(5),
+        _ => rows!(6),
+    }
+}
+
+/// [`offsets`] for `jn` rows of a `Q4` format `ty`.
+///
+/// # Safety
+/// As [`group`].
+unsafe fn dispatch_offsets<'a>(
+    ty: GgmlType,
+    jn: usize,
+    w: *const u8,
+    nb: usize,
+    sums: &dyn Fn(usize) -> &'a [f32],
+    res: &mut [[f32; 8]; J_MAX],
+) {
+    use super::columns::{Q4_0, Q4_1, Q4_K};
+    macro_rules! rows {
+        ($jn:literal) => {{
+            let out: &mut [[f32; 8]; $jn] = (&mut res[..$jn]).try_into().expect("jn <= J_MAX");
+            let s = std::array::from_fn(sums);
+            // SAFETY: forwarded from the caller.
+            unsafe {
+                match ty {
+                    GgmlType::Q4_1 => offsets::<$jn, Q4_1>(w, nb, s, out),
+                    GgmlType::Q4_0 => offsets::<$jn, Q4_0>(w, nb, s, out),
+                    _ => offsets::<$jn, Q4_K>(w, nb, s, out),
+                }
+            }
+        }};
+    }
+    match jn {
+        1 => rows!(1),
+        2 => rows!(2),
+        3 => rows!(3),
+        4 => rows!(4),
+        5 => rows!(5),
+        _ => rows!(6),
+    }
+}
+
+/// Block column `b` of a group in format `F`: where its quants start, and the eight rows'
+/// `d` and `m` in lane order (`m` zero for `Q8_0`). Columns in order from 0 (see [`column`]).
+///
+/// # Safety
+/// As [`column`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f")]
+#[inline]
+unsafe fn column_of<const F: u8>(
+    w: *const u8,
+    b: usize,
+    sb: &mut SuperBlock,
+) -> (*const u8, __m256, __m256) {
+    // SAFETY: forwarded from the caller; a prefetch never faults.
+    unsafe {
+        if F == Q8_0 {
+            let col = w.add(b * 272);
+            prefetch_ahead(col, 272);
+            let d = _mm256_cvtph_ps(_mm_loadu_si128(col as *const __m128i));
+            (col.add(16), d, _mm256_setzero_ps())
+        } else {
+            column::<F>(w, b, sb)
+        }
+    }
+}
+
+/// `Q4`: row `row`'s 32 weights in the block column whose quants start at `data`, in the
+/// permuted order, looked up in `table` (`d * q` for `q` in `0..16`). Lane `l` takes word
+/// `l % 4` of the row's 16 bytes shifted right by `8 * (l / 4)` (the first half) or 4 bits
+/// more (the second); `vpermps` reads the low four bits of each lane.
+///
+/// # Safety
+/// AVX-512F; `data` holds the column's quants.
+#[target_feature(enable = "avx2,fma,f16c,avx512f")]
+#[inline]
+unsafe fn q4_weights(data: *const u8, row: usize, table: __m512) -> [__m512; 2] {
+    let shift = _mm512_setr_epi32(0, 0, 0, 0, 8, 8, 8, 8, 16, 16, 16, 16, 24, 24, 24, 24);
+    // SAFETY: the row's quants lie within the column (caller).
+    let v = unsafe { _mm_loadu_si128(data.add(16 * row) as *const __m128i) };
+    let lo = _mm512_srlv_epi32(_mm512_broadcast_i32x4(v), shift);
+    let hi = _mm512_srli_epi32::<4>(lo);
+    [
+        _mm512_permutexvar_ps(lo, table),
+        _mm512_permutexvar_ps(hi, table),
+    ]
+}
+
+/// `Q8_0`: row `row`'s 32 quants in the block column whose quants start at `data`, as `f32`.
+///
+/// # Safety
+/// AVX-512F; `data` holds the column's quants.
+#[target_feature(enable = "avx2,fma,f16c,avx512f")]
+#[inline]
+unsafe fn q8_weights(data: *const u8, row: usize) -> [__m512; 2] {
+    std::array::from_fn(|h| {
+        // SAFETY: the row's quants lie within the column (caller).
+        let bytes = unsafe { _mm_loadu_si128(data.add(32 * row + 16 * h) as *const __m128i) };
+        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes))
+    })
+}
+
+/// Block column `b`'s offsets `m` times each row's block sum, added to the row's eight
+/// lanes of offset sums (`Q4` formats only).
+///
+/// # Safety
+/// AVX2 and FMA; each `sums[j]` holds block `b`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f")]
+#[inline]
+unsafe fn add_offsets<const JN: usize>(
+    acc_min: &mut [__m256; JN],
+    m: __m256,
+    sums: &[&[f32]; JN],
+    b: usize,
+) {
+    for j in 0..JN {
+        // SAFETY: block `b` lies within every row's sums (caller).
+        let sum = _mm256_set1_ps(unsafe { *sums[j].get_unchecked(b) });
+        acc_min[j] = _mm256_fmadd_ps(m, sum, acc_min[j]);
+    }
+}
+
+/// Weight rows `LANE_ROWS[s0..s0 + S]` of a packed group of `nb` block columns times
+/// activation rows `xs` (permuted for `Q4`, plain for `Q8_0`): each pair's sums reduced into
+/// `out[j][s]`. With all eight weight rows (`S == 8`) a `Q4` tile adds the offsets too (from
+/// `sums`, the rows' block sums); else [`offsets`] adds them.
+///
+/// # Safety
+/// AVX-512F, AVX2, FMA, F16C; `w` holds `nb` block columns of format `F`; every `xs[j]`
+/// holds `32 * nb` values (and `sums[j]` `nb`, for a `Q4` tile of eight rows); `s0 + S <= 8`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f")]
+unsafe fn tile<const S: usize, const J: usize, const F: u8>(
+    w: *const u8,
+    nb: usize,
+    s0: usize,
+    xs: [&[f32]; J],
+    sums: [&[f32]; J],
+    out: &mut [[f32; 8]; J],
+) {
+    let mut acc = [[_mm512_setzero_ps(); S]; J];
+    let mut acc_min = [_mm256_setzero_ps(); J];
+    let iota = _mm512_setr_ps(
+        0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0, 15.0,
+    );
+    let mut sb = SuperBlock::new();
+    for b in 0..nb {
+        // SAFETY: block column `b` lies within the `nb` columns; activation block `b` within
+        // every row.
+        unsafe {
+            let (data, dv, m) = column_of::<F>(w, b, &mut sb);
+            let mut d = [0f32; 8];
+            _mm256_storeu_ps(d.as_mut_ptr(), dv);
+            let x: [[__m512; 2]; J] = std::array::from_fn(|j| {
+                let p = xs[j].as_ptr().add(32 * b);
+                [_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16))]
+            });
+            for (t, &row) in LANE_ROWS[s0..s0 + S].iter().enumerate() {
+                let d = _mm512_set1_ps(d[s0 + t]);
+                if F == Q8_0 {
+                    let wv = q8_weights(data, row);
+                    for j in 0..J {
+                        let p = _mm512_mul_ps(wv[0], x[j][0]);
+                        let p = _mm512_fmadd_ps(wv[1], x[j][1], p);
+                        acc[j][t] = _mm512_fmadd_ps(p, d, acc[j][t]);
+                    }
+                } else {
+                    let wv = q4_weights(data, row, _mm512_mul_ps(d, iota));
+                    for j in 0..J {
+                        let a = _mm512_fmadd_ps(wv[0], x[j][0], acc[j][t]);
+                        acc[j][t] = _mm512_fmadd_ps(wv[1], x[j][1], a);
+                    }
+                }
+            }
+            if S == 8 && F != Q8_0 {
+                add_offsets(&mut acc_min, m, &sums, b);
+            }
+        }
+    }
+    for j in 0..J {
+        for t in 0..S {
+            out[j][s0 + t] = _mm512_reduce_add_ps(acc[j][t]);
+        }
+    }
+    if S == 8 && F != Q8_0 {
+        add_mins(&acc_min, out);
+    }
+}
+
+/// Adds the `Q4` offsets to [`tile`]'s sums: each block column's `m` times each row's block
+/// sum, accumulated in the eight rows' lanes over the columns.
+///
+/// # Safety
+/// AVX-512F, AVX2, FMA, F16C; `w` holds `nb` block columns of `Q4` format `F`; every
+/// `sums[j]` holds `nb` block sums.
+#[target_feature(enable = "avx2,fma,f16c,avx512f")]
+unsafe fn offsets<const J: usize, const F: u8>(
+    w: *const u8,
+    nb: usize,
+    sums: [&[f32]; J],
+    out: &mut [[f32; 8]; J],
+) {
+    let mut acc_min = [_mm256_setzero_ps(); J];
+    let mut sb = SuperBlock::new();
+    for b in 0..nb {
+        // SAFETY: block column `b` lies within the `nb` columns.
+        unsafe {
+            let (_, _, m) = column_of::<F>(w, b, &mut sb);
+            add_offsets(&mut acc_min, m, &sums, b);
+        }
+    }
+    add_mins(&acc_min, out);
+}
+
+/// Adds each row's eight offset sums (lane order) to its outputs.
+#[target_feature(enable = "avx2,fma,f16c,avx512f")]
+#[inline]
+fn add_mins<const J: usize>(acc_min: &[__m256; J], out: &mut [[f32; 8]; J]) {
+    for j in 0..J {
+        let mut mins = [0f32; 8];
+        // SAFETY: `mins` holds eight floats.
+        unsafe { _mm256_storeu_ps(mins.as_mut_ptr(), acc_min[j]) };
+        for s in 0..8 {
+            out[j][s] += mins[s];
+        }
+    }
+}
