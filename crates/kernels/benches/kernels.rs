@@ -7,7 +7,7 @@ use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use kindle_gguf::quant::GgmlType;
-use kindle_kernels::{ActivationFormat, Kernels, QuantMatrix, WeightBytes};
+use kindle_kernels::{ActivationFormat, Kernels, QuantMatrix, RowArithmetic, WeightBytes};
 
 /// A matrix of pseudo-random blocks with finite scales.
 fn matrix(ty: GgmlType, rows: usize, cols: usize) -> QuantMatrix {
@@ -121,17 +121,35 @@ fn same_shape(c: &mut Criterion) {
     }
 }
 
-/// Several activation rows per weight pass below the prefill product's 32: speculative
-/// verification (a draft of k tokens is k + 1 rows) and batched decode, in the decode kernels'
-/// arithmetic (`cargo bench -p kindle-kernels --bench kernels -- rows_`). Time per call
-/// against `m = 1` is what a verification costs in one-row steps.
+/// Several activation rows in the decode kernels' arithmetic (`RowArithmetic::Decode`):
+/// speculative verification (a draft of k tokens is k + 1 rows), batched decode and
+/// `kindle serve`'s steps (`cargo bench -p kindle-kernels --bench kernels -- rows_`). Time
+/// per call against `m = 1` is what a verification costs in one-row steps.
 fn rows(c: &mut Criterion) {
-    use ActivationFormat::{F32, Int8};
-    for m in [1, 2, 4, 9, 15] {
-        let name = format!("rows_q4_1_1536x576_m{m}");
-        bench_product(c, &name, GgmlType::Q4_1, 1536, 576, m, &[Int8, F32]);
-        let name = format!("rows_q8_0_4096x576_m{m}");
-        bench_product(c, &name, GgmlType::Q8_0, 4096, 576, m, &[Int8, F32]);
+    for m in [1, 2, 4, 9, 15, 16, 64] {
+        // SmolLM2's FFN gate/up and down, and a slice of its `Q8_0` head.
+        let shapes = [
+            (GgmlType::Q4_1, 1536, 576),
+            (GgmlType::Q4_1, 576, 1536),
+            (GgmlType::Q8_0, 4096, 576),
+        ];
+        for (ty, rows, cols) in shapes {
+            let name = format!("rows_{}_{rows}x{cols}_m{m}", ty.name().to_lowercase());
+            let w = matrix(ty, rows, cols);
+            let x: Vec<f32> = (0..m * cols)
+                .map(|i| ((i % 97) as f32 - 48.0) / 50.0)
+                .collect();
+            let mut y = vec![0f32; m * rows];
+            let kernels = Kernels::default().with_arithmetic(RowArithmetic::Decode);
+            let mut group = c.benchmark_group(name);
+            group.throughput(Throughput::Bytes(w.n_bytes() as u64));
+            for format in [ActivationFormat::Int8, ActivationFormat::F32] {
+                group.bench_function(format!("{format:?}"), |b| {
+                    b.iter(|| w.matmul_with(black_box(&x), m, &mut y, format, &kernels))
+                });
+            }
+            group.finish();
+        }
     }
 }
 
