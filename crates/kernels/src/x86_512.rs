@@ -43,11 +43,25 @@ const Q8_0: u8 = 6;
 /// vectors and the decoded weights fill the 32 registers).
 pub(crate) const J_MAX: usize = 6;
 
-/// Block columns a tile of fewer than eight weight rows runs over before the next tile
-/// (a multiple of a K-quant super-block's eight): six rows' activations for them take
-/// 12 KiB of L1. Without chunks, six rows of an FFN down projection (1536 values each) and
-/// the weights outgrew L1 and `kindle serve`'s 16-stream steps were 20% slower.
-const CHUNK: usize = 16;
+/// Bytes of activations a tile of fewer than eight weight rows keeps in L1 while it runs over
+/// a chunk of block columns, before the next tile takes the same chunk: without chunks, six
+/// rows of an FFN down projection (1536 values each) and the weights outgrew L1 and
+/// `kindle serve`'s 16-stream steps were 20% slower; with chunks where the rows fit anyway
+/// (576 values) a 9-row product was 10% slower.
+const CHUNK_BYTES: usize = 16 * 1024;
+
+/// Block columns per chunk for `j` activation rows of `nb` blocks: all of them where they
+/// fit [`CHUNK_BYTES`], else whole K-quant super-blocks (eight) that fit, at least one.
+const fn chunk_columns(j: usize, nb: usize) -> usize {
+    let fit = CHUNK_BYTES / (128 * j);
+    if fit >= nb {
+        nb
+    } else if fit >= 8 {
+        fit / 8 * 8
+    } else {
+        8
+    }
+}
 
 /// Whether these kernels cover `ty` (the AVX-512 `f32` activations of a packed matrix).
 pub(crate) fn covers(ty: GgmlType) -> bool {
@@ -139,7 +153,7 @@ unsafe fn dispatch<'a>(
             let mut acc_min = [_mm256_setzero_ps(); $jn];
             // Tiles of fewer than eight weight rows read the activations 8 / S times: they go
             // a chunk of block columns at a time, so the chunk's activations stay in L1.
-            let chunk = if S == 8 { nb } else { CHUNK };
+            let chunk = if S == 8 { nb } else { chunk_columns($jn, nb) };
             let mut b0 = 0;
             while b0 < nb {
                 let cols = b0..(b0 + chunk).min(nb);
@@ -307,6 +321,7 @@ unsafe fn add_offsets<const JN: usize>(
 /// `cols` starts at a K-quant super-block; every `xs[j]` holds their activation blocks (and
 /// `sums[j]` their sums, for a `Q4` tile of eight rows); `s0 + S <= 8`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f")]
+#[inline(never)]
 unsafe fn tile<const S: usize, const J: usize, const F: u8>(
     w: *const u8,
     cols: Range<usize>,
