@@ -22,9 +22,11 @@
 //! that read the activations from memory for every weight row were bound by it.) One or two
 //! activation rows (decode) take all eight weight rows at once, three or four take four, up
 //! to [`J_MAX`] two ([`tile_rows`]); a group's weights are then decoded two or four times per
-//! call, from L1 after the first. Criterion (`-- rows_`, one thread, 1536 x 576 `Q4_1`
-//! against the kernels before, which loaded the activations per weight row and multiplied
-//! `d` per activation row): 9 rows 273 -> 198 us, 4 rows 108 -> 89 us, 1 row 38 us either way.
+//! call, from L1 after the first (and where the rows' activations outgrow 16 KiB, the tiles
+//! take them a chunk of block columns at a time: [`chunk_columns`]). Criterion (`-- rows_`, one thread, 1536 x 576 `Q4_1`
+//! against the kernels before, which loaded the activations for every weight row and
+//! multiplied `d` per activation row): 9 rows 233-259 -> 198-200 us, 4 rows 106-114 -> 81-82
+//! us, one row 38-40 us either way (docs/performance.md, 2026-11-26 morning).
 
 use std::arch::x86_64::*;
 use std::ops::Range;
