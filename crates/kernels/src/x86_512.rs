@@ -108,10 +108,6 @@ pub(crate) unsafe fn group(
         let mut res = [[0f32; 8]; J_MAX];
         // SAFETY: forwarded from the caller; `jn` rows from `j0` lie within `m`.
         unsafe { dispatch(ty, jn, data.as_ptr(), nb, &xs, &sums, &mut res) };
-        if !q8 && tile_rows(jn) < 8 {
-            // SAFETY: as above.
-            unsafe { dispatch_offsets(ty, jn, data.as_ptr(), nb, &sums, &mut res) };
-        }
         for (jj, lanes) in res.iter().take(jn).enumerate() {
             for (s, &v) in lanes.iter().enumerate() {
                 out[LANE_ROWS[s] * m + j0 + jj] = v;
@@ -131,7 +127,8 @@ const fn tile_rows(jn: usize) -> usize {
     }
 }
 
-/// The tiles of `jn` rows of format `ty`, all eight weight rows' sums into `res`.
+/// The tiles of `jn` rows of format `ty`, all eight weight rows' sums into `res`, with the
+/// `Q4` offsets.
 ///
 /// # Safety
 /// As [`group`].
@@ -183,42 +180,14 @@ unsafe fn dispatch<'a>(
             }
             if S == 8 && ty != GgmlType::Q8_0 {
                 add_mins(&acc_min, out);
-            }
-        }};
-    }
-    match jn {
-        1 => rows!(1),
-        2 => rows!(2),
-        3 => rows!(3),
-        4 => rows!(4),
-        5 => rows!(5),
-        _ => rows!(6),
-    }
-}
-
-/// [`offsets`] for `jn` rows of a `Q4` format `ty`.
-///
-/// # Safety
-/// As [`group`].
-unsafe fn dispatch_offsets<'a>(
-    ty: GgmlType,
-    jn: usize,
-    w: *const u8,
-    nb: usize,
-    sums: &dyn Fn(usize) -> &'a [f32],
-    res: &mut [[f32; 8]; J_MAX],
-) {
-    use super::columns::{Q4_0, Q4_1, Q4_K};
-    macro_rules! rows {
-        ($jn:literal) => {{
-            let out: &mut [[f32; 8]; $jn] = (&mut res[..$jn]).try_into().expect("jn <= J_MAX");
-            let s = std::array::from_fn(sums);
-            // SAFETY: forwarded from the caller.
-            unsafe {
-                match ty {
-                    GgmlType::Q4_1 => offsets::<$jn, Q4_1>(w, nb, s, out),
-                    GgmlType::Q4_0 => offsets::<$jn, Q4_0>(w, nb, s, out),
-                    _ => offsets::<$jn, Q4_K>(w, nb, s, out),
+            } else if ty != GgmlType::Q8_0 {
+                // SAFETY: forwarded from the caller.
+                unsafe {
+                    match ty {
+                        GgmlType::Q4_1 => offsets::<$jn, Q4_1>(w, nb, sum, out),
+                        GgmlType::Q4_0 => offsets::<$jn, Q4_0>(w, nb, sum, out),
+                        _ => offsets::<$jn, Q4_K>(w, nb, sum, out),
+                    }
                 }
             }
         }};
