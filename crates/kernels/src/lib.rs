@@ -8,13 +8,13 @@
 //! bytes stream from memory (or, for the `f32` kernels, by the vector pipes), so reading
 //! 4.5-bit blocks instead of 32-bit floats is the win.
 //!
-//! `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0` matrices are repacked once at load into groups of eight
-//! rows interleaved block column by block column (see `packed.rs`): the same bytes, moved, so
-//! that one load gives eight rows' `f16` scales and eight rows' dot products land in the lanes
-//! of one vector. `Q4_K` and `Q5_K` are repacked into the `Q4_1` and `Q5_1` forms (each
-//! 32-value sub-block a block column, its scale and min unpacked to bytes, 2% larger than the
-//! file) and run those kernels. The file's pages are then released, so resident memory stays near the file
-//! size. Other types are read in place from the memory-mapped file, a row at a time.
+//! `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0` matrices are repacked once at load into groups of
+//! eight rows interleaved block column by block column (see `packed.rs`): the same bytes, moved, so
+//! that one load gives eight rows' `f16` scales and eight rows' dot products land in the lanes of
+//! one vector. `Q4_K` and `Q5_K` are repacked into the `Q4_1` and `Q5_1` forms (each 32-value
+//! sub-block a block column, its scale and min unpacked to bytes, 2% larger than the file) and run
+//! those kernels. The file's pages are then released, so resident memory stays near the file size.
+//! Other types are read in place from the memory-mapped file, a row at a time.
 //!
 //! Two activation formats, chosen by [`ActivationFormat`]:
 //! - [`ActivationFormat::F32`] (the default): each weight block is dequantised in registers

@@ -14,19 +14,19 @@
 //! rows a call takes and whichever tile computes them, so batches give the bits of single
 //! rows (speculative verification and batched decode agree with decode).
 //!
-//! **Register tiles.** A call takes `S` of a group's eight weight rows and `J` activation
-//! rows and keeps their `S x J` sums in registers over all block columns; per block it loads
-//! each activation row's 32 values into registers once and decodes each weight row once,
-//! then runs the `2 S J` FMAs on registers. (An FMA with a memory operand ran at about 1.2 a
-//! cycle on an Intel Sapphire Rapids VM, against 2 a cycle for two registers: the kernels
-//! that read the activations from memory for every weight row were bound by it.) One or two
-//! activation rows (decode) take all eight weight rows at once, three or four take four, up
-//! to [`J_MAX`] two ([`tile_rows`]); a group's weights are then decoded two or four times per
-//! call, from L1 after the first (and where the rows' activations outgrow 16 KiB, the tiles
-//! take them a chunk of block columns at a time: [`chunk_columns`]). Criterion (`-- rows_`, one thread, 1536 x 576 `Q4_1`
-//! against the kernels before, which loaded the activations for every weight row and
-//! multiplied `d` per activation row): 9 rows 233-259 -> 198-200 us, 4 rows 106-114 -> 81-82
-//! us, one row 38-40 us either way (docs/performance.md, 2026-11-26 morning).
+//! **Register tiles.** A call takes `S` of a group's eight weight rows and `J` activation rows and
+//! keeps their `S x J` sums in registers over all block columns; per block it loads each activation
+//! row's 32 values into registers once and decodes each weight row once, then runs the `2 S J` FMAs
+//! on registers. (An FMA with a memory operand ran at about 1.2 a cycle on an Intel Sapphire Rapids
+//! VM, against 2 a cycle for two registers: the kernels that read the activations from memory for
+//! every weight row were bound by it.) One or two activation rows (decode) take all eight weight
+//! rows at once, three or four take four, up to [`J_MAX`] two ([`tile_rows`]); a group's weights
+//! are then decoded two or four times per call, from L1 after the first (and where the rows'
+//! activations outgrow 16 KiB, the tiles take them a chunk of block columns at a time:
+//! [`chunk_columns`]). Criterion (`-- rows_`, one thread, 1536 x 576 `Q4_1` against the kernels
+//! before, which loaded the activations for every weight row and multiplied `d` per activation
+//! row): 9 rows 233-259 -> 198-200 us, 4 rows 106-114 -> 81-82 us, one row 38-40 us either way
+//! (docs/performance.md, 2026-11-26 morning).
 
 use std::arch::x86_64::*;
 use std::ops::Range;
@@ -43,7 +43,7 @@ const Q8_0: u8 = 6;
 
 /// Activation rows one call takes at most (with two weight rows: 12 sums, 12 activation
 /// vectors and the decoded weights fill the 32 registers).
-pub(crate) const J_MAX: usize = 6;
+const J_MAX: usize = 6;
 
 /// Bytes of activations a tile of fewer than eight weight rows keeps in L1 while it runs over
 /// a chunk of block columns, before the next tile takes the same chunk: without chunks, six
@@ -203,10 +203,10 @@ unsafe fn dispatch<'a>(
 }
 
 /// Block column `b` of a group in format `F`: where its quants start, and the eight rows'
-/// `d` and `m` in lane order (`m` zero for `Q8_0`). Columns in order from 0 (see [`column`]).
+/// `d` and `m` in lane order (`m` zero for `Q8_0`). Columns in order from 0 (see [`column()`]).
 ///
 /// # Safety
-/// As [`column`].
+/// As [`column()`].
 #[target_feature(enable = "avx2,fma,f16c,avx512f")]
 #[inline]
 unsafe fn column_of<const F: u8>(
