@@ -1,8 +1,9 @@
 //! Choosing a kernel for a weight type and applying it to a range of rows.
 
 use super::packed::{self, GROUP, Packing};
-use super::q8::BlockQ8;
+use super::q8::{BlockQ8, WideQ8};
 use super::scalar;
+pub(crate) use super::simd::Simd;
 use kindle_gguf::quant::{self, GgmlType};
 
 /// The activations of one product, in the forms the kernels read.
@@ -15,6 +16,9 @@ pub(crate) struct Activations<'a> {
     pub q8_d: &'a [f32],
     /// The sums `s` of [`Activations::q8`], laid out alike.
     pub q8_s: &'a [f32],
+    /// [`Activations::q8`] in the wide form, for a kernel that
+    /// [`wants_wide_q8`](Kernel::wants_wide_q8) (empty otherwise).
+    pub q8_wide: &'a WideQ8,
     /// For the SIMD `f32` kernels of the packed types and `Q6_K`: `f32` with each block's
     /// values in the order and scaling [`Kernel::permutation`] gives (empty otherwise).
     pub permuted: &'a [f32],
@@ -61,80 +65,12 @@ const MAX_JN: usize = 8;
 #[cfg(target_arch = "x86_64")]
 const K_MAX_JN: usize = 4;
 
+/// Weight rows a K-quant kernel call takes (see `Kernel::k_rows`).
+#[cfg(target_arch = "x86_64")]
+const K_ROW_BLOCK: usize = 8;
+
 /// Bytes of activations a K-quant tile keeps in L1 (see `Kernel::k_rows`).
 const K_TILE_BYTES: usize = 24 * 1024;
-
-/// Which instruction set a kernel uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Simd {
-    /// Portable Rust.
-    Scalar,
-    /// AVX2 + FMA + F16C.
-    Avx2,
-    /// AVX2 + FMA + F16C + AVX-VNNI (`vpdpbusd`).
-    Vnni,
-    /// All of the above and AVX-512F: 16-lane `f32` kernels.
-    Avx512,
-}
-
-impl Simd {
-    /// The best level this CPU runs, capped by `KINDLE_SIMD` (see [`crate::simd_cap_name`]).
-    pub fn detect() -> Simd {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::sync::OnceLock;
-            static DETECTED: OnceLock<Simd> = OnceLock::new();
-            *DETECTED.get_or_init(|| {
-                let cpu = Simd::detect_cpu();
-                match crate::simd_cap() {
-                    Ok(Some(cap)) if (cap as u8) < cpu as u8 => cap,
-                    _ => cpu,
-                }
-            })
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            Simd::Scalar
-        }
-    }
-
-    /// The best level this CPU runs.
-    fn detect_cpu() -> Simd {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let avx2 = is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
-                && is_x86_feature_detected!("f16c");
-            let vnni = avx2 && is_x86_feature_detected!("avxvnni");
-            if vnni && is_x86_feature_detected!("avx512f") {
-                Simd::Avx512
-            } else if vnni {
-                Simd::Vnni
-            } else if avx2 {
-                Simd::Avx2
-            } else {
-                Simd::Scalar
-            }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            Simd::Scalar
-        }
-    }
-
-    /// Every level this CPU runs, portable first (tests compare them).
-    #[cfg(test)]
-    pub fn available() -> Vec<Simd> {
-        [Simd::Scalar, Simd::Avx2, Simd::Vnni, Simd::Avx512]
-            .into_iter()
-            .filter(|&s| s as u8 <= Simd::detect() as u8)
-            .collect()
-    }
-
-    fn any(self) -> bool {
-        self != Simd::Scalar
-    }
-}
 
 /// How one weight row meets one activation row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,6 +106,11 @@ impl Kernel {
     /// Whether the kernel reads 8-bit activations.
     pub fn int8(self) -> bool {
         matches!(self, Kernel::Int8 { .. })
+    }
+
+    /// Whether the kernel reads [`Activations::q8_wide`]: the SIMD 8-bit kernels of `Q6_K`.
+    pub fn wants_wide_q8(self) -> bool {
+        matches!(self, Kernel::Int8 { ty, simd } if k_quant(ty) && simd.any())
     }
 
     /// Whether the kernel reads [`Activations::permuted`] and [`Activations::block_sums`].
@@ -339,23 +280,26 @@ impl Kernel {
         let tile = (K_TILE_BYTES / act_bytes.max(1)).max(most) / most * most;
         for j0 in (0..m).step_by(tile) {
             let j_end = (j0 + tile).min(m);
-            for r in start..end {
-                let row = &w.data[r * w.row_bytes..(r + 1) * w.row_bytes];
-                let out = &mut out[(r - start) * m..(r - start + 1) * m];
+            // Weight rows a few at a time: each call runs over them for its activation rows
+            // (from L1 for the second on), with its constants set up once.
+            for r0 in (start..end).step_by(K_ROW_BLOCK) {
+                let r1 = (r0 + K_ROW_BLOCK).min(end);
+                let rows = &w.data[r0 * w.row_bytes..r1 * w.row_bytes];
+                let out = &mut out[(r0 - start) * m..(r1 - start) * m];
                 let mut j = j0;
                 while j < j_end {
                     let jn = (j_end - j).min(most);
-                    let o = &mut out[j..j + jn];
+                    let rb = w.row_bytes;
                     // SAFETY: a SIMD level is only chosen when AVX2, FMA and F16C were detected;
-                    // `row` is whole super-blocks and every activation row as long.
+                    // `rows` are whole super-blocks and every activation row as long.
                     unsafe {
                         match jn {
-                            1 => self.k_row_jn::<1>(ty, row, acts, j, o),
-                            2 => self.k_row_jn::<2>(ty, row, acts, j, o),
-                            3 => self.k_row_jn::<3>(ty, row, acts, j, o),
-                            4 => self.k_row_jn::<4>(ty, row, acts, j, o),
-                            5 => self.k_row_jn::<5>(ty, row, acts, j, o),
-                            _ => self.k_row_jn::<6>(ty, row, acts, j, o),
+                            1 => self.k_rows_jn::<1>(ty, rows, rb, acts, j, out),
+                            2 => self.k_rows_jn::<2>(ty, rows, rb, acts, j, out),
+                            3 => self.k_rows_jn::<3>(ty, rows, rb, acts, j, out),
+                            4 => self.k_rows_jn::<4>(ty, rows, rb, acts, j, out),
+                            5 => self.k_rows_jn::<5>(ty, rows, rb, acts, j, out),
+                            _ => self.k_rows_jn::<6>(ty, rows, rb, acts, j, out),
                         }
                     }
                     j += jn;
@@ -365,45 +309,61 @@ impl Kernel {
         true
     }
 
-    /// One K-quant row times activation rows `j0..j0 + JN`.
+    /// K-quant rows (`rows`, `row_bytes` each) times activation rows `j0..j0 + JN`: row `r`
+    /// and activation row `j` to `out[r * m + j]`.
     ///
     /// # Safety
-    /// AVX2, FMA and F16C; `row` is whole super-blocks of `ty`.
+    /// AVX2, FMA and F16C; `rows` are whole super-blocks of `ty`.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn k_row_jn<const JN: usize>(
+    unsafe fn k_rows_jn<const JN: usize>(
         self,
         ty: GgmlType,
-        row: &[u8],
+        rows: &[u8],
+        row_bytes: usize,
         acts: &Activations,
         j0: usize,
         out: &mut [f32],
     ) {
         use super::x86_k as k;
-        let (cols, nb) = (acts.cols, acts.cols / 32);
+        let (cols, nb, m) = (acts.cols, acts.cols / 32, acts.m);
+        let each_row = rows.chunks_exact(row_bytes).enumerate();
         // SAFETY: forwarded from the caller.
         unsafe {
             if self.int8() {
-                let rows = |v: &'_ [f32]| -> [*const f32; JN] {
-                    std::array::from_fn(|jj| v[(j0 + jj) * nb..].as_ptr())
+                let wide = acts.q8_wide;
+                let ys = k::WideRows::<JN> {
+                    qs: std::array::from_fn(|jj| wide.qs[(j0 + jj) * nb / 2..].as_ptr().cast()),
+                    d8: std::array::from_fn(|jj| wide.d8[(j0 + jj) * nb / 2..].as_ptr().cast()),
+                    d: std::array::from_fn(|jj| acts.q8_d[(j0 + jj) * nb..].as_ptr()),
+                    s16: std::array::from_fn(|jj| wide.s16[(j0 + jj) * 2 * nb..].as_ptr()),
                 };
-                let ys = k::Q8Rows {
-                    blocks: std::array::from_fn(|jj| &acts.q8[(j0 + jj) * nb..(j0 + jj + 1) * nb]),
-                    d: rows(acts.q8_d),
-                    s: rows(acts.q8_s),
-                };
-                k::q6_k_q8::<JN, _>(row, ys, out);
+                let out = &mut out[j0..];
+                if self
+                    == (Kernel::Int8 {
+                        ty,
+                        simd: Simd::Avx512,
+                    })
+                    && k::has_avx512_int8()
+                {
+                    k::q6_k_q8_avx512::<JN>(rows, row_bytes, &ys, out, m);
+                } else {
+                    k::q6_k_q8::<JN>(rows, row_bytes, &ys, out, m);
+                }
                 return;
             }
             let xs: [&[f32]; JN] =
                 std::array::from_fn(|jj| &acts.permuted[(j0 + jj) * cols..(j0 + jj + 1) * cols]);
-            let per_row = acts.block_sums.len() / acts.m;
+            let per_row = acts.block_sums.len() / m;
             let sums: [&[f32]; JN] = std::array::from_fn(|jj| {
                 &acts.block_sums[(j0 + jj) * per_row..(j0 + jj + 1) * per_row]
             });
             let avx512 = self.interleaves_k_pairs();
-            match ty {
-                _ if avx512 => k::q6_k_f32_avx512::<JN>(row, xs, sums, out),
-                _ => k::q6_k_f32::<JN>(row, xs, sums, out),
+            for (r, row) in each_row {
+                let out = &mut out[r * m + j0..][..JN];
+                match ty {
+                    _ if avx512 => k::q6_k_f32_avx512::<JN>(row, xs, sums, out),
+                    _ => k::q6_k_f32::<JN>(row, xs, sums, out),
+                }
             }
         }
     }

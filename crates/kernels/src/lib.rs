@@ -72,6 +72,7 @@ mod pool;
 mod prefetch;
 mod q8;
 mod scalar;
+mod simd;
 #[cfg(test)]
 mod tests;
 #[cfg(target_arch = "x86_64")]
@@ -562,6 +563,7 @@ struct Prepared {
     q8: Vec<BlockQ8>,
     q8_d: Vec<f32>,
     q8_s: Vec<f32>,
+    q8_wide: q8::WideQ8,
     permuted: Vec<f32>,
     block_sums: Vec<f32>,
     panels: Vec<f32>,
@@ -583,6 +585,7 @@ impl Prepared {
                 q8: Vec::new(),
                 q8_d: Vec::new(),
                 q8_s: Vec::new(),
+                q8_wide: q8::WideQ8::default(),
                 permuted: Vec::new(),
                 block_sums: Vec::new(),
                 panels: gemm::pack_activations(x, m, cols),
@@ -609,7 +612,13 @@ impl Prepared {
         } else {
             (Vec::new(), Vec::new())
         };
+        let q8_wide = if kernel.wants_wide_q8() {
+            q8::WideQ8::new(&q8)
+        } else {
+            q8::WideQ8::default()
+        };
         Prepared {
+            q8_wide,
             q8_d: q8.iter().map(|b| b.d).collect(),
             q8_s: q8.iter().map(|b| b.s).collect(),
             q8,
@@ -626,6 +635,7 @@ impl Prepared {
             q8: &self.q8,
             q8_d: &self.q8_d,
             q8_s: &self.q8_s,
+            q8_wide: &self.q8_wide,
             permuted: &self.permuted,
             block_sums: &self.block_sums,
             panels: &self.panels,

@@ -1,34 +1,36 @@
-//! AVX2 + FMA + F16C kernels for the 256-value `Q6_K` super-blocks, read in place from the
-//! file's rows (no repacking: a super-block's scales are per 16 values, so there is no
-//! per-block `f16` to gather across rows, and each row is reduced horizontally once, not once
-//! per block). `Q4_K` and `Q5_K` are repacked at load into the `Q4_1` and `Q5_1` group forms
+//! Kernels for the 256-value `Q6_K` super-blocks, read in place from the file's rows (no
+//! repacking: a super-block's scales are per 16 values, so there is no per-block `f16` to
+//! gather across rows, and each row is reduced horizontally once, not once per block).
+//! `Q4_K` and `Q5_K` are repacked at load into the `Q4_1` and `Q5_1` group forms
 //! (`packed.rs`, `columns.rs`) and run those kernels.
 //!
-//! Each kernel takes one weight row and `JN` activation rows: a super-block is decoded once
-//! for all of them, and the arithmetic of one output does not depend on `JN` (a row gives the
-//! same bits alone and in a batch).
+//! Each kernel decodes a super-block once for `JN` activation rows, and the arithmetic of one
+//! output does not depend on `JN` (a row gives the same bits alone and in a batch).
 //!
-//! - `f32` activations: 32 quant bytes are loaded once and each 6-bit value is masked
-//!   *in place* in its 32-bit lane (byte `k` of lane `l` is value `4l + k`, left at bit `8k`),
-//!   converted, and multiplied with activations permuted into [`K_ORDER`] and scaled by
-//!   [`K_SCALE`] (`2^-8k`), so every product is exactly `q * x`. Each 16 values' dot
-//!   product is scaled by its `d * scale` as it is added (one FMA); the `-32` offset is
-//!   applied to activation sums per 16 values, once per super-block.
-//! - 8-bit activations: the crate's 32-value `BlockQ8` blocks (through [`Q8Block`]): `maddubs`
-//!   of the unsigned quants with the signed activations, the 16-value scales in the `madd`,
-//!   one FMA by `d * y.d` per 256.
+//! - `f32` activations (AVX2, and a 16-lane AVX-512 form): 32 quant bytes are loaded once
+//!   and each 6-bit value is masked *in place* in its 32-bit lane (byte `k` of lane `l` is
+//!   value `4l + k`, left at bit `8k`), converted, and multiplied with activations permuted
+//!   into [`K_ORDER`] and scaled by [`K_SCALE`] (`2^-8k`), so every product is exactly
+//!   `q * x`. Each 16 values' dot product is scaled by its `d * scale` as it is added (one
+//!   FMA); the `-32` offset is applied to activation sums per 16 values, once per super-block.
+//! - 8-bit activations (AVX2, and AVX-512BW with 64 values a vector), read in the wide form
+//!   (`super::q8::WideQ8`: quants contiguous, each block's scale repeated over its lanes, sums
+//!   per 16 values): `maddubs` of the unsigned quants with the signed activations, `madd` with
+//!   the 16-value scales, converted and scaled per block as they are added; the `-32` offset
+//!   once per super-block against the sums per 16 values, so no second `maddubs` by 32.
 //!
-//! Every function requires AVX2, FMA and F16C (the caller checks them at run time), a row of
-//! whole super-blocks, and activation rows at least as long.
+//! Every function requires AVX2, FMA and F16C (the caller checks them at run time; the
+//! AVX-512 ones AVX-512F and BW as well), rows of whole super-blocks, and activation rows at
+//! least as long.
 
 use std::arch::x86_64::*;
 
 use super::prefetch::prefetch_ahead;
 
 /// An activation block of 32 values quantized to 8 bits (the crate's `BlockQ8`): its quants,
-/// which the 8-bit kernels read (its scale and sum come as plain rows, [`Q8Rows`]). A trait,
-/// so that these kernels stay near the leaves: the dispatcher names them, they name nothing of
-/// the crate but the leaf `prefetch.rs`.
+/// which the 8-bit `Q5` kernels read (its scale and sum come as plain rows, [`Q8Rows`]). A
+/// trait, so that these kernels stay near the leaves: the dispatcher names them, they name
+/// nothing of the crate but the leaf `prefetch.rs`.
 pub(crate) trait Q8Block {
     /// The 32 quants.
     fn qs(&self) -> &[i8; 32];
@@ -137,19 +139,6 @@ pub(crate) struct Q8Rows<'a, Y, const JN: usize> {
     pub d: [*const f32; JN],
     /// Each row's block sums (as many as blocks).
     pub s: [*const f32; JN],
-}
-
-/// One vector whose lane `s` is the sum of the lanes of `v[s]`, from `h[i] = hadd(v[2i],
-/// v[2i + 1])`.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-fn sum_lanes_i32(h: [__m256i; 4]) -> __m256i {
-    let a = _mm256_hadd_epi32(h[0], h[1]);
-    let b = _mm256_hadd_epi32(h[2], h[3]);
-    _mm256_add_epi32(
-        _mm256_permute2x128_si256::<0x20>(a, b),
-        _mm256_permute2x128_si256::<0x31>(a, b),
-    )
 }
 
 /// The four 32-value sub-blocks `k` of half `h` of a `Q6_K` super-block at `b`, one 6-bit
@@ -336,63 +325,200 @@ pub(crate) unsafe fn q6_k_f32_avx512<const JN: usize>(
     }
 }
 
-/// A `Q6_K` row times `JN` rows of 8-bit activation blocks (the 16-value scales applied in
-/// the integer `madd`, the eight blocks' sums gathered into one vector by `vphaddd`).
+/// `Q6_K` rows (`rows`, `row_bytes` each; row `r`'s results at `out[r * stride..]`) times
+/// `JN` rows of 8-bit activations in the wide form ([`WideRows`]), with 32-byte vectors:
+/// each 32 values' `maddubs` of the unsigned quants with the signed activations and `madd`
+/// with their two 16-value scales (one `vpermd` and one `vpshufb` of the super-block's
+/// sixteen, for all activation rows), converted and multiplied by the block's activation
+/// scale as they are added; each super-block's sum multiplied by its `d`. The `-32` offset is
+/// applied per super-block against the activations' sums per 16 values (`madd` with the
+/// scales, one FMA by `d * y.d`), as in [`q6_k_q8_avx512`].
 ///
 /// # Safety
-/// AVX2, FMA and F16C; `row` holds whole super-blocks and each row of `ys` eight blocks (and
-/// scales) per super-block.
+/// AVX2, FMA and F16C; `rows` holds whole super-blocks and each row of `ys` as many values
+/// (and scales, sums).
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn q6_k_q8<const JN: usize, Y: Q8Block>(
-    row: &[u8],
-    ys: Q8Rows<'_, Y, JN>,
+pub(crate) unsafe fn q6_k_q8<const JN: usize>(
+    rows: &[u8],
+    row_bytes: usize,
+    ys: &WideRows<JN>,
     out: &mut [f32],
+    stride: usize,
 ) {
-    let m32 = _mm256_set1_epi8(32);
-    let mut acc = [_mm256_setzero_ps(); JN];
-    for (i, b) in row.chunks_exact(Q6_K_BYTES).enumerate() {
-        // SAFETY: `b` is one super-block; activation blocks `8 * i..8 * i + 8` exist.
-        unsafe {
-            let p = b.as_ptr();
-            // The rows of a task follow each other: this streams its weights ahead.
-            prefetch_ahead(p, Q6_K_BYTES);
-            let d = _mm256_set1_ps(f16_at(p.add(208)));
-            let mut h = [[_mm256_setzero_si256(); 4]; JN];
-            for half in 0..2 {
-                let q = q6_half(p, half);
-                let mut prev = [_mm256_setzero_si256(); JN];
-                for k in 0..4 {
-                    let s = 8 * half + 2 * k;
-                    // 16-bit lanes 0..8 hold values 0..16 (scale s), lanes 8..16 the rest.
-                    let scale = _mm256_set_m128i(
-                        _mm_set1_epi16(i16::from(*p.add(192 + s + 1) as i8)),
-                        _mm_set1_epi16(i16::from(*p.add(192 + s) as i8)),
-                    );
-                    for j in 0..JN {
-                        let y = ys.blocks[j].get_unchecked(8 * i + 4 * half + k);
-                        let v = _mm256_loadu_si256(y.qs().as_ptr() as *const __m256i);
-                        // (q - 32) . y = q . y - 32 . y, each pair sum within i16.
-                        let p16 = _mm256_sub_epi16(
-                            _mm256_maddubs_epi16(q[k], v),
-                            _mm256_maddubs_epi16(m32, v),
-                        );
-                        let p32 = _mm256_madd_epi16(p16, scale);
-                        if k % 2 == 0 {
-                            prev[j] = p32;
-                        } else {
-                            h[j][2 * half + k / 2] = _mm256_hadd_epi32(prev[j], p32);
+    // Byte pairs 0..2 (the first `i16` of a 32-bit lane) in the low 128-bit lane, 2..4 in the
+    // high one: the two 16-value scales of a 32-value sub-block, eight 16-bit lanes each.
+    let spread = _mm256_setr_epi8(
+        0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
+        2, 3,
+    );
+    for (r, row) in rows.chunks_exact(row_bytes).enumerate() {
+        let mut acc = [_mm256_setzero_ps(); JN];
+        let mut acc_offset = [_mm256_setzero_ps(); JN];
+        for (i, b) in row.chunks_exact(Q6_K_BYTES).enumerate() {
+            // SAFETY: `b` is one super-block; activation values `256 * i..256 * i + 256`
+            // (and their scales and sums) exist (caller).
+            unsafe {
+                let p = b.as_ptr();
+                // The rows follow each other: this streams their weights ahead.
+                prefetch_ahead(p, Q6_K_BYTES);
+                let d = _mm256_set1_ps(f16_at(p.add(208)));
+                let scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(192) as *const __m128i));
+                for j in 0..JN {
+                    // The offsets: sum over the sixteen groups of scale * activation sum.
+                    let yd = _mm256_mul_ps(d, _mm256_loadu_ps(ys.d[j].add(8 * i)));
+                    let s = _mm256_loadu_si256(ys.s16[j].add(16 * i) as *const __m256i);
+                    let o = _mm256_cvtepi32_ps(_mm256_madd_epi16(scales, s));
+                    acc_offset[j] = _mm256_fmadd_ps(o, yd, acc_offset[j]);
+                }
+                // Two partial sums per activation row (even and odd sub-blocks).
+                let mut sb = [[_mm256_setzero_ps(); 2]; JN];
+                for h in 0..2 {
+                    let q = q6_half(p, h);
+                    for (k, &q) in q.iter().enumerate() {
+                        let blk = 4 * h + k;
+                        let pair =
+                            _mm256_permutevar8x32_epi32(scales, _mm256_set1_epi32(blk as i32));
+                        let scale = _mm256_shuffle_epi8(pair, spread);
+                        for j in 0..JN {
+                            let y = _mm256_load_si256(
+                                ys.qs[j].add(32 * (8 * i + blk)) as *const __m256i
+                            );
+                            let p32 = _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), scale);
+                            let yd = _mm256_load_ps(ys.d8[j].add(8 * (8 * i + blk)));
+                            sb[j][k % 2] =
+                                _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), yd, sb[j][k % 2]);
                         }
                     }
                 }
-            }
-            for j in 0..JN {
-                let yd = _mm256_loadu_ps(ys.d[j].add(8 * i));
-                let dots = _mm256_cvtepi32_ps(sum_lanes_i32(h[j]));
-                acc[j] = _mm256_fmadd_ps(dots, _mm256_mul_ps(d, yd), acc[j]);
+                for j in 0..JN {
+                    acc[j] = _mm256_fmadd_ps(_mm256_add_ps(sb[j][0], sb[j][1]), d, acc[j]);
+                }
             }
         }
+        for j in 0..JN {
+            out[r * stride + j] = hsum(acc[j]) - 32.0 * hsum(acc_offset[j]);
+        }
     }
-    for j in 0..JN {
-        out[j] = hsum(acc[j]);
+}
+
+/// Whether this CPU runs [`q6_k_q8_avx512`] (AVX-512BW beside AVX-512F).
+pub(crate) fn has_avx512_int8() -> bool {
+    use std::sync::OnceLock;
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw"))
+}
+
+/// `JN` rows of 8-bit activations in the wide form (`super::q8::WideQ8`), each pointer at
+/// the row's start.
+pub(crate) struct WideRows<const JN: usize> {
+    /// The quants.
+    pub qs: [*const i8; JN],
+    /// Each block's scale eight times.
+    pub d8: [*const f32; JN],
+    /// Each block's scale once.
+    pub d: [*const f32; JN],
+    /// The sum of each 16 quants.
+    pub s16: [*const i16; JN],
+}
+
+/// [`q6_k_q8`] for several weight rows (`rows`, `row_bytes` each; row `r`'s results at
+/// `out[r * stride..]`) with 64-byte vectors, 64 values of a row a vector (two activation
+/// blocks).
+///
+/// - The quants: `ql`'s 64 bytes of a 128-value half give the low nibbles of values `0..64`
+///   (masked) and `64..128` (shifted), `qh`'s 32 bytes broadcast to both 256-bit halves and
+///   masked and shifted per half (`vpsllvw`, `vpsrlvw`) their top two bits, and a bit select
+///   (`vpternlogd`) joins them.
+/// - Each 64 values: `maddubs` of the unsigned quants with the signed activations, `madd`
+///   with the 16-value scales (exact `i32`, at most `2 * 2 * 63 * 127 * 128` a lane),
+///   converted and multiplied by the lanes' activation scales (each block's eight lanes, one
+///   load); each super-block's sum is then multiplied by its `d` as it is added.
+/// - The `-32` offset is applied per super-block against the activations' sums per 16 values:
+///   `madd` of those with the scales, one FMA by `d * y.d`.
+///
+/// # Safety
+/// AVX-512F and AVX-512BW ([`has_avx512_int8`]) besides AVX2, FMA and F16C;
+/// `rows` holds whole super-blocks and each row of `ys` as many values (and scales, sums).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+pub(crate) unsafe fn q6_k_q8_avx512<const JN: usize>(
+    rows: &[u8],
+    row_bytes: usize,
+    ys: &WideRows<JN>,
+    out: &mut [f32],
+    stride: usize,
+) {
+    let low = _mm512_set1_epi8(0x0F);
+    // Values 0..32 of a half take bits 0..2 of `qh` (to bits 4..6: shift 4), values 32..64
+    // bits 2..4 (shift 2), values 64..96 bits 4..6 (in place), values 96..128 bits 6..8
+    // (right by 2); masked before the 16-bit shifts so that nothing crosses into bits 6..8.
+    let halves =
+        |a: i32, b: i32| _mm512_inserti64x4::<1>(_mm512_set1_epi32(a), _mm256_set1_epi32(b));
+    let mask_lo = halves(0x0303_0303, 0x0C0C_0C0C);
+    let shift_lo = halves(0x0004_0004, 0x0002_0002);
+    let mask_hi = halves(0x3030_3030, 0xC0C0_C0C0_u32 as i32);
+    let shift_hi = halves(0, 0x0002_0002);
+    // Vector `t` (values 64t..64t + 64) takes the scales of 16-value groups 4t..4t + 4, one
+    // per 128-bit lane.
+    let scale_picks: [__m512i; 4] = std::array::from_fn(|t| {
+        let lanes: [i16; 32] = std::array::from_fn(|l| (4 * t + l / 8) as i16);
+        // SAFETY: 64 readable bytes.
+        unsafe { _mm512_loadu_si512(lanes.as_ptr() as *const __m512i) }
+    });
+    for (r, row) in rows.chunks_exact(row_bytes).enumerate() {
+        let mut acc = [_mm512_setzero_ps(); JN];
+        let mut acc_offset = [_mm256_setzero_ps(); JN];
+        for (i, b) in row.chunks_exact(Q6_K_BYTES).enumerate() {
+            // SAFETY: `b` is one super-block; activation values `256 * i..256 * i + 256`
+            // (and their scales and sums) exist (caller).
+            unsafe {
+                let p = b.as_ptr();
+                // The rows follow each other: this streams their weights ahead.
+                prefetch_ahead(p, Q6_K_BYTES);
+                let d = _mm_set1_ps(f16_at(p.add(208)));
+                let scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(192) as *const __m128i));
+                let scales512 = _mm512_castsi256_si512(scales);
+                for j in 0..JN {
+                    // The offsets: sum over the sixteen groups of scale * activation sum.
+                    let yd =
+                        _mm256_mul_ps(_mm256_broadcast_ps(&d), _mm256_loadu_ps(ys.d[j].add(8 * i)));
+                    let s = _mm256_loadu_si256(ys.s16[j].add(16 * i) as *const __m256i);
+                    let o = _mm256_cvtepi32_ps(_mm256_madd_epi16(scales, s));
+                    acc_offset[j] = _mm256_fmadd_ps(o, yd, acc_offset[j]);
+                }
+                let mut sb = [_mm512_setzero_ps(); JN];
+                for h in 0..2 {
+                    let ql = _mm512_loadu_si512(p.add(64 * h) as *const __m512i);
+                    let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                        p.add(128 + 32 * h) as *const __m256i
+                    ));
+                    // Bit select (0xE4: bits of `low` from the first operand, the rest from
+                    // the second) of the nibbles and the top two bits.
+                    let top_lo = _mm512_sllv_epi16(_mm512_and_si512(qh, mask_lo), shift_lo);
+                    let top_hi = _mm512_srlv_epi16(_mm512_and_si512(qh, mask_hi), shift_hi);
+                    let v = [
+                        _mm512_ternarylogic_epi32::<0xE4>(ql, top_lo, low),
+                        _mm512_ternarylogic_epi32::<0xE4>(_mm512_srli_epi16::<4>(ql), top_hi, low),
+                    ];
+                    for (k, &v) in v.iter().enumerate() {
+                        let t = 2 * h + k;
+                        let scale = _mm512_permutexvar_epi16(scale_picks[t], scales512);
+                        for j in 0..JN {
+                            let at = 256 * i + 64 * t;
+                            let y = _mm512_load_si512(ys.qs[j].add(at) as *const __m512i);
+                            let p32 = _mm512_madd_epi16(_mm512_maddubs_epi16(v, y), scale);
+                            let yd = _mm512_load_ps(ys.d8[j].add(at / 4));
+                            sb[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p32), yd, sb[j]);
+                        }
+                    }
+                }
+                let d = _mm512_broadcastss_ps(d);
+                for j in 0..JN {
+                    acc[j] = _mm512_fmadd_ps(sb[j], d, acc[j]);
+                }
+            }
+        }
+        for j in 0..JN {
+            out[r * stride + j] = _mm512_reduce_add_ps(acc[j]) - 32.0 * hsum(acc_offset[j]);
+        }
     }
 }

@@ -1,0 +1,74 @@
+//! Which instruction set the kernels use: detected once, capped by `KINDLE_SIMD`.
+
+/// Which instruction set a kernel uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Simd {
+    /// Portable Rust.
+    Scalar,
+    /// AVX2 + FMA + F16C.
+    Avx2,
+    /// AVX2 + FMA + F16C + AVX-VNNI (`vpdpbusd`).
+    Vnni,
+    /// All of the above and AVX-512F: 16-lane `f32` kernels.
+    Avx512,
+}
+
+impl Simd {
+    /// The best level this CPU runs, capped by `KINDLE_SIMD` (see [`crate::simd_cap_name`]).
+    pub fn detect() -> Simd {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::sync::OnceLock;
+            static DETECTED: OnceLock<Simd> = OnceLock::new();
+            *DETECTED.get_or_init(|| {
+                let cpu = Simd::detect_cpu();
+                match crate::simd_cap() {
+                    Ok(Some(cap)) if (cap as u8) < cpu as u8 => cap,
+                    _ => cpu,
+                }
+            })
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            Simd::Scalar
+        }
+    }
+
+    /// The best level this CPU runs.
+    fn detect_cpu() -> Simd {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let avx2 = is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c");
+            let vnni = avx2 && is_x86_feature_detected!("avxvnni");
+            if vnni && is_x86_feature_detected!("avx512f") {
+                Simd::Avx512
+            } else if vnni {
+                Simd::Vnni
+            } else if avx2 {
+                Simd::Avx2
+            } else {
+                Simd::Scalar
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            Simd::Scalar
+        }
+    }
+
+    /// Every level this CPU runs, portable first (tests compare them).
+    #[cfg(test)]
+    pub fn available() -> Vec<Simd> {
+        [Simd::Scalar, Simd::Avx2, Simd::Vnni, Simd::Avx512]
+            .into_iter()
+            .filter(|&s| s as u8 <= Simd::detect() as u8)
+            .collect()
+    }
+
+    /// Whether any SIMD level runs (not the portable kernels).
+    pub(crate) fn any(self) -> bool {
+        self != Simd::Scalar
+    }
+}
