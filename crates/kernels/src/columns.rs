@@ -26,6 +26,25 @@ const fn k_format(f: u8) -> bool {
     f == Q4_K || f == Q5_K
 }
 
+/// Calls `f(b)` for each block column `b` in `cols` of a group in format `F` (for a
+/// K-quant, whole super-block columns), in order. A K-quant's columns run in an inner loop
+/// of eight, so that in [`column`] the sub-block index is a constant of the unrolled loop
+/// and its divisions, branch and offsets fold: measured (criterion, one thread, 640 x 2048)
+/// 8-bit `Q4_K` 26.8 -> 24.1 us and `Q5_K` 39.6 -> 33.2 us against a plain loop over `b`.
+#[inline(always)]
+pub(crate) fn for_each_column<const F: u8>(cols: std::ops::Range<usize>, mut f: impl FnMut(usize)) {
+    let step = if k_format(F) { 8 } else { 1 };
+    debug_assert!(
+        cols.start % step == 0 && cols.end % step == 0,
+        "whole super-blocks"
+    );
+    for s in cols.start / step..cols.end / step {
+        for j in 0..step {
+            f(s * step + j);
+        }
+    }
+}
+
 /// Bytes of a legacy format's block column: eight blocks of `Q4_1` (20 bytes), `Q4_0` (18),
 /// `Q5_1` (24) or `Q5_0` (22).
 const fn legacy_column_bytes(f: u8) -> usize {

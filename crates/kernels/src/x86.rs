@@ -227,7 +227,7 @@ macro_rules! group_kernels {
         pub(crate) mod $module {
             use std::arch::x86_64::*;
 
-            use super::super::columns::{SuperBlock, column};
+            use super::super::columns::{SuperBlock, column, for_each_column};
             use super::super::packed::LANE_ROWS;
             use super::super::prefetch::prefetch_ahead;
             use super::super::q8::BlockQ8;
@@ -326,7 +326,7 @@ macro_rules! group_kernels {
                 let mut acc = [_mm256_setzero_ps(); JN];
                 let mut acc_min = [_mm256_setzero_ps(); JN];
                 let mut sb = SuperBlock::new();
-                for b in 0..nb {
+                for_each_column::<F>(0..nb, |b| {
                     // SAFETY: block column `b` lies within the caller's `nb` columns, and
                     // each activation row has block `b`.
                     unsafe {
@@ -361,7 +361,7 @@ macro_rules! group_kernels {
                             acc_min[j] = _mm256_fmadd_ps(m, _mm256_set1_ps(y.s), acc_min[j]);
                         }
                     }
-                }
+                });
                 for j in 0..JN {
                     // SAFETY: `out[j]` holds eight floats.
                     unsafe {
@@ -448,7 +448,7 @@ macro_rules! group_kernels {
                 let mut acc = [_mm256_setzero_ps(); JN];
                 let mut acc_min = [_mm256_setzero_ps(); JN];
                 let mut sb = SuperBlock::new();
-                for b in 0..nb {
+                for_each_column::<F>(0..nb, |b| {
                     // SAFETY: block column `b` lies within the `nb` columns; activation block
                     // `b` within `32 * nb` values.
                     unsafe {
@@ -479,7 +479,7 @@ macro_rules! group_kernels {
                             acc_min[j] = _mm256_fmadd_ps(m, sum, acc_min[j]);
                         }
                     }
-                }
+                });
                 for j in 0..JN {
                     // SAFETY: `out[j]` holds eight floats.
                     unsafe {

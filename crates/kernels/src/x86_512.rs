@@ -33,7 +33,7 @@ use std::ops::Range;
 
 use kindle_gguf::quant::GgmlType;
 
-use super::columns::{SuperBlock, column};
+use super::columns::{SuperBlock, column, for_each_column};
 use super::packed::LANE_ROWS;
 use super::prefetch::prefetch_ahead;
 
@@ -307,7 +307,7 @@ unsafe fn tile<const S: usize, const J: usize, const F: u8>(
         0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0, 15.0,
     );
     let mut sb = SuperBlock::new();
-    for b in cols {
+    for_each_column::<F>(cols, |b| {
         // SAFETY: block column `b` lies within the group; activation block `b` within every
         // row.
         unsafe {
@@ -339,7 +339,7 @@ unsafe fn tile<const S: usize, const J: usize, const F: u8>(
                 add_offsets(&mut acc_min, m, &sums, b);
             }
         }
-    }
+    });
     (*sums_in, *mins_in) = (acc, acc_min);
 }
 
@@ -358,13 +358,13 @@ unsafe fn offsets<const J: usize, const F: u8>(
 ) {
     let mut acc_min = [_mm256_setzero_ps(); J];
     let mut sb = SuperBlock::new();
-    for b in 0..nb {
+    for_each_column::<F>(0..nb, |b| {
         // SAFETY: block column `b` lies within the `nb` columns.
         unsafe {
             let (_, _, m) = column_of::<F>(w, b, &mut sb);
             add_offsets(&mut acc_min, m, &sums, b);
         }
-    }
+    });
     add_mins(&acc_min, out);
 }
 

@@ -26,7 +26,7 @@
 
 use std::arch::x86_64::*;
 
-use super::columns::{SuperBlock, column};
+use super::columns::{SuperBlock, column, for_each_column};
 use super::x86_k::{Q8Block, Q8Rows, hsum};
 
 /// The order of a block's 32 activations that the `f32` kernel reads: position `p` holds
@@ -105,7 +105,7 @@ macro_rules! q5_q8_kernel {
             let mut sb = SuperBlock::new();
             let mut acc = [_mm256_setzero_ps(); JN];
             let mut acc_min = [_mm256_setzero_ps(); JN];
-            for b in 0..nb {
+            for_each_column::<F>(0..nb, |b| {
                 // SAFETY: block column `b` lies within the group; activation block `b`
                 // exists; the VNNI branch runs only in the instance with AVX-VNNI.
                 unsafe {
@@ -149,7 +149,7 @@ macro_rules! q5_q8_kernel {
                         acc_min[j] = _mm256_fmadd_ps(m, ysum, acc_min[j]);
                     }
                 }
-            }
+            });
             for j in 0..JN {
                 // SAFETY: `out[j]` holds eight floats.
                 unsafe { _mm256_storeu_ps(out[j].as_mut_ptr(), _mm256_add_ps(acc[j], acc_min[j])) };
@@ -179,7 +179,7 @@ pub(crate) unsafe fn q5_f32<const JN: usize, const F: u8>(
     let mut sb = SuperBlock::new();
     let mut acc = [_mm256_setzero_ps(); JN];
     let mut acc_min = [_mm256_setzero_ps(); JN];
-    for b in 0..nb {
+    for_each_column::<F>(0..nb, |b| {
         // SAFETY: block column `b` lies within the group; activation block `b` within
         // `32 * nb` values and `nb` sums.
         unsafe {
@@ -216,7 +216,7 @@ pub(crate) unsafe fn q5_f32<const JN: usize, const F: u8>(
                 acc_min[j] = _mm256_fmadd_ps(m, sum, acc_min[j]);
             }
         }
-    }
+    });
     for j in 0..JN {
         // SAFETY: `out[j]` holds eight floats.
         unsafe { _mm256_storeu_ps(out[j].as_mut_ptr(), _mm256_add_ps(acc[j], acc_min[j])) };
@@ -267,7 +267,7 @@ pub(crate) unsafe fn q5_f32_avx512<const JN: usize, const F: u8>(
     let mut sb = SuperBlock::new();
     let mut acc = [[_mm512_setzero_ps(); 4]; JN];
     let mut acc_min = [_mm256_setzero_ps(); JN];
-    for b in 0..nb {
+    for_each_column::<F>(0..nb, |b| {
         // SAFETY: block column `b` lies within the group; activation block `b` within
         // `32 * nb` values and `nb` sums.
         unsafe {
@@ -304,7 +304,7 @@ pub(crate) unsafe fn q5_f32_avx512<const JN: usize, const F: u8>(
                 acc_min[j] = _mm256_fmadd_ps(m, sum, acc_min[j]);
             }
         }
-    }
+    });
     for j in 0..JN {
         let mut mins = [0f32; 8];
         // SAFETY: `mins` holds eight floats.
