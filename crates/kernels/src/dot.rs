@@ -343,7 +343,6 @@ impl Kernel {
                         ty,
                         simd: Simd::Avx512,
                     })
-                    && k::has_avx512_int8()
                 {
                     k::q6_k_q8_avx512::<JN>(rows, row_bytes, &ys, out, m);
                 } else {
@@ -487,15 +486,21 @@ impl Kernel {
                         s: rows(acts.q8_s),
                     };
                     use super::columns::{Q5_0, Q5_1, Q5_K};
-                    use x86_q5::{q5_q8, q5_q8_vnni};
-                    let vnni = matches!(simd, Simd::Vnni | Simd::Avx512);
-                    match (ty, vnni) {
-                        (GgmlType::Q5_0, true) => q5_q8_vnni::<JN, Q5_0, _>(w, nb, &ys, out),
-                        (GgmlType::Q5_1, true) => q5_q8_vnni::<JN, Q5_1, _>(w, nb, &ys, out),
-                        (_, true) => q5_q8_vnni::<JN, Q5_K, _>(w, nb, &ys, out),
-                        (GgmlType::Q5_0, false) => q5_q8::<JN, Q5_0, _>(w, nb, &ys, out),
-                        (GgmlType::Q5_1, false) => q5_q8::<JN, Q5_1, _>(w, nb, &ys, out),
-                        (_, false) => q5_q8::<JN, Q5_K, _>(w, nb, &ys, out),
+                    use x86_q5::{q5_q8, q5_q8_avx512, q5_q8_vnni};
+                    match (ty, simd) {
+                        (GgmlType::Q5_0, Simd::Avx512) => {
+                            q5_q8_avx512::<JN, Q5_0, _>(w, nb, &ys, out)
+                        }
+                        (GgmlType::Q5_1, Simd::Avx512) => {
+                            q5_q8_avx512::<JN, Q5_1, _>(w, nb, &ys, out)
+                        }
+                        (_, Simd::Avx512) => q5_q8_avx512::<JN, Q5_K, _>(w, nb, &ys, out),
+                        (GgmlType::Q5_0, Simd::Vnni) => q5_q8_vnni::<JN, Q5_0, _>(w, nb, &ys, out),
+                        (GgmlType::Q5_1, Simd::Vnni) => q5_q8_vnni::<JN, Q5_1, _>(w, nb, &ys, out),
+                        (_, Simd::Vnni) => q5_q8_vnni::<JN, Q5_K, _>(w, nb, &ys, out),
+                        (GgmlType::Q5_0, _) => q5_q8::<JN, Q5_0, _>(w, nb, &ys, out),
+                        (GgmlType::Q5_1, _) => q5_q8::<JN, Q5_1, _>(w, nb, &ys, out),
+                        (_, _) => q5_q8::<JN, Q5_K, _>(w, nb, &ys, out),
                     }
                 }
                 (Kernel::F32 { .. }, _) if q5(ty) => {
@@ -524,17 +529,21 @@ impl Kernel {
                 (Kernel::Int8 { .. }, _) => {
                     let ys: [&[BlockQ8]; JN] =
                         std::array::from_fn(|jj| &acts.q8[(j0 + jj) * nb..(j0 + jj + 1) * nb]);
-                    let wide = matches!(simd, Simd::Vnni | Simd::Avx512);
                     use super::columns::{Q4_0, Q4_1, Q4_K};
-                    match (ty, wide) {
-                        (GgmlType::Q4_1, true) => vnni::q4_1_q8::<JN, Q4_1>(w, nb, ys, out),
-                        (GgmlType::Q4_1, false) => avx2::q4_1_q8::<JN, Q4_1>(w, nb, ys, out),
-                        (GgmlType::Q4_0, true) => vnni::q4_1_q8::<JN, Q4_0>(w, nb, ys, out),
-                        (GgmlType::Q4_0, false) => avx2::q4_1_q8::<JN, Q4_0>(w, nb, ys, out),
-                        (GgmlType::Q4_K, true) => vnni::q4_1_q8::<JN, Q4_K>(w, nb, ys, out),
-                        (GgmlType::Q4_K, false) => avx2::q4_1_q8::<JN, Q4_K>(w, nb, ys, out),
-                        (_, true) => vnni::q8_0_q8(w, nb, ys, out),
-                        (_, false) => avx2::q8_0_q8(w, nb, ys, out),
+                    // The same four kernels of each instance.
+                    macro_rules! int8 {
+                        ($m:ident) => {
+                            match ty {
+                                GgmlType::Q4_1 => $m::q4_1_q8::<JN, Q4_1>(w, nb, ys, out),
+                                GgmlType::Q4_0 => $m::q4_1_q8::<JN, Q4_0>(w, nb, ys, out),
+                                GgmlType::Q4_K => $m::q4_1_q8::<JN, Q4_K>(w, nb, ys, out),
+                                _ => $m::q8_0_q8(w, nb, ys, out),
+                            }
+                        };
+                    }
+                    match simd {
+                        Simd::Vnni | Simd::Avx512 => int8!(vnni),
+                        _ => int8!(avx2),
                     }
                 }
                 (Kernel::F32 { .. }, _)

@@ -9,7 +9,7 @@ pub(crate) enum Simd {
     Avx2,
     /// AVX2 + FMA + F16C + AVX-VNNI (`vpdpbusd`).
     Vnni,
-    /// All of the above and AVX-512F: 16-lane `f32` kernels.
+    /// All of the above and AVX-512F, BW and VL: 16-lane `f32` kernels.
     Avx512,
 }
 
@@ -42,7 +42,12 @@ impl Simd {
                 && is_x86_feature_detected!("fma")
                 && is_x86_feature_detected!("f16c");
             let vnni = avx2 && is_x86_feature_detected!("avxvnni");
-            if vnni && is_x86_feature_detected!("avx512f") {
+            // BW and VL (every AVX-512 CPU but the Xeon Phi's have them): the 8-bit `Q6_K` and
+            // `Q5` kernels use their byte and word operations and 256-bit bit selects.
+            let avx512 = is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512bw")
+                && is_x86_feature_detected!("avx512vl");
+            if vnni && avx512 {
                 Simd::Avx512
             } else if vnni {
                 Simd::Vnni

@@ -401,13 +401,6 @@ pub(crate) unsafe fn q6_k_q8<const JN: usize>(
     }
 }
 
-/// Whether this CPU runs [`q6_k_q8_avx512`] (AVX-512BW beside AVX-512F).
-pub(crate) fn has_avx512_int8() -> bool {
-    use std::sync::OnceLock;
-    static HAS: OnceLock<bool> = OnceLock::new();
-    *HAS.get_or_init(|| is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw"))
-}
-
 /// `JN` rows of 8-bit activations in the wide form (`super::q8::WideQ8`), each pointer at
 /// the row's start.
 pub(crate) struct WideRows<const JN: usize> {
@@ -437,7 +430,7 @@ pub(crate) struct WideRows<const JN: usize> {
 ///   `madd` of those with the scales, one FMA by `d * y.d`.
 ///
 /// # Safety
-/// AVX-512F and AVX-512BW ([`has_avx512_int8`]) besides AVX2, FMA and F16C;
+/// AVX-512F and AVX-512BW (`super::simd::Simd::Avx512`) besides AVX2, FMA and F16C;
 /// `rows` holds whole super-blocks and each row of `ys` as many values (and scales, sums).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
 pub(crate) unsafe fn q6_k_q8_avx512<const JN: usize>(
