@@ -135,38 +135,46 @@ macro_rules! q5_q8_kernel {
                 unsafe {
                     let (at, d, m) = column::<F>(w, b, &mut sb);
                     let qh = _mm256_loadu_si256(at as *const __m256i);
-                    let mut lo = [_mm256_setzero_si256(); 4];
-                    let mut hi = [_mm256_setzero_si256(); 4];
-                    for k in 0..4 {
-                        (lo[k], hi[k]) = $pair(at, qh, k);
-                    }
-                    for j in 0..JN {
+                    let y: [[__m256i; 2]; JN] = std::array::from_fn(|j| {
                         let q = ys.blocks[j].get_unchecked(b).qs().as_ptr();
-                        let ylo = _mm256_broadcastsi128_si256(_mm_loadu_si128(q as *const __m128i));
-                        let yhi = _mm256_broadcastsi128_si256(_mm_loadu_si128(
-                            q.add(16) as *const __m128i
-                        ));
-                        let p: [__m256i; 4] = std::array::from_fn(|k| {
-                            if $vnni {
+                        [0, 16].map(|at| {
+                            _mm256_broadcastsi128_si256(
+                                _mm_loadu_si128(q.add(at) as *const __m128i),
+                            )
+                        })
+                    });
+                    // Each pair of rows decoded and used at once, the pairs' sums reduced as
+                    // they come (`hadd`): few registers live (16 without AVX-512VL).
+                    let mut even = [_mm256_setzero_si256(); JN];
+                    let mut h = [[_mm256_setzero_si256(); 2]; JN];
+                    for k in 0..4 {
+                        let (lo, hi) = $pair(at, qh, k);
+                        for j in 0..JN {
+                            let [ylo, yhi] = y[j];
+                            let p = if $vnni {
                                 let zero = _mm256_setzero_si256();
                                 _mm256_dpbusd_avx_epi32(
-                                    _mm256_dpbusd_avx_epi32(zero, lo[k], ylo),
-                                    hi[k],
+                                    _mm256_dpbusd_avx_epi32(zero, lo, ylo),
+                                    hi,
                                     yhi,
                                 )
                             } else {
                                 let p16 = _mm256_add_epi16(
-                                    _mm256_maddubs_epi16(lo[k], ylo),
-                                    _mm256_maddubs_epi16(hi[k], yhi),
+                                    _mm256_maddubs_epi16(lo, ylo),
+                                    _mm256_maddubs_epi16(hi, yhi),
                                 );
                                 _mm256_madd_epi16(p16, ones)
+                            };
+                            if k % 2 == 0 {
+                                even[j] = p;
+                            } else {
+                                h[j][k / 2] = _mm256_hadd_epi32(even[j], p);
                             }
-                        });
+                        }
+                    }
+                    for j in 0..JN {
                         // Lanes [r0 r2 r4 r6 | r1 r3 r5 r7] = LANE_ROWS.
-                        let sums = _mm256_cvtepi32_ps(_mm256_hadd_epi32(
-                            _mm256_hadd_epi32(p[0], p[1]),
-                            _mm256_hadd_epi32(p[2], p[3]),
-                        ));
+                        let sums = _mm256_cvtepi32_ps(_mm256_hadd_epi32(h[j][0], h[j][1]));
                         let yd = _mm256_set1_ps(*ys.d[j].add(b));
                         acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(d, yd), sums, acc[j]);
                         let ysum = _mm256_set1_ps(*ys.s[j].add(b));
