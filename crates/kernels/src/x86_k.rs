@@ -325,6 +325,32 @@ pub(crate) unsafe fn q6_k_f32_avx512<const JN: usize>(
     }
 }
 
+/// `acc[j] += d * y.d * (scales . sums)` per block of super-block `i`: what the `-32` offset
+/// of a `Q6_K` super-block's quants (`scales`: its sixteen 16-value scales, `d`: its `d`)
+/// multiplies, from the activations' sums per 16 values, eight blocks a vector.
+///
+/// # Safety
+/// AVX2, FMA and F16C; each row of `ys` has super-block `i`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn add_q6_offsets<const JN: usize>(
+    scales: __m256i,
+    d: __m256,
+    ys: &WideRows<JN>,
+    i: usize,
+    acc: &mut [__m256; JN],
+) {
+    for j in 0..JN {
+        // SAFETY: the scales and sums of super-block `i` exist (caller).
+        unsafe {
+            let yd = _mm256_mul_ps(d, _mm256_loadu_ps(ys.d[j].add(8 * i)));
+            let s = _mm256_loadu_si256(ys.s16[j].add(16 * i) as *const __m256i);
+            let o = _mm256_cvtepi32_ps(_mm256_madd_epi16(scales, s));
+            acc[j] = _mm256_fmadd_ps(o, yd, acc[j]);
+        }
+    }
+}
+
 /// `Q6_K` rows (`rows`, `row_bytes` each; row `r`'s results at `out[r * stride..]`) times
 /// `JN` rows of 8-bit activations in the wide form ([`WideRows`]), with 32-byte vectors:
 /// each 32 values' `maddubs` of the unsigned quants with the signed activations and `madd`
@@ -363,13 +389,7 @@ pub(crate) unsafe fn q6_k_q8<const JN: usize>(
                 prefetch_ahead(p, Q6_K_BYTES);
                 let d = _mm256_set1_ps(f16_at(p.add(208)));
                 let scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(192) as *const __m128i));
-                for j in 0..JN {
-                    // The offsets: sum over the sixteen groups of scale * activation sum.
-                    let yd = _mm256_mul_ps(d, _mm256_loadu_ps(ys.d[j].add(8 * i)));
-                    let s = _mm256_loadu_si256(ys.s16[j].add(16 * i) as *const __m256i);
-                    let o = _mm256_cvtepi32_ps(_mm256_madd_epi16(scales, s));
-                    acc_offset[j] = _mm256_fmadd_ps(o, yd, acc_offset[j]);
-                }
+                add_q6_offsets(scales, d, ys, i, &mut acc_offset);
                 // Two partial sums per activation row (even and odd sub-blocks).
                 let mut sb = [[_mm256_setzero_ps(); 2]; JN];
                 for h in 0..2 {
@@ -467,17 +487,10 @@ pub(crate) unsafe fn q6_k_q8_avx512<const JN: usize>(
                 let p = b.as_ptr();
                 // The rows follow each other: this streams their weights ahead.
                 prefetch_ahead(p, Q6_K_BYTES);
-                let d = _mm_set1_ps(f16_at(p.add(208)));
+                let d = f16_at(p.add(208));
                 let scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(192) as *const __m128i));
                 let scales512 = _mm512_castsi256_si512(scales);
-                for j in 0..JN {
-                    // The offsets: sum over the sixteen groups of scale * activation sum.
-                    let yd =
-                        _mm256_mul_ps(_mm256_broadcast_ps(&d), _mm256_loadu_ps(ys.d[j].add(8 * i)));
-                    let s = _mm256_loadu_si256(ys.s16[j].add(16 * i) as *const __m256i);
-                    let o = _mm256_cvtepi32_ps(_mm256_madd_epi16(scales, s));
-                    acc_offset[j] = _mm256_fmadd_ps(o, yd, acc_offset[j]);
-                }
+                add_q6_offsets(scales, _mm256_set1_ps(d), ys, i, &mut acc_offset);
                 let mut sb = [_mm512_setzero_ps(); JN];
                 for h in 0..2 {
                     let ql = _mm512_loadu_si512(p.add(64 * h) as *const __m512i);
@@ -504,7 +517,7 @@ pub(crate) unsafe fn q6_k_q8_avx512<const JN: usize>(
                         }
                     }
                 }
-                let d = _mm512_broadcastss_ps(d);
+                let d = _mm512_set1_ps(d);
                 for j in 0..JN {
                     acc[j] = _mm512_fmadd_ps(sb[j], d, acc[j]);
                 }

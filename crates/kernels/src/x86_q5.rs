@@ -54,6 +54,24 @@ pub(crate) const Q5_SCALE: [f32; 32] = {
     scale
 };
 
+/// The quant bytes of rows `2k` and `2k + 1` of the block column whose fifth bits start at
+/// `at`, and its fifth bits `qh` shifted so that those of values `0..16` (then `16..32`) lie
+/// at bit 4 (other bits not cleared): what [`pair_quants`] and [`pair_quants_vl`] join.
+///
+/// # Safety
+/// AVX2; `at` points to a whole block column's fifth bits and quants.
+#[inline(always)]
+unsafe fn pair_parts(at: *const u8, qh: __m256i, k: usize) -> (__m256i, __m256i, __m256i) {
+    // SAFETY: the pair's quants lie within the column, and the caller runs with AVX2.
+    unsafe {
+        (
+            _mm256_loadu_si256(at.add(32 + 32 * k) as *const __m256i),
+            _mm256_srl_epi16(qh, _mm_cvtsi32_si128(k as i32)),
+            _mm256_sll_epi16(qh, _mm_cvtsi32_si128(k as i32 + 1)),
+        )
+    }
+}
+
 /// The 5-bit quants (one per byte, `0..32`) of rows `2k` and `2k + 1` of the block column
 /// whose fifth bits start at `at` (its quants 32 bytes later), one row per 128-bit lane:
 /// values `0..16` (`lo`) and `16..32` (`hi`). `qh` is the column's 32 bytes of transposed
@@ -67,11 +85,8 @@ pub(crate) const Q5_SCALE: [f32; 32] = {
 unsafe fn pair_quants(at: *const u8, qh: __m256i, k: usize) -> (__m256i, __m256i) {
     // SAFETY: the pair's quants lie within the column (caller).
     unsafe {
-        let low = _mm256_set1_epi8(0x0F);
-        let bit4 = _mm256_set1_epi8(0x10);
-        let v = _mm256_loadu_si256(at.add(32 + 32 * k) as *const __m256i);
-        let h_lo = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(k as i32));
-        let h_hi = _mm256_sll_epi16(qh, _mm_cvtsi32_si128(k as i32 + 1));
+        let (low, bit4) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x10));
+        let (v, h_lo, h_hi) = pair_parts(at, qh, k);
         (
             _mm256_or_si256(_mm256_and_si256(v, low), _mm256_and_si256(h_lo, bit4)),
             _mm256_or_si256(
@@ -93,11 +108,8 @@ unsafe fn pair_quants(at: *const u8, qh: __m256i, k: usize) -> (__m256i, __m256i
 unsafe fn pair_quants_vl(at: *const u8, qh: __m256i, k: usize) -> (__m256i, __m256i) {
     // SAFETY: the pair's quants lie within the column (caller).
     unsafe {
-        let low = _mm256_set1_epi8(0x0F);
-        let bit4 = _mm256_set1_epi8(0x10);
-        let v = _mm256_loadu_si256(at.add(32 + 32 * k) as *const __m256i);
-        let h_lo = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(k as i32));
-        let h_hi = _mm256_sll_epi16(qh, _mm_cvtsi32_si128(k as i32 + 1));
+        let (low, bit4) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x10));
+        let (v, h_lo, h_hi) = pair_parts(at, qh, k);
         let nibbles_hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
         (
             _mm256_ternarylogic_epi32::<0xF8>(_mm256_and_si256(v, low), h_lo, bit4),
