@@ -102,58 +102,8 @@ pub use config::{KernelOptions, Kernels, RowArithmetic};
 pub use gemm::GEMM_MIN_ROWS as PREFILL_ROWS;
 pub use pool::default_threads;
 
-/// The SIMD level the kernels run with on this CPU, for people: `AVX-512`, `AVX-VNNI`,
-/// `AVX2/FMA` or `portable scalar`.
-pub fn simd_level() -> &'static str {
-    match dot::Simd::detect() {
-        dot::Simd::Avx512 => "AVX-512",
-        dot::Simd::Vnni => "AVX-VNNI",
-        dot::Simd::Avx2 => "AVX2/FMA",
-        dot::Simd::Scalar => "portable scalar",
-    }
-}
 pub use q8::{BlockQ8, quantize_row_q8};
-
-/// The SIMD level `KINDLE_SIMD` caps the kernels at (`avx512`, `vnni`, `avx2` or `scalar`):
-/// `Ok(None)` when it is unset, an error naming the value when it is none of those. A cap
-/// above what the CPU runs has no effect. For measuring a narrower CPU's kernels on a wider
-/// one (the AVX2 kernels on an AVX-512 machine); the kernels read it once, at their first use.
-///
-/// ```
-/// let cap = kindle_kernels::simd_cap_name();
-/// match std::env::var("KINDLE_SIMD") {
-///     Err(_) => assert_eq!(cap, Ok(None)),
-///     Ok(v) if v.eq_ignore_ascii_case("avx2") => assert_eq!(cap, Ok(Some("avx2"))),
-///     Ok(_) => {}
-/// }
-/// ```
-pub fn simd_cap_name() -> Result<Option<&'static str>, String> {
-    simd_cap().map(|cap| {
-        cap.map(|s| match s {
-            dot::Simd::Avx512 => "avx512",
-            dot::Simd::Vnni => "vnni",
-            dot::Simd::Avx2 => "avx2",
-            dot::Simd::Scalar => "scalar",
-        })
-    })
-}
-
-/// `KINDLE_SIMD` parsed (see [`simd_cap_name`]).
-pub(crate) fn simd_cap() -> Result<Option<dot::Simd>, String> {
-    let Ok(value) = std::env::var("KINDLE_SIMD") else {
-        return Ok(None);
-    };
-    match value.trim().to_ascii_lowercase().as_str() {
-        "" => Ok(None),
-        "avx512" | "avx-512" => Ok(Some(dot::Simd::Avx512)),
-        "vnni" | "avx-vnni" | "avxvnni" => Ok(Some(dot::Simd::Vnni)),
-        "avx2" => Ok(Some(dot::Simd::Avx2)),
-        "scalar" | "portable" => Ok(Some(dot::Simd::Scalar)),
-        other => Err(format!(
-            "KINDLE_SIMD={other:?} is not one of avx512, vnni, avx2, scalar"
-        )),
-    }
-}
+pub use simd::{simd_cap_name, simd_level};
 
 /// Why a [`QuantMatrix`] could not be built.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]

@@ -10,7 +10,7 @@ pub use super::block::BlockQ8;
 pub fn quantize_row_q8(row: &[f32]) -> Vec<BlockQ8> {
     assert!(row.len().is_multiple_of(32), "row length multiple of 32");
     #[cfg(target_arch = "x86_64")]
-    if super::dot::Simd::detect() != super::dot::Simd::Scalar {
+    if super::simd::Simd::detect() != super::simd::Simd::Scalar {
         return row
             .chunks_exact(32)
             // SAFETY: AVX2, FMA and F16C were detected; each chunk holds 32 values.

@@ -14,7 +14,7 @@ pub(crate) enum Simd {
 }
 
 impl Simd {
-    /// The best level this CPU runs, capped by `KINDLE_SIMD` (see [`crate::simd_cap_name`]).
+    /// The best level this CPU runs, capped by `KINDLE_SIMD` (see [`simd_cap_name`]).
     pub fn detect() -> Simd {
         #[cfg(target_arch = "x86_64")]
         {
@@ -22,7 +22,7 @@ impl Simd {
             static DETECTED: OnceLock<Simd> = OnceLock::new();
             *DETECTED.get_or_init(|| {
                 let cpu = Simd::detect_cpu();
-                match crate::simd_cap() {
+                match simd_cap() {
                     Ok(Some(cap)) if (cap as u8) < cpu as u8 => cap,
                     _ => cpu,
                 }
@@ -75,5 +75,56 @@ impl Simd {
     /// Whether any SIMD level runs (not the portable kernels).
     pub(crate) fn any(self) -> bool {
         self != Simd::Scalar
+    }
+}
+
+/// The SIMD level the kernels run with on this CPU, for people: `AVX-512`, `AVX-VNNI`,
+/// `AVX2/FMA` or `portable scalar`.
+pub fn simd_level() -> &'static str {
+    match Simd::detect() {
+        Simd::Avx512 => "AVX-512",
+        Simd::Vnni => "AVX-VNNI",
+        Simd::Avx2 => "AVX2/FMA",
+        Simd::Scalar => "portable scalar",
+    }
+}
+/// The SIMD level `KINDLE_SIMD` caps the kernels at (`avx512`, `vnni`, `avx2` or `scalar`):
+/// `Ok(None)` when it is unset, an error naming the value when it is none of those. A cap
+/// above what the CPU runs has no effect. For measuring a narrower CPU's kernels on a wider
+/// one (the AVX2 kernels on an AVX-512 machine); the kernels read it once, at their first use.
+///
+/// ```
+/// let cap = kindle_kernels::simd_cap_name();
+/// match std::env::var("KINDLE_SIMD") {
+///     Err(_) => assert_eq!(cap, Ok(None)),
+///     Ok(v) if v.eq_ignore_ascii_case("avx2") => assert_eq!(cap, Ok(Some("avx2"))),
+///     Ok(_) => {}
+/// }
+/// ```
+pub fn simd_cap_name() -> Result<Option<&'static str>, String> {
+    simd_cap().map(|cap| {
+        cap.map(|s| match s {
+            Simd::Avx512 => "avx512",
+            Simd::Vnni => "vnni",
+            Simd::Avx2 => "avx2",
+            Simd::Scalar => "scalar",
+        })
+    })
+}
+
+/// `KINDLE_SIMD` parsed (see [`simd_cap_name`]).
+pub(crate) fn simd_cap() -> Result<Option<Simd>, String> {
+    let Ok(value) = std::env::var("KINDLE_SIMD") else {
+        return Ok(None);
+    };
+    match value.trim().to_ascii_lowercase().as_str() {
+        "" => Ok(None),
+        "avx512" | "avx-512" => Ok(Some(Simd::Avx512)),
+        "vnni" | "avx-vnni" | "avxvnni" => Ok(Some(Simd::Vnni)),
+        "avx2" => Ok(Some(Simd::Avx2)),
+        "scalar" | "portable" => Ok(Some(Simd::Scalar)),
+        other => Err(format!(
+            "KINDLE_SIMD={other:?} is not one of avx512, vnni, avx2, scalar"
+        )),
     }
 }
