@@ -67,8 +67,9 @@ impl WideQ8 {
             d8: Vec::with_capacity(blocks.len() / 2),
             s16: Vec::with_capacity(2 * blocks.len()),
         };
-        for pair in blocks.chunks(2) {
-            let (a, b) = (&pair[0], pair.get(1).unwrap_or(&pair[0]));
+        debug_assert!(blocks.len().is_multiple_of(2), "an even number of blocks");
+        for pair in blocks.chunks_exact(2) {
+            let (a, b) = (&pair[0], &pair[1]);
             wide.qs.push(Line(std::array::from_fn(|i| {
                 if i < 32 { a.qs[i] } else { b.qs[i - 32] }
             })));

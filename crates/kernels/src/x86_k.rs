@@ -325,29 +325,35 @@ pub(crate) unsafe fn q6_k_f32_avx512<const JN: usize>(
     }
 }
 
-/// `acc[j] += d * y.d * (scales . sums)` per block of super-block `i`: what the `-32` offset
-/// of a `Q6_K` super-block's quants (`scales`: its sixteen 16-value scales, `d`: its `d`)
-/// multiplies, from the activations' sums per 16 values, eight blocks a vector.
+/// The start of an 8-bit kernel's `Q6_K` super-block `i` at `p`: asks for the weights ahead
+/// (the rows follow each other), reads its `d` and its sixteen 16-value scales (widened to
+/// `i16`), and adds `d * y.d * (scales . sums)` per block to `acc[j]`: what the `-32` offset
+/// of its quants multiplies, from the activations' sums per 16 values, eight blocks a vector.
 ///
 /// # Safety
-/// AVX2, FMA and F16C; each row of `ys` has super-block `i`.
+/// AVX2, FMA and F16C; `p` points to a whole super-block; each row of `ys` has super-block `i`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn add_q6_offsets<const JN: usize>(
-    scales: __m256i,
-    d: __m256,
+unsafe fn q6_start<const JN: usize>(
+    p: *const u8,
     ys: &WideRows<JN>,
     i: usize,
     acc: &mut [__m256; JN],
-) {
-    for j in 0..JN {
-        // SAFETY: the scales and sums of super-block `i` exist (caller).
-        unsafe {
-            let yd = _mm256_mul_ps(d, _mm256_loadu_ps(ys.d[j].add(8 * i)));
+) -> (f32, __m256i) {
+    // SAFETY: the super-block and the activations' scales and sums of super-block `i` exist
+    // (caller); a prefetch never faults.
+    unsafe {
+        prefetch_ahead(p, Q6_K_BYTES);
+        let d = f16_at(p.add(208));
+        let scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(192) as *const __m128i));
+        let dv = _mm256_set1_ps(d);
+        for j in 0..JN {
+            let yd = _mm256_mul_ps(dv, _mm256_loadu_ps(ys.d[j].add(8 * i)));
             let s = _mm256_loadu_si256(ys.s16[j].add(16 * i) as *const __m256i);
             let o = _mm256_cvtepi32_ps(_mm256_madd_epi16(scales, s));
             acc[j] = _mm256_fmadd_ps(o, yd, acc[j]);
         }
+        (d, scales)
     }
 }
 
@@ -385,11 +391,8 @@ pub(crate) unsafe fn q6_k_q8<const JN: usize>(
             // (and their scales and sums) exist (caller).
             unsafe {
                 let p = b.as_ptr();
-                // The rows follow each other: this streams their weights ahead.
-                prefetch_ahead(p, Q6_K_BYTES);
-                let d = _mm256_set1_ps(f16_at(p.add(208)));
-                let scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(192) as *const __m128i));
-                add_q6_offsets(scales, d, ys, i, &mut acc_offset);
+                let (d, scales) = q6_start(p, ys, i, &mut acc_offset);
+                let d = _mm256_set1_ps(d);
                 // Two partial sums per activation row (even and odd sub-blocks).
                 let mut sb = [[_mm256_setzero_ps(); 2]; JN];
                 for h in 0..2 {
@@ -485,12 +488,8 @@ pub(crate) unsafe fn q6_k_q8_avx512<const JN: usize>(
             // (and their scales and sums) exist (caller).
             unsafe {
                 let p = b.as_ptr();
-                // The rows follow each other: this streams their weights ahead.
-                prefetch_ahead(p, Q6_K_BYTES);
-                let d = f16_at(p.add(208));
-                let scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(192) as *const __m128i));
+                let (d, scales) = q6_start(p, ys, i, &mut acc_offset);
                 let scales512 = _mm512_castsi256_si512(scales);
-                add_q6_offsets(scales, _mm256_set1_ps(d), ys, i, &mut acc_offset);
                 let mut sb = [_mm512_setzero_ps(); JN];
                 for h in 0..2 {
                     let ql = _mm512_loadu_si512(p.add(64 * h) as *const __m512i);
