@@ -278,3 +278,80 @@ fn bench_csv_rows() {
         assert!(cells[7].parse::<f64>().unwrap() > 0.0, "{line}");
     }
 }
+
+/// `kindle bench --bandwidth`: each decode test's weight bytes per second beside the read
+/// bandwidth measured at its thread count. A token's weight bytes are the file's matrices
+/// (SmolLM2's head is its tied embedding, counted once), not its norms.
+#[test]
+fn bench_bandwidth_sets_decode_beside_the_read_rate() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
+    let (ok, stdout, stderr) = kindle(&[
+        "bench",
+        "-p",
+        "4",
+        "-n",
+        "4",
+        "-r",
+        "1",
+        "--threads-list",
+        "1,2",
+        "--bandwidth",
+        "--json",
+    ]);
+    assert!(ok, "{stderr}");
+    let rows: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 4);
+    let file = kindle_gguf::GgufFile::open(common::model_path()).unwrap();
+    let matrices: u64 = file
+        .tensors()
+        .iter()
+        .filter(|t| t.dims.len() == 2)
+        .map(|t| t.n_bytes())
+        .sum();
+    for row in rows {
+        assert_eq!(row["weight_bytes_per_token"].as_u64(), Some(matrices));
+        let read = row["read_gbps"].as_f64().expect("a read bandwidth per row");
+        assert!(read > 0.5, "{read} GB/s");
+        if row["test"] == "tg4" {
+            let tps = row["tokens_per_second"].as_f64().unwrap();
+            let weights = row["weights_gbps"].as_f64().unwrap();
+            let want = tps * matrices as f64 / 1e9;
+            assert!(
+                (weights - want).abs() <= 1e-9 * want,
+                "{weights} against {want}"
+            );
+            let share = row["of_read_bandwidth"].as_f64().unwrap();
+            assert!((share - weights / read).abs() <= 1e-9, "{share}");
+        } else {
+            // A prefill reads the weights once for all its tokens: no streaming rate.
+            assert!(row["weights_gbps"].is_null() && row["of_read_bandwidth"].is_null());
+        }
+    }
+    // The table grows the three columns only when asked.
+    let (ok, stdout, stderr) = kindle(&["bench", "-p", "0", "-n", "2", "-r", "1", "-t", "1"]);
+    assert!(ok, "{stderr}");
+    assert!(!stdout.contains("read GB/s"), "{stdout}");
+    let (ok, stdout, stderr) = kindle(&[
+        "bench",
+        "-p",
+        "0",
+        "-n",
+        "2",
+        "-r",
+        "1",
+        "-t",
+        "1",
+        "--bandwidth",
+    ]);
+    assert!(ok, "{stderr}");
+    let header = stdout.lines().next().unwrap();
+    assert!(
+        header.ends_with("| weights GB/s | read GB/s | of read |"),
+        "{header}"
+    );
+    let row = stdout.lines().nth(2).unwrap();
+    assert!(row.trim_end().ends_with("% |"), "{row}");
+}

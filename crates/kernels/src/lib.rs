@@ -58,6 +58,7 @@
 //! assert!((y[0] - 16.0).abs() < 0.1 && (y[1] - 32.0).abs() < 0.2);
 //! ```
 
+mod bandwidth;
 mod block;
 #[cfg(target_arch = "x86_64")]
 mod columns;
@@ -94,6 +95,7 @@ use thiserror::Error;
 use kindle_gguf::quant::GgmlType;
 use kindle_gguf::{GgufFile, SharedBytes, TensorInfo};
 
+pub use bandwidth::read_bandwidth;
 pub use config::{KernelOptions, Kernels, RowArithmetic};
 /// Activation rows from which an `f32` product runs as the prefill product (a register-blocked
 /// multiply over dequantised weights) instead of the decode kernels: 32 (by default: see

@@ -313,7 +313,7 @@ pub(crate) fn pack_releasing(
 /// when asked), before its pages are first written: a decode streams every weight once per
 /// token, and 4 KiB pages cost a TLB miss every 4 KiB (Gemma-3's 178 MB head: 43,000 a
 /// token). A hint: where it is refused, the buffer works as before.
-fn advise_huge_pages(buf: &mut [u8]) {
+pub(crate) fn advise_huge_pages(buf: &mut [u8]) {
     #[cfg(target_os = "linux")]
     {
         const HUGE: usize = 2 << 20;

@@ -97,6 +97,15 @@ impl QLinear {
         (self.d_out() * self.d_in() + bias) as u64
     }
 
+    /// The bytes of its weight as the products read them: the GGUF blocks of a quantized
+    /// weight (the file's bytes), four per value of an `f32` one.
+    pub fn weight_bytes(&self) -> u64 {
+        match self.weight() {
+            LinearWeight::Quantized(q) => q.n_bytes() as u64,
+            LinearWeight::Dense(w) => (w.dims()[0] * w.dims()[1] * 4) as u64,
+        }
+    }
+
     /// Whether the layer has no bias or has one the host can read.
     pub(crate) fn bias_on_host_if_any(&self) -> bool {
         self.bias.is_none() || self.host_bias.is_some()

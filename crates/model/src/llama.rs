@@ -153,6 +153,20 @@ impl Llama {
             + self.norm.parameter_count()
     }
 
+    /// The weight bytes one decode step reads: every block's matrices and the head (the tied
+    /// embedding where there is no separate one), as stored; not the embedding table (a row
+    /// a token) nor the norms (kilobytes). Decode speed times this is the weights' streaming
+    /// rate (`kindle bench --bandwidth`).
+    pub fn decode_weight_bytes(&self) -> u64 {
+        let head = self.output.as_ref().unwrap_or(&self.embedding);
+        self.layers
+            .iter()
+            .flat_map(|b| b.linears())
+            .chain([head])
+            .map(QLinear::weight_bytes)
+            .sum()
+    }
+
     /// The model's hyperparameters.
     pub fn config(&self) -> &LlamaConfig {
         &self.config

@@ -66,7 +66,15 @@ pub struct BenchArgs {
     /// Print the rows as JSON (the same as `--output json`)
     #[arg(long, conflicts_with = "output")]
     pub json: bool,
+    /// Also measure the machine's read bandwidth at each thread count (after the tests: a
+    /// 1 GiB buffer read on the kernels' threads with their prefetch, best of five passes)
+    /// and show each decode test's weight bytes per second beside it (CPU devices)
+    #[arg(long)]
+    pub bandwidth: bool,
 }
+
+/// Bytes of the buffer `--bandwidth` reads: far past any last-level cache.
+const BANDWIDTH_BYTES: usize = 1 << 30;
 
 /// Deterministic pseudo-random token ids (llama-bench also times random tokens).
 fn tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
@@ -138,6 +146,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
         .copied()
         .max()
         .unwrap_or(0);
+    if args.bandwidth && !args.device.device.is_host() {
+        bail!(
+            "--bandwidth measures the CPU's read bandwidth: it applies to CPU devices, not {}",
+            args.device.device.name()
+        );
+    }
+    let weight_bytes = model.llama.decode_weight_bytes();
     let deepest = args.depth.iter().copied().max().unwrap_or(0);
     if deepest + longest + 1 > config.context_length {
         bail!(
@@ -237,7 +252,29 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     "samples": samples,
                     "time_to_first_token_ms": ttft,
                     "peak_rss_bytes": peak_rss(),
+                    // A decode step reads every weight once: its streaming rate.
+                    "weight_bytes_per_token": weight_bytes,
+                    "weights_gbps": (!prefill).then(|| mean * weight_bytes as f64 / 1e9),
                 }));
+            }
+        }
+    }
+    if args.bandwidth {
+        // After the tests, so that the buffer is not in their peak RSS.
+        let mut measured = Vec::new();
+        for &t in &threads {
+            let kernels = model.llama.kernels().with_threads(t);
+            let gbps = kindle_model::read_bandwidth(&kernels, BANDWIDTH_BYTES, 5) / 1e9;
+            measured.push((t, gbps));
+        }
+        for row in &mut rows {
+            let t = row["threads"].as_u64().unwrap_or(0) as usize;
+            let Some(&(_, gbps)) = measured.iter().find(|&&(n, _)| n == t) else {
+                continue;
+            };
+            row["read_gbps"] = json!(gbps);
+            if let Some(w) = row["weights_gbps"].as_f64() {
+                row["of_read_bandwidth"] = json!(w / gbps);
             }
         }
     }
@@ -273,18 +310,38 @@ pub fn run(args: BenchArgs) -> Result<()> {
             }
         }
         BenchOutput::Md => {
+            let (head, rule) = if args.bandwidth {
+                (
+                    " weights GB/s | read GB/s | of read |",
+                    " ---: | ---: | ---: |",
+                )
+            } else {
+                ("", "")
+            };
             writeln!(
                 stdout,
-                "| model | size | params | device | act | threads | test | t/s | ttft ms | peak RSS |"
+                "| model | size | params | device | act | threads | test | t/s | ttft ms | peak RSS |{head}"
             )?;
             writeln!(
                 stdout,
-                "| --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |"
+                "| --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |{rule}"
             )?;
             for r in &rows {
+                let extra = if args.bandwidth {
+                    let cell = |v: &Value, percent: bool| match v.as_f64() {
+                        Some(x) if percent => format!(" {:.0}% |", 100.0 * x),
+                        Some(x) => format!(" {x:.1} |"),
+                        None => " |".to_string(),
+                    };
+                    cell(&r["weights_gbps"], false)
+                        + &cell(&r["read_gbps"], false)
+                        + &cell(&r["of_read_bandwidth"], true)
+                } else {
+                    String::new()
+                };
                 writeln!(
                     stdout,
-                    "| {} | {:.1} MiB | {:.1} M | {} | {} | {} | {} | {:.2} ± {:.2} | {:.1} | {:.0} MiB |",
+                    "| {} | {:.1} MiB | {:.1} M | {} | {} | {} | {} | {:.2} ± {:.2} | {:.1} | {:.0} MiB |{extra}",
                     r["model"].as_str().unwrap_or(""),
                     r["size_bytes"].as_f64().unwrap_or(0.0) / (1 << 20) as f64,
                     r["params"].as_f64().unwrap_or(0.0) / 1e6,
