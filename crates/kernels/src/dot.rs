@@ -191,6 +191,25 @@ impl Kernel {
             let group_bytes = p.group_bytes();
             let mut unpacked = Vec::new();
             let mut padded = Vec::new();
+            #[cfg(target_arch = "x86_64")]
+            if let Kernel::F32 { ty, simd } = self
+                && simd == Simd::Avx512
+                && super::x86_512::covers(ty)
+            {
+                // Every whole group of the range in one call (`start` begins a group).
+                let (first, last) = (r / GROUP, end.min(p.grouped_rows) / GROUP);
+                if last > first {
+                    let data = &w.data[first * group_bytes..last * group_bytes];
+                    let rows = (acts.f32, acts.permuted, acts.block_sums);
+                    let out = &mut out[(r - start) * m..(last * GROUP - start) * m];
+                    // SAFETY: AVX-512 was detected (or is below what was), `data` holds whole
+                    // groups, and `acts` holds the rows its format reads.
+                    unsafe {
+                        super::x86_512::group(ty, data, last - first, (m, acts.cols), rows, out)
+                    };
+                    r = last * GROUP;
+                }
+            }
             while r < end.min(p.grouped_rows) {
                 let g = r / GROUP;
                 let data = &w.data[g * group_bytes..(g + 1) * group_bytes];
@@ -398,7 +417,7 @@ impl Kernel {
                 let rows = (acts.f32, acts.permuted, acts.block_sums);
                 // SAFETY: AVX-512 was detected (or is below what was), `data` is one whole
                 // group, and `acts` holds the rows its format reads.
-                unsafe { super::x86_512::group(ty, data, (acts.m, acts.cols), rows, out) };
+                unsafe { super::x86_512::group(ty, data, 1, (acts.m, acts.cols), rows, out) };
                 return true;
             }
             // Blocks of 32 values per row (a `Q4_K` super-block column holds eight).
