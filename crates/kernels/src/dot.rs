@@ -191,22 +191,14 @@ impl Kernel {
             let group_bytes = p.group_bytes();
             let mut unpacked = Vec::new();
             let mut padded = Vec::new();
-            #[cfg(target_arch = "x86_64")]
-            if let Kernel::F32 { ty, simd } = self
-                && simd == Simd::Avx512
-                && super::x86_512::covers(ty)
-            {
-                // Every whole group of the range in one call (`start` begins a group).
-                let (first, last) = (r / GROUP, end.min(p.grouped_rows) / GROUP);
-                if last > first {
-                    let data = &w.data[first * group_bytes..last * group_bytes];
-                    let rows = (acts.f32, acts.permuted, acts.block_sums);
-                    let out = &mut out[(r - start) * m..(last * GROUP - start) * m];
-                    // SAFETY: AVX-512 was detected (or is below what was), `data` holds whole
-                    // groups, and `acts` holds the rows its format reads.
-                    unsafe {
-                        super::x86_512::group(ty, data, last - first, (m, acts.cols), rows, out)
-                    };
+            // Every whole group of the range in one call (`start` begins a group), so the
+            // kernel's choice and setup are made once per task, not once per group.
+            debug_assert_eq!(r % GROUP, 0, "tasks start at a group");
+            let (first, last) = (r / GROUP, end.min(p.grouped_rows) / GROUP);
+            if last > first {
+                let data = &w.data[first * group_bytes..last * group_bytes];
+                let dst = &mut out[(r - start) * m..(last * GROUP - start) * m];
+                if self.group(data, last - first, acts, dst) {
                     r = last * GROUP;
                 }
             }
@@ -222,7 +214,7 @@ impl Kernel {
                     padded.resize(GROUP * m, 0.0);
                 }
                 let dst = if whole { &mut *out } else { &mut padded[..] };
-                if self.group(data, acts, dst) {
+                if self.group(data, 1, acts, dst) {
                     if !whole {
                         out.copy_from_slice(&padded[..real * m]);
                     }
@@ -399,9 +391,9 @@ impl Kernel {
         }
     }
 
-    /// One packed group times every activation row, `out[i * m + j]` for row `i` of the
-    /// group; false (nothing written) without SIMD.
-    fn group(self, data: &[u8], acts: &Activations, out: &mut [f32]) -> bool {
+    /// `groups` consecutive packed groups (`data`) times every activation row, `out[i * m + j]`
+    /// for row `i` of the groups; false (nothing written) without SIMD.
+    fn group(self, data: &[u8], groups: usize, acts: &Activations, out: &mut [f32]) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
             let (simd, ty) = match self {
@@ -415,35 +407,28 @@ impl Kernel {
                 && super::x86_512::covers(ty)
             {
                 let rows = (acts.f32, acts.permuted, acts.block_sums);
-                // SAFETY: AVX-512 was detected (or is below what was), `data` is one whole
-                // group, and `acts` holds the rows its format reads.
-                unsafe { super::x86_512::group(ty, data, 1, (acts.m, acts.cols), rows, out) };
+                // SAFETY: AVX-512 was detected (or is below what was), `data` holds `groups`
+                // whole groups, and `acts` holds the rows its format reads.
+                unsafe { super::x86_512::group(ty, data, groups, (acts.m, acts.cols), rows, out) };
                 return true;
             }
             // Blocks of 32 values per row (a `Q4_K` super-block column holds eight).
             let (m, nb) = (acts.m, acts.cols / 32);
-            let w = data.as_ptr();
             let mut j = 0;
             while j < m {
                 let jn = (m - j).min(self.max_batch(simd));
-                let mut res = [[0f32; 8]; MAX_JN];
-                // SAFETY: `simd` was detected (or is below what was), `data` is one whole group
+                // SAFETY: `simd` was detected (or is below what was), `data` holds whole groups
                 // of `nb` block columns, and every activation row holds `nb` blocks.
                 unsafe {
                     match jn {
-                        1 => self.group_jn::<1>(simd, ty, w, nb, acts, j, &mut res),
-                        2 => self.group_jn::<2>(simd, ty, w, nb, acts, j, &mut res),
-                        3 => self.group_jn::<3>(simd, ty, w, nb, acts, j, &mut res),
-                        4 => self.group_jn::<4>(simd, ty, w, nb, acts, j, &mut res),
-                        5 => self.group_jn::<5>(simd, ty, w, nb, acts, j, &mut res),
-                        6 => self.group_jn::<6>(simd, ty, w, nb, acts, j, &mut res),
-                        7 => self.group_jn::<7>(simd, ty, w, nb, acts, j, &mut res),
-                        _ => self.group_jn::<8>(simd, ty, w, nb, acts, j, &mut res),
-                    }
-                }
-                for (jj, lanes) in res.iter().take(jn).enumerate() {
-                    for (s, &v) in lanes.iter().enumerate() {
-                        out[packed::LANE_ROWS[s] * m + j + jj] = v;
+                        1 => self.group_jn::<1>(simd, ty, data, groups, nb, acts, (j, m), out),
+                        2 => self.group_jn::<2>(simd, ty, data, groups, nb, acts, (j, m), out),
+                        3 => self.group_jn::<3>(simd, ty, data, groups, nb, acts, (j, m), out),
+                        4 => self.group_jn::<4>(simd, ty, data, groups, nb, acts, (j, m), out),
+                        5 => self.group_jn::<5>(simd, ty, data, groups, nb, acts, (j, m), out),
+                        6 => self.group_jn::<6>(simd, ty, data, groups, nb, acts, (j, m), out),
+                        7 => self.group_jn::<7>(simd, ty, data, groups, nb, acts, (j, m), out),
+                        _ => self.group_jn::<8>(simd, ty, data, groups, nb, acts, (j, m), out),
                     }
                 }
                 j += jn;
@@ -452,7 +437,7 @@ impl Kernel {
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
-            let _ = (data, acts, out);
+            let _ = (data, groups, acts, out);
             false
         }
     }
@@ -468,130 +453,147 @@ impl Kernel {
         }
     }
 
-    /// Activation rows `j0..j0 + JN` of [`Kernel::group`].
+    /// Activation rows `j0..j0 + JN` (of `m`) of [`Kernel::group`], each group's results to
+    /// their places in `dst`.
     ///
     /// # Safety
-    /// As there: `simd` runs on this CPU, `w` is a whole group of `nb` block columns.
+    /// As there: `simd` runs on this CPU, `data` holds `groups` whole groups of `nb` block
+    /// columns.
     #[cfg(target_arch = "x86_64")]
     #[allow(clippy::too_many_arguments)]
     unsafe fn group_jn<const JN: usize>(
         self,
         simd: Simd,
         ty: GgmlType,
-        w: *const u8,
+        data: &[u8],
+        groups: usize,
         nb: usize,
         acts: &Activations,
-        j0: usize,
-        res: &mut [[f32; 8]; MAX_JN],
+        (j0, m): (usize, usize),
+        dst: &mut [f32],
     ) {
         use super::x86::{avx2, vnni};
         use super::x86_q5;
-        let out: &mut [[f32; 8]; JN] = (&mut res[..JN]).try_into().expect("JN <= MAX_JN");
         let cols = acts.cols;
         let f32_rows: [&[f32]; JN] =
             std::array::from_fn(|jj| &acts.f32[(j0 + jj) * cols..(j0 + jj + 1) * cols]);
-        // SAFETY: forwarded from the caller.
-        unsafe {
-            match (self, simd) {
-                (Kernel::Int8 { .. }, _) if q5(ty) => {
-                    let rows = |v: &'_ [f32]| -> [*const f32; JN] {
-                        std::array::from_fn(|jj| v[(j0 + jj) * nb..].as_ptr())
-                    };
-                    let ys = super::x86_k::Q8Rows {
-                        blocks: std::array::from_fn(|jj| {
-                            &acts.q8[(j0 + jj) * nb..(j0 + jj + 1) * nb]
-                        }),
-                        d: rows(acts.q8_d),
-                        s: rows(acts.q8_s),
-                    };
-                    use super::columns::{Q5_0, Q5_1, Q5_K};
-                    use x86_q5::{q5_q8, q5_q8_avx512, q5_q8_vnni};
-                    match (ty, simd) {
-                        (GgmlType::Q5_0, Simd::Avx512) => {
-                            q5_q8_avx512::<JN, Q5_0, _>(w, nb, &ys, out)
-                        }
-                        (GgmlType::Q5_1, Simd::Avx512) => {
-                            q5_q8_avx512::<JN, Q5_1, _>(w, nb, &ys, out)
-                        }
-                        (_, Simd::Avx512) => q5_q8_avx512::<JN, Q5_K, _>(w, nb, &ys, out),
-                        (GgmlType::Q5_0, Simd::Vnni) => q5_q8_vnni::<JN, Q5_0, _>(w, nb, &ys, out),
-                        (GgmlType::Q5_1, Simd::Vnni) => q5_q8_vnni::<JN, Q5_1, _>(w, nb, &ys, out),
-                        (_, Simd::Vnni) => q5_q8_vnni::<JN, Q5_K, _>(w, nb, &ys, out),
-                        (GgmlType::Q5_0, _) => q5_q8::<JN, Q5_0, _>(w, nb, &ys, out),
-                        (GgmlType::Q5_1, _) => q5_q8::<JN, Q5_1, _>(w, nb, &ys, out),
-                        (_, _) => q5_q8::<JN, Q5_K, _>(w, nb, &ys, out),
-                    }
-                }
-                (Kernel::F32 { .. }, _) if q5(ty) => {
-                    let xs: [&[f32]; JN] = std::array::from_fn(|jj| {
-                        &acts.permuted[(j0 + jj) * cols..(j0 + jj + 1) * cols]
-                    });
-                    let sums: [&[f32]; JN] = std::array::from_fn(|jj| {
-                        &acts.block_sums[(j0 + jj) * nb..(j0 + jj + 1) * nb]
-                    });
-                    use super::columns::{Q5_0, Q5_1, Q5_K};
-                    match (ty, simd) {
-                        (GgmlType::Q5_0, Simd::Avx512) => {
-                            x86_q5::q5_f32_avx512::<JN, Q5_0>(w, nb, xs, sums, out)
-                        }
-                        (GgmlType::Q5_1, Simd::Avx512) => {
-                            x86_q5::q5_f32_avx512::<JN, Q5_1>(w, nb, xs, sums, out)
-                        }
-                        (_, Simd::Avx512) => {
-                            x86_q5::q5_f32_avx512::<JN, Q5_K>(w, nb, xs, sums, out)
-                        }
-                        (GgmlType::Q5_0, _) => x86_q5::q5_f32::<JN, Q5_0>(w, nb, xs, sums, out),
-                        (GgmlType::Q5_1, _) => x86_q5::q5_f32::<JN, Q5_1>(w, nb, xs, sums, out),
-                        _ => x86_q5::q5_f32::<JN, Q5_K>(w, nb, xs, sums, out),
-                    }
-                }
-                (Kernel::Int8 { .. }, _) => {
-                    let ys: [&[BlockQ8]; JN] =
-                        std::array::from_fn(|jj| &acts.q8[(j0 + jj) * nb..(j0 + jj + 1) * nb]);
-                    use super::columns::{Q4_0, Q4_1, Q4_K};
-                    // The same four kernels of each instance.
-                    macro_rules! int8 {
-                        ($m:ident) => {
-                            match ty {
-                                GgmlType::Q4_1 => $m::q4_1_q8::<JN, Q4_1>(w, nb, ys, out),
-                                GgmlType::Q4_0 => $m::q4_1_q8::<JN, Q4_0>(w, nb, ys, out),
-                                GgmlType::Q4_K => $m::q4_1_q8::<JN, Q4_K>(w, nb, ys, out),
-                                _ => $m::q8_0_q8(w, nb, ys, out),
-                            }
+        let group_bytes = data.len() / groups.max(1);
+        for g in 0..groups {
+            let w = data[g * group_bytes..].as_ptr();
+            let mut res = [[0f32; 8]; JN];
+            let out = &mut res;
+            // SAFETY: forwarded from the caller.
+            unsafe {
+                match (self, simd) {
+                    (Kernel::Int8 { .. }, _) if q5(ty) => {
+                        let rows = |v: &'_ [f32]| -> [*const f32; JN] {
+                            std::array::from_fn(|jj| v[(j0 + jj) * nb..].as_ptr())
                         };
-                    }
-                    match simd {
-                        Simd::Vnni | Simd::Avx512 => int8!(vnni),
-                        _ => int8!(avx2),
-                    }
-                }
-                (Kernel::F32 { .. }, _)
-                    if matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K) =>
-                {
-                    let xs: [&[f32]; JN] = std::array::from_fn(|jj| {
-                        &acts.permuted[(j0 + jj) * cols..(j0 + jj + 1) * cols]
-                    });
-                    let sums: [&[f32]; JN] = std::array::from_fn(|jj| {
-                        &acts.block_sums[(j0 + jj) * nb..(j0 + jj + 1) * nb]
-                    });
-                    use super::columns::{Q4_0, Q4_1, Q4_K};
-                    match (simd, ty) {
-                        (Simd::Vnni, GgmlType::Q4_1) => {
-                            vnni::q4_1_f32::<JN, Q4_1>(w, nb, xs, sums, out)
+                        let ys = super::x86_k::Q8Rows {
+                            blocks: std::array::from_fn(|jj| {
+                                &acts.q8[(j0 + jj) * nb..(j0 + jj + 1) * nb]
+                            }),
+                            d: rows(acts.q8_d),
+                            s: rows(acts.q8_s),
+                        };
+                        use super::columns::{Q5_0, Q5_1, Q5_K};
+                        use x86_q5::{q5_q8, q5_q8_avx512, q5_q8_vnni};
+                        match (ty, simd) {
+                            (GgmlType::Q5_0, Simd::Avx512) => {
+                                q5_q8_avx512::<JN, Q5_0, _>(w, nb, &ys, out)
+                            }
+                            (GgmlType::Q5_1, Simd::Avx512) => {
+                                q5_q8_avx512::<JN, Q5_1, _>(w, nb, &ys, out)
+                            }
+                            (_, Simd::Avx512) => q5_q8_avx512::<JN, Q5_K, _>(w, nb, &ys, out),
+                            (GgmlType::Q5_0, Simd::Vnni) => {
+                                q5_q8_vnni::<JN, Q5_0, _>(w, nb, &ys, out)
+                            }
+                            (GgmlType::Q5_1, Simd::Vnni) => {
+                                q5_q8_vnni::<JN, Q5_1, _>(w, nb, &ys, out)
+                            }
+                            (_, Simd::Vnni) => q5_q8_vnni::<JN, Q5_K, _>(w, nb, &ys, out),
+                            (GgmlType::Q5_0, _) => q5_q8::<JN, Q5_0, _>(w, nb, &ys, out),
+                            (GgmlType::Q5_1, _) => q5_q8::<JN, Q5_1, _>(w, nb, &ys, out),
+                            (_, _) => q5_q8::<JN, Q5_K, _>(w, nb, &ys, out),
                         }
-                        (Simd::Vnni, GgmlType::Q4_0) => {
-                            vnni::q4_1_f32::<JN, Q4_0>(w, nb, xs, sums, out)
-                        }
-                        (Simd::Vnni, _) => vnni::q4_1_f32::<JN, Q4_K>(w, nb, xs, sums, out),
-                        (_, GgmlType::Q4_1) => avx2::q4_1_f32::<JN, Q4_1>(w, nb, xs, sums, out),
-                        (_, GgmlType::Q4_0) => avx2::q4_1_f32::<JN, Q4_0>(w, nb, xs, sums, out),
-                        (_, _) => avx2::q4_1_f32::<JN, Q4_K>(w, nb, xs, sums, out),
                     }
+                    (Kernel::F32 { .. }, _) if q5(ty) => {
+                        let xs: [&[f32]; JN] = std::array::from_fn(|jj| {
+                            &acts.permuted[(j0 + jj) * cols..(j0 + jj + 1) * cols]
+                        });
+                        let sums: [&[f32]; JN] = std::array::from_fn(|jj| {
+                            &acts.block_sums[(j0 + jj) * nb..(j0 + jj + 1) * nb]
+                        });
+                        use super::columns::{Q5_0, Q5_1, Q5_K};
+                        match (ty, simd) {
+                            (GgmlType::Q5_0, Simd::Avx512) => {
+                                x86_q5::q5_f32_avx512::<JN, Q5_0>(w, nb, xs, sums, out)
+                            }
+                            (GgmlType::Q5_1, Simd::Avx512) => {
+                                x86_q5::q5_f32_avx512::<JN, Q5_1>(w, nb, xs, sums, out)
+                            }
+                            (_, Simd::Avx512) => {
+                                x86_q5::q5_f32_avx512::<JN, Q5_K>(w, nb, xs, sums, out)
+                            }
+                            (GgmlType::Q5_0, _) => x86_q5::q5_f32::<JN, Q5_0>(w, nb, xs, sums, out),
+                            (GgmlType::Q5_1, _) => x86_q5::q5_f32::<JN, Q5_1>(w, nb, xs, sums, out),
+                            _ => x86_q5::q5_f32::<JN, Q5_K>(w, nb, xs, sums, out),
+                        }
+                    }
+                    (Kernel::Int8 { .. }, _) => {
+                        let ys: [&[BlockQ8]; JN] =
+                            std::array::from_fn(|jj| &acts.q8[(j0 + jj) * nb..(j0 + jj + 1) * nb]);
+                        use super::columns::{Q4_0, Q4_1, Q4_K};
+                        // The same four kernels of each instance.
+                        macro_rules! int8 {
+                            ($m:ident) => {
+                                match ty {
+                                    GgmlType::Q4_1 => $m::q4_1_q8::<JN, Q4_1>(w, nb, ys, out),
+                                    GgmlType::Q4_0 => $m::q4_1_q8::<JN, Q4_0>(w, nb, ys, out),
+                                    GgmlType::Q4_K => $m::q4_1_q8::<JN, Q4_K>(w, nb, ys, out),
+                                    _ => $m::q8_0_q8(w, nb, ys, out),
+                                }
+                            };
+                        }
+                        match simd {
+                            Simd::Vnni | Simd::Avx512 => int8!(vnni),
+                            _ => int8!(avx2),
+                        }
+                    }
+                    (Kernel::F32 { .. }, _)
+                        if matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K) =>
+                    {
+                        let xs: [&[f32]; JN] = std::array::from_fn(|jj| {
+                            &acts.permuted[(j0 + jj) * cols..(j0 + jj + 1) * cols]
+                        });
+                        let sums: [&[f32]; JN] = std::array::from_fn(|jj| {
+                            &acts.block_sums[(j0 + jj) * nb..(j0 + jj + 1) * nb]
+                        });
+                        use super::columns::{Q4_0, Q4_1, Q4_K};
+                        match (simd, ty) {
+                            (Simd::Vnni, GgmlType::Q4_1) => {
+                                vnni::q4_1_f32::<JN, Q4_1>(w, nb, xs, sums, out)
+                            }
+                            (Simd::Vnni, GgmlType::Q4_0) => {
+                                vnni::q4_1_f32::<JN, Q4_0>(w, nb, xs, sums, out)
+                            }
+                            (Simd::Vnni, _) => vnni::q4_1_f32::<JN, Q4_K>(w, nb, xs, sums, out),
+                            (_, GgmlType::Q4_1) => avx2::q4_1_f32::<JN, Q4_1>(w, nb, xs, sums, out),
+                            (_, GgmlType::Q4_0) => avx2::q4_1_f32::<JN, Q4_0>(w, nb, xs, sums, out),
+                            (_, _) => avx2::q4_1_f32::<JN, Q4_K>(w, nb, xs, sums, out),
+                        }
+                    }
+                    _ => match simd {
+                        Simd::Vnni => vnni::q8_0_f32(w, nb, f32_rows, out),
+                        _ => avx2::q8_0_f32(w, nb, f32_rows, out),
+                    },
                 }
-                _ => match simd {
-                    Simd::Vnni => vnni::q8_0_f32(w, nb, f32_rows, out),
-                    _ => avx2::q8_0_f32(w, nb, f32_rows, out),
-                },
+            }
+            for (jj, lanes) in res.iter().enumerate() {
+                for (s, &v) in lanes.iter().enumerate() {
+                    dst[(GROUP * g + packed::LANE_ROWS[s]) * m + j0 + jj] = v;
+                }
             }
         }
     }
