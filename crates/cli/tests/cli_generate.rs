@@ -354,4 +354,12 @@ fn bench_bandwidth_sets_decode_beside_the_read_rate() {
     );
     let row = stdout.lines().nth(2).unwrap();
     assert!(row.trim_end().ends_with("% |"), "{row}");
+    // A GPU device has no CPU bandwidth to set beside: refused before the model loads.
+    let (ok, _, stderr) = kindle(&["bench", "--device", "wgpu", "--bandwidth", "-r", "1"]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("--bandwidth measures the CPU's read bandwidth")
+            && stderr.contains("not wgpu"),
+        "{stderr}"
+    );
 }

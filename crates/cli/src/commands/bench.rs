@@ -118,6 +118,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if args.thread_counts.contains(&0) {
         bail!("thread counts must be at least 1");
     }
+    if args.bandwidth && !args.device.device.is_host() {
+        bail!(
+            "--bandwidth measures the CPU's read bandwidth: it applies to CPU devices, not {}",
+            args.device.device.name()
+        );
+    }
     let path = args.model.path()?;
     let loaded = engine::open_with(&path, args.model.quantize)?;
     let mut model = engine::load_model(&loaded, &args.device)?;
@@ -146,12 +152,6 @@ pub fn run(args: BenchArgs) -> Result<()> {
         .copied()
         .max()
         .unwrap_or(0);
-    if args.bandwidth && !args.device.device.is_host() {
-        bail!(
-            "--bandwidth measures the CPU's read bandwidth: it applies to CPU devices, not {}",
-            args.device.device.name()
-        );
-    }
     let weight_bytes = model.llama.decode_weight_bytes();
     let deepest = args.depth.iter().copied().max().unwrap_or(0);
     if deepest + longest + 1 > config.context_length {
