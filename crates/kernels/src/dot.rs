@@ -475,8 +475,30 @@ impl Kernel {
         use super::x86::{avx2, vnni};
         use super::x86_q5;
         let cols = acts.cols;
-        let f32_rows: [&[f32]; JN] =
-            std::array::from_fn(|jj| &acts.f32[(j0 + jj) * cols..(j0 + jj + 1) * cols]);
+        // The activation rows' slices in the forms the kernel reads, made once for all the
+        // groups (a form not prepared for this kernel is left alone).
+        let int8 = matches!(self, Kernel::Int8 { .. });
+        let permuted =
+            !int8 && (q5(ty) || matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K));
+        let f32_rows: [&[f32]; JN] = row_slices(acts.f32, j0, cols, true);
+        let xs: [&[f32]; JN] = row_slices(acts.permuted, j0, cols, permuted);
+        let sums: [&[f32]; JN] = row_slices(acts.block_sums, j0, nb, permuted);
+        let q8: [&[BlockQ8]; JN] = row_slices(acts.q8, j0, nb, int8);
+        // The `Q5` 8-bit kernels' per-block scales and sums.
+        let q8_rows = |v: &[f32]| -> [*const f32; JN] {
+            std::array::from_fn(|jj| {
+                if int8 && q5(ty) {
+                    v[(j0 + jj) * nb..].as_ptr()
+                } else {
+                    std::ptr::null()
+                }
+            })
+        };
+        let ys = super::x86_k::Q8Rows {
+            blocks: q8,
+            d: q8_rows(acts.q8_d),
+            s: q8_rows(acts.q8_s),
+        };
         let group_bytes = data.len() / groups.max(1);
         for g in 0..groups {
             let w = data[g * group_bytes..].as_ptr();
@@ -486,16 +508,6 @@ impl Kernel {
             unsafe {
                 match (self, simd) {
                     (Kernel::Int8 { .. }, _) if q5(ty) => {
-                        let rows = |v: &'_ [f32]| -> [*const f32; JN] {
-                            std::array::from_fn(|jj| v[(j0 + jj) * nb..].as_ptr())
-                        };
-                        let ys = super::x86_k::Q8Rows {
-                            blocks: std::array::from_fn(|jj| {
-                                &acts.q8[(j0 + jj) * nb..(j0 + jj + 1) * nb]
-                            }),
-                            d: rows(acts.q8_d),
-                            s: rows(acts.q8_s),
-                        };
                         use super::columns::{Q5_0, Q5_1, Q5_K};
                         use x86_q5::{q5_q8, q5_q8_avx512, q5_q8_vnni};
                         match (ty, simd) {
@@ -519,12 +531,6 @@ impl Kernel {
                         }
                     }
                     (Kernel::F32 { .. }, _) if q5(ty) => {
-                        let xs: [&[f32]; JN] = std::array::from_fn(|jj| {
-                            &acts.permuted[(j0 + jj) * cols..(j0 + jj + 1) * cols]
-                        });
-                        let sums: [&[f32]; JN] = std::array::from_fn(|jj| {
-                            &acts.block_sums[(j0 + jj) * nb..(j0 + jj + 1) * nb]
-                        });
                         use super::columns::{Q5_0, Q5_1, Q5_K};
                         match (ty, simd) {
                             (GgmlType::Q5_0, Simd::Avx512) => {
@@ -542,17 +548,15 @@ impl Kernel {
                         }
                     }
                     (Kernel::Int8 { .. }, _) => {
-                        let ys: [&[BlockQ8]; JN] =
-                            std::array::from_fn(|jj| &acts.q8[(j0 + jj) * nb..(j0 + jj + 1) * nb]);
                         use super::columns::{Q4_0, Q4_1, Q4_K};
                         // The same four kernels of each instance.
                         macro_rules! int8 {
                             ($m:ident) => {
                                 match ty {
-                                    GgmlType::Q4_1 => $m::q4_1_q8::<JN, Q4_1>(w, nb, ys, out),
-                                    GgmlType::Q4_0 => $m::q4_1_q8::<JN, Q4_0>(w, nb, ys, out),
-                                    GgmlType::Q4_K => $m::q4_1_q8::<JN, Q4_K>(w, nb, ys, out),
-                                    _ => $m::q8_0_q8(w, nb, ys, out),
+                                    GgmlType::Q4_1 => $m::q4_1_q8::<JN, Q4_1>(w, nb, q8, out),
+                                    GgmlType::Q4_0 => $m::q4_1_q8::<JN, Q4_0>(w, nb, q8, out),
+                                    GgmlType::Q4_K => $m::q4_1_q8::<JN, Q4_K>(w, nb, q8, out),
+                                    _ => $m::q8_0_q8(w, nb, q8, out),
                                 }
                             };
                         }
@@ -564,12 +568,6 @@ impl Kernel {
                     (Kernel::F32 { .. }, _)
                         if matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K) =>
                     {
-                        let xs: [&[f32]; JN] = std::array::from_fn(|jj| {
-                            &acts.permuted[(j0 + jj) * cols..(j0 + jj + 1) * cols]
-                        });
-                        let sums: [&[f32]; JN] = std::array::from_fn(|jj| {
-                            &acts.block_sums[(j0 + jj) * nb..(j0 + jj + 1) * nb]
-                        });
                         use super::columns::{Q4_0, Q4_1, Q4_K};
                         match (simd, ty) {
                             (Simd::Vnni, GgmlType::Q4_1) => {
@@ -597,6 +595,16 @@ impl Kernel {
             }
         }
     }
+}
+
+/// Rows `j0..j0 + JN` of `v` (`width` values each), or empty slices where `v` is not read
+/// (`read` false: it may not be prepared).
+#[cfg(target_arch = "x86_64")]
+fn row_slices<T, const JN: usize>(v: &[T], j0: usize, width: usize, read: bool) -> [&[T]; JN] {
+    std::array::from_fn(|jj| match read {
+        true => &v[(j0 + jj) * width..(j0 + jj + 1) * width],
+        false => &[],
+    })
 }
 
 /// Whether `ty` is a K-quant with SIMD row kernels (`x86_k.rs`), in `f32` and 8-bit
