@@ -76,9 +76,9 @@ pub(crate) fn covers(ty: GgmlType) -> bool {
 /// `groups` consecutive packed groups of `ty` times every activation row, `out[i * m + j]`
 /// for row `i` of the groups: activation rows in even shares of at most [`J_MAX`], each
 /// share in tiles of [`tile_rows`] weight rows, every group of a share in one call (the
-/// choice of kernel, the rows' slices and the results' buffers made once, not per group:
-/// a decode's groups of SmolLM2 hold 18 block columns, and that per-group setup was about
-/// 7% of a one-thread `f32` step).
+/// choice of kernel and the rows' slices made once, not per group: a decode's groups of
+/// SmolLM2 hold 18 block columns, and that per-group setup was about 7% of a one-thread
+/// `f32` step); a group's eight sums are reduced together ([`reduce8`]).
 ///
 /// # Safety
 /// AVX-512F, AVX2, FMA and F16C; `covers(ty)`; `data` is `groups` whole packed groups of
