@@ -23,6 +23,8 @@ use crate::linear::QLinear;
 
 mod activation;
 mod arch;
+#[cfg(target_arch = "x86_64")]
+mod attend_x86;
 mod burn_ops;
 mod config;
 mod host_attend;

@@ -1,0 +1,319 @@
+//! AVX-512 forms of the host attention's inner loops (a leaf of `host_attend.rs`), each with
+//! exactly the arithmetic of the portable loop it replaces, so that a row's output has the
+//! same bits whichever runs it.
+//!
+//! - [`weighted_sums`]: the weighted sum of a long row (decode at depth) for every query head
+//!   of a KV head at once, over a stripe of columns: each value row is read once, in order
+//!   (whole cache lines, one stream), and each column is the same FMA chain over positions as
+//!   `host_attend::weighted_sum_cols`.
+
+use std::arch::x86_64::*;
+
+/// Whether this CPU runs these kernels (AVX-512F besides AVX2 and FMA), within the cap the
+/// weight kernels obey (`KINDLE_SIMD`).
+pub(super) fn available() -> bool {
+    use std::sync::OnceLock;
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        kindle_kernels::simd_level() == "AVX-512"
+            && std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma")
+    })
+}
+
+/// Query heads one call of [`weighted_sums`] takes at most.
+pub(super) const MAX_HEADS: usize = 4;
+
+/// Columns one call of [`weighted_sums`] takes at most (four 16-lane vectors).
+pub(super) const MAX_COLS: usize = 64;
+
+/// `out[h] = sum_j weights[h][j] * rows[j][col..col + out[h].len()]` for up to
+/// [`MAX_HEADS`] heads, the rows `width` wide and given as runs one after another, each column
+/// an FMA chain over `j` in order from `+0.0` (`host_attend::weighted_sum_cols`' arithmetic).
+/// Every head's output is as wide, a multiple of 16 and at most [`MAX_COLS`].
+///
+/// # Panics
+/// If the heads or widths are out of those bounds, or a head has fewer weights than rows.
+pub(super) fn weighted_sums(
+    weights: &[&[f32]],
+    runs: &[&[f32]],
+    width: usize,
+    col: usize,
+    out: &mut [&mut [f32]],
+) {
+    let cols = out[0].len();
+    assert!(
+        available()
+            && (1..=MAX_HEADS).contains(&weights.len())
+            && weights.len() == out.len()
+            && cols.is_multiple_of(16)
+            && (16..=MAX_COLS).contains(&cols)
+            && out.iter().all(|o| o.len() == cols)
+            && col + cols <= width,
+        "weighted_sums: heads {} (at most {MAX_HEADS}), columns {cols} (16..={MAX_COLS}, \
+         multiple of 16) at {col} of {width}",
+        weights.len()
+    );
+    let rows: usize = runs.iter().map(|r| r.len() / width).sum();
+    assert!(
+        weights.iter().all(|w| w.len() >= rows),
+        "weighted_sums: fewer weights than rows"
+    );
+    macro_rules! dispatch {
+        ($($h:literal),*) => {
+            match (weights.len(), cols / 16) {
+                $(
+                    ($h, 1) => sums_at::<$h, 1>(weights, runs, width, col, out),
+                    ($h, 2) => sums_at::<$h, 2>(weights, runs, width, col, out),
+                    ($h, 3) => sums_at::<$h, 3>(weights, runs, width, col, out),
+                    ($h, 4) => sums_at::<$h, 4>(weights, runs, width, col, out),
+                )*
+                _ => unreachable!("checked above"),
+            }
+        };
+    }
+    dispatch!(1, 2, 3, 4);
+}
+
+/// [`weighted_sums`] for `H` heads and `V` vectors of columns.
+fn sums_at<const H: usize, const V: usize>(
+    weights: &[&[f32]],
+    runs: &[&[f32]],
+    width: usize,
+    col: usize,
+    out: &mut [&mut [f32]],
+) {
+    // SAFETY: `available()` was checked by the caller, and the bounds of every read below.
+    unsafe { sums_avx512::<H, V>(weights, runs, width, col, out) }
+}
+
+/// # Safety
+/// AVX-512F, AVX2 and FMA; the bounds [`weighted_sums`] checks.
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn sums_avx512<const H: usize, const V: usize>(
+    weights: &[&[f32]],
+    runs: &[&[f32]],
+    width: usize,
+    col: usize,
+    out: &mut [&mut [f32]],
+) {
+    let mut acc = [[_mm512_setzero_ps(); V]; H];
+    let w: [*const f32; H] = std::array::from_fn(|h| weights[h].as_ptr());
+    let mut j = 0;
+    for run in runs {
+        let n = run.len() / width;
+        let mut p = run.as_ptr().wrapping_add(col);
+        for _ in 0..n {
+            // SAFETY: row `j` of the runs has columns `col..col + 16 V` (`col + 16 V <=
+            // width`), and every head has weight `j` (checked by the caller).
+            unsafe {
+                let x: [__m512; V] = std::array::from_fn(|v| _mm512_loadu_ps(p.add(16 * v)));
+                for h in 0..H {
+                    let wj = _mm512_set1_ps(*w[h].add(j));
+                    for v in 0..V {
+                        acc[h][v] = _mm512_fmadd_ps(wj, x[v], acc[h][v]);
+                    }
+                }
+            }
+            p = p.wrapping_add(width);
+            j += 1;
+        }
+    }
+    for h in 0..H {
+        for v in 0..V {
+            // SAFETY: `out[h]` holds `16 V` floats.
+            unsafe { _mm512_storeu_ps(out[h].as_mut_ptr().add(16 * v), acc[h][v]) };
+        }
+    }
+}
+
+/// `scores[i] = key_dot(q, k_i) * scale` (`host_attend::key_dot`'s arithmetic: eight lanes,
+/// each an FMA chain over the 8-value chunks from `+0.0`, the lanes summed in order, plus the
+/// empty tail's `+0.0`) for the first keys of `keys` in whole groups of eight; returns how
+/// many it scored (the rest are the caller's). Each group's eight lane vectors are transposed
+/// so that the lanes' sums run as eight vertical additions, eight keys at a time, instead of
+/// eight scalar additions a key.
+///
+/// # Panics
+/// If `q` is not a whole number of 8-value chunks, or `keys` holds fewer keys than `scores`.
+pub(super) fn scores(q: &[f32], keys: &[f32], scale: f32, scores: &mut [f32]) -> usize {
+    let hd = q.len();
+    assert!(
+        available() && hd.is_multiple_of(8) && hd > 0 && keys.len() >= scores.len() * hd,
+        "scores: head width {hd} (a multiple of 8), {} keys for {} scores",
+        keys.len() / hd.max(1),
+        scores.len()
+    );
+    let groups = scores.len() / 8;
+    // SAFETY: `available()`; the bounds checked above.
+    unsafe { scores_avx512(q, keys, scale, &mut scores[..8 * groups]) };
+    8 * groups
+}
+
+/// # Safety
+/// AVX-512F and VL, AVX2 and FMA; `q.len()` a multiple of 8, `scores.len()` a multiple of 8
+/// and `keys` at least `scores.len()` keys.
+#[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+unsafe fn scores_avx512(q: &[f32], keys: &[f32], scale: f32, scores: &mut [f32]) {
+    let hd = q.len();
+    let chunks = hd / 8;
+    let scale = _mm256_set1_ps(scale);
+    let zero = _mm256_setzero_ps();
+    for (g, out) in scores.chunks_exact_mut(8).enumerate() {
+        let base = keys.as_ptr().wrapping_add(8 * g * hd);
+        let mut acc = [zero; 8];
+        for c in 0..chunks {
+            // SAFETY: chunk `c` of `q` and of the group's eight keys exist (caller).
+            unsafe {
+                let x = _mm256_loadu_ps(q.as_ptr().add(8 * c));
+                for (k, acc) in acc.iter_mut().enumerate() {
+                    let y = _mm256_loadu_ps(base.add(k * hd + 8 * c));
+                    *acc = _mm256_fmadd_ps(x, y, *acc);
+                }
+            }
+        }
+        let lanes = transpose8(acc);
+        // `-0.0 + lanes[0]` is `lanes[0]`, bit for bit.
+        let mut sum = lanes[0];
+        for lane in &lanes[1..] {
+            sum = _mm256_add_ps(sum, *lane);
+        }
+        let sum = _mm256_mul_ps(_mm256_add_ps(sum, zero), scale);
+        // SAFETY: `out` holds eight floats.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), sum) };
+    }
+}
+
+/// The 8x8 transpose: lane `k` of output `l` is lane `l` of input `k`.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
+    let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+    let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+    let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+    let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+    let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+    let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+    let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+    let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+    let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+    let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+    let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+    let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+    [
+        _mm256_permute2f128_ps::<0x20>(u0, u4),
+        _mm256_permute2f128_ps::<0x20>(u1, u5),
+        _mm256_permute2f128_ps::<0x20>(u2, u6),
+        _mm256_permute2f128_ps::<0x20>(u3, u7),
+        _mm256_permute2f128_ps::<0x31>(u0, u4),
+        _mm256_permute2f128_ps::<0x31>(u1, u5),
+        _mm256_permute2f128_ps::<0x31>(u2, u6),
+        _mm256_permute2f128_ps::<0x31>(u3, u7),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Values with every kind of rounding, zeros of both signs among them.
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        let mut state = seed;
+        (0..n)
+            .map(|i| {
+                state ^= state << 13;
+                state ^= state >> 17;
+                state ^= state << 5;
+                match i % 11 {
+                    0 => 0.0,
+                    5 => -0.0,
+                    _ => (state as f32 / u32::MAX as f32 - 0.5) * 7.3,
+                }
+            })
+            .collect()
+    }
+
+    fn need_avx512() {
+        assert!(
+            available(),
+            "the AVX-512 attention kernels are not tested: this CPU (or KINDLE_SIMD) runs {}",
+            kindle_kernels::simd_level()
+        );
+    }
+
+    /// Every score has the bits of the portable `key_dot` times the scale, for head widths of
+    /// one to many chunks; keys past the last whole eight are left to the caller.
+    #[test]
+    fn scores_have_the_bits_of_key_dot() {
+        need_avx512();
+        for hd in [8, 16, 64, 72, 256] {
+            let n = 8 * 5 + 3;
+            let q = values(hd, 3 + hd as u32);
+            let keys = values(n * hd, 11 + hd as u32);
+            let mut got = vec![f32::NAN; n];
+            let done = scores(&q, &keys, 0.125, &mut got);
+            assert_eq!(done, 40);
+            for (i, k) in keys.chunks_exact(hd).take(done).enumerate() {
+                let want = super::super::host_attend::key_dot(&q, k) * 0.125;
+                assert_eq!(got[i].to_bits(), want.to_bits(), "hd {hd}, key {i}");
+            }
+            assert!(got[done..].iter().all(|s| s.is_nan()), "the rest untouched");
+        }
+        // All-zero products give +0.0 (the tail's +0.0 added), as `key_dot` does.
+        let z = vec![-0.0f32; 64];
+        let mut got = [1.0f32; 8];
+        scores(&z, &z.repeat(8), 1.0, &mut got);
+        let want = super::super::host_attend::key_dot(&z, &z);
+        assert!(got.iter().all(|g| g.to_bits() == want.to_bits()));
+    }
+
+    /// The weighted sums of up to four heads have the bits of the portable one-head sum, over
+    /// rows split into runs anywhere and every stripe width.
+    #[test]
+    fn weighted_sums_have_the_bits_of_the_portable_sum() {
+        need_avx512();
+        let width = 128;
+        let rows = values(37 * width, 7);
+        let runs: Vec<&[f32]> = vec![
+            &rows[..5 * width],
+            &rows[5 * width..30 * width],
+            &rows[30 * width..],
+        ];
+        for heads in 1..=MAX_HEADS {
+            let weights: Vec<Vec<f32>> = (0..heads).map(|h| values(37, 20 + h as u32)).collect();
+            let w: Vec<&[f32]> = weights.iter().map(|w| &w[..]).collect();
+            for cols in [16, 32, 48, 64] {
+                for col in [0, width - cols] {
+                    let mut bufs = vec![vec![f32::NAN; cols]; heads];
+                    let mut outs: Vec<&mut [f32]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
+                    weighted_sums(&w, &runs, width, col, &mut outs);
+                    for h in 0..heads {
+                        for c in (0..cols).step_by(16) {
+                            let mut want = [0f32; 16];
+                            super::super::host_attend::weighted_sum_cols::<16>(
+                                &weights[h],
+                                &[&rows[..]],
+                                width,
+                                col + c,
+                                &mut want,
+                            );
+                            for l in 0..16 {
+                                assert_eq!(
+                                    bufs[h][c + l].to_bits(),
+                                    want[l].to_bits(),
+                                    "heads {heads}, cols {cols} at {col}, head {h}, col {}",
+                                    c + l
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
