@@ -7,7 +7,9 @@ mod common;
 
 use burn::prelude::*;
 use common::max_diff;
-use common::paths::{check_paths, encode, tiny_quantized, tokens, values};
+use common::paths::{
+    TinyShape, check_paths, encode, tiny_quantized, tiny_quantized_shaped, tokens, values,
+};
 use common::real_model;
 use kindle_gguf::quant::GgmlType;
 use kindle_kernels::{QuantMatrix, WeightBytes};
@@ -15,7 +17,7 @@ use kindle_model::linear::QLinear;
 use kindle_model::llama::{ArchSpec, Block, EmbeddingScale, LayerPattern, Norm};
 use kindle_model::{
     BatchSequence, KernelOptions, Kernels, KvType, Llama, LlamaConfig, LoadOptions, LogitsFor,
-    WeightFormat,
+    RowArithmetic, WeightFormat,
 };
 
 /// A tiny GQA model (4 query heads over 2 KV heads) whose matrices are quantized in a mix of
@@ -287,6 +289,60 @@ fn long_context_decode_has_the_bits_of_a_multi_row_pass_on_any_thread_count() {
                     rows[i * 96..(i + 1) * 96],
                     "{kv_type}, {threads} threads, step {i}"
                 );
+            }
+        }
+    }
+}
+
+/// With 64-wide heads (the width the AVX-512 tiles of a prefill task's weighted sums take),
+/// every row of a long one-pass prefill has the bits of the same row decoded token by token
+/// (one row arithmetic for the products, `RowArithmetic::Decode`, so that only the attention
+/// differs between the two), with and without a sliding window (whose start the tiles' rows
+/// reach at different places), for f32 and f16 caches, on one and two threads.
+#[test]
+fn wide_heads_keep_their_bits_between_prefill_tiles_and_decode() {
+    for window in [None, Some(37)] {
+        let shape = TinyShape {
+            d: 128,
+            heads: 2,
+            kv_heads: 1,
+            window,
+        };
+        let kernels = |threads| {
+            Kernels::new(KernelOptions {
+                threads: Some(threads),
+                arithmetic: RowArithmetic::Decode,
+                ..KernelOptions::default()
+            })
+        };
+        // Layer 0 local (the window), layer 1 global.
+        let arch = ArchSpec {
+            layers: LayerPattern::LocalGlobal {
+                period: 2,
+                local_rope_theta: 10_000.0,
+            },
+            ..ArchSpec::LLAMA
+        };
+        let model = tiny_quantized_shaped(false, GgmlType::Q8_0, 400, shape)
+            .with_arch(arch)
+            .with_kernels(kernels(2));
+        let prompt = tokens(31, 300, 96);
+        for kv_type in [KvType::F32, KvType::F16] {
+            let mut cache = model.new_cache_typed(400, kv_type);
+            let rows = model.forward(&prompt, &mut cache, LogitsFor::All).unwrap();
+            for threads in [1, 2] {
+                let model = model.clone().with_kernels(kernels(threads));
+                let mut cache = model.new_cache_typed(400, kv_type);
+                for (i, &token) in prompt.iter().enumerate() {
+                    let logits = model
+                        .forward(&[token], &mut cache, LogitsFor::Last)
+                        .unwrap();
+                    assert_eq!(
+                        logits,
+                        rows[i * 96..(i + 1) * 96],
+                        "window {window:?}, {kv_type}, {threads} threads, row {i}"
+                    );
+                }
             }
         }
     }

@@ -6,6 +6,11 @@
 //!   of a KV head at once, over a stripe of columns: each value row is read once, in order
 //!   (whole cache lines, one stream), and each column is the same FMA chain over positions as
 //!   `host_attend::weighted_sum_cols`.
+//! - [`accumulate`]: the weighted sums of a prefill task's rows, a tile of rows reading each
+//!   value row once, each row's chains continuing from where they stand (so a task can sum
+//!   a row's own first positions alone, the positions all its rows see together, and each
+//!   row's last positions alone, and every column still runs one chain in order).
+//! - [`scores`]: eight keys' dot products with a query, the lanes' sums transposed.
 
 use std::arch::x86_64::*;
 
@@ -215,6 +220,97 @@ fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
         _mm256_permute2f128_ps::<0x31>(u2, u6),
         _mm256_permute2f128_ps::<0x31>(u3, u7),
     ]
+}
+
+/// Rows one call of [`accumulate`]'s kernel takes at a time (six rows' 64 columns are 24
+/// accumulators, with four value vectors in the 32 registers).
+const TILE_ROWS: usize = 6;
+
+/// `acc[r] += sum_j weights[r][j] * rows[j]` for rows of `width` values given as runs one
+/// after another (`width` a multiple of 64), every column continuing its FMA chain over `j`
+/// in order (`host_attend::weighted_sum_cols`' arithmetic, started from `acc[r]`): a tile of
+/// up to six rows reads each value row once, 64 columns at a time.
+///
+/// # Panics
+/// If `width` is not a multiple of 64, an `acc[r]` is not `width` wide, or a row of
+/// `weights` is shorter than the runs.
+pub(super) fn accumulate(
+    acc: &mut [&mut [f32]],
+    weights: &[&[f32]],
+    runs: &[&[f32]],
+    width: usize,
+) {
+    let rows: usize = runs.iter().map(|r| r.len() / width).sum();
+    assert!(
+        available()
+            && width.is_multiple_of(64)
+            && width > 0
+            && acc.len() == weights.len()
+            && acc.iter().all(|a| a.len() == width)
+            && weights.iter().all(|w| w.len() >= rows),
+        "accumulate: width {width} (a multiple of 64), {} rows of accumulators for {} of \
+         weights, {rows} value rows",
+        acc.len(),
+        weights.len()
+    );
+    for (acc, weights) in acc.chunks_mut(TILE_ROWS).zip(weights.chunks(TILE_ROWS)) {
+        for col in (0..width).step_by(64) {
+            // SAFETY: `available()`; the bounds checked above.
+            unsafe {
+                match acc.len() {
+                    1 => accumulate_avx512::<1>(acc, weights, runs, width, col),
+                    2 => accumulate_avx512::<2>(acc, weights, runs, width, col),
+                    3 => accumulate_avx512::<3>(acc, weights, runs, width, col),
+                    4 => accumulate_avx512::<4>(acc, weights, runs, width, col),
+                    5 => accumulate_avx512::<5>(acc, weights, runs, width, col),
+                    _ => accumulate_avx512::<6>(acc, weights, runs, width, col),
+                }
+            }
+        }
+    }
+}
+
+/// [`accumulate`] for `R` rows and columns `col..col + 64`.
+///
+/// # Safety
+/// AVX-512F, AVX2 and FMA; `R` accumulator and weight rows within [`accumulate`]'s bounds.
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn accumulate_avx512<const R: usize>(
+    acc: &mut [&mut [f32]],
+    weights: &[&[f32]],
+    runs: &[&[f32]],
+    width: usize,
+    col: usize,
+) {
+    // SAFETY: each accumulator row has columns `col..col + 64` (caller).
+    let mut sums: [[__m512; 4]; R] = std::array::from_fn(|r| {
+        std::array::from_fn(|v| unsafe { _mm512_loadu_ps(acc[r].as_ptr().add(col + 16 * v)) })
+    });
+    let w: [*const f32; R] = std::array::from_fn(|r| weights[r].as_ptr());
+    let mut j = 0;
+    for run in runs {
+        let mut p = run.as_ptr().wrapping_add(col);
+        for _ in 0..run.len() / width {
+            // SAFETY: value row `j` has columns `col..col + 64`, every weight row weight `j`.
+            unsafe {
+                let x: [__m512; 4] = std::array::from_fn(|v| _mm512_loadu_ps(p.add(16 * v)));
+                for r in 0..R {
+                    let wj = _mm512_set1_ps(*w[r].add(j));
+                    for v in 0..4 {
+                        sums[r][v] = _mm512_fmadd_ps(wj, x[v], sums[r][v]);
+                    }
+                }
+            }
+            p = p.wrapping_add(width);
+            j += 1;
+        }
+    }
+    for r in 0..R {
+        for v in 0..4 {
+            // SAFETY: as the loads above.
+            unsafe { _mm512_storeu_ps(acc[r].as_mut_ptr().add(col + 16 * v), sums[r][v]) };
+        }
+    }
 }
 
 #[cfg(test)]

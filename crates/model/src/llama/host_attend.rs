@@ -455,6 +455,8 @@ struct AttendScratch {
     scores: Vec<f32>,
     keys: Vec<f32>,
     values: Vec<f32>,
+    /// Several rows' probabilities (the tiled weighted sums).
+    probs: Vec<f32>,
 }
 
 thread_local! {
@@ -513,6 +515,7 @@ fn attend_body<const AVX2: bool>(
         scores,
         keys,
         values,
+        probs,
     } = scratch;
     // Every position the rows see, decoded once for the task's rows (borrowed from an f32
     // cache: one run, or one per block of a paged pool).
@@ -521,6 +524,31 @@ fn attend_body<const AVX2: bool>(
     let keys = view.key_runs(g, from, most - from, keys);
     let values = view.value_runs(g, from, most - from, values);
     let mut parts = Vec::with_capacity(values.len());
+    #[cfg(target_arch = "x86_64")]
+    if AVX2 && contexts.len() > 1 && hd.is_multiple_of(64) && attend_x86::available() {
+        // Each row's probabilities, then the rows' weighted sums as a tile.
+        let span_len = most - from;
+        probs.clear();
+        probs.resize(contexts.len() * span_len, 0.0);
+        let mut ranges = Vec::with_capacity(contexts.len());
+        for (offset, probs) in probs.chunks_exact_mut(span_len).enumerate() {
+            let i = first_row + offset;
+            let (first, seen) = (attention.first_seen(held + i), held + i + 1);
+            let qv = &job.q[(i * h + head) * hd..][..hd];
+            let probs = &mut probs[..seen - first];
+            span(&keys, hd, first - from, seen - from, &mut parts);
+            let mut at = 0;
+            for part in &parts {
+                let n = part.len() / hd;
+                score_keys::<AVX2>(qv, part, attention.scale, &mut probs[at..at + n]);
+                at += n;
+            }
+            softmax(probs);
+            ranges.push((first - from, seen - from));
+        }
+        tiled_sums(contexts, probs, span_len, &ranges, &values, hd);
+        return;
+    }
     for (offset, context) in contexts.iter_mut().enumerate() {
         let i = first_row + offset;
         let seen = held + i + 1;
@@ -536,6 +564,54 @@ fn attend_body<const AVX2: bool>(
         softmax(scores);
         span(&values, hd, first - from, seen - from, &mut parts);
         weighted_sum(scores, &parts, context);
+    }
+}
+
+/// The weighted sums of a task's rows (`contexts`, zeroed here) over the value runs `values`:
+/// row `r`'s probabilities at `probs[r * span_len..]`, for positions `ranges[r]` of the runs.
+/// The positions every row sees are summed as a tile ([`attend_x86::accumulate`], each value
+/// row read once for six rows); the positions before them that some rows see (a sliding
+/// window's start) and those after them (the causal tail) row by row, so that every column of
+/// a row is one FMA chain over its positions in order: the bits of [`weighted_sum`].
+#[cfg(target_arch = "x86_64")]
+fn tiled_sums(
+    contexts: &mut [&mut [f32]],
+    probs: &[f32],
+    span_len: usize,
+    ranges: &[(usize, usize)],
+    values: &[&[f32]],
+    hd: usize,
+) {
+    for context in contexts.iter_mut() {
+        context.fill(0.0);
+    }
+    let lo = ranges.iter().map(|r| r.0).max().unwrap_or(0);
+    let hi = ranges.iter().map(|r| r.1).min().unwrap_or(0);
+    let mut parts = Vec::with_capacity(values.len());
+    // Positions `a..b` of rows `rows` (their probabilities from `a`).
+    let mut sum = |rows: std::ops::Range<usize>, a: usize, b: usize| {
+        if a >= b {
+            return;
+        }
+        span(values, hd, a, b, &mut parts);
+        let weights: Vec<&[f32]> = rows
+            .clone()
+            .map(|r| &probs[r * span_len + a - ranges[r].0..][..b - a])
+            .collect();
+        attend_x86::accumulate(&mut contexts[rows], &weights, &parts, hd);
+    };
+    if lo < hi {
+        for (r, &(start, _)) in ranges.iter().enumerate() {
+            sum(r..r + 1, start, lo);
+        }
+        sum(0..ranges.len(), lo, hi);
+        for (r, &(_, end)) in ranges.iter().enumerate() {
+            sum(r..r + 1, hi, end);
+        }
+    } else {
+        for (r, &(start, end)) in ranges.iter().enumerate() {
+            sum(r..r + 1, start, end);
+        }
     }
 }
 

@@ -108,10 +108,46 @@ pub fn check_paths<C: KvStore>(
 /// are quantized in a mix of types, `w_up` of type `up`, for contexts of `context` tokens;
 /// norm scales are not all ones.
 pub fn tiny_quantized(tied: bool, up: GgmlType, context: usize) -> Llama {
-    let config = LlamaConfig::new(96, 64, 2, 4, 2, 96)
+    tiny_quantized_shaped(tied, up, context, TinyShape::default())
+}
+
+/// The width and heads of a [`tiny_quantized_shaped`] model, and its local layers' window.
+#[derive(Debug, Clone, Copy)]
+pub struct TinyShape {
+    /// Embedding width.
+    pub d: usize,
+    /// Query heads (each `d / heads` wide).
+    pub heads: usize,
+    /// KV heads.
+    pub kv_heads: usize,
+    /// The sliding window of the local layers, if any.
+    pub window: Option<usize>,
+}
+
+impl Default for TinyShape {
+    fn default() -> Self {
+        TinyShape {
+            d: 64,
+            heads: 4,
+            kv_heads: 2,
+            window: None,
+        }
+    }
+}
+
+/// [`tiny_quantized`] of another width, head count or window.
+pub fn tiny_quantized_shaped(tied: bool, up: GgmlType, context: usize, shape: TinyShape) -> Llama {
+    let TinyShape {
+        d,
+        heads,
+        kv_heads,
+        window,
+    } = shape;
+    let config = LlamaConfig::new(96, d, 2, heads, kv_heads, 96)
         .with_tied_embeddings(tied)
-        .with_context_length(context);
-    let (d, hd, ff, vocab) = (64, config.head_dim(), 96, 96);
+        .with_context_length(context)
+        .with_sliding_window(window);
+    let (hd, ff, vocab) = (config.head_dim(), 96, 96);
     let device = Device::flex();
     let mut seed = 1;
     let mut linear = |rows: usize, cols: usize, ty: GgmlType| {
@@ -128,10 +164,10 @@ pub fn tiny_quantized(tied: bool, up: GgmlType, context: usize) -> Llama {
         .map(|l| {
             Block::new(
                 norm(100 + l),
-                linear(4 * hd, d, GgmlType::Q8_0),
-                linear(2 * hd, d, GgmlType::F16),
-                linear(2 * hd, d, GgmlType::Q8_0),
-                linear(d, 4 * hd, GgmlType::F32),
+                linear(heads * hd, d, GgmlType::Q8_0),
+                linear(kv_heads * hd, d, GgmlType::F16),
+                linear(kv_heads * hd, d, GgmlType::Q8_0),
+                linear(d, heads * hd, GgmlType::F32),
                 norm(200 + l),
                 linear(ff, d, GgmlType::Q8_0),
                 linear(ff, d, up),
