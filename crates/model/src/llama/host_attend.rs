@@ -530,21 +530,34 @@ fn attend_body<const AVX2: bool>(
         let span_len = most - from;
         probs.clear();
         probs.resize(contexts.len() * span_len, 0.0);
-        let mut ranges = Vec::with_capacity(contexts.len());
-        for (offset, probs) in probs.chunks_exact_mut(span_len).enumerate() {
-            let i = first_row + offset;
-            let (first, seen) = (attention.first_seen(held + i), held + i + 1);
-            let qv = &job.q[(i * h + head) * hd..][..hd];
-            let probs = &mut probs[..seen - first];
-            span(&keys, hd, first - from, seen - from, &mut parts);
-            let mut at = 0;
-            for part in &parts {
-                let n = part.len() / hd;
-                score_keys::<AVX2>(qv, part, attention.scale, &mut probs[at..at + n]);
-                at += n;
+        let ranges: Vec<(usize, usize)> = (0..contexts.len())
+            .map(|offset| {
+                let i = first_row + offset;
+                (attention.first_seen(held + i) - from, held + i + 1 - from)
+            })
+            .collect();
+        let query = |offset: usize| &job.q[((first_row + offset) * h + head) * hd..][..hd];
+        let mut rows = probs.chunks_exact_mut(span_len).enumerate();
+        while let Some((r, a)) = rows.next() {
+            match rows.next() {
+                Some((_, b)) => {
+                    let pair = [(query(r), a, ranges[r]), (query(r + 1), b, ranges[r + 1])];
+                    paired_scores(pair, &keys, hd, attention.scale);
+                }
+                None => {
+                    let (lo, hi) = ranges[r];
+                    span(&keys, hd, lo, hi, &mut parts);
+                    let mut at = 0;
+                    for part in &parts {
+                        let n = part.len() / hd;
+                        score_keys::<AVX2>(query(r), part, attention.scale, &mut a[at..at + n]);
+                        at += n;
+                    }
+                }
             }
-            softmax(probs);
-            ranges.push((first - from, seen - from));
+        }
+        for (probs, &(lo, hi)) in probs.chunks_exact_mut(span_len).zip(&ranges) {
+            softmax(&mut probs[..hi - lo]);
         }
         tiled_sums(contexts, probs, span_len, &ranges, &values, hd);
         return;
@@ -564,6 +577,57 @@ fn attend_body<const AVX2: bool>(
         softmax(scores);
         span(&values, hd, first - from, seen - from, &mut parts);
         weighted_sum(scores, &parts, context);
+    }
+}
+
+/// The scores of two rows of a prefill task (each its query, its scores' slot from its first
+/// position, and its positions `lo..hi` of the key runs `keys`): the positions both see
+/// scored together ([`attend_x86::scores2`]), the rest row by row, every score with
+/// [`key_dot`]'s arithmetic.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn paired_scores(
+    rows: [(&[f32], &mut [f32], (usize, usize)); 2],
+    keys: &[&[f32]],
+    hd: usize,
+    scale: f32,
+) {
+    let [(q0, s0, r0), (q1, s1, r1)] = rows;
+    let (lo, hi) = (r0.0.max(r1.0), r0.1.min(r1.1));
+    let mut parts = Vec::with_capacity(keys.len());
+    // Row `q`'s positions `a..b` into `out` (its scores from `from`).
+    let mut alone = |q: &[f32], out: &mut [f32], from: usize, a: usize, b: usize| {
+        if a < b {
+            span(keys, hd, a, b, &mut parts);
+            let mut at = a - from;
+            for part in &parts {
+                let n = part.len() / hd;
+                score_keys::<true>(q, part, scale, &mut out[at..at + n]);
+                at += n;
+            }
+        }
+    };
+    if lo >= hi {
+        alone(q0, s0, r0.0, r0.0, r0.1);
+        alone(q1, s1, r1.0, r1.0, r1.1);
+        return;
+    }
+    alone(q0, s0, r0.0, r0.0, lo);
+    alone(q1, s1, r1.0, r1.0, lo);
+    alone(q0, s0, r0.0, hi, r0.1);
+    alone(q1, s1, r1.0, hi, r1.1);
+    let mut both = Vec::with_capacity(keys.len());
+    span(keys, hd, lo, hi, &mut both);
+    let (mut a0, mut a1) = (lo - r0.0, lo - r1.0);
+    for part in &both {
+        let n = part.len() / hd;
+        let (o0, o1) = (&mut s0[a0..a0 + n], &mut s1[a1..a1 + n]);
+        let done = attend_x86::scores2([q0, q1], part, scale, [&mut *o0, &mut *o1]);
+        let rest = &part[done * hd..];
+        score_keys::<true>(q0, rest, scale, &mut o0[done..]);
+        score_keys::<true>(q1, rest, scale, &mut o1[done..]);
+        a0 += n;
+        a1 += n;
     }
 }
 
