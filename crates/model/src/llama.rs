@@ -24,6 +24,8 @@ use crate::linear::QLinear;
 mod activation;
 mod arch;
 #[cfg(target_arch = "x86_64")]
+mod attend_tiles;
+#[cfg(target_arch = "x86_64")]
 mod attend_x86;
 mod burn_ops;
 mod config;
@@ -31,6 +33,7 @@ mod host_attend;
 mod host_ops;
 mod recipe;
 mod rope;
+mod softmax;
 mod weights;
 
 pub use arch::{

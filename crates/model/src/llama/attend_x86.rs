@@ -125,10 +125,10 @@ unsafe fn sums_avx512<const H: usize, const V: usize>(
             j += 1;
         }
     }
-    for h in 0..H {
-        for v in 0..V {
-            // SAFETY: `out[h]` holds `16 V` floats.
-            unsafe { _mm512_storeu_ps(out[h].as_mut_ptr().add(16 * v), acc[h][v]) };
+    for (out, acc) in out.iter_mut().zip(&acc) {
+        for (v, acc) in acc.iter().enumerate() {
+            // SAFETY: `out` holds `16 V` floats.
+            unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(16 * v), *acc) };
         }
     }
 }
@@ -239,10 +239,11 @@ unsafe fn scores2_avx512(q: [&[f32]; 2], keys: &[f32], scale: f32, out: [&mut [f
                     _mm256_loadu_ps(q[0].as_ptr().add(8 * c)),
                     _mm256_loadu_ps(q[1].as_ptr().add(8 * c)),
                 ];
-                for k in 0..8 {
+                let [a0, a1] = &mut acc;
+                for (k, (a0, a1)) in a0.iter_mut().zip(a1.iter_mut()).enumerate() {
                     let y = _mm256_loadu_ps(base.add(k * hd + 8 * c));
-                    acc[0][k] = _mm256_fmadd_ps(x[0], y, acc[0][k]);
-                    acc[1][k] = _mm256_fmadd_ps(x[1], y, acc[1][k]);
+                    *a0 = _mm256_fmadd_ps(x[0], y, *a0);
+                    *a1 = _mm256_fmadd_ps(x[1], y, *a1);
                 }
             }
         }
@@ -374,10 +375,10 @@ unsafe fn accumulate_avx512<const R: usize>(
             j += 1;
         }
     }
-    for r in 0..R {
-        for v in 0..4 {
+    for (acc, sums) in acc.iter_mut().zip(&sums) {
+        for (v, sum) in sums.iter().enumerate() {
             // SAFETY: as the loads above.
-            unsafe { _mm512_storeu_ps(acc[r].as_mut_ptr().add(col + 16 * v), sums[r][v]) };
+            unsafe { _mm512_storeu_ps(acc.as_mut_ptr().add(col + 16 * v), *sum) };
         }
     }
 }

@@ -7,9 +7,10 @@
 use kindle_kernels::Kernels;
 use kindle_kv_cache::HostKvLayer;
 
-#[cfg(target_arch = "x86_64")]
-use super::attend_x86;
 use super::recipe::Attention;
+use super::softmax::softmax;
+#[cfg(target_arch = "x86_64")]
+use super::{attend_tiles, attend_x86};
 
 /// `a . b`, with eight partial sums so that it vectorizes.
 #[inline(always)]
@@ -269,9 +270,12 @@ fn sum_stripes(hd: usize, hkv: usize, threads: usize) -> Option<usize> {
     #[cfg(target_arch = "x86_64")]
     if attend_x86::available() && hd.is_multiple_of(16) {
         let vectors = hd / 16;
-        let fits =
+        let mut fits =
             (1..=vectors).filter(|&s| vectors.is_multiple_of(s) && hd / s <= attend_x86::MAX_COLS);
-        return fits.clone().find(|&s| hkv * s >= threads).or(fits.last());
+        return fits
+            .clone()
+            .find(|&s| hkv * s >= threads)
+            .or(fits.next_back());
     }
     let _ = (hd, hkv, threads);
     None
@@ -542,7 +546,7 @@ fn attend_body<const AVX2: bool>(
             match rows.next() {
                 Some((_, b)) => {
                     let pair = [(query(r), a, ranges[r]), (query(r + 1), b, ranges[r + 1])];
-                    paired_scores(pair, &keys, hd, attention.scale);
+                    attend_tiles::paired_scores(pair, &keys, hd, attention.scale);
                 }
                 None => {
                     let (lo, hi) = ranges[r];
@@ -559,7 +563,7 @@ fn attend_body<const AVX2: bool>(
         for (probs, &(lo, hi)) in probs.chunks_exact_mut(span_len).zip(&ranges) {
             softmax(&mut probs[..hi - lo]);
         }
-        tiled_sums(contexts, probs, span_len, &ranges, &values, hd);
+        attend_tiles::tiled_sums(contexts, probs, span_len, &ranges, &values, hd);
         return;
     }
     for (offset, context) in contexts.iter_mut().enumerate() {
@@ -580,111 +584,17 @@ fn attend_body<const AVX2: bool>(
     }
 }
 
-/// The scores of two rows of a prefill task (each its query, its scores' slot from its first
-/// position, and its positions `lo..hi` of the key runs `keys`): the positions both see
-/// scored together ([`attend_x86::scores2`]), the rest row by row, every score with
-/// [`key_dot`]'s arithmetic.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn paired_scores(
-    rows: [(&[f32], &mut [f32], (usize, usize)); 2],
-    keys: &[&[f32]],
-    hd: usize,
-    scale: f32,
-) {
-    let [(q0, s0, r0), (q1, s1, r1)] = rows;
-    let (lo, hi) = (r0.0.max(r1.0), r0.1.min(r1.1));
-    let mut parts = Vec::with_capacity(keys.len());
-    // Row `q`'s positions `a..b` into `out` (its scores from `from`).
-    let mut alone = |q: &[f32], out: &mut [f32], from: usize, a: usize, b: usize| {
-        if a < b {
-            span(keys, hd, a, b, &mut parts);
-            let mut at = a - from;
-            for part in &parts {
-                let n = part.len() / hd;
-                score_keys::<true>(q, part, scale, &mut out[at..at + n]);
-                at += n;
-            }
-        }
-    };
-    if lo >= hi {
-        alone(q0, s0, r0.0, r0.0, r0.1);
-        alone(q1, s1, r1.0, r1.0, r1.1);
-        return;
-    }
-    alone(q0, s0, r0.0, r0.0, lo);
-    alone(q1, s1, r1.0, r1.0, lo);
-    alone(q0, s0, r0.0, hi, r0.1);
-    alone(q1, s1, r1.0, hi, r1.1);
-    let mut both = Vec::with_capacity(keys.len());
-    span(keys, hd, lo, hi, &mut both);
-    let (mut a0, mut a1) = (lo - r0.0, lo - r1.0);
-    for part in &both {
-        let n = part.len() / hd;
-        let (o0, o1) = (&mut s0[a0..a0 + n], &mut s1[a1..a1 + n]);
-        let done = attend_x86::scores2([q0, q1], part, scale, [&mut *o0, &mut *o1]);
-        let rest = &part[done * hd..];
-        score_keys::<true>(q0, rest, scale, &mut o0[done..]);
-        score_keys::<true>(q1, rest, scale, &mut o1[done..]);
-        a0 += n;
-        a1 += n;
-    }
-}
-
-/// The weighted sums of a task's rows (`contexts`, zeroed here) over the value runs `values`:
-/// row `r`'s probabilities at `probs[r * span_len..]`, for positions `ranges[r]` of the runs.
-/// The positions every row sees are summed as a tile ([`attend_x86::accumulate`], each value
-/// row read once for six rows); the positions before them that some rows see (a sliding
-/// window's start) and those after them (the causal tail) row by row, so that every column of
-/// a row is one FMA chain over its positions in order: the bits of [`weighted_sum`].
-#[cfg(target_arch = "x86_64")]
-fn tiled_sums(
-    contexts: &mut [&mut [f32]],
-    probs: &[f32],
-    span_len: usize,
-    ranges: &[(usize, usize)],
-    values: &[&[f32]],
-    hd: usize,
-) {
-    for context in contexts.iter_mut() {
-        context.fill(0.0);
-    }
-    let lo = ranges.iter().map(|r| r.0).max().unwrap_or(0);
-    let hi = ranges.iter().map(|r| r.1).min().unwrap_or(0);
-    let mut parts = Vec::with_capacity(values.len());
-    // Positions `a..b` of rows `rows` (their probabilities from `a`).
-    let mut sum = |rows: std::ops::Range<usize>, a: usize, b: usize| {
-        if a >= b {
-            return;
-        }
-        span(values, hd, a, b, &mut parts);
-        let weights: Vec<&[f32]> = rows
-            .clone()
-            .map(|r| &probs[r * span_len + a - ranges[r].0..][..b - a])
-            .collect();
-        attend_x86::accumulate(&mut contexts[rows], &weights, &parts, hd);
-    };
-    if lo < hi {
-        for (r, &(start, _)) in ranges.iter().enumerate() {
-            sum(r..r + 1, start, lo);
-        }
-        sum(0..ranges.len(), lo, hi);
-        for (r, &(_, end)) in ranges.iter().enumerate() {
-            sum(r..r + 1, hi, end);
-        }
-    } else {
-        for (r, &(start, end)) in ranges.iter().enumerate() {
-            sum(r..r + 1, start, end);
-        }
-    }
-}
-
 /// `scores[i] = key_dot(q, k_i) * scale` for the `q.len()`-wide keys `k_i` of `keys` (as many
 /// as `scores` holds), in order: four keys at a time ([`dot4`], each with `key_dot`'s
 /// arithmetic), then the rest one by one. (A plain loop, not `extend(map(..))`: the
 /// iterator's fold was compiled apart from the AVX2 instance of the attention, in SSE.)
 #[inline(always)]
-fn score_keys<const AVX2: bool>(q: &[f32], keys: &[f32], scale: f32, scores: &mut [f32]) {
+pub(super) fn score_keys<const AVX2: bool>(
+    q: &[f32],
+    keys: &[f32],
+    scale: f32,
+    scores: &mut [f32],
+) {
     let hd = q.len();
     #[cfg(target_arch = "x86_64")]
     let (keys, scores) = if AVX2 && hd.is_multiple_of(8) && attend_x86::available() {
@@ -712,7 +622,13 @@ fn score_keys<const AVX2: bool>(q: &[f32], keys: &[f32], scale: f32, scores: &mu
 /// The vectors `from..to` (counted from the first vector of `runs`) of runs of `width`-wide
 /// vectors, as sub-slices of the runs, into `out`.
 #[inline(always)]
-fn span<'a>(runs: &[&'a [f32]], width: usize, from: usize, to: usize, out: &mut Vec<&'a [f32]>) {
+pub(super) fn span<'a>(
+    runs: &[&'a [f32]],
+    width: usize,
+    from: usize,
+    to: usize,
+    out: &mut Vec<&'a [f32]>,
+) {
     out.clear();
     let mut at = 0;
     for run in runs {
@@ -725,21 +641,6 @@ fn span<'a>(runs: &[&'a [f32]], width: usize, from: usize, to: usize, out: &mut 
         if at >= to {
             break;
         }
-    }
-}
-
-/// Scores into probabilities, in place: `exp(s - max)`, summed in order, times `1 / sum`.
-#[inline(always)]
-fn softmax(scores: &mut [f32]) {
-    let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0.0;
-    for s in scores.iter_mut() {
-        *s = (*s - max).exp();
-        sum += *s;
-    }
-    let inv_sum = 1.0 / sum;
-    for p in scores.iter_mut() {
-        *p *= inv_sum;
     }
 }
 
