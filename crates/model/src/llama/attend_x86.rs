@@ -27,6 +27,14 @@ pub(super) fn available() -> bool {
     })
 }
 
+/// Value rows ahead of the one being summed that [`weighted_sums`] prefetches (into L1):
+/// SmolLM2's decode at depth 4096 ran 10-15% faster with 8 than with the hardware's
+/// prefetching alone (16 was no better).
+const PREFETCH_ROWS: usize = 8;
+
+/// Groups of eight keys ahead of the one being scored that [`scores`] prefetches.
+const PREFETCH_GROUPS: usize = 1;
+
 /// Query heads one call of [`weighted_sums`] takes at most.
 pub(super) const MAX_HEADS: usize = 4;
 
@@ -114,6 +122,11 @@ unsafe fn sums_avx512<const H: usize, const V: usize>(
             // width`), and every head has weight `j` (checked by the caller).
             unsafe {
                 let x: [__m512; V] = std::array::from_fn(|v| _mm512_loadu_ps(p.add(16 * v)));
+                // A prefetch never faults, past the last row included.
+                let ahead = p.wrapping_add(PREFETCH_ROWS * width);
+                for v in 0..V {
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(16 * v) as *const i8);
+                }
                 for h in 0..H {
                     let wj = _mm512_set1_ps(*w[h].add(j));
                     for v in 0..V {
@@ -167,6 +180,11 @@ unsafe fn scores_avx512(q: &[f32], keys: &[f32], scale: f32, scores: &mut [f32])
     let zero = _mm256_setzero_ps();
     for (g, out) in scores.chunks_exact_mut(8).enumerate() {
         let base = keys.as_ptr().wrapping_add(8 * g * hd);
+        for l in (0..8 * hd).step_by(16) {
+            _mm_prefetch::<_MM_HINT_T0>(
+                base.wrapping_add(PREFETCH_GROUPS * 8 * hd + l) as *const i8
+            );
+        }
         let mut acc = [zero; 8];
         for c in 0..chunks {
             // SAFETY: chunk `c` of `q` and of the group's eight keys exist (caller).
