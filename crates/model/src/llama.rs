@@ -23,6 +23,7 @@ use crate::linear::QLinear;
 
 mod activation;
 mod arch;
+mod attend_keys;
 #[cfg(target_arch = "x86_64")]
 mod attend_tiles;
 #[cfg(target_arch = "x86_64")]

@@ -3,8 +3,8 @@
 //! weighted sums run as tiles over the positions they all see. Every output keeps the
 //! arithmetic of the row-by-row loops (the same bits), because each row's part before and
 //! after the shared positions runs alone, in order.
+use super::attend_keys::{score_keys, span};
 use super::attend_x86;
-use super::host_attend::{score_keys, span};
 
 /// A row of [`paired_scores`]: its query, its scores' slot (from its first position), and its
 /// positions `lo..hi` of the key runs.
@@ -13,7 +13,7 @@ pub(super) type RowScores<'a> = (&'a [f32], &'a mut [f32], (usize, usize));
 /// The scores of two rows of a prefill task (each its query, its scores' slot from its first
 /// position, and its positions `lo..hi` of the key runs `keys`): the positions both see
 /// scored together ([`attend_x86::scores2`]), the rest row by row, every score with
-/// [`key_dot`](super::host_attend::key_dot)'s arithmetic.
+/// [`key_dot`](super::attend_keys::key_dot)'s arithmetic.
 #[inline(always)]
 pub(super) fn paired_scores(rows: [RowScores<'_>; 2], keys: &[&[f32]], hd: usize, scale: f32) {
     let [(q0, s0, r0), (q1, s1, r1)] = rows;

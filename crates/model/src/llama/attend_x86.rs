@@ -146,7 +146,7 @@ unsafe fn sums_avx512<const H: usize, const V: usize>(
     }
 }
 
-/// `scores[i] = key_dot(q, k_i) * scale` (`host_attend::key_dot`'s arithmetic: eight lanes,
+/// `scores[i] = key_dot(q, k_i) * scale` (`attend_keys::key_dot`'s arithmetic: eight lanes,
 /// each an FMA chain over the 8-value chunks from `+0.0`, the lanes summed in order, plus the
 /// empty tail's `+0.0`) for the first keys of `keys` in whole groups of eight; returns how
 /// many it scored (the rest are the caller's). Each group's eight lane vectors are transposed
@@ -443,7 +443,7 @@ mod tests {
             let done = scores(&q, &keys, 0.125, &mut got);
             assert_eq!(done, 40);
             for (i, k) in keys.chunks_exact(hd).take(done).enumerate() {
-                let want = super::super::host_attend::key_dot(&q, k) * 0.125;
+                let want = super::super::attend_keys::key_dot(&q, k) * 0.125;
                 assert_eq!(got[i].to_bits(), want.to_bits(), "hd {hd}, key {i}");
             }
             assert!(got[done..].iter().all(|s| s.is_nan()), "the rest untouched");
@@ -452,7 +452,7 @@ mod tests {
         let z = vec![-0.0f32; 64];
         let mut got = [1.0f32; 8];
         scores(&z, &z.repeat(8), 1.0, &mut got);
-        let want = super::super::host_attend::key_dot(&z, &z);
+        let want = super::super::attend_keys::key_dot(&z, &z);
         assert!(got.iter().all(|g| g.to_bits() == want.to_bits()));
     }
 

@@ -1,0 +1,199 @@
+//! The host attention's key scores (a leaf shared by `host_attend.rs` and `attend_tiles.rs`):
+//! `key_dot`, the arithmetic every score has, and the loops that run it four keys at a time
+//! in AVX2 or, with AVX-512, eight at a time (`attend_x86::scores`).
+
+#[cfg(target_arch = "x86_64")]
+use super::attend_x86;
+
+/// A query times a key, as the attention scores it: eight lanes, each an FMA chain over the
+/// 8-value chunks, the lanes summed in order (from `Sum`'s -0.0), plus the tail's FMA chain.
+/// (FMA, not a product then a sum as in `host_attend::dot`: half the operations, one rounding
+/// fewer; where the CPU lacks FMA, `mul_add` is exact in software, slower.)
+#[inline(always)]
+pub(super) fn key_dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .fold(0f32, |s, (x, y)| x.mul_add(*y, s));
+    for (x, y) in ca.zip(cb) {
+        for l in 0..8 {
+            acc[l] = x[l].mul_add(y[l], acc[l]);
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// [`key_dot`] of `a` with four vectors `b[j]` (each as long as `a`): the AVX2 instance runs
+/// the four chains side by side ([`dot4_avx2`]), with `key_dot`'s arithmetic.
+#[inline(always)]
+fn dot4<const AVX2: bool>(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
+    #[cfg(target_arch = "x86_64")]
+    if AVX2 {
+        // SAFETY: the `AVX2` instance runs only where the CPU has AVX2 and FMA (`attend`).
+        return unsafe { dot4_avx2(a, b) };
+    }
+    b.map(|b| key_dot(a, b))
+}
+
+/// [`key_dot`] of `a` with four vectors `b[j]` (each as long as `a`), each with exactly its
+/// arithmetic: the four chains are independent, so they overlap in the pipes instead of each
+/// waiting on its own additions.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn dot4_avx2(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
+    use std::arch::x86_64::*;
+    let n = a.len() / 8 * 8;
+    let b = b.map(|b| &b[..a.len()]);
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut c = 0;
+    while c < n {
+        // SAFETY: `c + 8 <= n <= a.len()`, and every `b[j]` is as long as `a`.
+        unsafe {
+            let x = _mm256_loadu_ps(a.as_ptr().add(c));
+            for (acc, b) in acc.iter_mut().zip(&b) {
+                let y = _mm256_loadu_ps(b.as_ptr().add(c));
+                *acc = _mm256_fmadd_ps(x, y, *acc);
+            }
+        }
+        c += 8;
+    }
+    let lanes: [[f32; 8]; 4] = acc.map(|v| {
+        let mut out = [0f32; 8];
+        // SAFETY: `out` holds eight floats.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), v) };
+        out
+    });
+    std::array::from_fn(|j| {
+        let tail = a[n..]
+            .iter()
+            .zip(&b[j][n..])
+            .fold(0f32, |s, (x, y)| x.mul_add(*y, s));
+        lanes[j].iter().sum::<f32>() + tail
+    })
+}
+
+/// `scores[i] = key_dot(q, k_i) * scale` for the `q.len()`-wide keys `k_i` of `keys` (as many
+/// as `scores` holds), in order: four keys at a time ([`dot4`], each with `key_dot`'s
+/// arithmetic), then the rest one by one. (A plain loop, not `extend(map(..))`: the
+/// iterator's fold was compiled apart from the AVX2 instance of the attention, in SSE.)
+#[inline(always)]
+pub(super) fn score_keys<const AVX2: bool>(
+    q: &[f32],
+    keys: &[f32],
+    scale: f32,
+    scores: &mut [f32],
+) {
+    let hd = q.len();
+    #[cfg(target_arch = "x86_64")]
+    let (keys, scores) = if AVX2 && hd.is_multiple_of(8) && attend_x86::available() {
+        let done = attend_x86::scores(q, keys, scale, scores);
+        (&keys[done * hd..], &mut scores[done..])
+    } else {
+        (keys, scores)
+    };
+    let (fours, rest) = scores.split_at_mut(scores.len() / 4 * 4);
+    for (out, four) in fours.chunks_exact_mut(4).zip(keys.chunks_exact(4 * hd)) {
+        let (k0, more) = four.split_at(hd);
+        let (k1, more) = more.split_at(hd);
+        let (k2, k3) = more.split_at(hd);
+        let dots = dot4::<AVX2>(q, [k0, k1, k2, k3]);
+        for (o, d) in out.iter_mut().zip(dots) {
+            *o = d * scale;
+        }
+    }
+    let done = fours.len();
+    for (o, k) in rest.iter_mut().zip(keys.chunks_exact(hd).skip(done)) {
+        *o = key_dot(q, k) * scale;
+    }
+}
+
+/// The vectors `from..to` (counted from the first vector of `runs`) of runs of `width`-wide
+/// vectors, as sub-slices of the runs, into `out`.
+#[inline(always)]
+pub(super) fn span<'a>(
+    runs: &[&'a [f32]],
+    width: usize,
+    from: usize,
+    to: usize,
+    out: &mut Vec<&'a [f32]>,
+) {
+    out.clear();
+    let mut at = 0;
+    for run in runs {
+        let n = run.len() / width;
+        let (lo, hi) = (from.max(at), to.min(at + n));
+        if lo < hi {
+            out.push(&run[(lo - at) * width..(hi - at) * width]);
+        }
+        at += n;
+        if at >= to {
+            break;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether this CPU runs the AVX2 instance.
+    fn avx2() -> bool {
+        cfg!(target_arch = "x86_64") && std::is_x86_feature_detected!("avx2")
+    }
+
+    /// Values with every kind of rounding, zeros of both signs among them.
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        let mut state = seed;
+        (0..n)
+            .map(|i| {
+                state ^= state << 13;
+                state ^= state >> 17;
+                state ^= state << 5;
+                match i % 11 {
+                    0 => 0.0,
+                    5 => -0.0,
+                    _ => (state as f32 / u32::MAX as f32 - 0.5) * 7.3,
+                }
+            })
+            .collect()
+    }
+
+    /// Four keys at once give each key the bits of `key_dot` alone, for lengths with and
+    /// without a tail past the last eight.
+    #[test]
+    fn dot4_has_the_bits_of_key_dot() {
+        for n in [1, 7, 8, 13, 64, 67, 256] {
+            let a = values(n, 1 + n as u32);
+            let b: Vec<Vec<f32>> = (0..4).map(|j| values(n, 100 + j + n as u32)).collect();
+            let mut fours = vec![dot4::<false>(&a, [&b[0], &b[1], &b[2], &b[3]])];
+            if avx2() {
+                fours.push(dot4::<true>(&a, [&b[0], &b[1], &b[2], &b[3]]));
+            }
+            for four in fours {
+                for j in 0..4 {
+                    assert_eq!(
+                        four[j].to_bits(),
+                        key_dot(&a, &b[j]).to_bits(),
+                        "n {n}, key {j}"
+                    );
+                }
+            }
+        }
+        // All-zero products: the sign of the zero too.
+        let z = vec![-0.0f32; 16];
+        let four = dot4::<false>(&z, [&z, &z, &z, &z]);
+        assert_eq!(four[0].to_bits(), key_dot(&z, &z).to_bits());
+        assert!(
+            avx2(),
+            "the AVX2 dot products are not tested: this CPU lacks AVX2"
+        );
+        let four = dot4::<true>(&z, [&z, &z, &z, &z]);
+        assert_eq!(four[0].to_bits(), key_dot(&z, &z).to_bits());
+    }
+}
