@@ -139,7 +139,7 @@ pub(super) fn span<'a>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// Whether this CPU runs the AVX2 instance.
@@ -147,8 +147,9 @@ mod tests {
         cfg!(target_arch = "x86_64") && std::is_x86_feature_detected!("avx2")
     }
 
-    /// Values with every kind of rounding, zeros of both signs among them.
-    fn values(n: usize, seed: u32) -> Vec<f32> {
+    /// Values with every kind of rounding, zeros of both signs among them (the attention
+    /// tests' inputs).
+    pub(in super::super) fn values(n: usize, seed: u32) -> Vec<f32> {
         let mut state = seed;
         (0..n)
             .map(|i| {

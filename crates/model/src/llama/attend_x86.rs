@@ -196,16 +196,26 @@ unsafe fn scores_avx512(q: &[f32], keys: &[f32], scale: f32, scores: &mut [f32])
                 }
             }
         }
-        let lanes = transpose8(acc);
-        // `-0.0 + lanes[0]` is `lanes[0]`, bit for bit.
-        let mut sum = lanes[0];
-        for lane in &lanes[1..] {
-            sum = _mm256_add_ps(sum, *lane);
-        }
-        let sum = _mm256_mul_ps(_mm256_add_ps(sum, zero), scale);
-        // SAFETY: `out` holds eight floats.
-        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), sum) };
+        finish8(acc, scale, out);
     }
+}
+
+/// The eight scores of a group from its eight keys' lane vectors `acc`: each key's lanes
+/// summed in order (transposed, so eight vertical adds), the empty tail's `+0.0` added, times
+/// `scale`, into `out`.
+#[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+#[inline]
+fn finish8(acc: [__m256; 8], scale: __m256, out: &mut [f32]) {
+    let lanes = transpose8(acc);
+    // `-0.0 + lanes[0]` is `lanes[0]`, bit for bit.
+    let mut sum = lanes[0];
+    for lane in &lanes[1..] {
+        sum = _mm256_add_ps(sum, *lane);
+    }
+    let sum = _mm256_mul_ps(_mm256_add_ps(sum, _mm256_setzero_ps()), scale);
+    assert!(out.len() >= 8, "eight scores");
+    // SAFETY: `out` holds eight floats (checked).
+    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), sum) };
 }
 
 /// [`scores`] of two queries over the same keys (`out[r]` for query `q[r]`): each chunk of
@@ -266,14 +276,7 @@ unsafe fn scores2_avx512(q: [&[f32]; 2], keys: &[f32], scale: f32, out: [&mut [f
             }
         }
         for (acc, out) in acc.into_iter().zip([o0, o1]) {
-            let lanes = transpose8(acc);
-            let mut sum = lanes[0];
-            for lane in &lanes[1..] {
-                sum = _mm256_add_ps(sum, *lane);
-            }
-            let sum = _mm256_mul_ps(_mm256_add_ps(sum, zero), scale);
-            // SAFETY: `out` holds eight floats.
-            unsafe { _mm256_storeu_ps(out.as_mut_ptr(), sum) };
+            finish8(acc, scale, out);
         }
     }
 }
@@ -405,22 +408,7 @@ unsafe fn accumulate_avx512<const R: usize>(
 mod tests {
     use super::*;
 
-    /// Values with every kind of rounding, zeros of both signs among them.
-    fn values(n: usize, seed: u32) -> Vec<f32> {
-        let mut state = seed;
-        (0..n)
-            .map(|i| {
-                state ^= state << 13;
-                state ^= state >> 17;
-                state ^= state << 5;
-                match i % 11 {
-                    0 => 0.0,
-                    5 => -0.0,
-                    _ => (state as f32 / u32::MAX as f32 - 0.5) * 7.3,
-                }
-            })
-            .collect()
-    }
+    use super::super::attend_keys::tests::values;
 
     fn need_avx512() {
         assert!(

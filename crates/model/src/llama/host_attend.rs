@@ -567,22 +567,7 @@ pub(super) fn weighted_sum_cols<const N: usize>(
 mod tests {
     use super::*;
 
-    /// Values with every kind of rounding, zeros of both signs among them.
-    fn values(n: usize, seed: u32) -> Vec<f32> {
-        let mut state = seed;
-        (0..n)
-            .map(|i| {
-                state ^= state << 13;
-                state ^= state >> 17;
-                state ^= state << 5;
-                match i % 11 {
-                    0 => 0.0,
-                    5 => -0.0,
-                    _ => (state as f32 / u32::MAX as f32 - 0.5) * 7.3,
-                }
-            })
-            .collect()
-    }
+    use super::super::attend_keys::tests::values;
 
     /// The wide and narrow weighted sums give every column the same bits, over rows split
     /// into runs anywhere.
