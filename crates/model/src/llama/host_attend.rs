@@ -113,8 +113,9 @@ const LANES: usize = 16;
 /// One row's attention over a long context, in three parallel stages with the arithmetic of
 /// [`attend_body`] for every output (the same bits whatever the split or thread count):
 /// scores by (KV head, block of positions), decoding an f16/int8 cache's values on the way;
-/// the softmax by query head; the weighted sum by (KV head, 16 columns). Every key and value
-/// is read once per KV head, not once per query head.
+/// the softmax by query head; the weighted sum by (KV head, 16 columns), or with AVX-512 by
+/// (KV head, stripe of whole rows' columns, [`sum_stripes`]). Every key and value is read once
+/// per KV head, not once per query head.
 fn attend_long_row(
     job: &AttendJob<'_, '_>,
     out: &mut [f32],
