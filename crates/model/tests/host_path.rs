@@ -260,6 +260,21 @@ fn host_and_burn_paths_agree_on_the_recipe_steps_llama_does_not_use() {
     }
 }
 
+/// Feeds `tokens` one decode step at a time into `cache`, asserting that step `i`'s logits
+/// have the bits of row `i` of `rows` (the same tokens' logits from one pass, 96 a row).
+fn assert_steps_match(
+    model: &Llama,
+    cache: &mut kindle_model::KvCache,
+    tokens: &[u32],
+    rows: &[f32],
+    label: &str,
+) {
+    for (i, &token) in tokens.iter().enumerate() {
+        let logits = model.forward(&[token], cache, LogitsFor::Last).unwrap();
+        assert_eq!(logits, rows[i * 96..(i + 1) * 96], "{label} {i}");
+    }
+}
+
 /// A decode step over a long context (256 positions or more) splits attention
 /// over positions and columns instead of heads: its logits have the same bits as the same
 /// rows of a short multi-row pass (attention by head), on one thread and on two, for every KV
@@ -279,17 +294,8 @@ fn long_context_decode_has_the_bits_of_a_multi_row_pass_on_any_thread_count() {
             let model = model
                 .clone()
                 .with_kernels(Kernels::new(KernelOptions::threads(threads)));
-            let mut cache = context.fork();
-            for (i, &token) in next.iter().enumerate() {
-                let logits = model
-                    .forward(&[token], &mut cache, LogitsFor::Last)
-                    .unwrap();
-                assert_eq!(
-                    logits,
-                    rows[i * 96..(i + 1) * 96],
-                    "{kv_type}, {threads} threads, step {i}"
-                );
-            }
+            let label = format!("{kv_type}, {threads} threads, step");
+            assert_steps_match(&model, &mut context.fork(), &next, &rows, &label);
         }
     }
 }
@@ -333,16 +339,8 @@ fn wide_heads_keep_their_bits_between_prefill_tiles_and_decode() {
             for threads in [1, 2] {
                 let model = model.clone().with_kernels(kernels(threads));
                 let mut cache = model.new_cache_typed(400, kv_type);
-                for (i, &token) in prompt.iter().enumerate() {
-                    let logits = model
-                        .forward(&[token], &mut cache, LogitsFor::Last)
-                        .unwrap();
-                    assert_eq!(
-                        logits,
-                        rows[i * 96..(i + 1) * 96],
-                        "window {window:?}, {kv_type}, {threads} threads, row {i}"
-                    );
-                }
+                let label = format!("window {window:?}, {kv_type}, {threads} threads, row");
+                assert_steps_match(&model, &mut cache, &prompt, &rows, &label);
             }
         }
     }

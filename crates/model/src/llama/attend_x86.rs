@@ -10,7 +10,8 @@
 //!   value row once, each row's chains continuing from where they stand (so a task can sum
 //!   a row's own first positions alone, the positions all its rows see together, and each
 //!   row's last positions alone, and every column still runs one chain in order).
-//! - [`scores`]: eight keys' dot products with a query, the lanes' sums transposed.
+//! - [`scores`]: eight keys' dot products with a query, the lanes' sums transposed; [`scores2`]
+//!   the same for two queries at once.
 
 use std::arch::x86_64::*;
 
