@@ -115,6 +115,19 @@ impl HostBuffer {
         }
     }
 
+    /// Vectors `start..start + n` (`d` wide) of an f16 buffer, borrowed.
+    ///
+    /// # Panics
+    /// If the buffer does not store f16.
+    fn f16_run(&self, start: usize, n: usize, d: usize) -> &[f16] {
+        match self {
+            HostBuffer::Float(data) if data.dtype() == DType::F16 => {
+                &slice::<f16>(data)[start * d..(start + n) * d]
+            }
+            _ => panic!("f16_run on a buffer that does not store f16"),
+        }
+    }
+
     /// Vectors `start..start + n` (`head_dim` = `d` wide) as f32: borrowed when stored as f32,
     /// decoded into `scratch` otherwise.
     pub(crate) fn read<'s>(
@@ -381,6 +394,12 @@ impl<'a> HostKvLayer<'a> {
         matches!(self.buffer(0), HostBuffer::Float(data) if data.dtype() == DType::F32)
     }
 
+    /// Whether keys and values are stored as `f16`, so that [`key_runs_f16`](Self::key_runs_f16)
+    /// and [`value_runs_f16`](Self::value_runs_f16) borrow the cache's memory.
+    pub fn stores_f16(&self) -> bool {
+        matches!(self.buffer(0), HostBuffer::Float(data) if data.dtype() == DType::F16)
+    }
+
     /// Store the keys and values of the pass's new token number `offset` (position
     /// `len + offset`), each `[n_kv_heads * head_dim]`, heads one after another (the layout a
     /// key or value projection produces for one token).
@@ -505,6 +524,58 @@ impl<'a> HostKvLayer<'a> {
         self.runs(1, head, start, n, scratch)
     }
 
+    /// The keys of `head` at positions `start..start + n` as they are stored, when the cache
+    /// stores `f16`: slices of its own memory, whole `head_dim`-wide vectors in position order,
+    /// one per stretch stored together, as [`key_runs`](Self::key_runs) borrows f32 (a kernel
+    /// that widens as it reads gets the values [`key_runs`](Self::key_runs) would decode, and
+    /// reads half the bytes). `None` when the cache stores another type.
+    ///
+    /// # Panics
+    /// If `head >= n_kv_heads` or `start + n > capacity`.
+    pub fn key_runs_f16(&self, head: usize, start: usize, n: usize) -> Option<Vec<&[f16]>> {
+        self.f16_runs(0, head, start, n)
+    }
+
+    /// The values of `head` at positions `start..start + n`, as
+    /// [`key_runs_f16`](Self::key_runs_f16).
+    ///
+    /// # Panics
+    /// If `head >= n_kv_heads` or `start + n > capacity`.
+    pub fn value_runs_f16(&self, head: usize, start: usize, n: usize) -> Option<Vec<&[f16]>> {
+        self.f16_runs(1, head, start, n)
+    }
+
+    fn f16_runs(&self, which: usize, head: usize, start: usize, n: usize) -> Option<Vec<&[f16]>> {
+        if !self.stores_f16() {
+            return None;
+        }
+        let buffer = self.buffer(which);
+        Some(self.stretches(head, start, n, |index, take, d| {
+            buffer.f16_run(index, take, d)
+        }))
+    }
+
+    /// `part(index, count, head_dim)` of every stretch of `head`'s positions `start..start + n`
+    /// stored together, in position order.
+    fn stretches<'s, T: ?Sized + 's>(
+        &self,
+        head: usize,
+        start: usize,
+        n: usize,
+        part: impl Fn(usize, usize, usize) -> &'s T,
+    ) -> Vec<&'s T> {
+        self.check_range(head, start, n);
+        let mut out = Vec::new();
+        let mut position = start;
+        while position < start + n {
+            let (index, run) = self.locate(head, position);
+            let take = run.min(start + n - position);
+            out.push(part(index, take, self.head_dim));
+            position += take;
+        }
+        out
+    }
+
     fn runs<'s>(
         &'s self,
         which: usize,
@@ -516,17 +587,10 @@ impl<'a> HostKvLayer<'a> {
         if !self.stores_f32() {
             return vec![self.read_at(which, head, start, n, scratch)];
         }
-        self.check_range(head, start, n);
-        let (d, buffer) = (self.head_dim, self.buffer(which));
-        let mut out = Vec::new();
-        let mut position = start;
-        while position < start + n {
-            let (index, run) = self.locate(head, position);
-            let take = run.min(start + n - position);
-            out.push(buffer.f32_run(index, take, d));
-            position += take;
-        }
-        out
+        let buffer = self.buffer(which);
+        self.stretches(head, start, n, |index, take, d| {
+            buffer.f32_run(index, take, d)
+        })
     }
 
     fn check_range(&self, head: usize, start: usize, n: usize) {
@@ -693,6 +757,15 @@ mod tests {
                         assert_eq!(k1, tk[(h * 3 + 1) * DIM..(h + 1) * 3 * DIM], "{kv_type}");
                         let v1 = view.values_at(h, 1, 2, &mut scratch).to_vec();
                         assert_eq!(v1, tv[(h * 3 + 1) * DIM..(h + 1) * 3 * DIM], "{kv_type}");
+                        // f16 runs, widened, are what the f32 reads decode.
+                        let widened = |runs: Option<Vec<&[f16]>>| -> Option<Vec<f32>> {
+                            runs.map(|r| r.concat().iter().map(|v| v.to_f32()).collect())
+                        };
+                        let f16 = kv_type == KvType::F16;
+                        assert_eq!(view.stores_f16(), f16, "{kv_type}");
+                        let want = |v: Vec<f32>| f16.then_some(v);
+                        assert_eq!(widened(view.key_runs_f16(h, 1, 2)), want(k1), "{kv_type}");
+                        assert_eq!(widened(view.value_runs_f16(h, 1, 2)), want(v1), "{kv_type}");
                     }
                 }
             }

@@ -432,6 +432,44 @@ fn check_paged(pool: &PagedPool, seqs: &mut [(PagedCache, Vec<u32>)]) -> Result<
     Ok(())
 }
 
+/// A paged f16 pool's host view lends its keys and values as stored, one run per block at
+/// most, and widened they are what the f32 reads decode; an f32 pool lends no f16 runs.
+#[test]
+fn paged_f16_runs_are_the_pools_memory() {
+    let device = Device::flex();
+    for kv_type in [KvType::F16, KvType::F32] {
+        let pool = PagedPool::new(config(0), kv_type, 6, 3, &device).unwrap();
+        let ids: Vec<u32> = (0..8).collect();
+        let (mut cache, _) = pool.cache_for(&ids, 12).unwrap();
+        let mut held = Vec::new();
+        feed(&mut cache, &mut held, &ids, &device).unwrap();
+        for l in 0..LAYERS {
+            let view = cache.host_layer(l).unwrap().unwrap();
+            assert_eq!(view.stores_f16(), kv_type == KvType::F16);
+            for head in 0..HEADS {
+                let mut scratch = Vec::new();
+                let keys = view.keys_at(head, 1, 7, &mut scratch).to_vec();
+                let values = view.values_at(head, 1, 7, &mut scratch).to_vec();
+                let (Some(k), Some(v)) = (
+                    view.key_runs_f16(head, 1, 7),
+                    view.value_runs_f16(head, 1, 7),
+                ) else {
+                    assert_eq!(kv_type, KvType::F32, "an f16 pool lends f16 runs");
+                    continue;
+                };
+                // Positions 1..8 over blocks of 3: 1..3, 3..6, 6..8.
+                let lens: Vec<usize> = k.iter().map(|r| r.len() / DIM).collect();
+                assert_eq!(lens, [2, 3, 2]);
+                let widen = |runs: Vec<&[half::f16]>| -> Vec<f32> {
+                    runs.concat().iter().map(|x| x.to_f32()).collect()
+                };
+                assert_eq!(widen(k), keys, "layer {l} head {head}");
+                assert_eq!(widen(v), values, "layer {l} head {head}");
+            }
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 

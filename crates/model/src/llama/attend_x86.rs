@@ -12,6 +12,10 @@
 //!   row's last positions alone, and every column still runs one chain in order).
 //! - [`scores`]: eight keys' dot products with a query, the lanes' sums transposed; [`scores2`]
 //!   the same for two queries at once.
+//!
+//! [`weighted_sums`] and [`scores`] read an `f16` cache in place as well ([`Stored`]): each
+//! load widens 8 or 16 values with `vcvtph2ps` (exact: every `f16` is an `f32`), so they get
+//! the values a decode into `f32` scratch would give, the same bits, from half the bytes.
 
 use std::arch::x86_64::*;
 
@@ -26,6 +30,59 @@ pub(super) fn available() -> bool {
             && std::is_x86_feature_detected!("avx2")
             && std::is_x86_feature_detected!("fma")
     })
+}
+
+/// What a cache's keys and values are stored as: `f32`, or `f16` widened as it is loaded.
+pub(super) trait Stored: Copy + 'static {
+    /// Whether the values are `half::f16`, else `f32`.
+    const HALF: bool;
+}
+
+impl Stored for f32 {
+    const HALF: bool = false;
+}
+
+impl Stored for half::f16 {
+    const HALF: bool = true;
+}
+
+/// Eight stored values at `p`, as `f32`.
+///
+/// # Safety
+/// AVX2 and F16C; eight readable values at `p`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn load8<E: Stored>(p: *const E) -> __m256 {
+    // SAFETY: eight readable values (caller).
+    unsafe {
+        if E::HALF {
+            _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
+        } else {
+            _mm256_loadu_ps(p as *const f32)
+        }
+    }
+}
+
+/// Sixteen stored values at `p`, as `f32`.
+///
+/// # Safety
+/// AVX-512F; sixteen readable values at `p`.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+#[inline]
+unsafe fn load16<E: Stored>(p: *const E) -> __m512 {
+    // SAFETY: sixteen readable values (caller).
+    unsafe {
+        if E::HALF {
+            _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
+        } else {
+            _mm512_loadu_ps(p as *const f32)
+        }
+    }
+}
+
+/// Stored values in one 64-byte cache line.
+const fn per_line<E>() -> usize {
+    64 / std::mem::size_of::<E>()
 }
 
 /// Value rows ahead of the one being summed that [`weighted_sums`] prefetches (into L1):
@@ -49,9 +106,9 @@ pub(super) const MAX_COLS: usize = 64;
 ///
 /// # Panics
 /// If the heads or widths are out of those bounds, or a head has fewer weights than rows.
-pub(super) fn weighted_sums(
+pub(super) fn weighted_sums<E: Stored>(
     weights: &[&[f32]],
-    runs: &[&[f32]],
+    runs: &[&[E]],
     width: usize,
     col: usize,
     out: &mut [&mut [f32]],
@@ -78,10 +135,10 @@ pub(super) fn weighted_sums(
         ($($h:literal),*) => {
             match (weights.len(), cols / 16) {
                 $(
-                    ($h, 1) => sums_at::<$h, 1>(weights, runs, width, col, out),
-                    ($h, 2) => sums_at::<$h, 2>(weights, runs, width, col, out),
-                    ($h, 3) => sums_at::<$h, 3>(weights, runs, width, col, out),
-                    ($h, 4) => sums_at::<$h, 4>(weights, runs, width, col, out),
+                    ($h, 1) => sums_at::<$h, 1, E>(weights, runs, width, col, out),
+                    ($h, 2) => sums_at::<$h, 2, E>(weights, runs, width, col, out),
+                    ($h, 3) => sums_at::<$h, 3, E>(weights, runs, width, col, out),
+                    ($h, 4) => sums_at::<$h, 4, E>(weights, runs, width, col, out),
                 )*
                 _ => unreachable!("checked above"),
             }
@@ -91,23 +148,23 @@ pub(super) fn weighted_sums(
 }
 
 /// [`weighted_sums`] for `H` heads and `V` vectors of columns.
-fn sums_at<const H: usize, const V: usize>(
+fn sums_at<const H: usize, const V: usize, E: Stored>(
     weights: &[&[f32]],
-    runs: &[&[f32]],
+    runs: &[&[E]],
     width: usize,
     col: usize,
     out: &mut [&mut [f32]],
 ) {
     // SAFETY: `available()` was checked by the caller, and the bounds of every read below.
-    unsafe { sums_avx512::<H, V>(weights, runs, width, col, out) }
+    unsafe { sums_avx512::<H, V, E>(weights, runs, width, col, out) }
 }
 
 /// # Safety
-/// AVX-512F, AVX2 and FMA; the bounds [`weighted_sums`] checks.
-#[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn sums_avx512<const H: usize, const V: usize>(
+/// AVX-512F, AVX2, FMA and F16C; the bounds [`weighted_sums`] checks.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn sums_avx512<const H: usize, const V: usize, E: Stored>(
     weights: &[&[f32]],
-    runs: &[&[f32]],
+    runs: &[&[E]],
     width: usize,
     col: usize,
     out: &mut [&mut [f32]],
@@ -122,11 +179,11 @@ unsafe fn sums_avx512<const H: usize, const V: usize>(
             // SAFETY: row `j` of the runs has columns `col..col + 16 V` (`col + 16 V <=
             // width`), and every head has weight `j` (checked by the caller).
             unsafe {
-                let x: [__m512; V] = std::array::from_fn(|v| _mm512_loadu_ps(p.add(16 * v)));
+                let x: [__m512; V] = std::array::from_fn(|v| load16(p.add(16 * v)));
                 // A prefetch never faults, past the last row included.
                 let ahead = p.wrapping_add(PREFETCH_ROWS * width);
-                for v in 0..V {
-                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(16 * v) as *const i8);
+                for c in (0..16 * V).step_by(per_line::<E>()) {
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(c) as *const i8);
                 }
                 for h in 0..H {
                     let wj = _mm512_set1_ps(*w[h].add(j));
@@ -156,7 +213,7 @@ unsafe fn sums_avx512<const H: usize, const V: usize>(
 ///
 /// # Panics
 /// If `q` is not a whole number of 8-value chunks, or `keys` holds fewer keys than `scores`.
-pub(super) fn scores(q: &[f32], keys: &[f32], scale: f32, scores: &mut [f32]) -> usize {
+pub(super) fn scores<E: Stored>(q: &[f32], keys: &[E], scale: f32, scores: &mut [f32]) -> usize {
     let hd = q.len();
     assert!(
         available() && hd.is_multiple_of(8) && hd > 0 && keys.len() >= scores.len() * hd,
@@ -171,17 +228,17 @@ pub(super) fn scores(q: &[f32], keys: &[f32], scale: f32, scores: &mut [f32]) ->
 }
 
 /// # Safety
-/// AVX-512F and VL, AVX2 and FMA; `q.len()` a multiple of 8, `scores.len()` a multiple of 8
-/// and `keys` at least `scores.len()` keys.
-#[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
-unsafe fn scores_avx512(q: &[f32], keys: &[f32], scale: f32, scores: &mut [f32]) {
+/// AVX-512F and VL, AVX2, FMA and F16C; `q.len()` a multiple of 8, `scores.len()` a multiple
+/// of 8 and `keys` at least `scores.len()` keys.
+#[target_feature(enable = "avx512f,avx512vl,avx2,fma,f16c")]
+unsafe fn scores_avx512<E: Stored>(q: &[f32], keys: &[E], scale: f32, scores: &mut [f32]) {
     let hd = q.len();
     let chunks = hd / 8;
     let scale = _mm256_set1_ps(scale);
     let zero = _mm256_setzero_ps();
     for (g, out) in scores.chunks_exact_mut(8).enumerate() {
         let base = keys.as_ptr().wrapping_add(8 * g * hd);
-        for l in (0..8 * hd).step_by(16) {
+        for l in (0..8 * hd).step_by(per_line::<E>()) {
             _mm_prefetch::<_MM_HINT_T0>(
                 base.wrapping_add(PREFETCH_GROUPS * 8 * hd + l) as *const i8
             );
@@ -192,7 +249,7 @@ unsafe fn scores_avx512(q: &[f32], keys: &[f32], scale: f32, scores: &mut [f32])
             unsafe {
                 let x = _mm256_loadu_ps(q.as_ptr().add(8 * c));
                 for (k, acc) in acc.iter_mut().enumerate() {
-                    let y = _mm256_loadu_ps(base.add(k * hd + 8 * c));
+                    let y = load8(base.add(k * hd + 8 * c));
                     *acc = _mm256_fmadd_ps(x, y, *acc);
                 }
             }
@@ -443,6 +500,52 @@ mod tests {
         scores(&z, &z.repeat(8), 1.0, &mut got);
         let want = super::super::attend_keys::key_dot(&z, &z);
         assert!(got.iter().all(|g| g.to_bits() == want.to_bits()));
+    }
+
+    /// `f16` values rounded from `values(n, seed)`, and the same widened to `f32`.
+    fn halves(n: usize, seed: u32) -> (Vec<half::f16>, Vec<f32>) {
+        let h: Vec<half::f16> = values(n, seed)
+            .into_iter()
+            .map(half::f16::from_f32)
+            .collect();
+        let wide = h.iter().map(|v| v.to_f32()).collect();
+        (h, wide)
+    }
+
+    /// Scores and weighted sums read from `f16` have the bits of the same values widened to
+    /// `f32` first (what a decode into scratch gives).
+    #[test]
+    fn f16_reads_have_the_bits_of_widened_values() {
+        need_avx512();
+        let hd = 64;
+        let n = 8 * 6 + 3;
+        let q = values(hd, 41);
+        let (keys, wide) = halves(n * hd, 42);
+        let (mut got, mut want) = (vec![f32::NAN; n], vec![f32::NAN; n]);
+        assert_eq!(scores(&q, &keys, 0.125, &mut got), 48);
+        assert_eq!(scores(&q, &wide, 0.125, &mut want), 48);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&got), bits(&want));
+        let (rows, wide) = halves(37 * hd, 43);
+        let weights: Vec<Vec<f32>> = (0..3).map(|h| values(37, 50 + h)).collect();
+        let w: Vec<&[f32]> = weights.iter().map(|w| &w[..]).collect();
+        for cols in [16, 32, 64] {
+            let mut a = vec![vec![f32::NAN; cols]; 3];
+            let mut b = a.clone();
+            let mut outs: Vec<&mut [f32]> = a.iter_mut().map(|x| &mut x[..]).collect();
+            weighted_sums(
+                &w,
+                &[&rows[..9 * hd], &rows[9 * hd..]],
+                hd,
+                hd - cols,
+                &mut outs,
+            );
+            let mut outs: Vec<&mut [f32]> = b.iter_mut().map(|x| &mut x[..]).collect();
+            weighted_sums(&w, &[&wide[..]], hd, hd - cols, &mut outs);
+            for (a, b) in a.iter().zip(&b) {
+                assert_eq!(bits(a), bits(b), "{cols} columns");
+            }
+        }
     }
 
     /// Two queries scored together have the bits of each scored alone.

@@ -129,7 +129,10 @@ fn attend_long_row(
     let n = held + 1 - first;
     LONG_ROW.with_borrow_mut(|LongRowScratch { scores, values }| {
         scores.resize(h * n, 0.0);
-        let borrowed = view.stores_f32();
+        let stripes = sum_stripes(hd, hkv, kernels.threads());
+        // The AVX-512 form reads an f16 cache in place, widening as it loads.
+        let half = stripes.is_some() && view.stores_f16();
+        let borrowed = view.stores_f32() || half;
         if !borrowed {
             values.resize(hkv * n * hd, 0.0);
         }
@@ -141,10 +144,11 @@ fn attend_long_row(
             scale: attention.scale,
             rep: h / hkv,
             borrowed,
+            half,
             scores: SyncPtr(scores.as_mut_ptr()),
             values: SyncPtr(values.as_mut_ptr()),
             out: SyncPtr(out.as_mut_ptr()),
-            stripes: sum_stripes(hd, hkv, kernels.threads()),
+            stripes,
         };
         let blocks = n.div_ceil(POSITION_BLOCK);
         kernels.parallel_for(hkv * blocks, &|task| row.run(Stage::Scores, task));
@@ -176,8 +180,12 @@ struct LongRow<'v, 'c> {
     scale: f32,
     /// Query heads per KV head.
     rep: usize,
-    /// Whether the cache's values are read in place (f32), else decoded into `values`.
+    /// Whether the cache's values are read in place (f32, or f16 by the AVX-512 form), else
+    /// decoded into `values`.
     borrowed: bool,
+    /// Whether the AVX-512 form reads the keys and values as the cache stores them, `f16`
+    /// ([`attend_x86::Stored`]), instead of decoded `f32`.
+    half: bool,
     /// `[h, n]` scores, then probabilities.
     scores: SyncPtr,
     /// `[hkv, n, hd]` decoded values (unused when `borrowed`).
@@ -238,6 +246,9 @@ impl LongRow<'_, '_> {
                 let (g, b) = (task / blocks, task % blocks);
                 let start = b * POSITION_BLOCK;
                 let len = POSITION_BLOCK.min(n - start);
+                if self.half {
+                    return self.score_block_f16(g, start, len);
+                }
                 SCRATCH.with_borrow_mut(|scratch| {
                     let keys = view.key_runs(g, self.first + start, len, &mut scratch.keys);
                     for head in g * self.rep..(g + 1) * self.rep {
@@ -312,9 +323,50 @@ impl LongRow<'_, '_> {
 }
 
 impl LongRow<'_, '_> {
+    /// Score task (KV head `g`, positions `start..start + len` of those seen) over an f16
+    /// cache read in place: whole groups of eight keys by [`attend_x86::scores`], widening as
+    /// it loads; a stretch's last few keys widened into scratch and scored as the f32 path
+    /// scores them (every score has `key_dot`'s arithmetic whichever loop runs it).
+    #[cfg(target_arch = "x86_64")]
+    fn score_block_f16(&self, g: usize, start: usize, len: usize) {
+        use half::slice::HalfFloatSliceExt;
+        let hd = self.view.head_dim();
+        let runs = (self.view.key_runs_f16(g, self.first + start, len))
+            .expect("the half form runs on an f16 cache");
+        SCRATCH.with_borrow_mut(|scratch| {
+            for head in g * self.rep..(g + 1) * self.rep {
+                let qv = &self.q[head * hd..(head + 1) * hd];
+                // SAFETY: task (g, b) alone writes these scores of g's heads.
+                let scores = unsafe {
+                    std::slice::from_raw_parts_mut(
+                        self.scores.get().add(head * self.n + start),
+                        len,
+                    )
+                };
+                let mut at = 0;
+                for run in &runs {
+                    let n = (run.len() / hd).min(len - at);
+                    let out = &mut scores[at..at + n];
+                    let done = attend_x86::scores(qv, &run[..n * hd], self.scale, out);
+                    let rest = &run[done * hd..n * hd];
+                    scratch.keys.resize(rest.len(), 0.0);
+                    rest.convert_to_f32_slice(&mut scratch.keys);
+                    score_keys::<true>(qv, &scratch.keys, self.scale, &mut out[done..]);
+                    at += n;
+                }
+            }
+        });
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    fn score_block_f16(&self, _g: usize, _start: usize, _len: usize) {
+        unreachable!("the AVX-512 form runs only on x86-64")
+    }
+
     /// Weighted-sum task `task` of the AVX-512 form: KV head `task / stripes`, one stripe of
     /// its columns, for all its query heads at once ([`attend_x86::weighted_sums`], the same
-    /// bits as [`weighted_sum_cols`]).
+    /// bits as [`weighted_sum_cols`]), from the cache's f32 or f16 values in place or from
+    /// the decoded ones.
     #[cfg(target_arch = "x86_64")]
     fn sum_stripe(&self, task: usize) {
         let stripes = self.stripes.expect("the AVX-512 form runs");
@@ -323,6 +375,11 @@ impl LongRow<'_, '_> {
         let (g, c) = (task / stripes, task % stripes);
         let cols = hd / stripes;
         let col = c * cols;
+        if self.half {
+            let rows = (view.value_runs_f16(g, self.first, n))
+                .expect("the half form runs on an f16 cache");
+            return self.sum_heads(g, col, cols, &rows);
+        }
         let mut unused = Vec::new();
         let rows = if self.borrowed {
             view.value_runs(g, self.first, n, &mut unused)
@@ -330,6 +387,13 @@ impl LongRow<'_, '_> {
             // SAFETY: the decoded values are final (the score stage has returned).
             vec![unsafe { std::slice::from_raw_parts(self.values.get().add(g * n * hd), n * hd) }]
         };
+        self.sum_heads(g, col, cols, &rows);
+    }
+
+    /// The weighted sums of KV head `g`'s query heads over `rows`, columns `col..col + cols`.
+    #[cfg(target_arch = "x86_64")]
+    fn sum_heads<E: attend_x86::Stored>(&self, g: usize, col: usize, cols: usize, rows: &[&[E]]) {
+        let (n, hd) = (self.n, self.view.head_dim());
         let heads = g * self.rep..(g + 1) * self.rep;
         for chunk in heads.collect::<Vec<_>>().chunks(attend_x86::MAX_HEADS) {
             // SAFETY: the scores are final (the previous stage has returned).
@@ -346,7 +410,7 @@ impl LongRow<'_, '_> {
                     std::slice::from_raw_parts_mut(self.out.get().add(head * hd + col), cols)
                 })
                 .collect();
-            attend_x86::weighted_sums(&weights, &rows, hd, col, &mut outs);
+            attend_x86::weighted_sums(&weights, rows, hd, col, &mut outs);
         }
     }
 
