@@ -53,7 +53,7 @@ mod sliding;
 mod storage;
 
 pub use contiguous::{KvCache, WINDOW_SLACK, ring_slots};
-pub use host::HostKvLayer;
+pub use host::{HostKvLayer, Int8Runs};
 pub use kindle_blocks::BlockStats;
 pub use paged::{PagedCache, PagedPool};
 pub use sliding::SlidingWindowCache;

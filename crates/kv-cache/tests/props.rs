@@ -432,12 +432,13 @@ fn check_paged(pool: &PagedPool, seqs: &mut [(PagedCache, Vec<u32>)]) -> Result<
     Ok(())
 }
 
-/// A paged f16 pool's host view lends its keys and values as stored, one run per block at
-/// most, and widened they are what the f32 reads decode; an f32 pool lends no f16 runs.
+/// A paged pool's host view lends f16 and int8 keys and values as stored, one run per block
+/// at most, and widened (times their scales) they are what the f32 reads decode; a pool of
+/// another type lends none of that type.
 #[test]
-fn paged_f16_runs_are_the_pools_memory() {
+fn paged_stored_runs_are_the_pools_memory() {
     let device = Device::flex();
-    for kv_type in [KvType::F16, KvType::F32] {
+    for kv_type in [KvType::F16, KvType::Int8, KvType::F32] {
         let pool = PagedPool::new(config(0), kv_type, 6, 3, &device).unwrap();
         let ids: Vec<u32> = (0..8).collect();
         let (mut cache, _) = pool.cache_for(&ids, 12).unwrap();
@@ -446,25 +447,46 @@ fn paged_f16_runs_are_the_pools_memory() {
         for l in 0..LAYERS {
             let view = cache.host_layer(l).unwrap().unwrap();
             assert_eq!(view.stores_f16(), kv_type == KvType::F16);
+            assert_eq!(view.stores_int8(), kv_type == KvType::Int8);
             for head in 0..HEADS {
                 let mut scratch = Vec::new();
                 let keys = view.keys_at(head, 1, 7, &mut scratch).to_vec();
                 let values = view.values_at(head, 1, 7, &mut scratch).to_vec();
-                let (Some(k), Some(v)) = (
-                    view.key_runs_f16(head, 1, 7),
-                    view.value_runs_f16(head, 1, 7),
-                ) else {
-                    assert_eq!(kv_type, KvType::F32, "an f16 pool lends f16 runs");
-                    continue;
+                let widen = |runs: Vec<&[half::f16]>| -> (Vec<usize>, Vec<f32>) {
+                    let lens = runs.iter().map(|r| r.len() / DIM).collect();
+                    (lens, runs.concat().iter().map(|x| x.to_f32()).collect())
+                };
+                let scale = |runs: kindle_kv_cache::Int8Runs<'_>| -> (Vec<usize>, Vec<f32>) {
+                    let lens = runs.quants.iter().map(|r| r.len() / DIM).collect();
+                    let mut out = Vec::new();
+                    for (q, s) in runs.quants.iter().zip(&runs.scales) {
+                        assert_eq!(q.len(), s.len() * DIM, "a scale per vector");
+                        for (row, &scale) in q.chunks_exact(DIM).zip(s.iter()) {
+                            out.extend(row.iter().map(|&v| f32::from(v) * scale));
+                        }
+                    }
+                    (lens, out)
+                };
+                let (k, v) = match kv_type {
+                    KvType::F16 => (
+                        widen(view.key_runs_f16(head, 1, 7).expect("f16 runs")),
+                        widen(view.value_runs_f16(head, 1, 7).expect("f16 runs")),
+                    ),
+                    KvType::Int8 => (
+                        scale(view.key_runs_int8(head, 1, 7).expect("int8 runs")),
+                        scale(view.value_runs_int8(head, 1, 7).expect("int8 runs")),
+                    ),
+                    _ => {
+                        assert!(view.key_runs_f16(head, 1, 7).is_none());
+                        assert!(view.value_runs_int8(head, 1, 7).is_none());
+                        continue;
+                    }
                 };
                 // Positions 1..8 over blocks of 3: 1..3, 3..6, 6..8.
-                let lens: Vec<usize> = k.iter().map(|r| r.len() / DIM).collect();
-                assert_eq!(lens, [2, 3, 2]);
-                let widen = |runs: Vec<&[half::f16]>| -> Vec<f32> {
-                    runs.concat().iter().map(|x| x.to_f32()).collect()
-                };
-                assert_eq!(widen(k), keys, "layer {l} head {head}");
-                assert_eq!(widen(v), values, "layer {l} head {head}");
+                assert_eq!(k.0, [2, 3, 2], "{kv_type}");
+                assert_eq!(v.0, [2, 3, 2], "{kv_type}");
+                assert_eq!(k.1, keys, "{kv_type}: layer {l} head {head}");
+                assert_eq!(v.1, values, "{kv_type}: layer {l} head {head}");
             }
         }
     }

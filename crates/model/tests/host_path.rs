@@ -304,7 +304,8 @@ fn long_context_decode_has_the_bits_of_a_multi_row_pass_on_any_thread_count() {
 /// every row of a long one-pass prefill has the bits of the same row decoded token by token
 /// (one row arithmetic for the products, `RowArithmetic::Decode`, so that only the attention
 /// differs between the two), with and without a sliding window (whose start the tiles' rows
-/// reach at different places), for f32 and f16 caches, on one and two threads.
+/// reach at different places), for f32, f16 and int8 caches (the last two read in place by
+/// the decode's AVX-512 form), on one and two threads.
 #[test]
 fn wide_heads_keep_their_bits_between_prefill_tiles_and_decode() {
     for window in [None, Some(37)] {
@@ -333,7 +334,7 @@ fn wide_heads_keep_their_bits_between_prefill_tiles_and_decode() {
             .with_arch(arch)
             .with_kernels(kernels(2));
         let prompt = tokens(31, 300, 96);
-        for kv_type in [KvType::F32, KvType::F16] {
+        for kv_type in [KvType::F32, KvType::F16, KvType::Int8] {
             let mut cache = model.new_cache_typed(400, kv_type);
             let rows = model.forward(&prompt, &mut cache, LogitsFor::All).unwrap();
             for threads in [1, 2] {

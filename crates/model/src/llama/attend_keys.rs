@@ -92,7 +92,7 @@ pub(super) fn score_keys<const AVX2: bool>(
     let hd = q.len();
     #[cfg(target_arch = "x86_64")]
     let (keys, scores) = if AVX2 && hd.is_multiple_of(8) && attend_x86::available() {
-        let done = attend_x86::scores(q, keys, scale, scores);
+        let done = attend_x86::scores(q, (keys, &[]), scale, scores);
         (&keys[done * hd..], &mut scores[done..])
     } else {
         (keys, scores)

@@ -13,9 +13,11 @@
 //! - [`scores`]: eight keys' dot products with a query, the lanes' sums transposed; [`scores2`]
 //!   the same for two queries at once.
 //!
-//! [`weighted_sums`] and [`scores`] read an `f16` cache in place as well ([`Stored`]): each
-//! load widens 8 or 16 values with `vcvtph2ps` (exact: every `f16` is an `f32`), so they get
-//! the values a decode into `f32` scratch would give, the same bits, from half the bytes.
+//! [`weighted_sums`] and [`scores`] read `f16` and int8 caches in place as well ([`Stored`]):
+//! each load widens 8 or 16 values with `vcvtph2ps` (exact: every `f16` is an `f32`), or
+//! converts int8 quants and multiplies them by their vector's scale (the one rounding of the
+//! cache's own decode), so they get the values a decode into `f32` scratch would give, the
+//! same bits, from a half or a quarter of the bytes.
 
 use std::arch::x86_64::*;
 
@@ -32,51 +34,90 @@ pub(super) fn available() -> bool {
     })
 }
 
-/// What a cache's keys and values are stored as: `f32`, or `f16` widened as it is loaded.
+/// What a cache's keys and values are stored as: `f32`; `f16`, widened as it is loaded; or
+/// `i8` with a scale per vector, each loaded quant converted and multiplied by its vector's
+/// scale (one rounding, as the cache's decode into `f32` does).
 pub(super) trait Stored: Copy + 'static {
-    /// Whether the values are `half::f16`, else `f32`.
-    const HALF: bool;
+    /// Whether the values are `half::f16`.
+    const HALF: bool = false;
+    /// Whether the values are `i8` quants with a scale per vector.
+    const SCALED: bool = false;
+    /// The value as `f32`, given its vector's scale (read only where [`Self::SCALED`]): what
+    /// the vector loads give, one value at a time.
+    fn widen(self, scale: f32) -> f32;
 }
 
 impl Stored for f32 {
-    const HALF: bool = false;
+    fn widen(self, _scale: f32) -> f32 {
+        self
+    }
 }
 
 impl Stored for half::f16 {
     const HALF: bool = true;
+    fn widen(self, _scale: f32) -> f32 {
+        self.to_f32()
+    }
 }
 
-/// Eight stored values at `p`, as `f32`.
+impl Stored for i8 {
+    const SCALED: bool = true;
+    fn widen(self, scale: f32) -> f32 {
+        f32::from(self) * scale
+    }
+}
+
+/// Eight stored values at `p` as `f32` (times `scale` for `i8`).
 ///
 /// # Safety
 /// AVX2 and F16C; eight readable values at `p`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn load8<E: Stored>(p: *const E) -> __m256 {
+unsafe fn load8<E: Stored>(p: *const E, scale: __m256) -> __m256 {
     // SAFETY: eight readable values (caller).
     unsafe {
         if E::HALF {
             _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
+        } else if E::SCALED {
+            let q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(p as *const __m128i));
+            _mm256_mul_ps(_mm256_cvtepi32_ps(q), scale)
         } else {
             _mm256_loadu_ps(p as *const f32)
         }
     }
 }
 
-/// Sixteen stored values at `p`, as `f32`.
+/// Sixteen stored values at `p` as `f32` (times `scale` for `i8`).
 ///
 /// # Safety
 /// AVX-512F; sixteen readable values at `p`.
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 #[inline]
-unsafe fn load16<E: Stored>(p: *const E) -> __m512 {
+unsafe fn load16<E: Stored>(p: *const E, scale: __m512) -> __m512 {
     // SAFETY: sixteen readable values (caller).
     unsafe {
         if E::HALF {
             _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
+        } else if E::SCALED {
+            let q = _mm512_cvtepi8_epi32(_mm_loadu_si128(p as *const __m128i));
+            _mm512_mul_ps(_mm512_cvtepi32_ps(q), scale)
         } else {
             _mm512_loadu_ps(p as *const f32)
         }
+    }
+}
+
+/// Checks that `scales` gives each of `rows` stored `width`-wide vectors a scale where `E`
+/// is scaled (one slice per run), and is empty otherwise.
+fn check_scales<E: Stored>(runs: &[&[E]], scales: &[&[f32]], width: usize) -> bool {
+    if E::SCALED {
+        scales.len() == runs.len()
+            && runs
+                .iter()
+                .zip(scales)
+                .all(|(r, s)| s.len() >= r.len() / width)
+    } else {
+        scales.is_empty()
     }
 }
 
@@ -108,7 +149,7 @@ pub(super) const MAX_COLS: usize = 64;
 /// If the heads or widths are out of those bounds, or a head has fewer weights than rows.
 pub(super) fn weighted_sums<E: Stored>(
     weights: &[&[f32]],
-    runs: &[&[E]],
+    (runs, scales): (&[&[E]], &[&[f32]]),
     width: usize,
     col: usize,
     out: &mut [&mut [f32]],
@@ -128,17 +169,17 @@ pub(super) fn weighted_sums<E: Stored>(
     );
     let rows: usize = runs.iter().map(|r| r.len() / width).sum();
     assert!(
-        weights.iter().all(|w| w.len() >= rows),
-        "weighted_sums: fewer weights than rows"
+        weights.iter().all(|w| w.len() >= rows) && check_scales(runs, scales, width),
+        "weighted_sums: fewer weights than rows, or scales not one per int8 row"
     );
     macro_rules! dispatch {
         ($($h:literal),*) => {
             match (weights.len(), cols / 16) {
                 $(
-                    ($h, 1) => sums_at::<$h, 1, E>(weights, runs, width, col, out),
-                    ($h, 2) => sums_at::<$h, 2, E>(weights, runs, width, col, out),
-                    ($h, 3) => sums_at::<$h, 3, E>(weights, runs, width, col, out),
-                    ($h, 4) => sums_at::<$h, 4, E>(weights, runs, width, col, out),
+                    ($h, 1) => sums_at::<$h, 1, E>(weights, (runs, scales), width, col, out),
+                    ($h, 2) => sums_at::<$h, 2, E>(weights, (runs, scales), width, col, out),
+                    ($h, 3) => sums_at::<$h, 3, E>(weights, (runs, scales), width, col, out),
+                    ($h, 4) => sums_at::<$h, 4, E>(weights, (runs, scales), width, col, out),
                 )*
                 _ => unreachable!("checked above"),
             }
@@ -150,7 +191,7 @@ pub(super) fn weighted_sums<E: Stored>(
 /// [`weighted_sums`] for `H` heads and `V` vectors of columns.
 fn sums_at<const H: usize, const V: usize, E: Stored>(
     weights: &[&[f32]],
-    runs: &[&[E]],
+    runs: (&[&[E]], &[&[f32]]),
     width: usize,
     col: usize,
     out: &mut [&mut [f32]],
@@ -164,7 +205,7 @@ fn sums_at<const H: usize, const V: usize, E: Stored>(
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 unsafe fn sums_avx512<const H: usize, const V: usize, E: Stored>(
     weights: &[&[f32]],
-    runs: &[&[E]],
+    (runs, scales): (&[&[E]], &[&[f32]]),
     width: usize,
     col: usize,
     out: &mut [&mut [f32]],
@@ -172,14 +213,20 @@ unsafe fn sums_avx512<const H: usize, const V: usize, E: Stored>(
     let mut acc = [[_mm512_setzero_ps(); V]; H];
     let w: [*const f32; H] = std::array::from_fn(|h| weights[h].as_ptr());
     let mut j = 0;
-    for run in runs {
+    for (r, run) in runs.iter().enumerate() {
         let n = run.len() / width;
         let mut p = run.as_ptr().wrapping_add(col);
-        for _ in 0..n {
+        for i in 0..n {
             // SAFETY: row `j` of the runs has columns `col..col + 16 V` (`col + 16 V <=
-            // width`), and every head has weight `j` (checked by the caller).
+            // width`), every head has weight `j`, and an int8 row its scale (checked by the
+            // caller).
             unsafe {
-                let x: [__m512; V] = std::array::from_fn(|v| load16(p.add(16 * v)));
+                let scale = if E::SCALED {
+                    _mm512_set1_ps(*scales.get_unchecked(r).get_unchecked(i))
+                } else {
+                    _mm512_setzero_ps()
+                };
+                let x: [__m512; V] = std::array::from_fn(|v| load16(p.add(16 * v), scale));
                 // A prefetch never faults, past the last row included.
                 let ahead = p.wrapping_add(PREFETCH_ROWS * width);
                 for c in (0..16 * V).step_by(per_line::<E>()) {
@@ -213,17 +260,31 @@ unsafe fn sums_avx512<const H: usize, const V: usize, E: Stored>(
 ///
 /// # Panics
 /// If `q` is not a whole number of 8-value chunks, or `keys` holds fewer keys than `scores`.
-pub(super) fn scores<E: Stored>(q: &[f32], keys: &[E], scale: f32, scores: &mut [f32]) -> usize {
+pub(super) fn scores<E: Stored>(
+    q: &[f32],
+    (keys, key_scales): (&[E], &[f32]),
+    scale: f32,
+    scores: &mut [f32],
+) -> usize {
     let hd = q.len();
     assert!(
-        available() && hd.is_multiple_of(8) && hd > 0 && keys.len() >= scores.len() * hd,
-        "scores: head width {hd} (a multiple of 8), {} keys for {} scores",
+        available()
+            && hd.is_multiple_of(8)
+            && hd > 0
+            && keys.len() >= scores.len() * hd
+            && (if E::SCALED {
+                key_scales.len() >= scores.len()
+            } else {
+                key_scales.is_empty()
+            }),
+        "scores: head width {hd} (a multiple of 8), {} keys for {} scores, {} scales",
         keys.len() / hd.max(1),
-        scores.len()
+        scores.len(),
+        key_scales.len()
     );
     let groups = scores.len() / 8;
     // SAFETY: `available()`; the bounds checked above.
-    unsafe { scores_avx512(q, keys, scale, &mut scores[..8 * groups]) };
+    unsafe { scores_avx512(q, (keys, key_scales), scale, &mut scores[..8 * groups]) };
     8 * groups
 }
 
@@ -231,7 +292,12 @@ pub(super) fn scores<E: Stored>(q: &[f32], keys: &[E], scale: f32, scores: &mut 
 /// AVX-512F and VL, AVX2, FMA and F16C; `q.len()` a multiple of 8, `scores.len()` a multiple
 /// of 8 and `keys` at least `scores.len()` keys.
 #[target_feature(enable = "avx512f,avx512vl,avx2,fma,f16c")]
-unsafe fn scores_avx512<E: Stored>(q: &[f32], keys: &[E], scale: f32, scores: &mut [f32]) {
+unsafe fn scores_avx512<E: Stored>(
+    q: &[f32],
+    (keys, key_scales): (&[E], &[f32]),
+    scale: f32,
+    scores: &mut [f32],
+) {
     let hd = q.len();
     let chunks = hd / 8;
     let scale = _mm256_set1_ps(scale);
@@ -244,12 +310,20 @@ unsafe fn scores_avx512<E: Stored>(q: &[f32], keys: &[E], scale: f32, scores: &m
             );
         }
         let mut acc = [zero; 8];
+        // SAFETY: an int8 key has its scale (caller).
+        let ks: [__m256; 8] = std::array::from_fn(|k| {
+            if E::SCALED {
+                _mm256_set1_ps(unsafe { *key_scales.get_unchecked(8 * g + k) })
+            } else {
+                zero
+            }
+        });
         for c in 0..chunks {
             // SAFETY: chunk `c` of `q` and of the group's eight keys exist (caller).
             unsafe {
                 let x = _mm256_loadu_ps(q.as_ptr().add(8 * c));
                 for (k, acc) in acc.iter_mut().enumerate() {
-                    let y = load8(base.add(k * hd + 8 * c));
+                    let y = load8(base.add(k * hd + 8 * c), ks[k]);
                     *acc = _mm256_fmadd_ps(x, y, *acc);
                 }
             }
@@ -486,7 +560,7 @@ mod tests {
             let q = values(hd, 3 + hd as u32);
             let keys = values(n * hd, 11 + hd as u32);
             let mut got = vec![f32::NAN; n];
-            let done = scores(&q, &keys, 0.125, &mut got);
+            let done = scores(&q, (&keys, &[]), 0.125, &mut got);
             assert_eq!(done, 40);
             for (i, k) in keys.chunks_exact(hd).take(done).enumerate() {
                 let want = super::super::attend_keys::key_dot(&q, k) * 0.125;
@@ -497,7 +571,7 @@ mod tests {
         // All-zero products give +0.0 (the tail's +0.0 added), as `key_dot` does.
         let z = vec![-0.0f32; 64];
         let mut got = [1.0f32; 8];
-        scores(&z, &z.repeat(8), 1.0, &mut got);
+        scores(&z, (&z.repeat(8), &[]), 1.0, &mut got);
         let want = super::super::attend_keys::key_dot(&z, &z);
         assert!(got.iter().all(|g| g.to_bits() == want.to_bits()));
     }
@@ -512,39 +586,65 @@ mod tests {
         (h, wide)
     }
 
-    /// Scores and weighted sums read from `f16` have the bits of the same values widened to
-    /// `f32` first (what a decode into scratch gives).
+    /// `rows` int8 vectors `width` wide from `values` (absmax / 127 scales, as the cache
+    /// stores them), their scales, and the same decoded to `f32` as the cache decodes them.
+    fn int8s(rows: usize, width: usize, seed: u32) -> (Vec<i8>, Vec<f32>, Vec<f32>) {
+        let x = values(rows * width, seed);
+        let (mut q, mut scales, mut wide) = (Vec::new(), Vec::new(), Vec::new());
+        for row in x.chunks_exact(width) {
+            let scale = row.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
+            let row_q: Vec<i8> = row.iter().map(|v| (v / scale).round() as i8).collect();
+            wide.extend(row_q.iter().map(|&v| f32::from(v) * scale));
+            q.extend(row_q);
+            scales.push(scale);
+        }
+        (q, scales, wide)
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// Scores and weighted sums read from `f16` or int8 have the bits of the same values
+    /// converted to `f32` first (what a decode into scratch gives), over runs split anywhere.
     #[test]
-    fn f16_reads_have_the_bits_of_widened_values() {
+    fn stored_reads_have_the_bits_of_decoded_values() {
         need_avx512();
         let hd = 64;
         let n = 8 * 6 + 3;
         let q = values(hd, 41);
-        let (keys, wide) = halves(n * hd, 42);
+        let (h, wide) = halves(n * hd, 42);
+        let (q8, scales, wide8) = int8s(n, hd, 44);
         let (mut got, mut want) = (vec![f32::NAN; n], vec![f32::NAN; n]);
-        assert_eq!(scores(&q, &keys, 0.125, &mut got), 48);
-        assert_eq!(scores(&q, &wide, 0.125, &mut want), 48);
-        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&got), bits(&want));
-        let (rows, wide) = halves(37 * hd, 43);
-        let weights: Vec<Vec<f32>> = (0..3).map(|h| values(37, 50 + h)).collect();
+        assert_eq!(scores(&q, (&h, &[]), 0.125, &mut got), 48);
+        assert_eq!(scores(&q, (&wide, &[]), 0.125, &mut want), 48);
+        assert_eq!(bits(&got), bits(&want), "f16 scores");
+        assert_eq!(scores(&q, (&q8, &scales), 0.125, &mut got), 48);
+        assert_eq!(scores(&q, (&wide8, &[]), 0.125, &mut want), 48);
+        assert_eq!(bits(&got), bits(&want), "int8 scores");
+
+        let rows = 37;
+        let (h, wide) = halves(rows * hd, 43);
+        let (q8, scales, wide8) = int8s(rows, hd, 45);
+        let weights: Vec<Vec<f32>> = (0..3).map(|h| values(rows, 50 + h)).collect();
         let w: Vec<&[f32]> = weights.iter().map(|w| &w[..]).collect();
-        for cols in [16, 32, 64] {
-            let mut a = vec![vec![f32::NAN; cols]; 3];
-            let mut b = a.clone();
+        fn sums<E: Stored>(w: &[&[f32]], runs: (&[&[E]], &[&[f32]]), cols: usize) -> Vec<u32> {
+            let mut a = vec![vec![f32::NAN; cols]; w.len()];
             let mut outs: Vec<&mut [f32]> = a.iter_mut().map(|x| &mut x[..]).collect();
-            weighted_sums(
-                &w,
-                &[&rows[..9 * hd], &rows[9 * hd..]],
-                hd,
-                hd - cols,
-                &mut outs,
+            weighted_sums(w, runs, 64, 64 - cols, &mut outs);
+            bits(&a.concat())
+        }
+        for cols in [16, 32, 64] {
+            let want = sums(&w, (&[&wide[..]], &[]), cols);
+            let got = sums(&w, (&[&h[..9 * hd], &h[9 * hd..]], &[]), cols);
+            assert_eq!(got, want, "f16 sums, {cols} columns");
+            let want = sums(&w, (&[&wide8[..]], &[]), cols);
+            let split = (
+                &[&q8[..9 * hd], &q8[9 * hd..]][..],
+                &[&scales[..9], &scales[9..]][..],
             );
-            let mut outs: Vec<&mut [f32]> = b.iter_mut().map(|x| &mut x[..]).collect();
-            weighted_sums(&w, &[&wide[..]], hd, hd - cols, &mut outs);
-            for (a, b) in a.iter().zip(&b) {
-                assert_eq!(bits(a), bits(b), "{cols} columns");
-            }
+            let got = sums(&w, split, cols);
+            assert_eq!(got, want, "int8 sums, {cols} columns");
         }
     }
 
@@ -561,7 +661,7 @@ mod tests {
             assert_eq!(done, 24);
             for (r, got) in [a, b].iter().enumerate() {
                 let mut want = vec![f32::NAN; n];
-                scores(&q[r], &keys, 0.3, &mut want);
+                scores(&q[r], (&keys, &[]), 0.3, &mut want);
                 for i in 0..n {
                     assert_eq!(
                         got[i].to_bits(),
@@ -592,7 +692,7 @@ mod tests {
                 for col in [0, width - cols] {
                     let mut bufs = vec![vec![f32::NAN; cols]; heads];
                     let mut outs: Vec<&mut [f32]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
-                    weighted_sums(&w, &runs, width, col, &mut outs);
+                    weighted_sums(&w, (&runs, &[]), width, col, &mut outs);
                     for h in 0..heads {
                         for c in (0..cols).step_by(16) {
                             let mut want = [0f32; 16];

@@ -130,9 +130,13 @@ fn attend_long_row(
     LONG_ROW.with_borrow_mut(|LongRowScratch { scores, values }| {
         scores.resize(h * n, 0.0);
         let stripes = sum_stripes(hd, hkv, kernels.threads());
-        // The AVX-512 form reads an f16 cache in place, widening as it loads.
-        let half = stripes.is_some() && view.stores_f16();
-        let borrowed = view.stores_f32() || half;
+        // The AVX-512 form reads an f16 or int8 cache in place, converting as it loads.
+        let stored = match stripes {
+            Some(_) if view.stores_f16() => Some(AsStored::F16),
+            Some(_) if view.stores_int8() => Some(AsStored::Int8),
+            _ => None,
+        };
+        let borrowed = view.stores_f32() || stored.is_some();
         if !borrowed {
             values.resize(hkv * n * hd, 0.0);
         }
@@ -144,7 +148,7 @@ fn attend_long_row(
             scale: attention.scale,
             rep: h / hkv,
             borrowed,
-            half,
+            stored,
             scores: SyncPtr(scores.as_mut_ptr()),
             values: SyncPtr(values.as_mut_ptr()),
             out: SyncPtr(out.as_mut_ptr()),
@@ -180,12 +184,11 @@ struct LongRow<'v, 'c> {
     scale: f32,
     /// Query heads per KV head.
     rep: usize,
-    /// Whether the cache's values are read in place (f32, or f16 by the AVX-512 form), else
-    /// decoded into `values`.
+    /// Whether the cache's values are read in place (f32, or as `stored`), else decoded into
+    /// `values`.
     borrowed: bool,
-    /// Whether the AVX-512 form reads the keys and values as the cache stores them, `f16`
-    /// ([`attend_x86::Stored`]), instead of decoded `f32`.
-    half: bool,
+    /// What the AVX-512 form reads the keys and values as, where not as `f32`.
+    stored: Option<AsStored>,
     /// `[h, n]` scores, then probabilities.
     scores: SyncPtr,
     /// `[hkv, n, hd]` decoded values (unused when `borrowed`).
@@ -195,6 +198,15 @@ struct LongRow<'v, 'c> {
     /// Column stripes per KV head of the weighted sum when the AVX-512 form runs it
     /// ([`sum_stripes`]), else `None` ([`LANES`] columns a task).
     stripes: Option<usize>,
+}
+
+/// The forms of a cache that the AVX-512 form of a long row reads as they are stored,
+/// converting to `f32` as it loads ([`attend_x86::Stored`]: the values a decode into scratch
+/// would give, from a half or a quarter of the bytes).
+#[derive(Clone, Copy)]
+enum AsStored {
+    F16,
+    Int8,
 }
 
 /// How many column stripes of a KV head's values the AVX-512 weighted sum of a long row
@@ -246,8 +258,8 @@ impl LongRow<'_, '_> {
                 let (g, b) = (task / blocks, task % blocks);
                 let start = b * POSITION_BLOCK;
                 let len = POSITION_BLOCK.min(n - start);
-                if self.half {
-                    return self.score_block_f16(g, start, len);
+                if self.stored.is_some() {
+                    return self.score_block_stored(g, start, len);
                 }
                 SCRATCH.with_borrow_mut(|scratch| {
                     let keys = view.key_runs(g, self.first + start, len, &mut scratch.keys);
@@ -323,16 +335,42 @@ impl LongRow<'_, '_> {
 }
 
 impl LongRow<'_, '_> {
-    /// Score task (KV head `g`, positions `start..start + len` of those seen) over an f16
-    /// cache read in place: whole groups of eight keys by [`attend_x86::scores`], widening as
-    /// it loads; a stretch's last few keys widened into scratch and scored as the f32 path
+    /// Score task (KV head `g`, positions `start..start + len` of those seen) over an f16 or
+    /// int8 cache read in place ([`AsStored`]).
+    #[cfg(target_arch = "x86_64")]
+    fn score_block_stored(&self, g: usize, start: usize, len: usize) {
+        let (view, at) = (self.view, self.first + start);
+        let missing = "the cache stores what the long row reads";
+        match self.stored.expect("a stored form") {
+            AsStored::F16 => {
+                let runs = view.key_runs_f16(g, at, len).expect(missing);
+                self.score_runs(g, start, len, (&runs, &[]));
+            }
+            AsStored::Int8 => {
+                let runs = view.key_runs_int8(g, at, len).expect(missing);
+                self.score_runs(g, start, len, (&runs.quants, &runs.scales));
+            }
+        }
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    fn score_block_stored(&self, _g: usize, _start: usize, _len: usize) {
+        unreachable!("the AVX-512 form runs only on x86-64")
+    }
+
+    /// The scores of [`Self::score_block_stored`] from the stored keys `runs` (and, for int8,
+    /// their scales): whole groups of eight keys by [`attend_x86::scores`], converting as it
+    /// loads; a stretch's last few keys converted into scratch and scored as the f32 path
     /// scores them (every score has `key_dot`'s arithmetic whichever loop runs it).
     #[cfg(target_arch = "x86_64")]
-    fn score_block_f16(&self, g: usize, start: usize, len: usize) {
-        use half::slice::HalfFloatSliceExt;
+    fn score_runs<E: attend_x86::Stored>(
+        &self,
+        g: usize,
+        start: usize,
+        len: usize,
+        (runs, scales): (&[&[E]], &[&[f32]]),
+    ) {
         let hd = self.view.head_dim();
-        let runs = (self.view.key_runs_f16(g, self.first + start, len))
-            .expect("the half form runs on an f16 cache");
         SCRATCH.with_borrow_mut(|scratch| {
             for head in g * self.rep..(g + 1) * self.rep {
                 let qv = &self.q[head * hd..(head + 1) * hd];
@@ -344,13 +382,16 @@ impl LongRow<'_, '_> {
                     )
                 };
                 let mut at = 0;
-                for run in &runs {
+                for (r, run) in runs.iter().enumerate() {
                     let n = (run.len() / hd).min(len - at);
                     let out = &mut scores[at..at + n];
-                    let done = attend_x86::scores(qv, &run[..n * hd], self.scale, out);
-                    let rest = &run[done * hd..n * hd];
-                    scratch.keys.resize(rest.len(), 0.0);
-                    rest.convert_to_f32_slice(&mut scratch.keys);
+                    let sc = if E::SCALED { &scales[r][..n] } else { &[][..] };
+                    let done = attend_x86::scores(qv, (&run[..n * hd], sc), self.scale, out);
+                    scratch.keys.clear();
+                    for (i, key) in run[..n * hd].chunks_exact(hd).enumerate().skip(done) {
+                        let s = if E::SCALED { sc[i] } else { 1.0 };
+                        scratch.keys.extend(key.iter().map(|v| v.widen(s)));
+                    }
                     score_keys::<true>(qv, &scratch.keys, self.scale, &mut out[done..]);
                     at += n;
                 }
@@ -358,15 +399,10 @@ impl LongRow<'_, '_> {
         });
     }
 
-    #[cfg(not(target_arch = "x86_64"))]
-    fn score_block_f16(&self, _g: usize, _start: usize, _len: usize) {
-        unreachable!("the AVX-512 form runs only on x86-64")
-    }
-
     /// Weighted-sum task `task` of the AVX-512 form: KV head `task / stripes`, one stripe of
     /// its columns, for all its query heads at once ([`attend_x86::weighted_sums`], the same
-    /// bits as [`weighted_sum_cols`]), from the cache's f32 or f16 values in place or from
-    /// the decoded ones.
+    /// bits as [`weighted_sum_cols`]), from the cache's values in place (f32, f16, int8) or
+    /// from the decoded ones.
     #[cfg(target_arch = "x86_64")]
     fn sum_stripe(&self, task: usize) {
         let stripes = self.stripes.expect("the AVX-512 form runs");
@@ -375,10 +411,17 @@ impl LongRow<'_, '_> {
         let (g, c) = (task / stripes, task % stripes);
         let cols = hd / stripes;
         let col = c * cols;
-        if self.half {
-            let rows = (view.value_runs_f16(g, self.first, n))
-                .expect("the half form runs on an f16 cache");
-            return self.sum_heads(g, col, cols, &rows);
+        let missing = "the cache stores what the long row reads";
+        match self.stored {
+            Some(AsStored::F16) => {
+                let rows = view.value_runs_f16(g, self.first, n).expect(missing);
+                return self.sum_heads(g, col, cols, (&rows, &[]));
+            }
+            Some(AsStored::Int8) => {
+                let rows = view.value_runs_int8(g, self.first, n).expect(missing);
+                return self.sum_heads(g, col, cols, (&rows.quants, &rows.scales));
+            }
+            None => {}
         }
         let mut unused = Vec::new();
         let rows = if self.borrowed {
@@ -387,12 +430,18 @@ impl LongRow<'_, '_> {
             // SAFETY: the decoded values are final (the score stage has returned).
             vec![unsafe { std::slice::from_raw_parts(self.values.get().add(g * n * hd), n * hd) }]
         };
-        self.sum_heads(g, col, cols, &rows);
+        self.sum_heads(g, col, cols, (&rows, &[]));
     }
 
     /// The weighted sums of KV head `g`'s query heads over `rows`, columns `col..col + cols`.
     #[cfg(target_arch = "x86_64")]
-    fn sum_heads<E: attend_x86::Stored>(&self, g: usize, col: usize, cols: usize, rows: &[&[E]]) {
+    fn sum_heads<E: attend_x86::Stored>(
+        &self,
+        g: usize,
+        col: usize,
+        cols: usize,
+        rows: (&[&[E]], &[&[f32]]),
+    ) {
         let (n, hd) = (self.n, self.view.head_dim());
         let heads = g * self.rep..(g + 1) * self.rep;
         for chunk in heads.collect::<Vec<_>>().chunks(attend_x86::MAX_HEADS) {
