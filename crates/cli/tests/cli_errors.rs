@@ -5,9 +5,8 @@
 mod common;
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
 
 use common::tiny::TinyLlama;
 
@@ -55,18 +54,16 @@ fn assert_succeeds(args: &[&str], stdin: Option<&[u8]>) -> String {
     String::from_utf8(out.stdout).expect("UTF-8 output")
 }
 
-/// A scratch folder for this test binary's crafted files.
-fn scratch() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("kindle-cli-errors-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("creating the scratch folder");
-        dir
-    })
+/// A scratch folder for one test's crafted files, removed when the test ends.
+fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("kindle-cli-errors-")
+        .tempdir()
+        .expect("creating the scratch folder")
 }
 
-fn write_file(name: &str, bytes: &[u8]) -> String {
-    let path = scratch().join(name);
+fn write_file(dir: &Path, name: &str, bytes: &[u8]) -> String {
+    let path = dir.join(name);
     std::fs::write(&path, bytes).expect("writing a crafted file");
     path.to_str().expect("UTF-8 temp path").to_owned()
 }
@@ -108,13 +105,16 @@ fn assert_bad_file(path: &str, parts: &[&str]) {
 
 #[test]
 fn an_empty_file() {
-    let path = write_file("empty.gguf", b"");
+    let dir = scratch();
+    let path = write_file(dir.path(), "empty.gguf", b"");
     assert_bad_file(&path, &["empty.gguf", "truncated", "magic"]);
 }
 
 #[test]
 fn a_file_with_a_bad_magic() {
+    let dir = scratch();
     let path = write_file(
+        dir.path(),
         "magic.gguf",
         b"GGUX\x03\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0",
     );
@@ -123,7 +123,9 @@ fn a_file_with_a_bad_magic() {
 
 #[test]
 fn a_text_file() {
+    let dir = scratch();
     let path = write_file(
+        dir.path(),
         "notes.txt",
         b"these are not the weights you are looking for\n",
     );
@@ -132,14 +134,15 @@ fn a_text_file() {
 
 #[test]
 fn a_truncated_real_model() {
+    let dir = scratch();
     if common::real_model().is_none() {
         return; // KINDLE_SKIP_REAL_MODEL=1
     }
     let bytes = std::fs::read(common::model_path()).expect("reading the real model");
-    let path = write_file("truncated.gguf", &bytes[..1 << 20]);
+    let path = write_file(dir.path(), "truncated.gguf", &bytes[..1 << 20]);
     assert_bad_file(&path, &["truncated.gguf", "bytes"]);
     // Cut inside the tensor data: the header parses, a tensor runs past the end.
-    let path = write_file("truncated-data.gguf", &bytes[..bytes.len() / 2]);
+    let path = write_file(dir.path(), "truncated-data.gguf", &bytes[..bytes.len() / 2]);
     assert_fails(
         &["generate", "-m", &path, "-n", "2", "Hi"],
         None,
@@ -149,7 +152,8 @@ fn a_truncated_real_model() {
 
 #[test]
 fn a_tiny_model_whose_kv_heads_do_not_divide_its_heads() {
-    let path = write_file("kv-heads.gguf", &tiny_model(3));
+    let dir = scratch();
+    let path = write_file(dir.path(), "kv-heads.gguf", &tiny_model(3));
     assert_fails(
         &["generate", "-m", &path, "-n", "2", "AB"],
         None,
@@ -159,20 +163,23 @@ fn a_tiny_model_whose_kv_heads_do_not_divide_its_heads() {
 
 #[test]
 fn a_consistent_tiny_model_generates() {
-    let path = write_file("tiny.gguf", &tiny_model(2));
+    let dir = scratch();
+    let path = write_file(dir.path(), "tiny.gguf", &tiny_model(2));
     assert_succeeds(&["generate", "-m", &path, "-n", "3", "AB"], None);
 }
 
 #[test]
 fn a_directory_instead_of_a_file() {
-    let dir = scratch().join("a-directory.gguf");
+    let scratch = scratch();
+    let dir = scratch.path().join("a-directory.gguf");
     std::fs::create_dir_all(&dir).unwrap();
     assert_bad_file(dir.to_str().unwrap(), &["a-directory.gguf", "directory"]);
 }
 
 #[test]
 fn a_missing_path() {
-    let path = scratch().join("no-such-model.gguf");
+    let dir = scratch();
+    let path = dir.path().join("no-such-model.gguf");
     assert_bad_file(
         path.to_str().unwrap(),
         &["no-such-model.gguf", "does not exist"],
@@ -286,6 +293,7 @@ fn bad_mirostat_and_sampler_order() {
 
 #[test]
 fn a_dry_sequence_breaker_the_tokenizer_cannot_encode() {
+    let dir = scratch();
     // An empty breaker encodes to no token at all.
     assert_bad_flags(
         &[
@@ -311,7 +319,7 @@ fn a_dry_sequence_breaker_the_tokenizer_cannot_encode() {
         &["--dry-sequence-breaker"],
     );
     // The tiny model's vocabulary (printable ASCII) has no token for "é".
-    let path = write_file("tiny-dry.gguf", &tiny_model(2));
+    let path = write_file(dir.path(), "tiny-dry.gguf", &tiny_model(2));
     assert_fails(
         &[
             "generate",

@@ -131,8 +131,11 @@ fn regex_choice_object_and_grammar_outputs_match() {
         let value: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"));
         assert!(value.is_object(), "{text}");
     }
-    let dir = std::env::temp_dir().join(format!("kindle-grammar-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = tempfile::Builder::new()
+        .prefix("kindle-grammar-")
+        .tempdir()
+        .unwrap();
+    let dir = scratch.path();
     let grammar = dir.join("sum.lark");
     std::fs::write(
         &grammar,
@@ -228,8 +231,11 @@ fn bad_constraints_name_the_flag_and_position() {
     };
     let e = err(&["--regex", "[0-9", "x"]);
     assert!(e.contains("--regex: invalid regex"), "{e}");
-    let dir = std::env::temp_dir().join(format!("kindle-bad-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = tempfile::Builder::new()
+        .prefix("kindle-bad-")
+        .tempdir()
+        .unwrap();
+    let dir = scratch.path();
     let schema = dir.join("bad.json");
     std::fs::write(&schema, "{\"type\": \"object\",\n  \"properties\": }").unwrap();
     let e = err(&["--json-schema", schema.to_str().unwrap(), "x"]);

@@ -2,9 +2,7 @@
 //! tensors), then each reason its model would not load is named, and the exit status says
 //! whether it would.
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 
 use kindle_gguf::{GgufWriter, MetadataValue};
 use serde_json::Value;
@@ -79,18 +77,18 @@ fn tiny_model(changes: &[(&'static str, MetadataValue)]) -> Vec<u8> {
     w.to_bytes()
 }
 
-fn scratch() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("kindle-inspect-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("creating the scratch folder");
-        dir
-    })
+/// A scratch folder for one test's crafted files, removed when the test ends.
+fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("kindle-inspect-")
+        .tempdir()
+        .expect("creating the scratch folder")
 }
 
 /// Write the tiny model with `changes` as `name` and run `kindle inspect` on it.
 fn inspect(name: &str, changes: &[(&'static str, MetadataValue)], json: bool) -> Output {
-    let path = scratch().join(name);
+    let dir = scratch();
+    let path = dir.path().join(name);
     std::fs::write(&path, tiny_model(changes)).expect("writing a crafted file");
     let mut command = Command::new(env!("CARGO_BIN_EXE_kindle"));
     command.arg("inspect").arg("-m").arg(&path);
@@ -233,7 +231,8 @@ fn a_good_tiny_model_would_load() {
 
 #[test]
 fn a_malformed_file_is_still_an_error() {
-    let path = scratch().join("cut.gguf");
+    let dir = scratch();
+    let path = dir.path().join("cut.gguf");
     let bytes = tiny_model(&[]);
     std::fs::write(&path, &bytes[..bytes.len() / 3]).expect("writing a crafted file");
     let out = Command::new(env!("CARGO_BIN_EXE_kindle"))
