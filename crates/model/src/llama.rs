@@ -25,6 +25,8 @@ mod activation;
 mod arch;
 mod attend_keys;
 #[cfg(target_arch = "x86_64")]
+mod attend_stored;
+#[cfg(target_arch = "x86_64")]
 mod attend_tiles;
 #[cfg(target_arch = "x86_64")]
 mod attend_x86;

@@ -13,13 +13,13 @@
 //! - [`scores`]: eight keys' dot products with a query, the lanes' sums transposed; [`scores2`]
 //!   the same for two queries at once.
 //!
-//! [`weighted_sums`] and [`scores`] read `f16` and int8 caches in place as well ([`Stored`]):
-//! each load widens 8 or 16 values with `vcvtph2ps` (exact: every `f16` is an `f32`), or
-//! converts int8 quants and multiplies them by their vector's scale (the one rounding of the
-//! cache's own decode), so they get the values a decode into `f32` scratch would give, the
-//! same bits, from a half or a quarter of the bytes.
+//! [`weighted_sums`] and [`scores`] read `f16` and int8 caches in place as well
+//! (`attend_stored::Stored`): the values a decode into `f32` scratch would give, the same
+//! bits, from a half or a quarter of the bytes.
 
 use std::arch::x86_64::*;
+
+use super::attend_stored::{Stored, check_scales, load8, load16};
 
 /// Whether this CPU runs these kernels (AVX-512F besides AVX2 and FMA), within the cap the
 /// weight kernels obey (`KINDLE_SIMD`).
@@ -32,93 +32,6 @@ pub(super) fn available() -> bool {
             && std::is_x86_feature_detected!("avx2")
             && std::is_x86_feature_detected!("fma")
     })
-}
-
-/// What a cache's keys and values are stored as: `f32`; `f16`, widened as it is loaded; or
-/// `i8` with a scale per vector, each loaded quant converted and multiplied by its vector's
-/// scale (one rounding, as the cache's decode into `f32` does).
-pub(super) trait Stored: Copy + 'static {
-    /// Whether the values are `half::f16`.
-    const HALF: bool = false;
-    /// Whether the values are `i8` quants with a scale per vector.
-    const SCALED: bool = false;
-    /// The value as `f32`, given its vector's scale (read only where [`Self::SCALED`]): what
-    /// the vector loads give, one value at a time.
-    fn widen(self, scale: f32) -> f32;
-}
-
-impl Stored for f32 {
-    fn widen(self, _scale: f32) -> f32 {
-        self
-    }
-}
-
-impl Stored for half::f16 {
-    const HALF: bool = true;
-    fn widen(self, _scale: f32) -> f32 {
-        self.to_f32()
-    }
-}
-
-impl Stored for i8 {
-    const SCALED: bool = true;
-    fn widen(self, scale: f32) -> f32 {
-        f32::from(self) * scale
-    }
-}
-
-/// Eight stored values at `p` as `f32` (times `scale` for `i8`).
-///
-/// # Safety
-/// AVX2 and F16C; eight readable values at `p`.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn load8<E: Stored>(p: *const E, scale: __m256) -> __m256 {
-    // SAFETY: eight readable values (caller).
-    unsafe {
-        if E::HALF {
-            _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
-        } else if E::SCALED {
-            let q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(p as *const __m128i));
-            _mm256_mul_ps(_mm256_cvtepi32_ps(q), scale)
-        } else {
-            _mm256_loadu_ps(p as *const f32)
-        }
-    }
-}
-
-/// Sixteen stored values at `p` as `f32` (times `scale` for `i8`).
-///
-/// # Safety
-/// AVX-512F; sixteen readable values at `p`.
-#[target_feature(enable = "avx512f,avx2,fma,f16c")]
-#[inline]
-unsafe fn load16<E: Stored>(p: *const E, scale: __m512) -> __m512 {
-    // SAFETY: sixteen readable values (caller).
-    unsafe {
-        if E::HALF {
-            _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
-        } else if E::SCALED {
-            let q = _mm512_cvtepi8_epi32(_mm_loadu_si128(p as *const __m128i));
-            _mm512_mul_ps(_mm512_cvtepi32_ps(q), scale)
-        } else {
-            _mm512_loadu_ps(p as *const f32)
-        }
-    }
-}
-
-/// Checks that `scales` gives each of `rows` stored `width`-wide vectors a scale where `E`
-/// is scaled (one slice per run), and is empty otherwise.
-fn check_scales<E: Stored>(runs: &[&[E]], scales: &[&[f32]], width: usize) -> bool {
-    if E::SCALED {
-        scales.len() == runs.len()
-            && runs
-                .iter()
-                .zip(scales)
-                .all(|(r, s)| s.len() >= r.len() / width)
-    } else {
-        scales.is_empty()
-    }
 }
 
 /// Stored values in one 64-byte cache line.
@@ -541,6 +454,7 @@ mod tests {
     use super::*;
 
     use super::super::attend_keys::tests::values;
+    use super::super::attend_stored::tests::{bits, halves, int8s};
 
     fn need_avx512() {
         assert!(
@@ -574,35 +488,6 @@ mod tests {
         scores(&z, (&z.repeat(8), &[]), 1.0, &mut got);
         let want = super::super::attend_keys::key_dot(&z, &z);
         assert!(got.iter().all(|g| g.to_bits() == want.to_bits()));
-    }
-
-    /// `f16` values rounded from `values(n, seed)`, and the same widened to `f32`.
-    fn halves(n: usize, seed: u32) -> (Vec<half::f16>, Vec<f32>) {
-        let h: Vec<half::f16> = values(n, seed)
-            .into_iter()
-            .map(half::f16::from_f32)
-            .collect();
-        let wide = h.iter().map(|v| v.to_f32()).collect();
-        (h, wide)
-    }
-
-    /// `rows` int8 vectors `width` wide from `values` (absmax / 127 scales, as the cache
-    /// stores them), their scales, and the same decoded to `f32` as the cache decodes them.
-    fn int8s(rows: usize, width: usize, seed: u32) -> (Vec<i8>, Vec<f32>, Vec<f32>) {
-        let x = values(rows * width, seed);
-        let (mut q, mut scales, mut wide) = (Vec::new(), Vec::new(), Vec::new());
-        for row in x.chunks_exact(width) {
-            let scale = row.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
-            let row_q: Vec<i8> = row.iter().map(|v| (v / scale).round() as i8).collect();
-            wide.extend(row_q.iter().map(|&v| f32::from(v) * scale));
-            q.extend(row_q);
-            scales.push(scale);
-        }
-        (q, scales, wide)
-    }
-
-    fn bits(v: &[f32]) -> Vec<u32> {
-        v.iter().map(|x| x.to_bits()).collect()
     }
 
     /// Scores and weighted sums read from `f16` or int8 have the bits of the same values

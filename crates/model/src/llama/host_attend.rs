@@ -11,7 +11,7 @@ use super::attend_keys::{score_keys, span};
 use super::recipe::Attention;
 use super::softmax::softmax;
 #[cfg(target_arch = "x86_64")]
-use super::{attend_tiles, attend_x86};
+use super::{attend_stored, attend_tiles, attend_x86};
 
 /// `a . b`, with eight partial sums so that it vectorizes.
 #[inline(always)]
@@ -130,10 +130,12 @@ fn attend_long_row(
     LONG_ROW.with_borrow_mut(|LongRowScratch { scores, values }| {
         scores.resize(h * n, 0.0);
         let stripes = sum_stripes(hd, hkv, kernels.threads());
-        // The AVX-512 form reads an f16 or int8 cache in place, converting as it loads.
-        let stored = match stripes {
-            Some(_) if view.stores_f16() => Some(AsStored::F16),
-            Some(_) if view.stores_int8() => Some(AsStored::Int8),
+        // The AVX-512 and AVX2 forms read an f16 or int8 cache in place, converting as they
+        // load.
+        let in_place = stripes.is_some() || in_place_avx2(hd);
+        let stored = match () {
+            _ if in_place && view.stores_f16() => Some(AsStored::F16),
+            _ if in_place && view.stores_int8() => Some(AsStored::Int8),
             _ => None,
         };
         let borrowed = view.stores_f32() || stored.is_some();
@@ -187,7 +189,7 @@ struct LongRow<'v, 'c> {
     /// Whether the cache's values are read in place (f32, or as `stored`), else decoded into
     /// `values`.
     borrowed: bool,
-    /// What the AVX-512 form reads the keys and values as, where not as `f32`.
+    /// What the keys and values are read as in place, where not as `f32` ([`AsStored`]).
     stored: Option<AsStored>,
     /// `[h, n]` scores, then probabilities.
     scores: SyncPtr,
@@ -200,8 +202,21 @@ struct LongRow<'v, 'c> {
     stripes: Option<usize>,
 }
 
-/// The forms of a cache that the AVX-512 form of a long row reads as they are stored,
-/// converting to `f32` as it loads ([`attend_x86::Stored`]: the values a decode into scratch
+/// Whether the AVX2 form of a long row reads an f16 or int8 cache in place
+/// ([`attend_stored::dot4_stored`], [`attend_stored::sum16_stored`]): AVX2, FMA and F16C, and
+/// whole 16-column stripes.
+fn in_place_avx2(hd: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return attend_stored::avx2_available() && hd.is_multiple_of(LANES);
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = hd;
+        false
+    }
+}
+
+/// The forms of a cache that the AVX-512 and AVX2 forms of a long row read as they are stored,
+/// converting to `f32` as it loads ([`attend_stored::Stored`]: the values a decode into scratch
 /// would give, from a half or a quarter of the bytes).
 #[derive(Clone, Copy)]
 enum AsStored {
@@ -301,6 +316,7 @@ impl LongRow<'_, '_> {
                 softmax(scores);
             }
             Stage::Sum if self.stripes.is_some() => self.sum_stripe(task),
+            Stage::Sum if self.stored.is_some() => self.sum16_stored(task),
             Stage::Sum => {
                 // Each value line is read once per KV head: the query heads that share it
                 // run one after another while its columns are in the cache.
@@ -363,7 +379,7 @@ impl LongRow<'_, '_> {
     /// loads; a stretch's last few keys converted into scratch and scored as the f32 path
     /// scores them (every score has `key_dot`'s arithmetic whichever loop runs it).
     #[cfg(target_arch = "x86_64")]
-    fn score_runs<E: attend_x86::Stored>(
+    fn score_runs<E: attend_stored::Stored>(
         &self,
         g: usize,
         start: usize,
@@ -386,7 +402,22 @@ impl LongRow<'_, '_> {
                     let n = (run.len() / hd).min(len - at);
                     let out = &mut scores[at..at + n];
                     let sc = if E::SCALED { &scales[r][..n] } else { &[][..] };
-                    let done = attend_x86::scores(qv, (&run[..n * hd], sc), self.scale, out);
+                    let mut done = if attend_x86::available() {
+                        attend_x86::scores(qv, (&run[..n * hd], sc), self.scale, out)
+                    } else {
+                        0
+                    };
+                    // Four at a time in AVX2 (`dot4_avx2`'s arithmetic).
+                    while done + 4 <= n {
+                        let key = |k: usize| &run[(done + k) * hd..(done + k + 1) * hd];
+                        let s = |k: usize| if E::SCALED { sc[done + k] } else { 1.0 };
+                        let keys = [key(0), key(1), key(2), key(3)];
+                        let dots = attend_stored::dot4_stored(qv, keys, [s(0), s(1), s(2), s(3)]);
+                        for (o, d) in out[done..done + 4].iter_mut().zip(dots) {
+                            *o = d * self.scale;
+                        }
+                        done += 4;
+                    }
                     scratch.keys.clear();
                     for (i, key) in run[..n * hd].chunks_exact(hd).enumerate().skip(done) {
                         let s = if E::SCALED { sc[i] } else { 1.0 };
@@ -397,6 +428,53 @@ impl LongRow<'_, '_> {
                 }
             }
         });
+    }
+
+    /// Weighted-sum task `task` of the AVX2 form over an f16 or int8 cache read in place: KV
+    /// head `task / (hd / 16)`, sixteen of its columns, for each of its query heads
+    /// ([`attend_stored::sum16_stored`], the same bits as [`weighted_sum_cols`]).
+    #[cfg(target_arch = "x86_64")]
+    fn sum16_stored(&self, task: usize) {
+        let (view, n, hd) = (self.view, self.n, self.view.head_dim());
+        let (g, col) = (task / (hd / LANES), task % (hd / LANES) * LANES);
+        let missing = "the cache stores what the long row reads";
+        match self.stored.expect("a stored form") {
+            AsStored::F16 => {
+                let rows = view.value_runs_f16(g, self.first, n).expect(missing);
+                self.sum16_heads(g, col, (&rows, &[]));
+            }
+            AsStored::Int8 => {
+                let rows = view.value_runs_int8(g, self.first, n).expect(missing);
+                self.sum16_heads(g, col, (&rows.quants, &rows.scales));
+            }
+        }
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    fn sum16_stored(&self, _task: usize) {
+        unreachable!("the stored forms run only on x86-64")
+    }
+
+    /// [`Self::sum16_stored`]'s sums for each query head of KV head `g`.
+    #[cfg(target_arch = "x86_64")]
+    fn sum16_heads<E: attend_stored::Stored>(
+        &self,
+        g: usize,
+        col: usize,
+        rows: (&[&[E]], &[&[f32]]),
+    ) {
+        let (n, hd) = (self.n, self.view.head_dim());
+        for head in g * self.rep..(g + 1) * self.rep {
+            // SAFETY: the scores are final (the previous stage has returned); task (g, col)
+            // alone writes these sixteen columns of g's heads.
+            let (weights, out) = unsafe {
+                (
+                    std::slice::from_raw_parts(self.scores.get().add(head * n), n),
+                    &mut *(self.out.get().add(head * hd + col) as *mut [f32; LANES]),
+                )
+            };
+            attend_stored::sum16_stored(weights, rows, hd, col, out);
+        }
     }
 
     /// Weighted-sum task `task` of the AVX-512 form: KV head `task / stripes`, one stripe of
@@ -435,7 +513,7 @@ impl LongRow<'_, '_> {
 
     /// The weighted sums of KV head `g`'s query heads over `rows`, columns `col..col + cols`.
     #[cfg(target_arch = "x86_64")]
-    fn sum_heads<E: attend_x86::Stored>(
+    fn sum_heads<E: attend_stored::Stored>(
         &self,
         g: usize,
         col: usize,

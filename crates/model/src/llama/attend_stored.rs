@@ -1,0 +1,302 @@
+//! How the host attention reads a cache as it is stored (a leaf of `attend_x86.rs` and
+//! `host_attend.rs`): [`Stored`] (`f32`; `f16`, widened as it is loaded; int8 with a scale
+//! per vector, converted and multiplied by it: the one rounding of the cache's own decode),
+//! its 8- and 16-value loads, and the AVX2 forms of a long row's key dots ([`dot4_stored`])
+//! and weighted sums ([`sum16_stored`]) over an `f16` or int8 cache read in place, for CPUs
+//! without AVX-512 (the AVX-512 forms are `attend_x86`'s). Every value loaded is the value a
+//! decode into `f32` scratch gives, so every output keeps its bits.
+
+use std::arch::x86_64::*;
+
+/// What a cache's keys and values are stored as: `f32`; `f16`, widened as it is loaded; or
+/// `i8` with a scale per vector, each loaded quant converted and multiplied by its vector's
+/// scale (one rounding, as the cache's decode into `f32` does).
+pub(super) trait Stored: Copy + 'static {
+    /// Whether the values are `half::f16`.
+    const HALF: bool = false;
+    /// Whether the values are `i8` quants with a scale per vector.
+    const SCALED: bool = false;
+    /// The value as `f32`, given its vector's scale (read only where [`Self::SCALED`]): what
+    /// the vector loads give, one value at a time.
+    fn widen(self, scale: f32) -> f32;
+}
+
+impl Stored for f32 {
+    fn widen(self, _scale: f32) -> f32 {
+        self
+    }
+}
+
+impl Stored for half::f16 {
+    const HALF: bool = true;
+    fn widen(self, _scale: f32) -> f32 {
+        self.to_f32()
+    }
+}
+
+impl Stored for i8 {
+    const SCALED: bool = true;
+    fn widen(self, scale: f32) -> f32 {
+        f32::from(self) * scale
+    }
+}
+
+/// Eight stored values at `p` as `f32` (times `scale` for `i8`).
+///
+/// # Safety
+/// AVX2 and F16C; eight readable values at `p`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn load8<E: Stored>(p: *const E, scale: __m256) -> __m256 {
+    // SAFETY: eight readable values (caller).
+    unsafe {
+        if E::HALF {
+            _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
+        } else if E::SCALED {
+            let q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(p as *const __m128i));
+            _mm256_mul_ps(_mm256_cvtepi32_ps(q), scale)
+        } else {
+            _mm256_loadu_ps(p as *const f32)
+        }
+    }
+}
+
+/// Sixteen stored values at `p` as `f32` (times `scale` for `i8`).
+///
+/// # Safety
+/// AVX-512F; sixteen readable values at `p`.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn load16<E: Stored>(p: *const E, scale: __m512) -> __m512 {
+    // SAFETY: sixteen readable values (caller).
+    unsafe {
+        if E::HALF {
+            _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
+        } else if E::SCALED {
+            let q = _mm512_cvtepi8_epi32(_mm_loadu_si128(p as *const __m128i));
+            _mm512_mul_ps(_mm512_cvtepi32_ps(q), scale)
+        } else {
+            _mm512_loadu_ps(p as *const f32)
+        }
+    }
+}
+
+/// Checks that `scales` gives each of `rows` stored `width`-wide vectors a scale where `E`
+/// is scaled (one slice per run), and is empty otherwise.
+pub(super) fn check_scales<E: Stored>(runs: &[&[E]], scales: &[&[f32]], width: usize) -> bool {
+    if E::SCALED {
+        scales.len() == runs.len()
+            && runs
+                .iter()
+                .zip(scales)
+                .all(|(r, s)| s.len() >= r.len() / width)
+    } else {
+        scales.is_empty()
+    }
+}
+
+/// Whether this CPU runs the AVX2 forms of the stored reads ([`dot4_stored`],
+/// [`sum16_stored`]): AVX2, FMA and F16C, for CPUs without AVX-512 (or capped below it).
+pub(super) fn avx2_available() -> bool {
+    use std::sync::OnceLock;
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma")
+            && std::is_x86_feature_detected!("f16c")
+    })
+}
+
+/// `attend_keys::key_dot(q, k_j)` of four stored keys (each `q.len()` values, times
+/// `scales[j]` where int8), with `attend_keys::dot4_avx2`'s arithmetic: each key's eight
+/// lanes an FMA chain over the 8-value chunks from `+0.0`, the lanes summed in order, plus
+/// the empty tail's `+0.0`.
+///
+/// # Panics
+/// If `q` is not a whole number of 8-value chunks, a key is shorter than `q`, or the CPU
+/// lacks [`avx2_available`]'s features.
+pub(super) fn dot4_stored<E: Stored>(q: &[f32], keys: [&[E]; 4], scales: [f32; 4]) -> [f32; 4] {
+    assert!(
+        avx2_available() && q.len().is_multiple_of(8) && keys.iter().all(|k| k.len() >= q.len()),
+        "dot4_stored: head width {} (a multiple of 8) and four keys as long",
+        q.len()
+    );
+    // SAFETY: the features and bounds checked above.
+    unsafe { dot4_stored_avx2(q, keys, scales) }
+}
+
+/// # Safety
+/// AVX2, FMA and F16C; `q.len()` a multiple of 8 and every key at least as long.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot4_stored_avx2<E: Stored>(q: &[f32], keys: [&[E]; 4], scales: [f32; 4]) -> [f32; 4] {
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let s = scales.map(|s| _mm256_set1_ps(s));
+    for c in (0..q.len()).step_by(8) {
+        // SAFETY: chunk `c` of `q` and of every key exists (caller).
+        unsafe {
+            let x = _mm256_loadu_ps(q.as_ptr().add(c));
+            for j in 0..4 {
+                let y = load8(keys[j].as_ptr().add(c), s[j]);
+                acc[j] = _mm256_fmadd_ps(x, y, acc[j]);
+            }
+        }
+    }
+    acc.map(|v| {
+        let mut lanes = [0f32; 8];
+        // SAFETY: `lanes` holds eight floats.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), v) };
+        // The empty tail's fold from `+0.0`, as `dot4_avx2` adds it.
+        lanes.iter().sum::<f32>() + 0f32
+    })
+}
+
+/// Columns `col..col + 16` of `sum_j weights[j] * rows[j]` over stored rows `width` wide,
+/// given as runs (and, where int8, each run's scales, one per row), into `out`: each column
+/// an FMA chain over `j` in order from `+0.0` (`host_attend::weighted_sum_cols`' arithmetic).
+///
+/// # Panics
+/// If `col + 16 > width`, a run's scales do not cover its rows, there are fewer weights than
+/// rows, or the CPU lacks [`avx2_available`]'s features.
+pub(super) fn sum16_stored<E: Stored>(
+    weights: &[f32],
+    (runs, scales): (&[&[E]], &[&[f32]]),
+    width: usize,
+    col: usize,
+    out: &mut [f32; 16],
+) {
+    let rows: usize = runs.iter().map(|r| r.len() / width).sum();
+    assert!(
+        avx2_available()
+            && col + 16 <= width
+            && weights.len() >= rows
+            && check_scales(runs, scales, width),
+        "sum16_stored: columns {col}..{} of {width}, {} weights for {rows} rows",
+        col + 16,
+        weights.len()
+    );
+    // SAFETY: the features and bounds checked above.
+    unsafe { sum16_stored_avx2((runs, scales), weights, width, col, out) }
+}
+
+/// # Safety
+/// AVX2, FMA and F16C; the bounds [`sum16_stored`] checks.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn sum16_stored_avx2<E: Stored>(
+    (runs, scales): (&[&[E]], &[&[f32]]),
+    weights: &[f32],
+    width: usize,
+    col: usize,
+    out: &mut [f32; 16],
+) {
+    let mut acc = [_mm256_setzero_ps(); 2];
+    let mut j = 0;
+    for (r, run) in runs.iter().enumerate() {
+        let mut p = run.as_ptr().wrapping_add(col);
+        for i in 0..run.len() / width {
+            // SAFETY: row `j` has columns `col..col + 16`, weight `j` exists, and an int8 row
+            // its scale (caller).
+            unsafe {
+                let s = if E::SCALED {
+                    _mm256_set1_ps(*scales.get_unchecked(r).get_unchecked(i))
+                } else {
+                    _mm256_setzero_ps()
+                };
+                let w = _mm256_set1_ps(*weights.get_unchecked(j));
+                acc[0] = _mm256_fmadd_ps(w, load8(p, s), acc[0]);
+                acc[1] = _mm256_fmadd_ps(w, load8(p.add(8), s), acc[1]);
+            }
+            p = p.wrapping_add(width);
+            j += 1;
+        }
+    }
+    // SAFETY: `out` holds sixteen floats.
+    unsafe {
+        _mm256_storeu_ps(out.as_mut_ptr(), acc[0]);
+        _mm256_storeu_ps(out.as_mut_ptr().add(8), acc[1]);
+    }
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+
+    use super::super::attend_keys::tests::values;
+
+    /// `f16` values rounded from `values(n, seed)`, and the same widened to `f32`.
+    pub(crate) fn halves(n: usize, seed: u32) -> (Vec<half::f16>, Vec<f32>) {
+        let h: Vec<half::f16> = values(n, seed)
+            .into_iter()
+            .map(half::f16::from_f32)
+            .collect();
+        let wide = h.iter().map(|v| v.to_f32()).collect();
+        (h, wide)
+    }
+
+    /// `rows` int8 vectors `width` wide from `values` (absmax / 127 scales, as the cache
+    /// stores them), their scales, and the same decoded to `f32` as the cache decodes them.
+    pub(crate) fn int8s(rows: usize, width: usize, seed: u32) -> (Vec<i8>, Vec<f32>, Vec<f32>) {
+        let x = values(rows * width, seed);
+        let (mut q, mut scales, mut wide) = (Vec::new(), Vec::new(), Vec::new());
+        for row in x.chunks_exact(width) {
+            let scale = row.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
+            let row_q: Vec<i8> = row.iter().map(|v| (v / scale).round() as i8).collect();
+            wide.extend(row_q.iter().map(|&v| f32::from(v) * scale));
+            q.extend(row_q);
+            scales.push(scale);
+        }
+        (q, scales, wide)
+    }
+
+    pub(crate) fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// The AVX2 forms of the stored reads have the bits of the portable loops over the
+    /// decoded values: four keys' dots against `key_dot`, sixteen columns' sums against
+    /// `weighted_sum_cols`, over runs split anywhere.
+    #[test]
+    fn avx2_stored_reads_have_the_bits_of_the_portable_loops() {
+        assert!(
+            avx2_available(),
+            "the AVX2 stored reads are not tested: no AVX2/FMA/F16C"
+        );
+        let hd = 64;
+        let q = values(hd, 61);
+        let (h, wide) = halves(4 * hd, 62);
+        let (q8, scales, wide8) = int8s(4, hd, 63);
+        let key = |v: &[f32], k: usize| super::super::attend_keys::key_dot(&q, &v[k * hd..][..hd]);
+        let keys16 = [&h[..hd], &h[hd..2 * hd], &h[2 * hd..3 * hd], &h[3 * hd..]];
+        let got = dot4_stored(&q, keys16, [1.0; 4]);
+        let want: Vec<f32> = (0..4).map(|k| key(&wide, k)).collect();
+        assert_eq!(bits(&got), bits(&want), "f16 dots");
+        let keys8 = [
+            &q8[..hd],
+            &q8[hd..2 * hd],
+            &q8[2 * hd..3 * hd],
+            &q8[3 * hd..],
+        ];
+        let got = dot4_stored(&q, keys8, [scales[0], scales[1], scales[2], scales[3]]);
+        let want: Vec<f32> = (0..4).map(|k| key(&wide8, k)).collect();
+        assert_eq!(bits(&got), bits(&want), "int8 dots");
+
+        let rows = 29;
+        let (h, wide) = halves(rows * hd, 64);
+        let (q8, scales, wide8) = int8s(rows, hd, 65);
+        let w = values(rows, 66);
+        for col in [0, 16, hd - 16] {
+            let mut want = [0f32; 16];
+            let mut got = [f32::NAN; 16];
+            let portable = super::super::host_attend::weighted_sum_cols::<16>;
+            portable(&w, &[&wide[..]], hd, col, &mut want);
+            sum16_stored(&w, (&[&h[..7 * hd], &h[7 * hd..]], &[]), hd, col, &mut got);
+            assert_eq!(bits(&got), bits(&want), "f16 sums at {col}");
+            portable(&w, &[&wide8[..]], hd, col, &mut want);
+            let runs = (
+                &[&q8[..7 * hd], &q8[7 * hd..]][..],
+                &[&scales[..7], &scales[7..]][..],
+            );
+            sum16_stored(&w, runs, hd, col, &mut got);
+            assert_eq!(bits(&got), bits(&want), "int8 sums at {col}");
+        }
+    }
+}
