@@ -1,6 +1,8 @@
-//! The host attention's key scores (a leaf shared by `host_attend.rs` and `attend_tiles.rs`):
-//! `key_dot`, the arithmetic every score has, and the loops that run it four keys at a time
-//! in AVX2 or, with AVX-512, eight at a time (`attend_x86::scores`).
+//! The host attention's portable arithmetic (a leaf shared by `host_attend.rs` and
+//! `attend_tiles.rs`): `key_dot`, the arithmetic every score has, and the loops that run it
+//! four keys at a time in AVX2 or, with AVX-512, eight at a time (`attend_x86::scores`); and
+//! `weighted_sum_cols`, the arithmetic every weighted sum of values has (each column an FMA
+//! chain over the positions in order), which the x86 forms reproduce.
 
 #[cfg(target_arch = "x86_64")]
 use super::attend_x86;
@@ -138,6 +140,61 @@ pub(super) fn span<'a>(
     }
 }
 
+/// `out = sum_j weights[j] * rows[j]` for the `out.len()`-wide rows of `runs` (in order, over
+/// the runs one after another), [`WIDE_LANES`] columns at a time (then [`LANES`], 16) so that the
+/// partial sums stay in registers, as several independent chains.
+#[inline(always)]
+pub(super) fn weighted_sum(weights: &[f32], rows: &[&[f32]], out: &mut [f32]) {
+    let width = out.len();
+    let wide = width / WIDE_LANES * WIDE_LANES;
+    let (head, tail) = out.split_at_mut(wide);
+    for (c, out) in head.chunks_exact_mut(WIDE_LANES).enumerate() {
+        weighted_sum_cols::<WIDE_LANES>(weights, rows, width, c * WIDE_LANES, out);
+    }
+    for (c, out) in tail.chunks_mut(LANES).enumerate() {
+        weighted_sum_cols::<LANES>(weights, rows, width, wide + c * LANES, out);
+    }
+}
+
+/// Columns of one pass of [`weighted_sum`]: eight 8-lane chains of partial sums.
+const WIDE_LANES: usize = 64;
+
+/// Columns `col..col + out.len()` (at most `N`) of `sum_j weights[j] * rows[j]`, the rows
+/// `width` wide and given as runs of rows, one after another: each column an FMA chain over `j` in
+/// order, whatever else is computed, however the rows are split into runs and whatever `N`.
+#[inline(always)]
+pub(super) fn weighted_sum_cols<const N: usize>(
+    weights: &[f32],
+    runs: &[&[f32]],
+    width: usize,
+    col: usize,
+    out: &mut [f32],
+) {
+    let n = out.len();
+    let mut acc = [0f32; N];
+    let mut weights = weights.iter();
+    for run in runs {
+        // The run first: `zip` stops on it without taking a weight that belongs to the next.
+        for (row, &w) in run.chunks_exact(width).zip(weights.by_ref()) {
+            let row = &row[col..col + n];
+            if n == N {
+                for l in 0..N {
+                    acc[l] = w.mul_add(row[l], acc[l]);
+                }
+            } else {
+                for (a, &x) in acc.iter_mut().zip(row) {
+                    *a = w.mul_add(x, *a);
+                }
+            }
+        }
+    }
+    out.copy_from_slice(&acc[..n]);
+}
+
+/// Columns of the narrow pass of [`weighted_sum`] (its tail), and of one weighted-sum task of
+/// the host attention's long row.
+pub(super) const LANES: usize = 16;
+
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
@@ -196,5 +253,24 @@ pub(super) mod tests {
         );
         let four = dot4::<true>(&z, [&z, &z, &z, &z]);
         assert_eq!(four[0].to_bits(), key_dot(&z, &z).to_bits());
+    }
+
+    /// The wide and narrow weighted sums give every column the same bits, over rows split
+    /// into runs anywhere.
+    #[test]
+    fn weighted_sums_have_the_same_bits_whatever_their_width() {
+        let width = 256 + 16;
+        let rows = values(9 * width, 7);
+        let weights = values(9, 9);
+        let runs: Vec<&[f32]> = vec![&rows[..4 * width], &rows[4 * width..]];
+        let mut wide = vec![0f32; width];
+        weighted_sum(&weights, &runs, &mut wide);
+        for col in (0..width).step_by(LANES) {
+            let mut narrow = [0f32; LANES];
+            weighted_sum_cols::<LANES>(&weights, &[&rows[..]], width, col, &mut narrow);
+            for (l, v) in narrow.iter().enumerate() {
+                assert_eq!(v.to_bits(), wide[col + l].to_bits(), "column {}", col + l);
+            }
+        }
     }
 }

@@ -150,69 +150,91 @@ unsafe fn dot4_stored_avx2<E: Stored>(q: &[f32], keys: [&[E]; 4], scales: [f32; 
     })
 }
 
-/// Columns `col..col + 16` of `sum_j weights[j] * rows[j]` over stored rows `width` wide,
-/// given as runs (and, where int8, each run's scales, one per row), into `out`: each column
-/// an FMA chain over `j` in order from `+0.0` (`host_attend::weighted_sum_cols`' arithmetic).
+/// Query heads one call of [`sum16_stored`] takes at most (their 16 columns are two
+/// accumulators each, beside the row's two vectors, in AVX2's sixteen registers).
+pub(super) const SUM16_HEADS: usize = 4;
+
+/// Columns `col..col + 16` of `sum_j weights[h][j] * rows[j]` for up to [`SUM16_HEADS`]
+/// heads `h`, over stored rows `width` wide given as runs (and, where int8, each run's
+/// scales, one per row), into `out[h]`: each row read once for all the heads, each column of
+/// each head an FMA chain over `j` in order from `+0.0` (`attend_keys::weighted_sum_cols`'
+/// arithmetic).
 ///
 /// # Panics
-/// If `col + 16 > width`, a run's scales do not cover its rows, there are fewer weights than
-/// rows, or the CPU lacks [`avx2_available`]'s features.
+/// If there are no heads or more than [`SUM16_HEADS`], `col + 16 > width`, a run's scales do
+/// not cover its rows, a head has fewer weights than rows, or the CPU lacks
+/// [`avx2_available`]'s features.
 pub(super) fn sum16_stored<E: Stored>(
-    weights: &[f32],
+    weights: &[&[f32]],
     (runs, scales): (&[&[E]], &[&[f32]]),
     width: usize,
     col: usize,
-    out: &mut [f32; 16],
+    out: &mut [&mut [f32; 16]],
 ) {
     let rows: usize = runs.iter().map(|r| r.len() / width).sum();
     assert!(
         avx2_available()
+            && (1..=SUM16_HEADS).contains(&weights.len())
+            && out.len() == weights.len()
             && col + 16 <= width
-            && weights.len() >= rows
+            && weights.iter().all(|w| w.len() >= rows)
             && check_scales(runs, scales, width),
-        "sum16_stored: columns {col}..{} of {width}, {} weights for {rows} rows",
-        col + 16,
-        weights.len()
+        "sum16_stored: {} heads (1..={SUM16_HEADS}), columns {col}..{} of {width}, {rows} rows",
+        weights.len(),
+        col + 16
     );
     // SAFETY: the features and bounds checked above.
-    unsafe { sum16_stored_avx2((runs, scales), weights, width, col, out) }
+    unsafe {
+        match weights.len() {
+            1 => sum16_avx2::<1, E>(weights, (runs, scales), width, col, out),
+            2 => sum16_avx2::<2, E>(weights, (runs, scales), width, col, out),
+            3 => sum16_avx2::<3, E>(weights, (runs, scales), width, col, out),
+            _ => sum16_avx2::<4, E>(weights, (runs, scales), width, col, out),
+        }
+    }
 }
 
 /// # Safety
-/// AVX2, FMA and F16C; the bounds [`sum16_stored`] checks.
+/// AVX2, FMA and F16C; `H` heads within the bounds [`sum16_stored`] checks.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn sum16_stored_avx2<E: Stored>(
+unsafe fn sum16_avx2<const H: usize, E: Stored>(
+    weights: &[&[f32]],
     (runs, scales): (&[&[E]], &[&[f32]]),
-    weights: &[f32],
     width: usize,
     col: usize,
-    out: &mut [f32; 16],
+    out: &mut [&mut [f32; 16]],
 ) {
-    let mut acc = [_mm256_setzero_ps(); 2];
+    let mut acc = [[_mm256_setzero_ps(); 2]; H];
+    let w: [*const f32; H] = std::array::from_fn(|h| weights[h].as_ptr());
     let mut j = 0;
     for (r, run) in runs.iter().enumerate() {
         let mut p = run.as_ptr().wrapping_add(col);
         for i in 0..run.len() / width {
-            // SAFETY: row `j` has columns `col..col + 16`, weight `j` exists, and an int8 row
-            // its scale (caller).
+            // SAFETY: row `j` has columns `col..col + 16`, every head weight `j`, and an int8
+            // row its scale (caller).
             unsafe {
                 let s = if E::SCALED {
                     _mm256_set1_ps(*scales.get_unchecked(r).get_unchecked(i))
                 } else {
                     _mm256_setzero_ps()
                 };
-                let w = _mm256_set1_ps(*weights.get_unchecked(j));
-                acc[0] = _mm256_fmadd_ps(w, load8(p, s), acc[0]);
-                acc[1] = _mm256_fmadd_ps(w, load8(p.add(8), s), acc[1]);
+                let x = [load8(p, s), load8(p.add(8), s)];
+                for h in 0..H {
+                    let wj = _mm256_set1_ps(*w[h].add(j));
+                    acc[h][0] = _mm256_fmadd_ps(wj, x[0], acc[h][0]);
+                    acc[h][1] = _mm256_fmadd_ps(wj, x[1], acc[h][1]);
+                }
             }
             p = p.wrapping_add(width);
             j += 1;
         }
     }
-    // SAFETY: `out` holds sixteen floats.
-    unsafe {
-        _mm256_storeu_ps(out.as_mut_ptr(), acc[0]);
-        _mm256_storeu_ps(out.as_mut_ptr().add(8), acc[1]);
+    for (out, acc) in out.iter_mut().zip(&acc) {
+        // SAFETY: `out` holds sixteen floats.
+        unsafe {
+            _mm256_storeu_ps(out.as_mut_ptr(), acc[0]);
+            _mm256_storeu_ps(out.as_mut_ptr().add(8), acc[1]);
+        }
     }
 }
 
@@ -282,21 +304,45 @@ pub(super) mod tests {
         let rows = 29;
         let (h, wide) = halves(rows * hd, 64);
         let (q8, scales, wide8) = int8s(rows, hd, 65);
-        let w = values(rows, 66);
-        for col in [0, 16, hd - 16] {
-            let mut want = [0f32; 16];
-            let mut got = [f32::NAN; 16];
-            let portable = super::super::host_attend::weighted_sum_cols::<16>;
-            portable(&w, &[&wide[..]], hd, col, &mut want);
-            sum16_stored(&w, (&[&h[..7 * hd], &h[7 * hd..]], &[]), hd, col, &mut got);
-            assert_eq!(bits(&got), bits(&want), "f16 sums at {col}");
-            portable(&w, &[&wide8[..]], hd, col, &mut want);
-            let runs = (
-                &[&q8[..7 * hd], &q8[7 * hd..]][..],
-                &[&scales[..7], &scales[7..]][..],
-            );
-            sum16_stored(&w, runs, hd, col, &mut got);
-            assert_eq!(bits(&got), bits(&want), "int8 sums at {col}");
+        let weights: Vec<Vec<f32>> = (0..3).map(|h| values(rows, 66 + h)).collect();
+        let w: Vec<&[f32]> = weights.iter().map(|w| &w[..]).collect();
+        /// Each head's sums from `runs` against the portable sum over `wide`.
+        fn check<E: Stored>(w: &[&[f32]], runs: (&[&[E]], &[&[f32]]), wide: &[f32], col: usize) {
+            let mut got = vec![[f32::NAN; 16]; w.len()];
+            let mut outs: Vec<&mut [f32; 16]> = got.iter_mut().collect();
+            sum16_stored(w, runs, 64, col, &mut outs);
+            for (h, got) in got.iter().enumerate() {
+                let mut want = [0f32; 16];
+                let portable = super::super::attend_keys::weighted_sum_cols::<16>;
+                portable(w[h], &[wide], 64, col, &mut want);
+                assert_eq!(
+                    bits(got),
+                    bits(&want),
+                    "{} heads, head {h} at {col}",
+                    w.len()
+                );
+            }
+        }
+        for heads in 1..=3 {
+            for col in [0, 16, hd - 16] {
+                check(
+                    &w[..heads],
+                    (&[&h[..7 * hd], &h[7 * hd..]], &[]),
+                    &wide,
+                    col,
+                );
+                let runs = (
+                    &[&q8[..7 * hd], &q8[7 * hd..]][..],
+                    &[&scales[..7], &scales[7..]][..],
+                );
+                check(&w[..heads], runs, &wide8, col);
+                check(
+                    &w[..heads],
+                    (&[&wide[..3 * hd], &wide[3 * hd..]], &[]),
+                    &wide,
+                    col,
+                );
+            }
         }
     }
 }

@@ -5,7 +5,7 @@
 //! - [`weighted_sums`]: the weighted sum of a long row (decode at depth) for every query head
 //!   of a KV head at once, over a stripe of columns: each value row is read once, in order
 //!   (whole cache lines, one stream), and each column is the same FMA chain over positions as
-//!   `host_attend::weighted_sum_cols`.
+//!   `attend_keys::weighted_sum_cols`.
 //! - [`accumulate`]: the weighted sums of a prefill task's rows, a tile of rows reading each
 //!   value row once, each row's chains continuing from where they stand (so a task can sum
 //!   a row's own first positions alone, the positions all its rows see together, and each
@@ -55,7 +55,7 @@ pub(super) const MAX_COLS: usize = 64;
 
 /// `out[h] = sum_j weights[h][j] * rows[j][col..col + out[h].len()]` for up to
 /// [`MAX_HEADS`] heads, the rows `width` wide and given as runs one after another, each column
-/// an FMA chain over `j` in order from `+0.0` (`host_attend::weighted_sum_cols`' arithmetic).
+/// an FMA chain over `j` in order from `+0.0` (`attend_keys::weighted_sum_cols`' arithmetic).
 /// Every head's output is as wide, a multiple of 16 and at most [`MAX_COLS`].
 ///
 /// # Panics
@@ -364,7 +364,7 @@ const TILE_ROWS: usize = 6;
 
 /// `acc[r] += sum_j weights[r][j] * rows[j]` for rows of `width` values given as runs one
 /// after another (`width` a multiple of 64), every column continuing its FMA chain over `j`
-/// in order (`host_attend::weighted_sum_cols`' arithmetic, started from `acc[r]`): a tile of
+/// in order (`attend_keys::weighted_sum_cols`' arithmetic, started from `acc[r]`): a tile of
 /// up to six rows reads each value row once, 64 columns at a time.
 ///
 /// # Panics
@@ -581,7 +581,7 @@ mod tests {
                     for h in 0..heads {
                         for c in (0..cols).step_by(16) {
                             let mut want = [0f32; 16];
-                            super::super::host_attend::weighted_sum_cols::<16>(
+                            super::super::attend_keys::weighted_sum_cols::<16>(
                                 &weights[h],
                                 &[&rows[..]],
                                 width,

@@ -7,7 +7,7 @@
 use kindle_kernels::Kernels;
 use kindle_kv_cache::HostKvLayer;
 
-use super::attend_keys::{score_keys, span};
+use super::attend_keys::{LANES, score_keys, span, weighted_sum, weighted_sum_cols};
 use super::recipe::Attention;
 use super::softmax::softmax;
 #[cfg(target_arch = "x86_64")]
@@ -106,9 +106,6 @@ const SPLIT_ROW_FROM: usize = 256;
 
 /// Positions of one score task of [`attend_long_row`].
 const POSITION_BLOCK: usize = 256;
-
-/// Columns of one weighted-sum task ([`weighted_sum_cols`]'s width).
-const LANES: usize = 16;
 
 /// One row's attention over a long context, in three parallel stages with the arithmetic of
 /// [`attend_body`] for every output (the same bits whatever the split or thread count):
@@ -316,7 +313,7 @@ impl LongRow<'_, '_> {
                 softmax(scores);
             }
             Stage::Sum if self.stripes.is_some() => self.sum_stripe(task),
-            Stage::Sum if self.stored.is_some() => self.sum16_stored(task),
+            Stage::Sum if in_place_avx2(hd) => self.sum16_task(task),
             Stage::Sum => {
                 // Each value line is read once per KV head: the query heads that share it
                 // run one after another while its columns are in the cache.
@@ -430,32 +427,46 @@ impl LongRow<'_, '_> {
         });
     }
 
-    /// Weighted-sum task `task` of the AVX2 form over an f16 or int8 cache read in place: KV
-    /// head `task / (hd / 16)`, sixteen of its columns, for each of its query heads
-    /// ([`attend_stored::sum16_stored`], the same bits as [`weighted_sum_cols`]).
+    /// Weighted-sum task `task` of the AVX2 form: KV head `task / (hd / 16)`, sixteen of its
+    /// columns, for all its query heads at once, each value row read once for them
+    /// ([`attend_stored::sum16_stored`], the same bits as [`weighted_sum_cols`]), from the
+    /// cache's values in place (f32, f16, int8) or from the decoded ones.
     #[cfg(target_arch = "x86_64")]
-    fn sum16_stored(&self, task: usize) {
+    fn sum16_task(&self, task: usize) {
         let (view, n, hd) = (self.view, self.n, self.view.head_dim());
         let (g, col) = (task / (hd / LANES), task % (hd / LANES) * LANES);
         let missing = "the cache stores what the long row reads";
-        match self.stored.expect("a stored form") {
-            AsStored::F16 => {
+        match self.stored {
+            Some(AsStored::F16) => {
                 let rows = view.value_runs_f16(g, self.first, n).expect(missing);
                 self.sum16_heads(g, col, (&rows, &[]));
             }
-            AsStored::Int8 => {
+            Some(AsStored::Int8) => {
                 let rows = view.value_runs_int8(g, self.first, n).expect(missing);
                 self.sum16_heads(g, col, (&rows.quants, &rows.scales));
+            }
+            None => {
+                let mut unused = Vec::new();
+                let rows = if self.borrowed {
+                    view.value_runs(g, self.first, n, &mut unused)
+                } else {
+                    // SAFETY: the decoded values are final (the score stage has returned).
+                    vec![unsafe {
+                        std::slice::from_raw_parts(self.values.get().add(g * n * hd), n * hd)
+                    }]
+                };
+                self.sum16_heads(g, col, (&rows, &[]));
             }
         }
     }
 
     #[cfg(not(target_arch = "x86_64"))]
-    fn sum16_stored(&self, _task: usize) {
-        unreachable!("the stored forms run only on x86-64")
+    fn sum16_task(&self, _task: usize) {
+        unreachable!("the AVX2 form runs only on x86-64")
     }
 
-    /// [`Self::sum16_stored`]'s sums for each query head of KV head `g`.
+    /// [`Self::sum16_task`]'s sums for the query heads of KV head `g`, up to
+    /// [`attend_stored::SUM16_HEADS`] a call.
     #[cfg(target_arch = "x86_64")]
     fn sum16_heads<E: attend_stored::Stored>(
         &self,
@@ -464,16 +475,23 @@ impl LongRow<'_, '_> {
         rows: (&[&[E]], &[&[f32]]),
     ) {
         let (n, hd) = (self.n, self.view.head_dim());
-        for head in g * self.rep..(g + 1) * self.rep {
-            // SAFETY: the scores are final (the previous stage has returned); task (g, col)
-            // alone writes these sixteen columns of g's heads.
-            let (weights, out) = unsafe {
-                (
-                    std::slice::from_raw_parts(self.scores.get().add(head * n), n),
-                    &mut *(self.out.get().add(head * hd + col) as *mut [f32; LANES]),
-                )
-            };
-            attend_stored::sum16_stored(weights, rows, hd, col, out);
+        let heads: Vec<usize> = (g * self.rep..(g + 1) * self.rep).collect();
+        for chunk in heads.chunks(attend_stored::SUM16_HEADS) {
+            // SAFETY: the scores are final (the previous stage has returned).
+            let weights: Vec<&[f32]> = chunk
+                .iter()
+                .map(|&head| unsafe {
+                    std::slice::from_raw_parts(self.scores.get().add(head * n), n)
+                })
+                .collect();
+            // SAFETY: task (g, col) alone writes these sixteen columns of g's heads.
+            let mut outs: Vec<&mut [f32; LANES]> = chunk
+                .iter()
+                .map(|&head| unsafe {
+                    &mut *(self.out.get().add(head * hd + col) as *mut [f32; LANES])
+                })
+                .collect();
+            attend_stored::sum16_stored(&weights, rows, hd, col, &mut outs);
         }
     }
 
@@ -701,82 +719,5 @@ fn attend_body<const AVX2: bool>(
         softmax(scores);
         span(&values, hd, first - from, seen - from, &mut parts);
         weighted_sum(scores, &parts, context);
-    }
-}
-
-/// `out = sum_j weights[j] * rows[j]` for the `out.len()`-wide rows of `runs` (in order, over
-/// the runs one after another), [`WIDE_LANES`] columns at a time (then [`LANES`]) so that the
-/// partial sums stay in registers, as several independent chains.
-#[inline(always)]
-fn weighted_sum(weights: &[f32], rows: &[&[f32]], out: &mut [f32]) {
-    let width = out.len();
-    let wide = width / WIDE_LANES * WIDE_LANES;
-    let (head, tail) = out.split_at_mut(wide);
-    for (c, out) in head.chunks_exact_mut(WIDE_LANES).enumerate() {
-        weighted_sum_cols::<WIDE_LANES>(weights, rows, width, c * WIDE_LANES, out);
-    }
-    for (c, out) in tail.chunks_mut(LANES).enumerate() {
-        weighted_sum_cols::<LANES>(weights, rows, width, wide + c * LANES, out);
-    }
-}
-
-/// Columns of one pass of [`weighted_sum`]: eight 8-lane chains of partial sums.
-const WIDE_LANES: usize = 64;
-
-/// Columns `col..col + out.len()` (at most `N`) of `sum_j weights[j] * rows[j]`, the rows
-/// `width` wide and given as runs of rows, one after another: each column an FMA chain over `j` in
-/// order, whatever else is computed, however the rows are split into runs and whatever `N`.
-#[inline(always)]
-pub(super) fn weighted_sum_cols<const N: usize>(
-    weights: &[f32],
-    runs: &[&[f32]],
-    width: usize,
-    col: usize,
-    out: &mut [f32],
-) {
-    let n = out.len();
-    let mut acc = [0f32; N];
-    let mut weights = weights.iter();
-    for run in runs {
-        // The run first: `zip` stops on it without taking a weight that belongs to the next.
-        for (row, &w) in run.chunks_exact(width).zip(weights.by_ref()) {
-            let row = &row[col..col + n];
-            if n == N {
-                for l in 0..N {
-                    acc[l] = w.mul_add(row[l], acc[l]);
-                }
-            } else {
-                for (a, &x) in acc.iter_mut().zip(row) {
-                    *a = w.mul_add(x, *a);
-                }
-            }
-        }
-    }
-    out.copy_from_slice(&acc[..n]);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    use super::super::attend_keys::tests::values;
-
-    /// The wide and narrow weighted sums give every column the same bits, over rows split
-    /// into runs anywhere.
-    #[test]
-    fn weighted_sums_have_the_same_bits_whatever_their_width() {
-        let width = 256 + 16;
-        let rows = values(9 * width, 7);
-        let weights = values(9, 9);
-        let runs: Vec<&[f32]> = vec![&rows[..4 * width], &rows[4 * width..]];
-        let mut wide = vec![0f32; width];
-        weighted_sum(&weights, &runs, &mut wide);
-        for col in (0..width).step_by(LANES) {
-            let mut narrow = [0f32; LANES];
-            weighted_sum_cols::<LANES>(&weights, &[&rows[..]], width, col, &mut narrow);
-            for (l, v) in narrow.iter().enumerate() {
-                assert_eq!(v.to_bits(), wide[col + l].to_bits(), "column {}", col + l);
-            }
-        }
     }
 }
