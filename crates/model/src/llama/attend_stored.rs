@@ -1,10 +1,11 @@
 //! How the host attention reads a cache as it is stored (a leaf of `attend_x86.rs` and
 //! `host_attend.rs`): [`Stored`] (`f32`; `f16`, widened as it is loaded; int8 with a scale
 //! per vector, converted and multiplied by it: the one rounding of the cache's own decode),
-//! its 8- and 16-value loads, and the AVX2 forms of a long row's key dots ([`dot4_stored`])
-//! and weighted sums ([`sum16_stored`]) over an `f16` or int8 cache read in place, for CPUs
-//! without AVX-512 (the AVX-512 forms are `attend_x86`'s). Every value loaded is the value a
-//! decode into `f32` scratch gives, so every output keeps its bits.
+//! its 8- and 16-value loads, and the AVX2 forms of a long row's key dots over an `f16` or
+//! int8 cache read in place ([`dot4_stored`]) and of its weighted sums for all the query
+//! heads of a KV head at once, from any of the three ([`sum16_stored`]), for CPUs without
+//! AVX-512 (the AVX-512 forms are `attend_x86`'s). Every value loaded is the value a decode
+//! into `f32` scratch gives, so every output keeps its bits.
 
 use std::arch::x86_64::*;
 
@@ -95,8 +96,8 @@ pub(super) fn check_scales<E: Stored>(runs: &[&[E]], scales: &[&[f32]], width: u
     }
 }
 
-/// Whether this CPU runs the AVX2 forms of the stored reads ([`dot4_stored`],
-/// [`sum16_stored`]): AVX2, FMA and F16C, for CPUs without AVX-512 (or capped below it).
+/// Whether this CPU runs the AVX2 forms ([`dot4_stored`], [`sum16_stored`]): AVX2, FMA and
+/// F16C (the long row takes them where the AVX-512 forms do not run).
 pub(super) fn avx2_available() -> bool {
     use std::sync::OnceLock;
     static AVAILABLE: OnceLock<bool> = OnceLock::new();

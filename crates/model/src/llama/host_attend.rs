@@ -199,8 +199,9 @@ struct LongRow<'v, 'c> {
     stripes: Option<usize>,
 }
 
-/// Whether the AVX2 form of a long row reads an f16 or int8 cache in place
-/// ([`attend_stored::dot4_stored`], [`attend_stored::sum16_stored`]): AVX2, FMA and F16C, and
+/// Whether the AVX2 form of a long row runs where the AVX-512 one does not: its weighted sums
+/// for all the query heads of a KV head at once ([`attend_stored::sum16_stored`]), and an f16
+/// or int8 cache read in place ([`attend_stored::dot4_stored`] too). AVX2, FMA and F16C, and
 /// whole 16-column stripes.
 fn in_place_avx2(hd: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -321,14 +322,7 @@ impl LongRow<'_, '_> {
                 let (g, c) = (task / per_group, task % per_group);
                 let col = c * LANES;
                 let mut unused = Vec::new();
-                let rows = if self.borrowed {
-                    view.value_runs(g, self.first, n, &mut unused)
-                } else {
-                    // SAFETY: the decoded values are final (the score stage has returned).
-                    vec![unsafe {
-                        std::slice::from_raw_parts(self.values.get().add(g * n * hd), n * hd)
-                    }]
-                };
+                let rows = self.f32_values(g, &mut unused);
                 for head in g * self.rep..(g + 1) * self.rep {
                     // SAFETY: the scores are final (the previous stage has returned).
                     let weights =
@@ -348,6 +342,17 @@ impl LongRow<'_, '_> {
 }
 
 impl LongRow<'_, '_> {
+    /// KV head `g`'s values as f32 runs: the cache's own where it stores f32 (`scratch`
+    /// unused), else those the score stage decoded (final once that stage has returned).
+    fn f32_values<'s>(&'s self, g: usize, scratch: &'s mut Vec<f32>) -> Vec<&'s [f32]> {
+        let (n, hd) = (self.n, self.view.head_dim());
+        if self.borrowed {
+            return self.view.value_runs(g, self.first, n, scratch);
+        }
+        // SAFETY: only the score stage writes the decoded values, and it has returned.
+        vec![unsafe { std::slice::from_raw_parts(self.values.get().add(g * n * hd), n * hd) }]
+    }
+
     /// Score task (KV head `g`, positions `start..start + len` of those seen) over an f16 or
     /// int8 cache read in place ([`AsStored`]).
     #[cfg(target_arch = "x86_64")]
@@ -368,7 +373,7 @@ impl LongRow<'_, '_> {
 
     #[cfg(not(target_arch = "x86_64"))]
     fn score_block_stored(&self, _g: usize, _start: usize, _len: usize) {
-        unreachable!("the AVX-512 form runs only on x86-64")
+        unreachable!("the stored forms run only on x86-64")
     }
 
     /// The scores of [`Self::score_block_stored`] from the stored keys `runs` (and, for int8,
@@ -447,14 +452,7 @@ impl LongRow<'_, '_> {
             }
             None => {
                 let mut unused = Vec::new();
-                let rows = if self.borrowed {
-                    view.value_runs(g, self.first, n, &mut unused)
-                } else {
-                    // SAFETY: the decoded values are final (the score stage has returned).
-                    vec![unsafe {
-                        std::slice::from_raw_parts(self.values.get().add(g * n * hd), n * hd)
-                    }]
-                };
+                let rows = self.f32_values(g, &mut unused);
                 self.sum16_heads(g, col, (&rows, &[]));
             }
         }
@@ -520,12 +518,7 @@ impl LongRow<'_, '_> {
             None => {}
         }
         let mut unused = Vec::new();
-        let rows = if self.borrowed {
-            view.value_runs(g, self.first, n, &mut unused)
-        } else {
-            // SAFETY: the decoded values are final (the score stage has returned).
-            vec![unsafe { std::slice::from_raw_parts(self.values.get().add(g * n * hd), n * hd) }]
-        };
+        let rows = self.f32_values(g, &mut unused);
         self.sum_heads(g, col, cols, (&rows, &[]));
     }
 
