@@ -602,18 +602,13 @@ impl<'a> HostKvLayer<'a> {
             return None;
         }
         let buffer = self.buffer(which);
-        let runs = self.stretches(head, start, n, |index, take, d| {
-            let (q, _) = buffer.int8_run(index, take, d);
-            q
+        let (mut quants, mut scales) = (Vec::new(), Vec::new());
+        self.for_each_stretch(head, start, n, |index, take| {
+            let (q, s) = buffer.int8_run(index, take, self.head_dim);
+            quants.push(q);
+            scales.push(s);
         });
-        let scales = self.stretches(head, start, n, |index, take, d| {
-            let (_, s) = buffer.int8_run(index, take, d);
-            s
-        });
-        Some(Int8Runs {
-            quants: runs,
-            scales,
-        })
+        Some(Int8Runs { quants, scales })
     }
 
     fn f16_runs(&self, which: usize, head: usize, start: usize, n: usize) -> Option<Vec<&[f16]>> {
@@ -621,30 +616,30 @@ impl<'a> HostKvLayer<'a> {
             return None;
         }
         let buffer = self.buffer(which);
-        Some(self.stretches(head, start, n, |index, take, d| {
-            buffer.f16_run(index, take, d)
-        }))
+        let mut out = Vec::new();
+        self.for_each_stretch(head, start, n, |index, take| {
+            out.push(buffer.f16_run(index, take, self.head_dim));
+        });
+        Some(out)
     }
 
-    /// `part(index, count, head_dim)` of every stretch of `head`'s positions `start..start + n`
-    /// stored together, in position order.
-    fn stretches<'s, T: ?Sized + 's>(
+    /// `f(index, count)` for every stretch of `head`'s positions `start..start + n` stored
+    /// together (vector `index` and the `count` after it), in position order.
+    fn for_each_stretch(
         &self,
         head: usize,
         start: usize,
         n: usize,
-        part: impl Fn(usize, usize, usize) -> &'s T,
-    ) -> Vec<&'s T> {
+        mut f: impl FnMut(usize, usize),
+    ) {
         self.check_range(head, start, n);
-        let mut out = Vec::new();
         let mut position = start;
         while position < start + n {
             let (index, run) = self.locate(head, position);
             let take = run.min(start + n - position);
-            out.push(part(index, take, self.head_dim));
+            f(index, take);
             position += take;
         }
-        out
     }
 
     fn runs<'s>(
@@ -659,9 +654,11 @@ impl<'a> HostKvLayer<'a> {
             return vec![self.read_at(which, head, start, n, scratch)];
         }
         let buffer = self.buffer(which);
-        self.stretches(head, start, n, |index, take, d| {
-            buffer.f32_run(index, take, d)
-        })
+        let mut out = Vec::new();
+        self.for_each_stretch(head, start, n, |index, take| {
+            out.push(buffer.f32_run(index, take, self.head_dim));
+        });
+        out
     }
 
     fn check_range(&self, head: usize, start: usize, n: usize) {
@@ -688,14 +685,9 @@ impl<'a> HostKvLayer<'a> {
         // A range over several blocks of a paged pool: gathered.
         let mut decoded = Vec::new();
         scratch.clear();
-        let mut position = start;
-        while position < start + n {
-            let (index, run) = self.locate(head, position);
-            let take = run.min(start + n - position);
-            let part = buffer.read(index, take, self.head_dim, &mut decoded);
-            scratch.extend_from_slice(part);
-            position += take;
-        }
+        self.for_each_stretch(head, start, n, |index, take| {
+            scratch.extend_from_slice(buffer.read(index, take, self.head_dim, &mut decoded));
+        });
         scratch
     }
 }

@@ -5,7 +5,7 @@
 //! chain over the positions in order), which the x86 forms reproduce.
 
 #[cfg(target_arch = "x86_64")]
-use super::attend_x86;
+use super::{attend_stored, attend_x86};
 
 /// A query times a key, as the attention scores it: eight lanes, each an FMA chain over the
 /// 8-value chunks, the lanes summed in order (from `Sum`'s -0.0), plus the tail's FMA chain.
@@ -29,55 +29,17 @@ pub(super) fn key_dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// [`key_dot`] of `a` with four vectors `b[j]` (each as long as `a`): the AVX2 instance runs
-/// the four chains side by side ([`dot4_avx2`]), with `key_dot`'s arithmetic.
+/// the four chains side by side (`attend_stored::dot4_avx2`), with `key_dot`'s arithmetic.
 #[inline(always)]
 fn dot4<const AVX2: bool>(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
     #[cfg(target_arch = "x86_64")]
     if AVX2 {
-        // SAFETY: the `AVX2` instance runs only where the CPU has AVX2 and FMA (`attend`).
-        return unsafe { dot4_avx2(a, b) };
+        // SAFETY: the `AVX2` instance runs only where the CPU has AVX2, FMA and F16C
+        // (`attend_stored::avx2_available`, checked by `host_attend`), and every `b[j]` is as
+        // long as `a`.
+        return unsafe { attend_stored::dot4_avx2(a, b, [1.0; 4]) };
     }
     b.map(|b| key_dot(a, b))
-}
-
-/// [`key_dot`] of `a` with four vectors `b[j]` (each as long as `a`), each with exactly its
-/// arithmetic: the four chains are independent, so they overlap in the pipes instead of each
-/// waiting on its own additions.
-///
-/// # Safety
-/// The CPU has AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn dot4_avx2(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
-    use std::arch::x86_64::*;
-    let n = a.len() / 8 * 8;
-    let b = b.map(|b| &b[..a.len()]);
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut c = 0;
-    while c < n {
-        // SAFETY: `c + 8 <= n <= a.len()`, and every `b[j]` is as long as `a`.
-        unsafe {
-            let x = _mm256_loadu_ps(a.as_ptr().add(c));
-            for (acc, b) in acc.iter_mut().zip(&b) {
-                let y = _mm256_loadu_ps(b.as_ptr().add(c));
-                *acc = _mm256_fmadd_ps(x, y, *acc);
-            }
-        }
-        c += 8;
-    }
-    let lanes: [[f32; 8]; 4] = acc.map(|v| {
-        let mut out = [0f32; 8];
-        // SAFETY: `out` holds eight floats.
-        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), v) };
-        out
-    });
-    std::array::from_fn(|j| {
-        let tail = a[n..]
-            .iter()
-            .zip(&b[j][n..])
-            .fold(0f32, |s, (x, y)| x.mul_add(*y, s));
-        lanes[j].iter().sum::<f32>() + tail
-    })
 }
 
 /// `scores[i] = key_dot(q, k_i) * scale` for the `q.len()`-wide keys `k_i` of `keys` (as many
@@ -201,7 +163,10 @@ pub(super) mod tests {
 
     /// Whether this CPU runs the AVX2 instance.
     fn avx2() -> bool {
-        cfg!(target_arch = "x86_64") && std::is_x86_feature_detected!("avx2")
+        #[cfg(target_arch = "x86_64")]
+        return attend_stored::avx2_available();
+        #[cfg(not(target_arch = "x86_64"))]
+        false
     }
 
     /// Values with every kind of rounding, zeros of both signs among them (the attention
@@ -249,7 +214,7 @@ pub(super) mod tests {
         assert_eq!(four[0].to_bits(), key_dot(&z, &z).to_bits());
         assert!(
             avx2(),
-            "the AVX2 dot products are not tested: this CPU lacks AVX2"
+            "the AVX2 dot products are not tested: this CPU lacks AVX2, FMA or F16C"
         );
         let four = dot4::<true>(&z, [&z, &z, &z, &z]);
         assert_eq!(four[0].to_bits(), key_dot(&z, &z).to_bits());

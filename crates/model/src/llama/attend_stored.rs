@@ -1,8 +1,8 @@
 //! How the host attention reads a cache as it is stored (a leaf of `attend_x86.rs` and
 //! `host_attend.rs`): [`Stored`] (`f32`; `f16`, widened as it is loaded; int8 with a scale
 //! per vector, converted and multiplied by it: the one rounding of the cache's own decode),
-//! its 8- and 16-value loads, and the AVX2 forms of a long row's key dots over an `f16` or
-//! int8 cache read in place ([`dot4_stored`]) and of its weighted sums for all the query
+//! its 8- and 16-value loads, and the AVX2 forms of four keys' dots (`f32` keys, or an `f16` or
+//! int8 cache read in place: [`dot4_avx2`]) and of a long row's weighted sums for all the query
 //! heads of a KV head at once, from any of the three ([`sum16_stored`]), for CPUs without
 //! AVX-512 (the AVX-512 forms are `attend_x86`'s). Every value loaded is the value a decode
 //! into `f32` scratch gives, so every output keeps its bits.
@@ -96,8 +96,9 @@ pub(super) fn check_scales<E: Stored>(runs: &[&[E]], scales: &[&[f32]], width: u
     }
 }
 
-/// Whether this CPU runs the AVX2 forms ([`dot4_stored`], [`sum16_stored`]): AVX2, FMA and
-/// F16C (the long row takes them where the AVX-512 forms do not run).
+/// Whether this CPU runs the AVX2 forms ([`dot4_avx2`], [`sum16_stored`]): AVX2, FMA and
+/// F16C (the host attention's AVX2 instances need them; the long row takes the forms where
+/// the AVX-512 ones do not run).
 pub(super) fn avx2_available() -> bool {
     use std::sync::OnceLock;
     static AVAILABLE: OnceLock<bool> = OnceLock::new();
@@ -108,46 +109,48 @@ pub(super) fn avx2_available() -> bool {
     })
 }
 
-/// `attend_keys::key_dot(q, k_j)` of four stored keys (each `q.len()` values, times
-/// `scales[j]` where int8), with `attend_keys::dot4_avx2`'s arithmetic: each key's eight
-/// lanes an FMA chain over the 8-value chunks from `+0.0`, the lanes summed in order, plus
-/// the empty tail's `+0.0`.
+/// `attend_keys::key_dot(q, k_j)` of four stored keys `k_j` (each at least `q.len()` values,
+/// times `scales[j]` where int8), each with exactly its arithmetic: each key's eight lanes an
+/// FMA chain over the 8-value chunks from `+0.0`, the lanes summed in order, plus the tail's
+/// FMA chain. The four chains are independent, so they overlap in the pipes instead of each
+/// waiting on its own additions. (`attend_keys::dot4`'s AVX2 instance for `f32` keys, and a
+/// long row's scores over an `f16` or int8 cache read in place.)
 ///
-/// # Panics
-/// If `q` is not a whole number of 8-value chunks, a key is shorter than `q`, or the CPU
-/// lacks [`avx2_available`]'s features.
-pub(super) fn dot4_stored<E: Stored>(q: &[f32], keys: [&[E]; 4], scales: [f32; 4]) -> [f32; 4] {
-    assert!(
-        avx2_available() && q.len().is_multiple_of(8) && keys.iter().all(|k| k.len() >= q.len()),
-        "dot4_stored: head width {} (a multiple of 8) and four keys as long",
-        q.len()
-    );
-    // SAFETY: the features and bounds checked above.
-    unsafe { dot4_stored_avx2(q, keys, scales) }
-}
-
 /// # Safety
-/// AVX2, FMA and F16C; `q.len()` a multiple of 8 and every key at least as long.
+/// The CPU has AVX2, FMA and F16C ([`avx2_available`]); every key is at least as long as `q`.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot4_stored_avx2<E: Stored>(q: &[f32], keys: [&[E]; 4], scales: [f32; 4]) -> [f32; 4] {
+pub(super) unsafe fn dot4_avx2<E: Stored>(
+    q: &[f32],
+    keys: [&[E]; 4],
+    scales: [f32; 4],
+) -> [f32; 4] {
+    let n = q.len() / 8 * 8;
+    let keys = keys.map(|k| &k[..q.len()]);
     let mut acc = [_mm256_setzero_ps(); 4];
     let s = scales.map(|s| _mm256_set1_ps(s));
-    for c in (0..q.len()).step_by(8) {
-        // SAFETY: chunk `c` of `q` and of every key exists (caller).
+    let mut c = 0;
+    while c < n {
+        // SAFETY: `c + 8 <= n <= q.len()`, and every key is as long as `q`.
         unsafe {
             let x = _mm256_loadu_ps(q.as_ptr().add(c));
-            for j in 0..4 {
-                let y = load8(keys[j].as_ptr().add(c), s[j]);
-                acc[j] = _mm256_fmadd_ps(x, y, acc[j]);
+            for ((acc, k), s) in acc.iter_mut().zip(&keys).zip(&s) {
+                *acc = _mm256_fmadd_ps(x, load8(k.as_ptr().add(c), *s), *acc);
             }
         }
+        c += 8;
     }
-    acc.map(|v| {
-        let mut lanes = [0f32; 8];
-        // SAFETY: `lanes` holds eight floats.
-        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), v) };
-        // The empty tail's fold from `+0.0`, as `dot4_avx2` adds it.
-        lanes.iter().sum::<f32>() + 0f32
+    let lanes: [[f32; 8]; 4] = acc.map(|v| {
+        let mut out = [0f32; 8];
+        // SAFETY: `out` holds eight floats.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), v) };
+        out
+    });
+    std::array::from_fn(|j| {
+        let tail = q[n..]
+            .iter()
+            .zip(&keys[j][n..])
+            .fold(0f32, |acc, (x, y)| x.mul_add(y.widen(scales[j]), acc));
+        lanes[j].iter().sum::<f32>() + tail
     })
 }
 
@@ -289,7 +292,8 @@ pub(super) mod tests {
         let (q8, scales, wide8) = int8s(4, hd, 63);
         let key = |v: &[f32], k: usize| super::super::attend_keys::key_dot(&q, &v[k * hd..][..hd]);
         let keys16 = [&h[..hd], &h[hd..2 * hd], &h[2 * hd..3 * hd], &h[3 * hd..]];
-        let got = dot4_stored(&q, keys16, [1.0; 4]);
+        // SAFETY: `avx2_available()` (asserted); every key is `hd` long.
+        let got = unsafe { dot4_avx2(&q, keys16, [1.0; 4]) };
         let want: Vec<f32> = (0..4).map(|k| key(&wide, k)).collect();
         assert_eq!(bits(&got), bits(&want), "f16 dots");
         let keys8 = [
@@ -298,7 +302,8 @@ pub(super) mod tests {
             &q8[2 * hd..3 * hd],
             &q8[3 * hd..],
         ];
-        let got = dot4_stored(&q, keys8, [scales[0], scales[1], scales[2], scales[3]]);
+        // SAFETY: as above.
+        let got = unsafe { dot4_avx2(&q, keys8, [scales[0], scales[1], scales[2], scales[3]]) };
         let want: Vec<f32> = (0..4).map(|k| key(&wide8, k)).collect();
         assert_eq!(bits(&got), bits(&want), "int8 dots");
 

@@ -201,7 +201,7 @@ struct LongRow<'v, 'c> {
 
 /// Whether the AVX2 form of a long row runs where the AVX-512 one does not: its weighted sums
 /// for all the query heads of a KV head at once ([`attend_stored::sum16_stored`]), and an f16
-/// or int8 cache read in place ([`attend_stored::dot4_stored`] too). AVX2, FMA and F16C, and
+/// or int8 cache read in place ([`attend_stored::dot4_avx2`] too). AVX2, FMA and F16C, and
 /// whole 16-column stripes.
 fn in_place_avx2(hd: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -246,17 +246,17 @@ fn sum_stripes(hd: usize, hkv: usize, threads: usize) -> Option<usize> {
 impl LongRow<'_, '_> {
     fn run(&self, stage: Stage, task: usize) {
         #[cfg(target_arch = "x86_64")]
-        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        if attend_stored::avx2_available() {
             // SAFETY: the CPU has the features the function is compiled for.
             return unsafe { self.run_avx2(stage, task) };
         }
         self.run_body::<false>(stage, task)
     }
 
-    /// [`Self::run_body`] compiled for AVX2 and FMA (the same arithmetic: Rust does not fuse
-    /// multiplies and adds).
+    /// [`Self::run_body`] compiled for AVX2, FMA and F16C (the same arithmetic: Rust does not
+    /// fuse multiplies and adds).
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     fn run_avx2(&self, stage: Stage, task: usize) {
         self.run_body::<true>(stage, task)
     }
@@ -409,12 +409,15 @@ impl LongRow<'_, '_> {
                     } else {
                         0
                     };
-                    // Four at a time in AVX2 (`dot4_avx2`'s arithmetic).
+                    // Four at a time in AVX2 (`key_dot`'s arithmetic).
                     while done + 4 <= n {
                         let key = |k: usize| &run[(done + k) * hd..(done + k + 1) * hd];
                         let s = |k: usize| if E::SCALED { sc[done + k] } else { 1.0 };
                         let keys = [key(0), key(1), key(2), key(3)];
-                        let dots = attend_stored::dot4_stored(qv, keys, [s(0), s(1), s(2), s(3)]);
+                        // SAFETY: the stored forms run only where `avx2_available()`; every
+                        // key is `hd` long.
+                        let dots =
+                            unsafe { attend_stored::dot4_avx2(qv, keys, [s(0), s(1), s(2), s(3)]) };
                         for (o, d) in out[done..done + 4].iter_mut().zip(dots) {
                             *o = d * self.scale;
                         }
@@ -611,17 +614,17 @@ fn attend(
     scratch: &mut AttendScratch,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+    if attend_stored::avx2_available() {
         // SAFETY: the CPU has the features the function is compiled for.
         return unsafe { attend_avx2(job, head, first, contexts, attention, scratch) };
     }
     attend_body::<false>(job, head, first, contexts, attention, scratch)
 }
 
-/// [`attend`] compiled for AVX2 and FMA: the loops of [`attend_body`] (inlined) vectorize
-/// twice as wide.
+/// [`attend`] compiled for AVX2, FMA and F16C: the loops of [`attend_body`] (inlined)
+/// vectorize twice as wide.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 fn attend_avx2(
     job: &AttendJob<'_, '_>,
     head: usize,
