@@ -14,7 +14,7 @@ pub struct BlockQ8 {
 }
 
 #[cfg(target_arch = "x86_64")]
-impl super::x86_k::Q8Block for BlockQ8 {
+impl super::x86_shared::Q8Block for BlockQ8 {
     #[inline(always)]
     fn qs(&self) -> &[i8; 32] {
         &self.qs

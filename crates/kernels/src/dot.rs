@@ -1,7 +1,7 @@
 //! Choosing a kernel for a weight type and applying it to a range of rows.
 
 use super::packed::{self, GROUP, Packing};
-use super::q8::{BlockQ8, WideQ8};
+use super::q8::BlockQ8;
 use super::scalar;
 pub(crate) use super::simd::Simd;
 use kindle_gguf::quant::{self, GgmlType};
@@ -16,10 +16,10 @@ pub(crate) struct Activations<'a> {
     pub q8_d: &'a [f32],
     /// The sums `s` of [`Activations::q8`], laid out alike.
     pub q8_s: &'a [f32],
-    /// [`Activations::q8`] in the wide form, for a kernel that
-    /// [`wants_wide_q8`](Kernel::wants_wide_q8) (empty otherwise).
-    pub q8_wide: &'a WideQ8,
-    /// For the SIMD `f32` kernels of the packed types and `Q6_K`: `f32` with each block's
+    /// `32 *` the sum of each 16 quants of [`Activations::q8`] (two a block), for a kernel
+    /// that [`wants_half_sums`](Kernel::wants_half_sums) (empty otherwise).
+    pub q8_halves: &'a [i32],
+    /// For the SIMD `f32` kernels of the packed types: `f32` with each block's
     /// values in the order and scaling [`Kernel::permutation`] gives (empty otherwise).
     pub permuted: &'a [f32],
     /// For the same kernels: block sums of `f32` (empty otherwise).
@@ -60,18 +60,6 @@ pub(crate) struct Weights<'a> {
 /// Activation rows a group kernel takes at once (each weight block is decoded once for all).
 const MAX_JN: usize = 8;
 
-/// Activation rows a K-quant row kernel takes at once (their partial sums and a sub-block's
-/// decoded weights fill the 16 registers).
-#[cfg(target_arch = "x86_64")]
-const K_MAX_JN: usize = 4;
-
-/// Weight rows a K-quant kernel call takes (see `Kernel::k_rows`).
-#[cfg(target_arch = "x86_64")]
-const K_ROW_BLOCK: usize = 8;
-
-/// Bytes of activations a K-quant tile keeps in L1 (see `Kernel::k_rows`).
-const K_TILE_BYTES: usize = 24 * 1024;
-
 /// How one weight row meets one activation row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kernel {
@@ -89,8 +77,8 @@ impl Kernel {
 
     /// As [`Kernel::select`], with a given instruction set (tests compare them).
     pub fn select_simd(ty: GgmlType, format: super::ActivationFormat, simd: Simd) -> Self {
-        // `Q4_K`, `Q5_K` (packed as `Q4_1`, `Q5_1`) and `Q6_K` have 8-bit kernels only with
-        // SIMD.
+        // `Q4_K`, `Q5_K` (packed as `Q4_1`, `Q5_1`) and `Q6_K` (packed in a form of its
+        // own) have 8-bit kernels only with SIMD.
         let int8_type = matches!(
             ty,
             GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q5_1
@@ -108,8 +96,8 @@ impl Kernel {
         matches!(self, Kernel::Int8 { .. })
     }
 
-    /// Whether the kernel reads [`Activations::q8_wide`]: the SIMD 8-bit kernels of `Q6_K`.
-    pub fn wants_wide_q8(self) -> bool {
+    /// Whether the kernel reads [`Activations::q8_halves`]: the SIMD 8-bit kernels of `Q6_K`.
+    pub fn wants_half_sums(self) -> bool {
         matches!(self, Kernel::Int8 { ty, simd } if k_quant(ty) && simd.any())
     }
 
@@ -123,24 +111,12 @@ impl Kernel {
                     | GgmlType::Q5_0
                     | GgmlType::Q5_1
                     | GgmlType::Q4_K
-                    | GgmlType::Q5_K,
+                    | GgmlType::Q5_K
+                    | GgmlType::Q6_K,
                 simd,
             } => packed && simd.any(),
-            Kernel::F32 { ty, simd } => k_quant(ty) && simd.any(),
-            Kernel::Int8 { .. } => false,
+            _ => false,
         }
-    }
-
-    /// Whether [`Activations::permuted`] has each 64 values' pieces interleaved
-    /// (`x86_k::interleave_k_pairs`): the AVX-512 `f32` kernels of the K-quants.
-    pub fn interleaves_k_pairs(self) -> bool {
-        matches!(
-            self,
-            Kernel::F32 {
-                ty: GgmlType::Q6_K,
-                simd: Simd::Avx512,
-            }
-        )
     }
 
     /// The order and scaling of each 32-value block of [`Activations::permuted`], and the
@@ -149,22 +125,17 @@ impl Kernel {
     pub fn permutation(self) -> ([usize; 32], [f32; 32], usize) {
         #[cfg(target_arch = "x86_64")]
         if let Kernel::F32 { ty, simd } = self
-            && q5(ty)
+            && (q5(ty) || k_quant(ty))
         {
             use super::x86_q5 as q;
+            // `Q6_K`: its `-32` offset acts on sums per 16 values.
+            let width = if k_quant(ty) { 16 } else { 32 };
             return if simd == Simd::Avx512 {
                 // Position `8k + ...` converted at bit `8k`: the K-quant kernels' scaling.
-                (q::Q5_ORDER_AVX512, super::x86_k::K_SCALE, 32)
+                (q::Q5_ORDER_AVX512, super::x86_shared::K_SCALE, width)
             } else {
-                (q::Q5_ORDER, q::Q5_SCALE, 32)
+                (q::Q5_ORDER, q::Q5_SCALE, width)
             };
-        }
-        #[cfg(target_arch = "x86_64")]
-        if let Kernel::F32 { ty, .. } = self
-            && k_quant(ty)
-        {
-            // `Q6_K`: its `-32` offset acts on sums per 16 values.
-            return (super::x86_k::K_ORDER, super::x86_k::K_SCALE, 16);
         }
         (Q4_ORDER, self.q4_scale(), 32)
     }
@@ -229,10 +200,6 @@ impl Kernel {
                 r += real;
             }
         }
-        #[cfg(target_arch = "x86_64")]
-        if self.k_rows(w, acts, r, end, &mut out[(r - start) * m..]) {
-            return;
-        }
         let mut buf = Vec::new();
         for r in r..end {
             let row = &w.data[r * w.row_bytes..(r + 1) * w.row_bytes];
@@ -254,126 +221,6 @@ impl Kernel {
                 dot_rows(simd, dense, acts.f32, out);
             } else {
                 self.row(row, acts, out);
-            }
-        }
-    }
-
-    /// Rows `start..end` of a K-quant matrix (plain GGUF rows) with the SIMD kernels of
-    /// `x86_k.rs`, `out[(r - start) * m + j]`; false (nothing written) for other types or
-    /// without SIMD.
-    #[cfg(target_arch = "x86_64")]
-    fn k_rows(
-        self,
-        w: &Weights,
-        acts: &Activations,
-        start: usize,
-        end: usize,
-        out: &mut [f32],
-    ) -> bool {
-        let (Kernel::Int8 { ty, simd } | Kernel::F32 { ty, simd }) = self;
-        if !k_quant(ty) || !simd.any() {
-            return false;
-        }
-        let m = acts.m;
-        // Activation rows in tiles that stay in L1 while every weight row of the range
-        // passes over them (each output's arithmetic is the same in any order).
-        let act_bytes = if self.int8() {
-            acts.cols
-        } else {
-            4 * acts.cols
-        };
-        // The AVX-512 kernel's 32 registers hold six rows' partial sums.
-        let most = if self.interleaves_k_pairs() {
-            6
-        } else {
-            K_MAX_JN
-        };
-        let tile = (K_TILE_BYTES / act_bytes.max(1)).max(most) / most * most;
-        for j0 in (0..m).step_by(tile) {
-            let j_end = (j0 + tile).min(m);
-            // Weight rows a few at a time: each call runs over them for its activation rows
-            // (from L1 for the second on), with its constants set up once.
-            for r0 in (start..end).step_by(K_ROW_BLOCK) {
-                let r1 = (r0 + K_ROW_BLOCK).min(end);
-                let rows = &w.data[r0 * w.row_bytes..r1 * w.row_bytes];
-                let out = &mut out[(r0 - start) * m..(r1 - start) * m];
-                let mut j = j0;
-                while j < j_end {
-                    let jn = (j_end - j).min(most);
-                    let rb = w.row_bytes;
-                    // SAFETY: a SIMD level is only chosen when AVX2, FMA and F16C were detected;
-                    // `rows` are whole super-blocks and every activation row as long.
-                    unsafe {
-                        match jn {
-                            1 => self.k_rows_jn::<1>(ty, rows, rb, acts, j, out),
-                            2 => self.k_rows_jn::<2>(ty, rows, rb, acts, j, out),
-                            3 => self.k_rows_jn::<3>(ty, rows, rb, acts, j, out),
-                            4 => self.k_rows_jn::<4>(ty, rows, rb, acts, j, out),
-                            5 => self.k_rows_jn::<5>(ty, rows, rb, acts, j, out),
-                            _ => self.k_rows_jn::<6>(ty, rows, rb, acts, j, out),
-                        }
-                    }
-                    j += jn;
-                }
-            }
-        }
-        true
-    }
-
-    /// K-quant rows (`rows`, `row_bytes` each) times activation rows `j0..j0 + JN`: row `r`
-    /// and activation row `j` to `out[r * m + j]`.
-    ///
-    /// # Safety
-    /// AVX2, FMA and F16C; `rows` are whole super-blocks of `ty`.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn k_rows_jn<const JN: usize>(
-        self,
-        ty: GgmlType,
-        rows: &[u8],
-        row_bytes: usize,
-        acts: &Activations,
-        j0: usize,
-        out: &mut [f32],
-    ) {
-        use super::x86_k as k;
-        let (cols, nb, m) = (acts.cols, acts.cols / 32, acts.m);
-        let each_row = rows.chunks_exact(row_bytes).enumerate();
-        // SAFETY: forwarded from the caller.
-        unsafe {
-            if self.int8() {
-                let wide = acts.q8_wide;
-                let ys = k::WideRows::<JN> {
-                    qs: std::array::from_fn(|jj| wide.qs[(j0 + jj) * nb / 2..].as_ptr().cast()),
-                    d8: std::array::from_fn(|jj| wide.d8[(j0 + jj) * nb / 2..].as_ptr().cast()),
-                    d: std::array::from_fn(|jj| acts.q8_d[(j0 + jj) * nb..].as_ptr()),
-                    s16: std::array::from_fn(|jj| wide.s16[(j0 + jj) * 2 * nb..].as_ptr()),
-                };
-                let out = &mut out[j0..];
-                if self
-                    == (Kernel::Int8 {
-                        ty,
-                        simd: Simd::Avx512,
-                    })
-                {
-                    k::q6_k_q8_avx512::<JN>(rows, row_bytes, &ys, out, m);
-                } else {
-                    k::q6_k_q8::<JN>(rows, row_bytes, &ys, out, m);
-                }
-                return;
-            }
-            let xs: [&[f32]; JN] =
-                std::array::from_fn(|jj| &acts.permuted[(j0 + jj) * cols..(j0 + jj + 1) * cols]);
-            let per_row = acts.block_sums.len() / m;
-            let sums: [&[f32]; JN] = std::array::from_fn(|jj| {
-                &acts.block_sums[(j0 + jj) * per_row..(j0 + jj + 1) * per_row]
-            });
-            let avx512 = self.interleaves_k_pairs();
-            for (r, row) in each_row {
-                let out = &mut out[r * m + j0..][..JN];
-                match ty {
-                    _ if avx512 => k::q6_k_f32_avx512::<JN>(row, xs, sums, out),
-                    _ => k::q6_k_f32::<JN>(row, xs, sums, out),
-                }
             }
         }
     }
@@ -443,12 +290,14 @@ impl Kernel {
     }
 
     /// How many activation rows the group kernel takes at once: eight, or six for the
-    /// AVX-512 `f32` kernels of `Q5`, whose partial sums fill the register file (the
-    /// AVX-512 `f32` kernels of the other types are `x86_512`'s).
+    /// AVX-512 `f32` kernels of `Q5` and `Q6_K`, whose partial sums fill the register file
+    /// (the AVX-512 `f32` kernels of the other types are `x86_512`'s), four for the other
+    /// `Q6_K` kernels (two halves' sums a row).
     #[cfg(target_arch = "x86_64")]
     fn max_batch(self, simd: Simd) -> usize {
         match (self, simd) {
             (Kernel::F32 { .. }, Simd::Avx512) => 6,
+            (Kernel::F32 { ty, .. } | Kernel::Int8 { ty, .. }, _) if k_quant(ty) => 4,
             _ => MAX_JN,
         }
     }
@@ -478,26 +327,41 @@ impl Kernel {
         // The activation rows' slices in the forms the kernel reads, made once for all the
         // groups (a form not prepared for this kernel is left alone).
         let int8 = matches!(self, Kernel::Int8 { .. });
-        let permuted =
-            !int8 && (q5(ty) || matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K));
+        let permuted = !int8
+            && (q5(ty)
+                || k_quant(ty)
+                || matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K));
         let f32_rows: [&[f32]; JN] = row_slices(acts.f32, j0, cols, true);
         let xs: [&[f32]; JN] = row_slices(acts.permuted, j0, cols, permuted);
-        let sums: [&[f32]; JN] = row_slices(acts.block_sums, j0, nb, permuted);
+        // `Q6_K`'s sums are per 16 values.
+        let sums_width = if k_quant(ty) { 2 * nb } else { nb };
+        let sums: [&[f32]; JN] = row_slices(acts.block_sums, j0, sums_width, permuted);
         let q8: [&[BlockQ8]; JN] = row_slices(acts.q8, j0, nb, int8);
-        // The `Q5` 8-bit kernels' per-block scales and sums.
+        // The `Q5` and `Q6_K` 8-bit kernels' per-block scales and sums.
         let q8_rows = |v: &[f32]| -> [*const f32; JN] {
             std::array::from_fn(|jj| {
-                if int8 && q5(ty) {
+                if int8 && (q5(ty) || k_quant(ty)) {
                     v[(j0 + jj) * nb..].as_ptr()
                 } else {
                     std::ptr::null()
                 }
             })
         };
-        let ys = super::x86_k::Q8Rows {
+        let ys = super::x86_shared::Q8Rows {
             blocks: q8,
             d: q8_rows(acts.q8_d),
             s: q8_rows(acts.q8_s),
+        };
+        let y6 = super::x86_q6::Q6Rows {
+            blocks: q8,
+            d: ys.d,
+            s32: std::array::from_fn(|jj| {
+                if int8 && k_quant(ty) {
+                    acts.q8_halves[(j0 + jj) * 2 * nb..].as_ptr()
+                } else {
+                    std::ptr::null()
+                }
+            }),
         };
         let group_bytes = data.len() / groups.max(1);
         for g in 0..groups {
@@ -507,6 +371,18 @@ impl Kernel {
             // SAFETY: forwarded from the caller.
             unsafe {
                 match (self, simd) {
+                    (Kernel::Int8 { .. }, _) if k_quant(ty) => {
+                        use super::x86_q6::{q6_q8, q6_q8_avx512, q6_q8_vnni};
+                        match simd {
+                            Simd::Avx512 => q6_q8_avx512::<JN, _>(w, nb, &y6, out),
+                            Simd::Vnni => q6_q8_vnni::<JN, _>(w, nb, &y6, out),
+                            _ => q6_q8::<JN, _>(w, nb, &y6, out),
+                        }
+                    }
+                    (Kernel::F32 { .. }, _) if k_quant(ty) => match simd {
+                        Simd::Avx512 => super::x86_q6::q6_f32_avx512::<JN>(w, nb, xs, sums, out),
+                        _ => super::x86_q6::q6_f32::<JN>(w, nb, xs, sums, out),
+                    },
                     (Kernel::Int8 { .. }, _) if q5(ty) => {
                         use super::columns::{Q5_0, Q5_1, Q5_K};
                         use x86_q5::{q5_q8, q5_q8_avx512, q5_q8_vnni};
@@ -607,9 +483,8 @@ fn row_slices<T, const JN: usize>(v: &[T], j0: usize, width: usize, read: bool) 
     })
 }
 
-/// Whether `ty` is a K-quant with SIMD row kernels (`x86_k.rs`), in `f32` and 8-bit
-/// activations: `Q6_K` (`Q4_K` and `Q5_K` are packed and run the `Q4_1` and `Q5` group
-/// kernels).
+/// Whether `ty` is `Q6_K` (packed in a form of its own; SIMD group kernels in `x86_q6.rs`;
+/// `Q4_K` and `Q5_K` are packed and run the `Q4_1` and `Q5` group kernels).
 fn k_quant(ty: GgmlType) -> bool {
     ty == GgmlType::Q6_K
 }

@@ -83,9 +83,11 @@ mod x86_512;
 #[cfg(target_arch = "x86_64")]
 mod x86_dense;
 #[cfg(target_arch = "x86_64")]
-mod x86_k;
+mod x86_shared;
 #[cfg(target_arch = "x86_64")]
 mod x86_q5;
+#[cfg(target_arch = "x86_64")]
+mod x86_q6;
 
 use std::fmt;
 use std::sync::Arc;
@@ -515,7 +517,7 @@ struct Prepared {
     q8: Vec<BlockQ8>,
     q8_d: Vec<f32>,
     q8_s: Vec<f32>,
-    q8_wide: q8::WideQ8,
+    q8_halves: Vec<i32>,
     permuted: Vec<f32>,
     block_sums: Vec<f32>,
     panels: Vec<f32>,
@@ -537,7 +539,7 @@ impl Prepared {
                 q8: Vec::new(),
                 q8_d: Vec::new(),
                 q8_s: Vec::new(),
-                q8_wide: q8::WideQ8::default(),
+                q8_halves: Vec::new(),
                 permuted: Vec::new(),
                 block_sums: Vec::new(),
                 panels: gemm::pack_activations(x, m, cols),
@@ -550,27 +552,22 @@ impl Prepared {
         };
         let (permuted, block_sums) = if kernel.wants_permuted(packed) {
             let (order, scale, width) = kernel.permutation();
-            #[allow(unused_mut)]
-            let mut permuted: Vec<f32> = x
+            let permuted: Vec<f32> = x
                 .chunks_exact(32)
                 .flat_map(|b| std::array::from_fn::<f32, 32, _>(|k| b[order[k]] * scale[k]))
                 .collect();
-            #[cfg(target_arch = "x86_64")]
-            if kernel.interleaves_k_pairs() {
-                x86_k::interleave_k_pairs(&mut permuted);
-            }
             let sums = x.chunks_exact(width).map(|b| b.iter().sum()).collect();
             (permuted, sums)
         } else {
             (Vec::new(), Vec::new())
         };
-        let q8_wide = if kernel.wants_wide_q8() {
-            q8::WideQ8::new(&q8)
+        let q8_halves = if kernel.wants_half_sums() {
+            q8::half_sums_x32(&q8)
         } else {
-            q8::WideQ8::default()
+            Vec::new()
         };
         Prepared {
-            q8_wide,
+            q8_halves,
             q8_d: q8.iter().map(|b| b.d).collect(),
             q8_s: q8.iter().map(|b| b.s).collect(),
             q8,
@@ -587,7 +584,7 @@ impl Prepared {
             q8: &self.q8,
             q8_d: &self.q8_d,
             q8_s: &self.q8_s,
-            q8_wide: &self.q8_wide,
+            q8_halves: &self.q8_halves,
             permuted: &self.permuted,
             block_sums: &self.block_sums,
             panels: &self.panels,

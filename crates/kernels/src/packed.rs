@@ -47,6 +47,22 @@
 //! as `Q4_1` does, its fifth bits transposed as `Q5_1`'s. The rows past the last whole group
 //! are padded with zero rows to a group (32 bytes more per row of each super-block than the
 //! file, 2%).
+//!
+//! `Q6_K` (value `d * sc * (q - 32)`, a 6-bit `q` and an `i8` scale `sc` per 16 values) gets
+//! a form of its own that the `Q6` group kernels (`x86_q6.rs`) read, the same bytes moved:
+//!
+//! ```text
+//! group g, super-block column s (1680 bytes = 8 x 210):
+//!   [d of rows P[0..8], f16 x 8] [sc of values 0..16 of rows P[0..8], i8 x 8] ...
+//!   [sc of values 240..256] [sub-block 0: 64 bytes of top bits, then qs of row 0, 16 bytes
+//!   ... qs of row 7] ... [sub-block 7]
+//! ```
+//!
+//! A 32-value sub-block's quant bytes hold the low four bits of its values `t` (low nibble)
+//! and `t + 16` (high nibble), as `Q4_1`'s do; the top two bits of value `16 h + t` of row
+//! `2 k + L` are bits `2k` and `2k + 1` of byte `32 h + 16 L + t` of the 64 (see [`q6_top`]),
+//! so one constant shift per pair of rows moves a vector's 32 top-bit pairs to bits 4 and 5.
+//! Padding rows to a whole group as for `Q4_K`.
 
 use kindle_gguf::quant::GgmlType;
 
@@ -60,12 +76,50 @@ pub(crate) const LANE_ROWS: [usize; GROUP] = [0, 2, 4, 6, 1, 3, 5, 7];
 /// Whether matrices of `ty` are stored interleaved.
 pub(crate) fn packs(ty: GgmlType) -> bool {
     use GgmlType::*;
-    matches!(ty, Q4_0 | Q4_1 | Q8_0 | Q5_0 | Q5_1 | Q4_K | Q5_K)
+    matches!(ty, Q4_0 | Q4_1 | Q8_0 | Q5_0 | Q5_1 | Q4_K | Q5_K | Q6_K)
 }
 
 /// Whether `ty` is packed as K-quant super-block columns (`Q4_K`, `Q5_K`).
 fn k_packed(ty: GgmlType) -> bool {
     matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K)
+}
+
+/// Bytes of a packed `Q6_K` super-block column's header: the `d` row (`f16 x 8`) and the 16
+/// scales of eight rows (`i8 x 8` each).
+pub(crate) const Q6_HEADER: usize = 16 + 128;
+
+/// Bytes of one 32-value sub-block of a packed `Q6_K` super-block column: 64 bytes of top
+/// bits, then eight rows' 16 quant bytes.
+pub(crate) const Q6_SUB_BYTES: usize = 64 + GROUP * 16;
+
+/// Bytes of a packed `Q6_K` super-block column (eight rows' 210-byte super-blocks).
+pub(crate) const Q6_COLUMN_BYTES: usize = Q6_HEADER + 8 * Q6_SUB_BYTES;
+
+/// Where, in a packed `Q6_K` super-block column, the scales of values `16 t..16 t + 16`
+/// start: eight `i8` in lane order.
+pub(crate) const fn q6_scales_at(t: usize) -> usize {
+    16 + 8 * t
+}
+
+/// Where, in a packed `Q6_K` super-block column, sub-block `j` (values `32 j..32 j + 32`)
+/// starts: its 64 bytes of top bits, then row `i`'s quants at `64 + 16 i`.
+pub(crate) const fn q6_sub_at(j: usize) -> usize {
+    Q6_HEADER + Q6_SUB_BYTES * j
+}
+
+/// Where the top two bits of value `v` (`0..32`) of row `i` (of its group) lie in a packed
+/// `Q6_K` sub-block's 64 bytes of top bits: `(byte, shift)` (see the module docs).
+pub(crate) fn q6_top(i: usize, v: usize) -> (usize, u32) {
+    (32 * (v / 16) + 16 * (i % 2) + v % 16, 2 * (i / 2) as u32)
+}
+
+/// The 6-bit quant (`0..64`) of value `v` of a GGUF `Q6_K` super-block's `ql` (128 bytes)
+/// and `qh` (64 bytes): ggml's `dequantize_row_q6_K` order.
+fn q6_quant(ql: &[u8], qh: &[u8], v: usize) -> u8 {
+    let (n, qq, l) = (v / 128, v % 128 / 32, v % 32);
+    let low = ql[64 * n + l + 32 * (qq % 2)] >> (4 * (qq / 2)) & 0x0F;
+    let top = qh[32 * n + l] >> (2 * qq) & 3;
+    low | top << 4
 }
 
 /// Bytes of a packed K-quant super-block column's header: the `d` and `dmin` rows (`f16 x 8`
@@ -141,6 +195,14 @@ pub(crate) struct Packing {
 impl Packing {
     pub fn new(ty: GgmlType, rows: usize, cols: usize) -> Self {
         let (block_bytes, nb) = (ty.type_size(), cols / ty.block_size());
+        if ty == GgmlType::Q6_K {
+            return Packing {
+                block_bytes,
+                nb,
+                grouped_rows: rows.next_multiple_of(GROUP),
+                column_bytes: Q6_COLUMN_BYTES,
+            };
+        }
         if k_packed(ty) {
             return Packing {
                 block_bytes,
@@ -290,7 +352,9 @@ pub(crate) fn pack_releasing(
         }
         for b in 0..p.nb {
             let src = &data[r * row_bytes + b * p.block_bytes..][..p.block_bytes];
-            if k_packed(ty) {
+            if ty == GgmlType::Q6_K {
+                put_q6(&p, r, b, src, &mut out);
+            } else if k_packed(ty) {
                 put_k(ty, &p, r, b, src, &mut out);
             } else {
                 p.block_parts(ty, r, b).put(ty, src, &mut out);
@@ -360,9 +424,12 @@ pub(crate) fn unpack_row(ty: GgmlType, p: &Packing, data: &[u8], r: usize, out: 
         out.copy_from_slice(&data[at..at + row_bytes]);
         return;
     }
-    if k_packed(ty) {
+    if k_packed(ty) || ty == GgmlType::Q6_K {
         for (b, dst) in out.chunks_exact_mut(p.block_bytes).enumerate() {
-            get_k(ty, p, data, r, b, dst);
+            match ty {
+                GgmlType::Q6_K => get_q6(p, data, r, b, dst),
+                _ => get_k(ty, p, data, r, b, dst),
+            }
         }
         return;
     }
@@ -451,6 +518,49 @@ fn get_k(ty: GgmlType, p: &Packing, data: &[u8], r: usize, b: usize, dst: &mut [
     }
 }
 
+/// Copy `Q6_K` super-block `b` of row `r` (`src`, 210 bytes: `ql`, `qh`, 16 scales, `d`)
+/// into its places in `out` (zeroed).
+fn put_q6(p: &Packing, r: usize, b: usize, src: &[u8], out: &mut [u8]) {
+    let (col, lane, i) = k_place(p, r, b);
+    let (ql, qh) = (&src[..128], &src[128..192]);
+    out[col + 2 * lane..][..2].copy_from_slice(&src[208..210]);
+    for t in 0..16 {
+        out[col + q6_scales_at(t) + lane] = src[192 + t];
+    }
+    for j in 0..8 {
+        let sub = col + q6_sub_at(j);
+        for v in 0..32 {
+            let q = q6_quant(ql, qh, 32 * j + v);
+            out[sub + 64 + 16 * i + v % 16] |= (q & 0x0F) << (4 * (v / 16));
+            let (byte, shift) = q6_top(i, v);
+            out[sub + byte] |= (q >> 4) << shift;
+        }
+    }
+}
+
+/// `Q6_K` super-block `b` of row `r` back from its places in `data`, into `dst`.
+fn get_q6(p: &Packing, data: &[u8], r: usize, b: usize, dst: &mut [u8]) {
+    let (col, lane, i) = k_place(p, r, b);
+    dst.fill(0);
+    for j in 0..8 {
+        let sub = col + q6_sub_at(j);
+        for v in 0..32 {
+            let low = data[sub + 64 + 16 * i + v % 16] >> (4 * (v / 16)) & 0x0F;
+            let (byte, shift) = q6_top(i, v);
+            let top = data[sub + byte] >> shift & 3;
+            // Value `w` of the super-block in ggml's order (the inverse of `q6_quant`).
+            let w = 32 * j + v;
+            let (n, qq, l) = (w / 128, w % 128 / 32, w % 32);
+            dst[64 * n + l + 32 * (qq % 2)] |= low << (4 * (qq / 2));
+            dst[128 + 32 * n + l] |= top << (2 * qq);
+        }
+    }
+    for t in 0..16 {
+        dst[192 + t] = data[col + q6_scales_at(t) + lane];
+    }
+    dst[208..210].copy_from_slice(&data[col + 2 * lane..][..2]);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -466,6 +576,7 @@ mod tests {
             GgmlType::Q5_1,
             GgmlType::Q4_K,
             GgmlType::Q5_K,
+            GgmlType::Q6_K,
         ] {
             let (rows, cols) = (2 * CHUNK_ROWS + 13, ty.block_size() * 2);
             let row_bytes = cols / ty.block_size() * ty.type_size();

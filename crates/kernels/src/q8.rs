@@ -38,49 +38,11 @@ pub(crate) fn quantize_block_scalar(x: &[f32]) -> BlockQ8 {
     }
 }
 
-/// 8-bit activation rows laid out for the AVX-512 8-bit `Q6_K` kernel (`x86_k`), made from
-/// their blocks once per product: the quants of a row contiguous (one 64-byte load takes two
-/// blocks), each block's scale repeated over eight lanes (the 16 multipliers of 64 values'
-/// lanes in one load), and the sums of each 16 quants (what `Q6_K`'s `-32` offset multiplies,
-/// scaled by its 16-value scales).
-#[derive(Debug, Default)]
-pub(crate) struct WideQ8 {
-    /// The quants in order, 64 a line (two blocks).
-    pub qs: Vec<Line<i8, 64>>,
-    /// Each block's `d` eight times, 16 a line (two blocks).
-    pub d8: Vec<Line<f32, 16>>,
-    /// The sum of each 16 quants (at most `16 * 127`).
-    pub s16: Vec<i16>,
-}
-
-/// `N` values on a 64-byte line of their own: loads of a line never cross a cache line.
-#[derive(Debug, Clone, Copy)]
-#[repr(C, align(64))]
-pub(crate) struct Line<T, const N: usize>(pub [T; N]);
-
-impl WideQ8 {
-    /// The wide form of `blocks` (rows of whole blocks one after another; an even number of
-    /// blocks a row).
-    pub(crate) fn new(blocks: &[BlockQ8]) -> WideQ8 {
-        let mut wide = WideQ8 {
-            qs: Vec::with_capacity(blocks.len() / 2),
-            d8: Vec::with_capacity(blocks.len() / 2),
-            s16: Vec::with_capacity(2 * blocks.len()),
-        };
-        debug_assert!(blocks.len().is_multiple_of(2), "an even number of blocks");
-        for pair in blocks.chunks_exact(2) {
-            let (a, b) = (&pair[0], &pair[1]);
-            wide.qs.push(Line(std::array::from_fn(|i| {
-                if i < 32 { a.qs[i] } else { b.qs[i - 32] }
-            })));
-            wide.d8
-                .push(Line(std::array::from_fn(|i| if i < 8 { a.d } else { b.d })));
-        }
-        for b in blocks {
-            for half in b.qs.chunks_exact(16) {
-                wide.s16.push(half.iter().map(|&q| i16::from(q)).sum());
-            }
-        }
-        wide
-    }
+/// `32 *` the sum of each 16 quants of `blocks` (two a block, in order): what the 8-bit
+/// `Q6_K` kernels (`x86_q6`) subtract for its `-32` offset before scaling each half.
+pub(crate) fn half_sums_x32(blocks: &[BlockQ8]) -> Vec<i32> {
+    blocks
+        .iter()
+        .flat_map(|b| [0, 16].map(|at| 32 * b.qs[at..at + 16].iter().map(|&q| i32::from(q)).sum::<i32>()))
+        .collect()
 }

@@ -13,7 +13,7 @@
 
 use std::arch::x86_64::*;
 
-use super::x86_k::hsum;
+use super::x86_shared::hsum;
 
 /// `out[j] = a . bs[j]` for `J` rows `bs[j]` (each as long as `a`), every one with exactly
 /// the arithmetic of `x86::dot_f32` (the same accumulators, order and reduction), so a row's

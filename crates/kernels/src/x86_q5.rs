@@ -27,7 +27,7 @@
 use std::arch::x86_64::*;
 
 use super::columns::{SuperBlock, column, for_each_column};
-use super::x86_k::{Q8Block, Q8Rows, hsum};
+use super::x86_shared::{Q8Block, Q8Rows, hsum};
 
 /// The order of a block's 32 activations that the `f32` kernel reads: position `p` holds
 /// value `16 h + 4 l + k` with `h = p / 16`, `k = p % 16 / 4`, `l = p % 4` (the four values
@@ -293,7 +293,7 @@ pub(crate) const Q5_ORDER_AVX512: [usize; 32] = {
 /// as they are added to the lane's partial sum, and the lanes are reduced once, at the end
 /// (measured against multiplying `d` into the quants first: as fast in a prefill, 10% faster
 /// in decode). Activations in [`Q5_ORDER_AVX512`] scaled by
-/// [`K_SCALE`](super::x86_k::K_SCALE) (position `8k + ...` was converted at bit `8k`, as in
+/// [`K_SCALE`](super::x86_shared::K_SCALE) (position `8k + ...` was converted at bit `8k`, as in
 /// the K-quant kernels).
 ///
 /// # Safety
