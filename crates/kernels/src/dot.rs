@@ -124,17 +124,22 @@ impl Kernel {
     /// [`wants_permuted`](Kernel::wants_permuted).
     pub fn permutation(self) -> ([usize; 32], [f32; 32], usize) {
         #[cfg(target_arch = "x86_64")]
+        if let Kernel::F32 { ty, .. } = self
+            && k_quant(ty)
+        {
+            // `Q6_K`: the values' own order; its `-32` offset acts on sums per 16 values.
+            return (std::array::from_fn(|i| i), super::x86_q6::Q6_SCALE, 16);
+        }
+        #[cfg(target_arch = "x86_64")]
         if let Kernel::F32 { ty, simd } = self
-            && (q5(ty) || k_quant(ty))
+            && q5(ty)
         {
             use super::x86_q5 as q;
-            // `Q6_K`: its `-32` offset acts on sums per 16 values.
-            let width = if k_quant(ty) { 16 } else { 32 };
             return if simd == Simd::Avx512 {
                 // Position `8k + ...` converted at bit `8k`: the K-quant kernels' scaling.
-                (q::Q5_ORDER_AVX512, super::x86_shared::K_SCALE, width)
+                (q::Q5_ORDER_AVX512, super::x86_shared::K_SCALE, 32)
             } else {
-                (q::Q5_ORDER, q::Q5_SCALE, width)
+                (q::Q5_ORDER, q::Q5_SCALE, 32)
             };
         }
         (Q4_ORDER, self.q4_scale(), 32)
@@ -290,14 +295,15 @@ impl Kernel {
     }
 
     /// How many activation rows the group kernel takes at once: eight, or six for the
-    /// AVX-512 `f32` kernels of `Q5` and `Q6_K`, whose partial sums fill the register file
-    /// (the AVX-512 `f32` kernels of the other types are `x86_512`'s), four for the other
-    /// `Q6_K` kernels (two halves' sums a row).
+    /// AVX-512 `f32` kernels of `Q5`, whose partial sums fill the register file (the AVX-512
+    /// `f32` kernels of the other types are `x86_512`'s); for `Q6_K` four (8-bit) or two
+    /// (`f32`: eight chains of partial sums a row).
     #[cfg(target_arch = "x86_64")]
     fn max_batch(self, simd: Simd) -> usize {
         match (self, simd) {
+            (Kernel::Int8 { ty, .. }, _) if k_quant(ty) => 4,
+            (Kernel::F32 { ty, .. }, _) if k_quant(ty) => 2,
             (Kernel::F32 { .. }, Simd::Avx512) => 6,
-            (Kernel::F32 { ty, .. } | Kernel::Int8 { ty, .. }, _) if k_quant(ty) => 4,
             _ => MAX_JN,
         }
     }

@@ -54,15 +54,17 @@
 //! ```text
 //! group g, super-block column s (1680 bytes = 8 x 210):
 //!   [d of rows P[0..8], f16 x 8] [sc of values 0..16 of rows P[0..8], i8 x 8] ...
-//!   [sc of values 240..256] [sub-block 0: 64 bytes of top bits, then qs of row 0, 16 bytes
-//!   ... qs of row 7] ... [sub-block 7]
+//!   [sc of values 240..256] [sub-block 0: 64 bytes of top bits, then four 32-byte vectors
+//!   of quants] ... [sub-block 7]
 //! ```
 //!
-//! A 32-value sub-block's quant bytes hold the low four bits of its values `t` (low nibble)
-//! and `t + 16` (high nibble), as `Q4_1`'s do; the top two bits of value `16 h + t` of row
-//! `2 k + L` are bits `2k` and `2k + 1` of byte `32 h + 16 L + t` of the 64 (see [`q6_top`]),
-//! so one constant shift per pair of rows moves a vector's 32 top-bit pairs to bits 4 and 5.
-//! Padding rows to a whole group as for `Q4_K`.
+//! Here the rows lie in the lanes of a vector: quant vector `c` of a 32-value sub-block holds
+//! at byte `4 s + p` the low four bits of values `4c + p` (low nibble) and `16 + 4c + p`
+//! (high nibble) of row `P[s]`, so that an 8-bit product with four activations broadcast to
+//! every lane leaves each row's sum in its own lane, with no horizontal adds. The top two
+//! bits of value `16 h + 4c + p` of row `P[s]` are bits `2c` and `2c + 1` of byte
+//! `32 h + 4 s + p` of the 64 (see [`q6_places`]), so one constant shift per quant vector
+//! moves its 32 top-bit pairs to bits 4 and 5. Padding rows to a whole group as for `Q4_K`.
 
 use kindle_gguf::quant::GgmlType;
 
@@ -89,7 +91,7 @@ fn k_packed(ty: GgmlType) -> bool {
 pub(crate) const Q6_HEADER: usize = 16 + 128;
 
 /// Bytes of one 32-value sub-block of a packed `Q6_K` super-block column: 64 bytes of top
-/// bits, then eight rows' 16 quant bytes.
+/// bits, then four vectors of eight rows' quant bytes.
 pub(crate) const Q6_SUB_BYTES: usize = 64 + GROUP * 16;
 
 /// Bytes of a packed `Q6_K` super-block column (eight rows' 210-byte super-blocks).
@@ -102,15 +104,18 @@ pub(crate) const fn q6_scales_at(t: usize) -> usize {
 }
 
 /// Where, in a packed `Q6_K` super-block column, sub-block `j` (values `32 j..32 j + 32`)
-/// starts: its 64 bytes of top bits, then row `i`'s quants at `64 + 16 i`.
+/// starts: its 64 bytes of top bits, then quant vector `c` at `64 + 32 c`.
 pub(crate) const fn q6_sub_at(j: usize) -> usize {
     Q6_HEADER + Q6_SUB_BYTES * j
 }
 
-/// Where the top two bits of value `v` (`0..32`) of row `i` (of its group) lie in a packed
-/// `Q6_K` sub-block's 64 bytes of top bits: `(byte, shift)` (see the module docs).
-pub(crate) fn q6_top(i: usize, v: usize) -> (usize, u32) {
-    (32 * (v / 16) + 16 * (i % 2) + v % 16, 2 * (i / 2) as u32)
+/// Where value `v` (`0..32`) of the row in lane `s` of its group lies in a packed `Q6_K`
+/// sub-block (see the module docs): its quant byte (from the sub-block's start) and nibble
+/// shift, and its top bits' byte and shift.
+pub(crate) fn q6_places(s: usize, v: usize) -> ((usize, u32), (usize, u32)) {
+    let (h, c, p) = (v / 16, v % 16 / 4, v % 4);
+    let byte = 4 * s + p;
+    ((64 + 32 * c + byte, 4 * h as u32), (32 * h + byte, 2 * c as u32))
 }
 
 /// The 6-bit quant (`0..64`) of value `v` of a GGUF `Q6_K` super-block's `ql` (128 bytes)
@@ -521,7 +526,7 @@ fn get_k(ty: GgmlType, p: &Packing, data: &[u8], r: usize, b: usize, dst: &mut [
 /// Copy `Q6_K` super-block `b` of row `r` (`src`, 210 bytes: `ql`, `qh`, 16 scales, `d`)
 /// into its places in `out` (zeroed).
 fn put_q6(p: &Packing, r: usize, b: usize, src: &[u8], out: &mut [u8]) {
-    let (col, lane, i) = k_place(p, r, b);
+    let (col, lane, _) = k_place(p, r, b);
     let (ql, qh) = (&src[..128], &src[128..192]);
     out[col + 2 * lane..][..2].copy_from_slice(&src[208..210]);
     for t in 0..16 {
@@ -531,23 +536,23 @@ fn put_q6(p: &Packing, r: usize, b: usize, src: &[u8], out: &mut [u8]) {
         let sub = col + q6_sub_at(j);
         for v in 0..32 {
             let q = q6_quant(ql, qh, 32 * j + v);
-            out[sub + 64 + 16 * i + v % 16] |= (q & 0x0F) << (4 * (v / 16));
-            let (byte, shift) = q6_top(i, v);
-            out[sub + byte] |= (q >> 4) << shift;
+            let ((byte, nibble), (top, shift)) = q6_places(lane, v);
+            out[sub + byte] |= (q & 0x0F) << nibble;
+            out[sub + top] |= (q >> 4) << shift;
         }
     }
 }
 
 /// `Q6_K` super-block `b` of row `r` back from its places in `data`, into `dst`.
 fn get_q6(p: &Packing, data: &[u8], r: usize, b: usize, dst: &mut [u8]) {
-    let (col, lane, i) = k_place(p, r, b);
+    let (col, lane, _) = k_place(p, r, b);
     dst.fill(0);
     for j in 0..8 {
         let sub = col + q6_sub_at(j);
         for v in 0..32 {
-            let low = data[sub + 64 + 16 * i + v % 16] >> (4 * (v / 16)) & 0x0F;
-            let (byte, shift) = q6_top(i, v);
-            let top = data[sub + byte] >> shift & 3;
+            let ((byte, nibble), (top, shift)) = q6_places(lane, v);
+            let low = data[sub + byte] >> nibble & 0x0F;
+            let top = data[sub + top] >> shift & 3;
             // Value `w` of the super-block in ggml's order (the inverse of `q6_quant`).
             let w = 32 * j + v;
             let (n, qq, l) = (w / 128, w % 128 / 32, w % 32);
