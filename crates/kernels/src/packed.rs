@@ -411,6 +411,9 @@ pub(crate) fn dequantize_row(
     scratch: &mut Vec<u8>,
 ) {
     let row = match packing {
+        Some(p) if ty == GgmlType::Q6_K && r < p.grouped_rows => {
+            return dequantize_q6_row(p, data, r, out);
+        }
         Some(p) => {
             scratch.resize(row_bytes, 0);
             unpack_row(ty, p, data, r, scratch);
@@ -419,6 +422,33 @@ pub(crate) fn dequantize_row(
         None => &data[r * row_bytes..(r + 1) * row_bytes],
     };
     kindle_gguf::quant::dequantize(ty, row, out).expect("shape checked at construction");
+}
+
+/// Row `r` of a packed `Q6_K` matrix dequantised into `out` straight from the packed layout
+/// (the prefill product dequantises every weight row once per product: unpacking each
+/// super-block bit by bit first made a Gemma-3 pp512 5% slower), with the bits of
+/// `dequantize_block_q6_k`'s `(d * scale) * (q - 32)`.
+fn dequantize_q6_row(p: &Packing, data: &[u8], r: usize, out: &mut [f32]) {
+    for (b, y) in out.chunks_exact_mut(256).enumerate() {
+        let (col, lane, _) = k_place(p, r, b);
+        let d = half::f16::from_le_bytes([data[col + 2 * lane], data[col + 2 * lane + 1]]);
+        let d = d.to_f32();
+        for (j, y) in y.chunks_exact_mut(32).enumerate() {
+            let sub = &data[col + q6_sub_at(j)..][..Q6_SUB_BYTES];
+            let ds = [2 * j, 2 * j + 1].map(|t| d * f32::from(data[col + q6_scales_at(t) + lane] as i8));
+            for c in 0..4 {
+                for p in 0..4 {
+                    let byte = 4 * lane + p;
+                    let nibbles = sub[64 + 32 * c + byte];
+                    let top = [sub[byte], sub[32 + byte]].map(|t| t >> (2 * c) & 3);
+                    let lo = i32::from((nibbles & 0x0F) | top[0] << 4) - 32;
+                    let hi = i32::from((nibbles >> 4) | top[1] << 4) - 32;
+                    y[4 * c + p] = ds[0] * lo as f32;
+                    y[16 + 4 * c + p] = ds[1] * hi as f32;
+                }
+            }
+        }
+    }
 }
 
 /// Row `r` of a packed matrix back in GGUF layout, written to `out` (`row_bytes` long).

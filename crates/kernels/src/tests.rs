@@ -249,12 +249,15 @@ fn packed_rows_dequantize_to_the_file_rows() {
         GgmlType::Q5_1,
         GgmlType::Q4_K,
         GgmlType::Q5_K,
+        GgmlType::Q6_K,
     ] {
         for rows in [1, 8, 13, 24, 31] {
             let cols = 3 * ty.block_size();
             let (block, size) = (ty.block_size(), ty.type_size());
+            // Finite scales: the first four bytes (`Q6_K`: its `d`, the last two).
+            let scale = |at: usize| at < 4 && ty != GgmlType::Q6_K || at >= 208;
             let bytes: Vec<u8> = (0..rows * cols / block * size)
-                .map(|i| if i % size < 4 { 0x30 } else { rng.byte() })
+                .map(|i| if scale(i % size) { 0x30 } else { rng.byte() })
                 .collect();
             let w = QuantMatrix::new(ty, rows, cols, WeightBytes::owned(bytes.clone())).unwrap();
             let row_bytes = cols / block * size;
