@@ -13,8 +13,10 @@
 //! that one load gives eight rows' `f16` scales and eight rows' dot products land in the lanes of
 //! one vector. `Q4_K` and `Q5_K` are repacked into the `Q4_1` and `Q5_1` forms (each 32-value
 //! sub-block a block column, its scale and min unpacked to bytes, 2% larger than the file) and run
-//! those kernels. The file's pages are then released, so resident memory stays near the file size.
-//! Other types are read in place from the memory-mapped file, a row at a time.
+//! those kernels. `Q6_K` is repacked into a group form of its own (the eight rows in the lanes
+//! of a vector, its 16-value scales per row; the same bytes) read by its group kernels. The
+//! file's pages are then released, so resident memory stays near the file size. `F32` and
+//! `F16` are read in place from the memory-mapped file, a row at a time.
 //!
 //! Two activation formats, chosen by [`ActivationFormat`]:
 //! - [`ActivationFormat::F32`] (the default): each weight block is dequantised in registers
@@ -83,11 +85,11 @@ mod x86_512;
 #[cfg(target_arch = "x86_64")]
 mod x86_dense;
 #[cfg(target_arch = "x86_64")]
-mod x86_shared;
-#[cfg(target_arch = "x86_64")]
 mod x86_q5;
 #[cfg(target_arch = "x86_64")]
 mod x86_q6;
+#[cfg(target_arch = "x86_64")]
+mod x86_shared;
 
 use std::fmt;
 use std::sync::Arc;
@@ -148,8 +150,7 @@ pub enum KernelError {
 /// batch of decode steps), and the same bits in every prefill of 32 rows or more; between
 /// the two it differs only by the order of the sums (a few units in the last place). `Int8`
 /// is llama.cpp's scheme: faster, about as exact as llama.cpp; its prefill of weights
-/// without an integer group kernel (`Q6_K`) runs the `f32` prefill product, so its
-/// decode and prefill differ by up to a few tenths of a logit.
+/// without an integer group kernel (`F16`, `F32`) runs the `f32` prefill product.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ActivationFormat {
     /// 8-bit activations per 32-value block, integer dot products (falls back to `F32` for
@@ -709,9 +710,9 @@ fn gemm_tile() -> Option<usize> {
 /// `arithmetic` says ([`RowArithmetic::ByRows`]: from [`PREFILL_ROWS`] rows on), where this
 /// CPU has a micro-kernel, and not for 8-bit activations on a packed matrix (their integer
 /// group kernels are faster, SmolLM2's `Q4_1` pp512 405-429 tok/s against 364-374 in `f32` at
-/// one thread, and give a row the same bits in any batch). 8-bit activations on other types
-/// (`Q6_K`, read a row at a time) run it in `f32`, faster than their integer row kernels
-/// (measured when the K-quants were all row kernels: Gemma-3's pp512 306-325 -> 368-380).
+/// one thread, and give a row the same bits in any batch; `Q6_K` joined them when it was
+/// packed: Gemma-3's 8-bit pp512 438-469 -> 477-481 tok/s at one thread). 8-bit activations
+/// on other types (`F16`, `F32`) run it in `f32`.
 fn runs_gemm(int8: bool, packed: bool, m: usize, arithmetic: RowArithmetic) -> bool {
     let rows = match arithmetic {
         RowArithmetic::ByRows => m >= PREFILL_ROWS,

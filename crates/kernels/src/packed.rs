@@ -115,7 +115,10 @@ pub(crate) const fn q6_sub_at(j: usize) -> usize {
 pub(crate) fn q6_places(s: usize, v: usize) -> ((usize, u32), (usize, u32)) {
     let (h, c, p) = (v / 16, v % 16 / 4, v % 4);
     let byte = 4 * s + p;
-    ((64 + 32 * c + byte, 4 * h as u32), (32 * h + byte, 2 * c as u32))
+    (
+        (64 + 32 * c + byte, 4 * h as u32),
+        (32 * h + byte, 2 * c as u32),
+    )
 }
 
 /// The 6-bit quant (`0..64`) of value `v` of a GGUF `Q6_K` super-block's `ql` (128 bytes)
@@ -435,7 +438,8 @@ fn dequantize_q6_row(p: &Packing, data: &[u8], r: usize, out: &mut [f32]) {
         let d = d.to_f32();
         for (j, y) in y.chunks_exact_mut(32).enumerate() {
             let sub = &data[col + q6_sub_at(j)..][..Q6_SUB_BYTES];
-            let ds = [2 * j, 2 * j + 1].map(|t| d * f32::from(data[col + q6_scales_at(t) + lane] as i8));
+            let ds =
+                [2 * j, 2 * j + 1].map(|t| d * f32::from(data[col + q6_scales_at(t) + lane] as i8));
             for c in 0..4 {
                 for p in 0..4 {
                     let byte = 4 * lane + p;

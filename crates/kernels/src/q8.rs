@@ -43,6 +43,8 @@ pub(crate) fn quantize_block_scalar(x: &[f32]) -> BlockQ8 {
 pub(crate) fn half_sums_x32(blocks: &[BlockQ8]) -> Vec<i32> {
     blocks
         .iter()
-        .flat_map(|b| [0, 16].map(|at| 32 * b.qs[at..at + 16].iter().map(|&q| i32::from(q)).sum::<i32>()))
+        .flat_map(|b| {
+            [0, 16].map(|at| 32 * b.qs[at..at + 16].iter().map(|&q| i32::from(q)).sum::<i32>())
+        })
         .collect()
 }

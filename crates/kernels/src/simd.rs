@@ -42,8 +42,8 @@ impl Simd {
                 && is_x86_feature_detected!("fma")
                 && is_x86_feature_detected!("f16c");
             let vnni = avx2 && is_x86_feature_detected!("avxvnni");
-            // BW and VL (every AVX-512 CPU but the Xeon Phi's have them): the 8-bit `Q6_K` and
-            // `Q5` kernels use their byte and word operations and 256-bit bit selects.
+            // BW and VL (every AVX-512 CPU but the Xeon Phi's have them): the `Q5` and `Q6_K`
+            // kernels use VL's 32 registers and bit selects on 256-bit vectors.
             let avx512 = is_x86_feature_detected!("avx512f")
                 && is_x86_feature_detected!("avx512bw")
                 && is_x86_feature_detected!("avx512vl");

@@ -207,7 +207,9 @@ macro_rules! q6_q8_kernel {
                         for j in 0..JN {
                             // The four activations each lane's four quants meet, per half.
                             let y = [0, 16].map(|h| {
-                                _mm256_set1_epi32((q[j].add(h + 4 * c) as *const i32).read_unaligned())
+                                _mm256_set1_epi32(
+                                    (q[j].add(h + 4 * c) as *const i32).read_unaligned(),
+                                )
                             });
                             for (h, v) in [lo, hi].into_iter().enumerate() {
                                 if $vnni {
@@ -215,8 +217,12 @@ macro_rules! q6_q8_kernel {
                                 } else if c % 2 == 0 {
                                     first[j][h] = _mm256_maddubs_epi16(v, y[h]);
                                 } else {
-                                    let p = _mm256_add_epi16(first[j][h], _mm256_maddubs_epi16(v, y[h]));
-                                    sums[j][h] = _mm256_add_epi32(sums[j][h], _mm256_madd_epi16(p, ones));
+                                    let p = _mm256_add_epi16(
+                                        first[j][h],
+                                        _mm256_maddubs_epi16(v, y[h]),
+                                    );
+                                    sums[j][h] =
+                                        _mm256_add_epi32(sums[j][h], _mm256_madd_epi16(p, ones));
                                 }
                             }
                         }
