@@ -127,11 +127,14 @@ fn same_shape(c: &mut Criterion) {
 /// per call against `m = 1` is what a verification costs in one-row steps.
 fn rows(c: &mut Criterion) {
     for m in [1, 2, 4, 9, 15, 16, 64] {
-        // SmolLM2's FFN gate/up and down, and a slice of its `Q8_0` head.
+        // SmolLM2's FFN gate/up and down, a slice of its `Q8_0` head, and Gemma-3's FFN
+        // gate/up (`Q5_0`) and down (`Q6_K` in half of its layers).
         let shapes = [
             (GgmlType::Q4_1, 1536, 576),
             (GgmlType::Q4_1, 576, 1536),
             (GgmlType::Q8_0, 4096, 576),
+            (GgmlType::Q5_0, 2048, 640),
+            (GgmlType::Q6_K, 640, 2048),
         ];
         for (ty, rows, cols) in shapes {
             let name = format!("rows_{}_{rows}x{cols}_m{m}", ty.name().to_lowercase());

@@ -125,22 +125,15 @@ impl Kernel {
     pub fn permutation(self) -> ([usize; 32], [f32; 32], usize) {
         #[cfg(target_arch = "x86_64")]
         if let Kernel::F32 { ty, .. } = self
-            && k_quant(ty)
+            && (k_quant(ty) || q5(ty))
         {
-            // `Q6_K`: the values' own order; its `-32` offset acts on sums per 16 values.
-            return (std::array::from_fn(|i| i), super::x86_q6::Q6_SCALE, 16);
-        }
-        #[cfg(target_arch = "x86_64")]
-        if let Kernel::F32 { ty, simd } = self
-            && q5(ty)
-        {
-            use super::x86_q5 as q;
-            return if simd == Simd::Avx512 {
-                // Position `8k + ...` converted at bit `8k`: the K-quant kernels' scaling.
-                (q::Q5_ORDER_AVX512, super::x86_shared::K_SCALE, 32)
-            } else {
-                (q::Q5_ORDER, q::Q5_SCALE, 32)
-            };
+            // The values' own order; `Q6_K`'s `-32` offset acts on sums per 16 values.
+            let width = if k_quant(ty) { 16 } else { 32 };
+            return (
+                std::array::from_fn(|i| i),
+                super::x86_shared::BYTE_SCALE,
+                width,
+            );
         }
         (Q4_ORDER, self.q4_scale(), 32)
     }
@@ -268,7 +261,7 @@ impl Kernel {
             let (m, nb) = (acts.m, acts.cols / 32);
             let mut j = 0;
             while j < m {
-                let jn = (m - j).min(self.max_batch(simd));
+                let jn = (m - j).min(self.max_batch());
                 // SAFETY: `simd` was detected (or is below what was), `data` holds whole groups
                 // of `nb` block columns, and every activation row holds `nb` blocks.
                 unsafe {
@@ -294,16 +287,14 @@ impl Kernel {
         }
     }
 
-    /// How many activation rows the group kernel takes at once: eight, or six for the
-    /// AVX-512 `f32` kernels of `Q5`, whose partial sums fill the register file (the AVX-512
-    /// `f32` kernels of the other types are `x86_512`'s); for `Q6_K` four (8-bit) or two
-    /// (`f32`: eight chains of partial sums a row).
+    /// How many activation rows the group kernel takes at once: eight, or for the `Q5` and
+    /// `Q6_K` kernels (rows in the lanes, several chains of partial sums a row) four (8-bit)
+    /// or two (`f32`).
     #[cfg(target_arch = "x86_64")]
-    fn max_batch(self, simd: Simd) -> usize {
-        match (self, simd) {
-            (Kernel::Int8 { ty, .. }, _) if k_quant(ty) => 4,
-            (Kernel::F32 { ty, .. }, _) if k_quant(ty) => 2,
-            (Kernel::F32 { .. }, Simd::Avx512) => 6,
+    fn max_batch(self) -> usize {
+        match self {
+            Kernel::Int8 { ty, .. } if k_quant(ty) || q5(ty) => 4,
+            Kernel::F32 { ty, .. } if k_quant(ty) || q5(ty) => 2,
             _ => MAX_JN,
         }
     }
@@ -370,7 +361,35 @@ impl Kernel {
             }),
         };
         let group_bytes = data.len() / groups.max(1);
-        for g in 0..groups {
+        let mut first = 0;
+        if matches!(self, Kernel::F32 { .. }) && simd == Simd::Avx512 && (q5(ty) || k_quant(ty)) {
+            // Two groups at a time in 16-lane vectors, each lane with the 8-lane kernel's
+            // arithmetic (a group left over runs that).
+            use super::columns::{Q5_0, Q5_1, Q5_K};
+            while first + 2 <= groups {
+                let w = data[first * group_bytes..].as_ptr();
+                let mut res = [[0f32; 16]; JN];
+                let out = &mut res;
+                let gb = group_bytes;
+                // SAFETY: forwarded from the caller; groups `first` and `first + 1` exist.
+                unsafe {
+                    match ty {
+                        GgmlType::Q6_K => super::x86_q6::q6_f32_x16::<JN>(w, gb, nb, xs, sums, out),
+                        GgmlType::Q5_0 => x86_q5::q5_f32_x16::<JN, Q5_0>(w, gb, nb, xs, sums, out),
+                        GgmlType::Q5_1 => x86_q5::q5_f32_x16::<JN, Q5_1>(w, gb, nb, xs, sums, out),
+                        _ => x86_q5::q5_f32_x16::<JN, Q5_K>(w, gb, nb, xs, sums, out),
+                    }
+                }
+                for (jj, lanes) in res.iter().enumerate() {
+                    for (s, &v) in lanes.iter().enumerate() {
+                        let row = GROUP * (first + s / GROUP) + packed::LANE_ROWS[s % GROUP];
+                        dst[row * m + j0 + jj] = v;
+                    }
+                }
+                first += 2;
+            }
+        }
+        for g in first..groups {
             let w = data[g * group_bytes..].as_ptr();
             let mut res = [[0f32; 8]; JN];
             let out = &mut res;

@@ -14,13 +14,16 @@
 //! for Q8_0 (272 bytes = 8 blocks of 34):
 //!   [d of rows P[0..8], f16 x 8] [qs of row 0] ... [qs of row 7]
 //! for Q5_0 (176 bytes = 8 blocks of 22) and Q5_1 (192 = 8 x 24, with the m row):
-//!   [d of rows P[0..8]] ([m of rows P[0..8]]) [fifth bits of the 8 rows, 32 bytes] [qs of row 0] ...
+//!   [d of rows P[0..8]] ([m of rows P[0..8]]) [fifth bits, 32 bytes] [quant vector 0, 32 bytes]
+//!   ... [quant vector 3]
 //! ```
 //!
-//! The fifth bits (each row's `qh`, 32 bits) are transposed so that the kernels get each
-//! vector's 32 fifth bits at bit 4 of its bytes with one shift: bit `b` of byte `16 L + i` is
-//! the fifth bit of value `i + 16 h` of row `2 k + L`, where `b = 4 + k` for `h = 0` and
-//! `b = 3 - k` for `h = 1` (see [`q5_bit`]).
+//! The `Q5` forms hold the rows *in the lanes*: byte `4 s + p` of quant vector `c` holds the
+//! low four bits of values `4c + p` (low nibble) and `16 + 4c + p` (high nibble) of row
+//! `P[s]`, and bits `c` and `4 + c` of byte `4 s + p` of the fifth bits are those two values'
+//! fifth bits (see [`q5_places`]), so an 8-bit product with four activations broadcast to
+//! every lane leaves each row's sum in its own lane, and one shift per quant vector moves its
+//! fifth bits to bit 4.
 //!
 //! The scales are stored in the lane order [`LANE_ROWS`] (`P`) in which the kernels' pairwise
 //! horizontal adds leave the rows. The groups follow each other (each `nb` block columns
@@ -39,12 +42,13 @@
 //! group g, super-block column s (Q4_K: 1184 bytes for 8 x 144; Q5_K: 1440 for 8 x 176):
 //!   [d of rows P[0..8], f16 x 8] [dmin, f16 x 8] [sc of sub-block 0 of rows P[0..8], u8 x 8]
 //!   ... [sc of sub-block 7] [mn of sub-block 0, u8 x 8] ... [mn of sub-block 7]
-//!   [sub-block 0: (Q5_K: its 32 bytes of fifth bits) qs of row 0, 16 bytes ... qs of row 7]
-//!   ... [sub-block 7]
+//!   [sub-block 0: Q4_K: qs of row 0, 16 bytes ... qs of row 7; Q5_K: as a Q5_1 block
+//!   column's fifth bits and quant vectors] ... [sub-block 7]
 //! ```
 //!
-//! A sub-block's 16 quant bytes hold its values `t` (low nibble) and `t + 16` (high nibble)
-//! as `Q4_1` does, its fifth bits transposed as `Q5_1`'s. The rows past the last whole group
+//! A `Q4_K` sub-block's 16 quant bytes a row hold its values `t` (low nibble) and `t + 16`
+//! (high nibble) as `Q4_1` does; a `Q5_K` sub-block is laid out as a `Q5_1` block column,
+//! the rows in the lanes. The rows past the last whole group
 //! are padded with zero rows to a group (32 bytes more per row of each super-block than the
 //! file, 2%).
 //!
@@ -257,7 +261,7 @@ impl Packing {
             m: column + 16 + 2 * lane,
             qh: column + scales,
             qh_len,
-            i,
+            lane,
             qs: column + scales + GROUP * qh_len + i * qs_len,
             qs_len,
         }
@@ -270,18 +274,22 @@ struct BlockParts {
     /// For `Q5_0`/`Q5_1`: the block column's 32 bytes of transposed fifth bits.
     qh: usize,
     qh_len: usize,
-    /// The row within its group.
-    i: usize,
+    /// The lane of the row's scales (and, for `Q5`, of its values).
+    lane: usize,
     qs: usize,
     qs_len: usize,
 }
 
-/// Where the fifth bit of value `v` of row `i` (of its group) lies in a block column's 32
-/// bytes of fifth bits: `(byte, bit)` (see the module docs).
-pub(crate) fn q5_bit(i: usize, v: usize) -> (usize, u32) {
-    let (k, lane) = (i / 2, i % 2);
-    let bit = if v < 16 { 4 + k } else { 3 - k };
-    (16 * lane + v % 16, bit as u32)
+/// Where value `v` (`0..32`) of the row in lane `s` of its group lies in a `Q5` block
+/// column, from the start of its 32 bytes of fifth bits (see the module docs): its quant
+/// byte and nibble shift, and its fifth bit's byte and bit.
+pub(crate) fn q5_places(s: usize, v: usize) -> ((usize, u32), (usize, u32)) {
+    let (h, c, p) = (v / 16, v % 16 / 4, v % 4);
+    let byte = 4 * s + p;
+    (
+        (32 + 32 * c + byte, 4 * h as u32),
+        (byte, (c + 4 * h) as u32),
+    )
 }
 
 impl BlockParts {
@@ -293,11 +301,16 @@ impl BlockParts {
             out[self.m..self.m + 2].copy_from_slice(&src[2..4]);
         }
         if self.qh_len == 4 {
+            // GGUF: byte `t` of `qs` holds values `t` and `t + 16`, bit `v` of `qh` value `v`'s
+            // fifth bit.
             let qh = u32::from_le_bytes([src[f], src[f + 1], src[f + 2], src[f + 3]]);
+            let qs = &src[f + 4..];
             for v in 0..32 {
-                let (byte, bit) = q5_bit(self.i, v);
-                out[self.qh + byte] |= (((qh >> v) & 1) as u8) << bit;
+                let ((byte, shift), (hbyte, bit)) = q5_places(self.lane, v);
+                out[self.qh + byte] |= (qs[v % 16] >> (4 * (v / 16)) & 0x0F) << shift;
+                out[self.qh + hbyte] |= (((qh >> v) & 1) as u8) << bit;
             }
+            return;
         }
         out[self.qs..self.qs + self.qs_len].copy_from_slice(&src[f + self.qh_len..]);
     }
@@ -311,15 +324,16 @@ impl BlockParts {
             dst[2..4].copy_from_slice(&data[self.m..self.m + 2]);
         }
         if self.qh_len == 4 {
-            // Values `v` and `v + 16` have their fifth bits in one byte (see `q5_bit`).
-            let (byte, low_bit) = q5_bit(self.i, 0);
-            let (_, high_bit) = q5_bit(self.i, 16);
             let mut qh = 0u32;
-            for (v, &bits) in data[self.qh + byte..][..16].iter().enumerate() {
-                qh |= u32::from((bits >> low_bit) & 1) << v;
-                qh |= u32::from((bits >> high_bit) & 1) << (v + 16);
+            let (qh_bytes, qs) = dst[f..].split_at_mut(4);
+            qs[..16].fill(0);
+            for v in 0..32 {
+                let ((byte, shift), (hbyte, bit)) = q5_places(self.lane, v);
+                qs[v % 16] |= (data[self.qh + byte] >> shift & 0x0F) << (4 * (v / 16));
+                qh |= u32::from(data[self.qh + hbyte] >> bit & 1) << v;
             }
-            dst[f..f + 4].copy_from_slice(&qh.to_le_bytes());
+            qh_bytes.copy_from_slice(&qh.to_le_bytes());
+            return;
         }
         let dst = &mut dst[f + self.qh_len..];
         let qs = &data[self.qs..];
@@ -417,6 +431,9 @@ pub(crate) fn dequantize_row(
         Some(p) if ty == GgmlType::Q6_K && r < p.grouped_rows => {
             return dequantize_q6_row(p, data, r, out);
         }
+        Some(p) if (qh_bytes(ty) == 4 || ty == GgmlType::Q5_K) && r < p.grouped_rows => {
+            return dequantize_q5_row(ty, p, data, r, out);
+        }
         Some(p) => {
             scratch.resize(row_bytes, 0);
             unpack_row(ty, p, data, r, scratch);
@@ -450,6 +467,59 @@ fn dequantize_q6_row(p: &Packing, data: &[u8], r: usize, out: &mut [f32]) {
                     y[4 * c + p] = ds[0] * lo as f32;
                     y[16 + 4 * c + p] = ds[1] * hi as f32;
                 }
+            }
+        }
+    }
+}
+
+/// The 32 five-bit quants of the row in lane `s` of the `Q5` block column whose fifth bits
+/// start at `at` in `data` (the inverse of [`q5_places`], unrolled: the prefill product
+/// dequantises every weight row once per product).
+fn q5_quants(data: &[u8], at: usize, s: usize) -> [u8; 32] {
+    let col: &[u8; 160] = data[at..at + 160].try_into().expect("a whole block column");
+    let mut q = [0u8; 32];
+    for c in 0..4 {
+        for p in 0..4 {
+            let (byte, fifth) = (col[32 + 32 * c + 4 * s + p], col[4 * s + p]);
+            q[4 * c + p] = (byte & 0x0F) | (fifth >> c & 1) << 4;
+            q[16 + 4 * c + p] = (byte >> 4) | (fifth >> (4 + c) & 1) << 4;
+        }
+    }
+    q
+}
+
+/// Row `r` of a packed `Q5_0`, `Q5_1` or `Q5_K` matrix (`r` within its groups) dequantised
+/// into `out` straight from the packed layout, as [`dequantize_q6_row`], with the bits of
+/// `kindle_gguf`'s `(q - 16) * d`, `q * d + m` and `d1 * q - m1`.
+fn dequantize_q5_row(ty: GgmlType, p: &Packing, data: &[u8], r: usize, out: &mut [f32]) {
+    let f16 = |at: usize| half::f16::from_le_bytes([data[at], data[at + 1]]).to_f32();
+    if ty == GgmlType::Q5_K {
+        for (b, y) in out.chunks_exact_mut(256).enumerate() {
+            let (col, lane, _) = k_place(p, r, b);
+            let (d, dmin) = (f16(col + 2 * lane), f16(col + 16 + 2 * lane));
+            for (j, y) in y.chunks_exact_mut(32).enumerate() {
+                let d1 = d * f32::from(data[col + k_scales_at(j) + lane]);
+                let m1 = dmin * f32::from(data[col + k_mins_at(j) + lane]);
+                let q = q5_quants(data, col + k_sub_at(true, j), lane);
+                for (y, &q) in y.iter_mut().zip(&q) {
+                    *y = d1 * f32::from(q) - m1;
+                }
+            }
+        }
+        return;
+    }
+    for (b, y) in out.chunks_exact_mut(32).enumerate() {
+        let parts = p.block_parts(ty, r, b);
+        let d = f16(parts.d);
+        let m = f16(parts.m);
+        let q = q5_quants(data, parts.qh, parts.lane);
+        if ty == GgmlType::Q5_0 {
+            for (y, &q) in y.iter_mut().zip(&q) {
+                *y = (i32::from(q) - 16) as f32 * d;
+            }
+        } else {
+            for (y, &q) in y.iter_mut().zip(&q) {
+                *y = f32::from(q) * d + m;
             }
         }
     }
@@ -512,15 +582,17 @@ fn put_k(ty: GgmlType, p: &Packing, r: usize, b: usize, src: &[u8], out: &mut [u
             if j % 2 == 0 { byte & 0x0F } else { byte >> 4 }
         };
         let sub = col + k_sub_at(five, j);
-        let quants = sub + if five { 32 } else { 0 };
-        for (t, d) in out[quants + 16 * i..][..16].iter_mut().enumerate() {
-            *d = value(t) | (value(t + 16) << 4);
-        }
         if five {
+            // The `Q5_1` form: the rows in the lanes (`q5_places`).
             for (v, &h) in qh.iter().enumerate() {
-                let (byte, bit) = q5_bit(i, v);
-                out[sub + byte] |= ((h >> j) & 1) << bit;
+                let ((byte, shift), (hbyte, bit)) = q5_places(lane, v);
+                out[sub + byte] |= value(v) << shift;
+                out[sub + hbyte] |= ((h >> j) & 1) << bit;
             }
+            continue;
+        }
+        for (t, d) in out[sub + 16 * i..][..16].iter_mut().enumerate() {
+            *d = value(t) | (value(t + 16) << 4);
         }
     }
 }
@@ -544,15 +616,18 @@ fn get_k(ty: GgmlType, p: &Packing, data: &[u8], r: usize, b: usize, dst: &mut [
     qs.fill(0);
     for j in 0..8 {
         let sub = col + k_sub_at(five, j);
-        let quants = sub + if five { 32 } else { 0 };
         let shift = if j % 2 == 0 { 0 } else { 4 };
-        for (t, &byte) in data[quants + 16 * i..][..16].iter().enumerate() {
+        if five {
+            for (v, h) in qh.iter_mut().enumerate() {
+                let ((byte, nibble), (hbyte, bit)) = q5_places(lane, v);
+                qs[32 * (j / 2) + v] |= (data[sub + byte] >> nibble & 0x0F) << shift;
+                *h |= ((data[sub + hbyte] >> bit) & 1) << j;
+            }
+            continue;
+        }
+        for (t, &byte) in data[sub + 16 * i..][..16].iter().enumerate() {
             qs[32 * (j / 2) + t] |= (byte & 0x0F) << shift;
             qs[32 * (j / 2) + t + 16] |= (byte >> 4) << shift;
-        }
-        for (v, h) in qh.iter_mut().enumerate() {
-            let (byte, bit) = q5_bit(i, v);
-            *h |= ((data[sub + byte] >> bit) & 1) << j;
         }
     }
 }

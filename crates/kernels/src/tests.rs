@@ -728,3 +728,35 @@ fn products_run_together_give_the_bits_of_products_run_alone() {
         }
     }
 }
+
+#[test]
+fn sixteen_lane_pairs_of_groups_give_the_bits_of_single_groups() {
+    // AVX-512 `f32` products of `Q5` and `Q6_K` run two groups at a time in 16-lane vectors
+    // and a group left over alone: a row's bits must not depend on which. Here the same rows
+    // are computed from group 0 (pairs 0+1, 2+3, group 4 alone) and from group 1 (pairs
+    // 1+2, 3+4), so that every group runs in both places.
+    let mut rng = Rng(1616);
+    for ty in [
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+    ] {
+        let (rows, cols, m) = (40, 512, 3);
+        let w = random_matrix(ty, rows, cols, &mut rng);
+        let x: Vec<f32> = (0..m * cols).map(|_| rng.float()).collect();
+        for simd in Simd::available() {
+            let kernel = Kernel::select_simd(ty, ActivationFormat::F32, simd);
+            let prepared = Prepared::new(kernel, true, &x, cols, RowArithmetic::Decode);
+            let acts = prepared.activations(&x, cols, m);
+            let from = |start: usize| {
+                let mut out = vec![f32::NAN; (rows - start) * m];
+                kernel.rows(&w.weights(), &acts, start, rows, &mut out);
+                out
+            };
+            let (all, shifted) = (from(0), from(8));
+            assert_eq!(&all[8 * m..], &shifted[..], "{ty:?} {simd:?}");
+            assert!(all.iter().all(|v| v.is_finite()), "{ty:?} {simd:?}");
+        }
+    }
+}

@@ -18,7 +18,7 @@
 //!   multiply by each half's `d * sc` and one FMA by the block's `y.d`.
 //! - `f32` activations: each quant vector masked in place per byte of its 32-bit lanes and
 //!   converted (byte `p` at bit `8p`), times one activation broadcast, scaled by `2^-8p`
-//!   ([`Q6_SCALE`]; every product exactly `q * x`), in four chains a half.
+//!   (`x86_shared::BYTE_SCALE`; every product exactly `q * x`), in four chains a half.
 //!
 //! Every function requires AVX2, FMA and F16C (the caller checks them at run time), a whole
 //! group of `nb` block columns (whole super-blocks) and activation rows of `nb` blocks.
@@ -28,19 +28,6 @@ use std::arch::x86_64::*;
 use super::packed::{Q6_COLUMN_BYTES, q6_scales_at, q6_sub_at};
 use super::prefetch::prefetch_ahead;
 use super::x86_shared::Q8Block;
-
-/// The factor each activation of a block is scaled by for the `f32` kernels (in their order,
-/// the values' own): value `4c + p` (and `16 + 4c + p`) meets its weight converted at bit
-/// `8p`, so it needs `x * 2^-8p` (exact).
-pub(crate) const Q6_SCALE: [f32; 32] = {
-    let mut scale = [0f32; 32];
-    let mut i = 0;
-    while i < 32 {
-        scale[i] = 1.0 / (1u32 << (8 * (i % 4))) as f32;
-        i += 1;
-    }
-    scale
-};
 
 /// `JN` rows of 8-bit activation blocks for the `Q6_K` kernels: the blocks, their scales,
 /// and `32 *` the sum of each 16 quants (two a block: what the `-32` offset multiplies).
@@ -262,8 +249,8 @@ q6_q8_kernel!(
 macro_rules! q6_f32_kernel {
     ($name:ident, $features:tt, $quants:ident) => {
         /// A packed `Q6_K` group times `JN` rows of `f32` activations, each scaled by
-        /// [`Q6_SCALE`] (`xs`), with their sums per 16 values (`sums`, two a block); the
-        /// eight results of activation row `j` to `out[j]` in the lane order
+        /// `x86_shared::BYTE_SCALE` (`xs`), with their sums per 16 values (`sums`, two a
+        /// block); the eight results of activation row `j` to `out[j]` in the lane order
         /// [`super::packed::LANE_ROWS`].
         ///
         /// # Safety
@@ -326,3 +313,82 @@ macro_rules! q6_f32_kernel {
 
 q6_f32_kernel!(q6_f32, "avx2,fma,f16c", quants);
 q6_f32_kernel!(q6_f32_avx512, "avx2,fma,f16c,avx512f,avx512vl", quants_vl);
+
+/// [`q6_f32_avx512`] for two groups at once (`w` and `w + group_bytes`) in 16-lane vectors,
+/// as `x86_q5::q5_f32_x16`: each lane runs exactly the operations of the 8-lane kernel (the
+/// same bits), the FMAs of a further activation row cover sixteen weight rows. The sixteen
+/// results of activation row `j` to `out[j]`: the first group's in lane order, then the
+/// second's.
+///
+/// # Safety
+/// AVX-512F and VL; `w` holds two consecutive groups of `nb` block columns (whole
+/// super-blocks), `group_bytes` apart; each `xs[j]` `32 * nb` values and each `sums[j]`
+/// `2 * nb`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+pub(crate) unsafe fn q6_f32_x16<const JN: usize>(
+    w: *const u8,
+    group_bytes: usize,
+    nb: usize,
+    xs: [&[f32]; JN],
+    sums: [&[f32]; JN],
+    out: &mut [[f32; 16]; JN],
+) {
+    use super::x86_q5::{join, join_ps};
+    let masks: [__m512i; 4] = std::array::from_fn(|p| _mm512_set1_epi32(0x3F << (8 * p)));
+    let (low, bits) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
+    // SAFETY: the second group lies `group_bytes` on (caller).
+    let w1 = unsafe { w.add(group_bytes) };
+    let mut d = [_mm256_setzero_ps(); 2];
+    let mut acc = [_mm512_setzero_ps(); JN];
+    for_each_column(nb, |b| {
+        // SAFETY: block column `b` lies within both groups; activation block `b` within
+        // `32 * nb` values and `2 * nb` sums.
+        unsafe {
+            let (at0, d0_lo, d0_hi) = column(w, b, &mut d[0]);
+            let (at1, d1_lo, d1_hi) = column(w1, b, &mut d[1]);
+            let scales = [join_ps(d0_lo, d1_lo), join_ps(d0_hi, d1_hi)];
+            let top = [0, 32].map(|o| join(at0.add(o), at1.add(o)));
+            let mut part = [[[_mm512_setzero_ps(); 4]; 2]; JN];
+            for c in 0..4 {
+                let v = join(at0.add(64 + 32 * c), at1.add(64 + 32 * c));
+                // As `parts`, with 32-bit shifts (the same bits reach bits 4 and 5).
+                let [t_lo, t_hi] = top.map(|t| match c {
+                    0 => _mm512_slli_epi32::<4>(t),
+                    1 => _mm512_slli_epi32::<2>(t),
+                    2 => t,
+                    _ => _mm512_srli_epi32::<2>(t),
+                });
+                let nibbles_hi = _mm512_and_si512(_mm512_srli_epi32::<4>(v), low);
+                let lo = _mm512_ternarylogic_epi32::<0xF8>(_mm512_and_si512(v, low), t_lo, bits);
+                let hi = _mm512_ternarylogic_epi32::<0xF8>(nibbles_hi, t_hi, bits);
+                for (h, v) in [lo, hi].into_iter().enumerate() {
+                    for p in 0..4 {
+                        let wv = _mm512_cvtepi32_ps(_mm512_and_si512(v, masks[p]));
+                        for j in 0..JN {
+                            let x = *xs[j].get_unchecked(32 * b + 16 * h + 4 * c + p);
+                            let x = _mm512_set1_ps(x);
+                            part[j][h][p] = if c == 0 {
+                                _mm512_mul_ps(wv, x)
+                            } else {
+                                _mm512_fmadd_ps(wv, x, part[j][h][p])
+                            };
+                        }
+                    }
+                }
+            }
+            for j in 0..JN {
+                let s = sums[j].as_ptr().add(2 * b);
+                for (h, scale) in scales.into_iter().enumerate() {
+                    let [a, e, f, g] = part[j][h];
+                    let dot = _mm512_add_ps(_mm512_add_ps(a, e), _mm512_add_ps(f, g));
+                    let offset = _mm512_set1_ps(-32.0 * *s.add(h));
+                    acc[j] = _mm512_fmadd_ps(scale, _mm512_add_ps(dot, offset), acc[j]);
+                }
+            }
+        }
+    });
+    for j in 0..JN {
+        // SAFETY: `out[j]` holds sixteen floats.
+        unsafe { _mm512_storeu_ps(out[j].as_mut_ptr(), acc[j]) };
+    }
+}

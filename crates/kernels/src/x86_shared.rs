@@ -1,6 +1,6 @@
 //! What the `Q5` and `Q6_K` group kernels (`x86_q5.rs`, `x86_q6.rs`) and the dense ones
 //! (`x86_dense.rs`) share: the view of an 8-bit activation block, rows of them, a lane sum,
-//! and the scaling of activations for values converted in place at bit `8k`. A leaf module.
+//! and the scaling of activations for values converted in place at bit `8p`. A leaf module.
 
 use std::arch::x86_64::*;
 
@@ -22,15 +22,15 @@ pub(crate) fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
 }
 
-/// The factor each position `p` of a block of activations is scaled by when the AVX-512
-/// `f32` kernels (`Q5_ORDER_AVX512`) read the weight it meets at bit `8k`, `k = p / 8`: they
-/// multiply `q * 2^8k` and need `x * 2^-8k` (both exact).
-pub(crate) const K_SCALE: [f32; 32] = {
+/// The factor each activation of a block is scaled by for the `Q5` and `Q6_K` `f32` kernels
+/// (in the values' own order): value `4c + p` (and `16 + 4c + p`) meets its weight converted
+/// in place at bit `8p`, so it needs `x * 2^-8p` (exact).
+pub(crate) const BYTE_SCALE: [f32; 32] = {
     let mut scale = [0f32; 32];
-    let mut p = 0;
-    while p < 32 {
-        scale[p] = 1.0 / (1u32 << (8 * (p / 8))) as f32;
-        p += 1;
+    let mut i = 0;
+    while i < 32 {
+        scale[i] = 1.0 / (1u32 << (8 * (i % 4))) as f32;
+        i += 1;
     }
     scale
 };
