@@ -60,6 +60,7 @@
 //! assert!((y[0] - 16.0).abs() < 0.1 && (y[1] - 32.0).abs() < 0.2);
 //! ```
 
+mod arena;
 mod bandwidth;
 mod block;
 #[cfg(target_arch = "x86_64")]
@@ -169,7 +170,14 @@ pub enum WeightBytes {
     /// Owned by the matrix. (`Arc<Vec<u8>>`, not `Arc<[u8]>`: making the latter from a `Vec`
     /// copies it, and for the 30 MB tied head that copy was the load's peak of resident memory.)
     Owned(Arc<Vec<u8>>),
+    /// Repacked at load (see [`QuantMatrix::new`]), in memory backed by huge pages.
+    Packed(Arc<PackedBytes>),
 }
+
+/// A repacked matrix's bytes, in a region of memory backed by transparent huge pages where
+/// the system grants them (a decode streams every weight once: 4 KiB pages cost a TLB miss
+/// and a stop of the hardware prefetchers every 4 KiB).
+pub struct PackedBytes(arena::Buffer);
 
 impl WeightBytes {
     /// Owned bytes.
@@ -182,6 +190,7 @@ impl WeightBytes {
         match self {
             WeightBytes::Mapped(b) => b,
             WeightBytes::Owned(b) => b.as_slice(),
+            WeightBytes::Packed(b) => b.0.as_slice(),
         }
     }
 }
@@ -191,6 +200,7 @@ impl fmt::Debug for WeightBytes {
         match self {
             WeightBytes::Mapped(b) => write!(f, "Mapped({} bytes)", b.len()),
             WeightBytes::Owned(b) => write!(f, "Owned({} bytes)", b.len()),
+            WeightBytes::Packed(b) => write!(f, "Packed({} bytes)", b.0.as_slice().len()),
         }
     }
 }
@@ -257,7 +267,7 @@ impl QuantMatrix {
                 }
             });
             (
-                WeightBytes::owned(bytes),
+                WeightBytes::Packed(Arc::new(PackedBytes(bytes))),
                 Some(packed::Packing::new(ty, rows, cols)),
             )
         } else {

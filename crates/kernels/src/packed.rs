@@ -352,20 +352,21 @@ const CHUNK_ROWS: usize = 1024;
 /// `data` (GGUF row-major blocks of `ty`) in the packed layout, telling `consumed` each byte
 /// range of `data` it has finished reading, in order, so that a caller can drop a
 /// memory-mapped source's pages as it goes: resident memory then never holds a whole matrix
-/// twice (the tied 49152 x 576 `Q8_0` head is 30 MB).
+/// twice (the tied 49152 x 576 `Q8_0` head is 30 MB). The result lies in memory backed by
+/// huge pages (`arena.rs`).
 pub(crate) fn pack_releasing(
     ty: GgmlType,
     rows: usize,
     cols: usize,
     data: &[u8],
     mut consumed: impl FnMut(std::ops::Range<usize>),
-) -> Vec<u8> {
+) -> super::arena::Buffer {
     let p = Packing::new(ty, rows, cols);
     let row_bytes = p.row_bytes();
-    // Zeroed by the allocator (fresh pages for a large buffer): only written pages count,
-    // and a padded `Q4_K` group's missing rows are zero (`d = dmin = 0`).
-    let mut out = vec![0u8; p.bytes(rows)];
-    advise_huge_pages(&mut out);
+    // Zeroed fresh pages: only written pages count, and a padded `Q4_K` group's missing rows
+    // are zero (`d = dmin = 0`).
+    let mut buffer = super::arena::zeroed(p.bytes(rows));
+    let out = buffer.as_mut_slice();
     let mut done = 0;
     for r in 0..p.grouped_rows.min(rows) {
         if r > 0 && r % CHUNK_ROWS == 0 {
@@ -375,11 +376,11 @@ pub(crate) fn pack_releasing(
         for b in 0..p.nb {
             let src = &data[r * row_bytes + b * p.block_bytes..][..p.block_bytes];
             if ty == GgmlType::Q6_K {
-                put_q6(&p, r, b, src, &mut out);
+                put_q6(&p, r, b, src, out);
             } else if k_packed(ty) {
-                put_k(ty, &p, r, b, src, &mut out);
+                put_k(ty, &p, r, b, src, out);
             } else {
-                p.block_parts(ty, r, b).put(ty, src, &mut out);
+                p.block_parts(ty, r, b).put(ty, src, out);
             }
         }
     }
@@ -391,7 +392,7 @@ pub(crate) fn pack_releasing(
     if done < data.len() {
         consumed(done..data.len());
     }
-    out
+    buffer
 }
 
 /// Ask Linux to back the 2 MiB-aligned inside of a large buffer with transparent huge pages
@@ -704,7 +705,8 @@ mod tests {
                 })
                 .collect();
             let mut ranges = Vec::new();
-            let packed = pack_releasing(ty, rows, cols, &data, |r| ranges.push(r));
+            let buffer = pack_releasing(ty, rows, cols, &data, |r| ranges.push(r));
+            let packed = buffer.as_slice();
             assert_eq!(ranges.len(), 3, "{ty:?}: {ranges:?}");
             assert_eq!(ranges[0], 0..CHUNK_ROWS * row_bytes);
             assert!(ranges.windows(2).all(|w| w[0].end == w[1].start));
