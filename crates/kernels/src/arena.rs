@@ -178,11 +178,18 @@ mod tests {
             .collect();
         for (i, b) in bufs.iter_mut().enumerate() {
             assert!(b.as_slice().iter().all(|&v| v == 0), "buffer {i} zeroed");
-            assert_eq!(b.as_slice().as_ptr() as usize % ALIGN, 0, "buffer {i} aligned");
+            assert_eq!(
+                b.as_slice().as_ptr() as usize % ALIGN,
+                0,
+                "buffer {i} aligned"
+            );
             b.as_mut_slice().fill(i as u8 + 1);
         }
         for (i, b) in bufs.iter().enumerate() {
-            assert!(b.as_slice().iter().all(|&v| v == i as u8 + 1), "buffer {i} kept");
+            assert!(
+                b.as_slice().iter().all(|&v| v == i as u8 + 1),
+                "buffer {i} kept"
+            );
         }
         let ranges: Vec<(usize, usize)> = bufs
             .iter()
@@ -193,6 +200,9 @@ mod tests {
                 assert!(a + la <= c || c + lc <= a, "buffers overlap");
             }
         }
-        assert!(!Arc::ptr_eq(&bufs[4]._region, &bufs[0]._region), "a large one alone");
+        assert!(
+            !Arc::ptr_eq(&bufs[4]._region, &bufs[0]._region),
+            "a large one alone"
+        );
     }
 }
