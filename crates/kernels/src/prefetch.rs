@@ -26,3 +26,15 @@ pub(crate) fn prefetch_ahead(col: *const u8, bytes: usize) {
         offset += 64;
     }
 }
+
+/// Ask for `bytes` from `at` to be brought into L2 (see [`prefetch_ahead`]; a prefetch past
+/// the end of the weights does nothing).
+#[inline(always)]
+pub(crate) fn prefetch_range(at: *const u8, bytes: usize) {
+    let mut offset = 0;
+    while offset < bytes {
+        // SAFETY: a prefetch is a hint: it reads nothing architecturally and never faults.
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(at.wrapping_add(offset).cast::<i8>()) };
+        offset += 64;
+    }
+}

@@ -27,6 +27,7 @@
 use std::arch::x86_64::*;
 
 use super::columns::{SuperBlock, column, for_each_column};
+use super::prefetch::prefetch_range;
 use super::x86_shared::{Q8Block, Q8Rows};
 
 /// Quant vector `c` of the block column whose fifth bits (`qh`) start at `at`, and `qh`
@@ -303,6 +304,14 @@ pub(crate) unsafe fn q5_f32_x16<const JN: usize, const F: u8>(
         // SAFETY: block column `b` lies within both groups; activation block `b` within
         // `32 * nb` values and `nb` sums.
         unsafe {
+            // The second group's stream starts cold at each pair (its own prefetch runs ahead
+            // within it, the first group's into it only later): ask for the same column of
+            // the next pair's second group now.
+            let column_bytes = group_bytes / nb;
+            prefetch_range(
+                w1.wrapping_add(2 * group_bytes + b * column_bytes),
+                column_bytes,
+            );
             let (at0, d0, m0) = column::<F>(w, b, &mut sb[0]);
             let (at1, d1, m1) = column::<F>(w1, b, &mut sb[1]);
             let (d, m) = (join_ps(d0, d1), join_ps(m0, m1));

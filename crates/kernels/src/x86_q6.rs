@@ -26,7 +26,7 @@
 use std::arch::x86_64::*;
 
 use super::packed::{Q6_COLUMN_BYTES, q6_scales_at, q6_sub_at};
-use super::prefetch::prefetch_ahead;
+use super::prefetch::{prefetch_ahead, prefetch_range};
 use super::x86_shared::Q8Block;
 
 /// `JN` rows of 8-bit activation blocks for the `Q6_K` kernels: the blocks, their scales,
@@ -344,6 +344,14 @@ pub(crate) unsafe fn q6_f32_x16<const JN: usize>(
         // SAFETY: block column `b` lies within both groups; activation block `b` within
         // `32 * nb` values and `2 * nb` sums.
         unsafe {
+            // The second group's stream starts cold at each pair (its own prefetch runs ahead
+            // within it, the first group's into it only later): ask for the same column of
+            // the next pair's second group now.
+            let column_bytes = group_bytes / nb;
+            prefetch_range(
+                w1.wrapping_add(2 * group_bytes + b * column_bytes),
+                column_bytes,
+            );
             let (at0, d0_lo, d0_hi) = column(w, b, &mut d[0]);
             let (at1, d1_lo, d1_hi) = column(w1, b, &mut d[1]);
             let scales = [join_ps(d0_lo, d1_lo), join_ps(d0_hi, d1_hi)];
