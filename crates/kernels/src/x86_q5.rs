@@ -297,6 +297,8 @@ pub(crate) unsafe fn q5_f32_x16<const JN: usize, const F: u8>(
     let (low, bit4) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x10));
     // SAFETY: the second group lies `group_bytes` on (caller).
     let w1 = unsafe { w.add(group_bytes) };
+    // Bytes per block column (the next pair's prefetch below), divided once.
+    let column_bytes = group_bytes / nb;
     let mut sb = [SuperBlock::new(); 2];
     let mut acc = [_mm512_setzero_ps(); JN];
     let mut acc_min = [_mm512_setzero_ps(); JN];
@@ -307,7 +309,6 @@ pub(crate) unsafe fn q5_f32_x16<const JN: usize, const F: u8>(
             // The second group's stream starts cold at each pair (its own prefetch runs ahead
             // within it, the first group's into it only later): ask for the same column of
             // the next pair's second group now.
-            let column_bytes = group_bytes / nb;
             prefetch_range(
                 w1.wrapping_add(2 * group_bytes + b * column_bytes),
                 column_bytes,

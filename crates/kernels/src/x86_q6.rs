@@ -338,6 +338,8 @@ pub(crate) unsafe fn q6_f32_x16<const JN: usize>(
     let (low, bits) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
     // SAFETY: the second group lies `group_bytes` on (caller).
     let w1 = unsafe { w.add(group_bytes) };
+    // Bytes per block column (the next pair's prefetch below), divided once.
+    let column_bytes = group_bytes / nb;
     let mut d = [_mm256_setzero_ps(); 2];
     let mut acc = [_mm512_setzero_ps(); JN];
     for_each_column(nb, |b| {
@@ -347,7 +349,6 @@ pub(crate) unsafe fn q6_f32_x16<const JN: usize>(
             // The second group's stream starts cold at each pair (its own prefetch runs ahead
             // within it, the first group's into it only later): ask for the same column of
             // the next pair's second group now.
-            let column_bytes = group_bytes / nb;
             prefetch_range(
                 w1.wrapping_add(2 * group_bytes + b * column_bytes),
                 column_bytes,
