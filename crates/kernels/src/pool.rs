@@ -42,6 +42,11 @@ struct Shared {
     tasks: AtomicU64,
     /// Tasks of the current job finished.
     done: AtomicUsize,
+    /// Workers parked (or about to park) on `wake`: a new job takes the lock and wakes them
+    /// only when there are some, so the products of a pass whose workers are still spinning
+    /// cost no system call (a 128-token 2-thread SmolLM2 decode made 45,600 `futex` calls
+    /// with a wake per product, 432 without).
+    parked: AtomicUsize,
     shutdown: AtomicBool,
     lock: Mutex<()>,
     wake: Condvar,
@@ -68,6 +73,7 @@ impl Pool {
             job: UnsafeCell::new(None),
             tasks: AtomicU64::new(0),
             done: AtomicUsize::new(0),
+            parked: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
             lock: Mutex::new(()),
             wake: Condvar::new(),
@@ -112,8 +118,10 @@ impl Pool {
         let number = (s.state.load(Ordering::Relaxed) >> INDEX_BITS).wrapping_add(1);
         s.tasks
             .store((number << INDEX_BITS) | n_tasks as u64, Ordering::Release);
-        s.state.store(number << INDEX_BITS, Ordering::Release);
-        {
+        // Sequentially consistent with the worker's count of itself as parked and its check of
+        // the state: either it sees this job, or this sees it parked and wakes it.
+        s.state.store(number << INDEX_BITS, Ordering::SeqCst);
+        if s.parked.load(Ordering::SeqCst) > 0 {
             let _l = s.lock.lock().unwrap_or_else(|e| e.into_inner());
             s.wake.notify_all();
         }
@@ -182,9 +190,13 @@ fn worker(s: &Shared) {
             }
             if spins.is_multiple_of(1024) && start.elapsed() > SPIN {
                 let mut l = s.lock.lock().unwrap_or_else(|e| e.into_inner());
-                while s.state.load(Ordering::Acquire) >> INDEX_BITS == seen {
+                // Counted before the state is checked (see `Pool::run`); the check and the
+                // wait hold the lock, which a waker takes before it notifies.
+                s.parked.fetch_add(1, Ordering::SeqCst);
+                while s.state.load(Ordering::SeqCst) >> INDEX_BITS == seen {
                     l = s.wake.wait(l).unwrap_or_else(|e| e.into_inner());
                 }
+                s.parked.fetch_sub(1, Ordering::SeqCst);
             }
             std::hint::spin_loop();
         };
