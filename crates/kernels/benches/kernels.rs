@@ -126,7 +126,7 @@ fn same_shape(c: &mut Criterion) {
 /// `kindle serve`'s steps (`cargo bench -p kindle-kernels --bench kernels -- rows_`). Time
 /// per call against `m = 1` is what a verification costs in one-row steps.
 fn rows(c: &mut Criterion) {
-    for m in [1, 2, 4, 9, 15, 16, 64] {
+    for m in [1, 2, 3, 4, 5, 6, 9, 15, 16, 64] {
         // SmolLM2's FFN gate/up and down, a slice of its `Q8_0` head, and Gemma-3's FFN
         // gate/up (`Q5_0`) and down (`Q6_K` in half of its layers).
         let shapes = [

@@ -20,7 +20,7 @@
 //! on registers. (An FMA with a memory operand ran at about 1.2 a cycle on an Intel Sapphire Rapids
 //! VM, against 2 a cycle for two registers: the kernels that read the activations from memory for
 //! every weight row were bound by it.) One or two activation rows (decode) take all eight weight
-//! rows at once, three or four take four, up to [`J_MAX`] two ([`tile_rows`]); a group's weights
+//! rows at once, three to five take four, six two ([`tile_rows`]); a group's weights
 //! are then decoded two or four times per call, from L1 after the first (and where the rows'
 //! activations outgrow 16 KiB, the tiles take them a chunk of block columns at a time:
 //! [`chunk_columns`]). Criterion (`-- rows_`, one thread, 1536 x 576 `Q4_1` against the kernels
@@ -116,11 +116,14 @@ pub(crate) unsafe fn group(
 }
 
 /// Weight rows per tile for `jn` activation rows: what fits the registers beside the tile's
-/// `2 * jn` activation vectors.
+/// `2 * jn` activation vectors. Five rows in tiles of four keep 20 sums and 10 activation
+/// vectors and spill a few to the stack, yet ran 10-15% faster than tiles of two (criterion
+/// `rows_*_m5` and `_m9`, one thread: the weights decoded half as often); six rows in tiles
+/// of four spilled most of their activations and were slower than tiles of two.
 const fn tile_rows(jn: usize) -> usize {
     match jn {
         1 | 2 => 8,
-        3 | 4 => 4,
+        3..=5 => 4,
         _ => 2,
     }
 }
