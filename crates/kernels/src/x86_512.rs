@@ -118,8 +118,9 @@ pub(crate) unsafe fn group(
 /// Weight rows per tile for `jn` activation rows: what fits the registers beside the tile's
 /// `2 * jn` activation vectors. Five rows in tiles of four keep 20 sums and 10 activation
 /// vectors and spill a few to the stack, yet ran 10-15% faster than tiles of two (criterion
-/// `rows_*_m5` and `_m9`, one thread: the weights decoded half as often); six rows in tiles
-/// of four spilled most of their activations and were slower than tiles of two.
+/// `rows_*_m5` and `_m9`, one thread: a group's columns walked, and each block's activations
+/// loaded, twice instead of four times); six rows in tiles of four spilled most of their
+/// activations and were slower than tiles of two.
 const fn tile_rows(jn: usize) -> usize {
     match jn {
         1 | 2 => 8,
