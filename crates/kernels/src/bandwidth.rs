@@ -31,11 +31,19 @@ const PREFETCH_BYTES: usize = 2048;
 /// ```
 pub fn read_bandwidth(kernels: &Kernels, bytes: usize, passes: usize) -> f64 {
     let words = bytes.next_multiple_of(4096) / 8;
-    let mut buffer = vec![0u64; words];
-    crate::packed::advise_huge_pages(as_bytes_mut(&mut buffer));
+    // Memory as the packed weights get it: huge pages where the system grants them.
+    let mut memory = crate::arena::zeroed(words * 8);
+    // SAFETY: any bytes are valid `u64`s; the buffer is 64-byte aligned and a whole number of
+    // words long (checked below), so the whole of it is the middle slice.
+    let (head, buffer, tail) = unsafe { memory.as_mut_slice().align_to_mut::<u64>() };
+    assert!(
+        head.is_empty() && tail.is_empty(),
+        "an aligned buffer of whole words"
+    );
     for (i, w) in buffer.iter_mut().enumerate() {
         *w = i as u64;
     }
+    let buffer = &*buffer;
     let threads = kernels.threads();
     let share = words.div_ceil(threads).next_multiple_of(32);
     let mut best = 0f64;
@@ -50,14 +58,6 @@ pub fn read_bandwidth(kernels: &Kernels, bytes: usize, passes: usize) -> f64 {
         best = best.max((words * 8) as f64 / seconds);
     }
     best
-}
-
-/// `words` as bytes (for the huge-page hint, which only looks at the addresses).
-fn as_bytes_mut(words: &mut [u64]) -> &mut [u8] {
-    let len = std::mem::size_of_val(words);
-    // SAFETY: any `u64` storage is valid `u8` storage of eight times the length, borrowed
-    // mutably for as long as `words` is.
-    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), len) }
 }
 
 /// The wrapping sum of `words`, read 256 bytes a step into eight independent sums (bound by

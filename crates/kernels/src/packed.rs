@@ -395,28 +395,6 @@ pub(crate) fn pack_releasing(
     buffer
 }
 
-/// Ask Linux to back the 2 MiB-aligned inside of a large buffer with transparent huge pages
-/// (where `transparent_hugepage` is `madvise`, the common default, a buffer gets them only
-/// when asked), before its pages are first written: a decode streams every weight once per
-/// token, and 4 KiB pages cost a TLB miss every 4 KiB (Gemma-3's 178 MB head: 43,000 a
-/// token). A hint: where it is refused, the buffer works as before.
-pub(crate) fn advise_huge_pages(buf: &mut [u8]) {
-    #[cfg(target_os = "linux")]
-    {
-        const HUGE: usize = 2 << 20;
-        let (at, len) = (buf.as_mut_ptr() as usize, buf.len());
-        let start = at.next_multiple_of(HUGE);
-        let end = (at + len) / HUGE * HUGE;
-        if end > start {
-            // SAFETY: the range lies inside `buf`, which this function borrows mutably;
-            // `MADV_HUGEPAGE` changes how its pages are backed, never their contents.
-            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = buf;
-}
-
 /// Row `r` of a matrix of `ty` (`packing`: in the packed layout; else plain rows of
 /// `row_bytes`) dequantised into `out`, unpacking a packed row through `scratch`.
 pub(crate) fn dequantize_row(
