@@ -63,11 +63,39 @@ pub trait Drafter {
 /// Deterministic; pays off on output that copies its input (editing, summarising with
 /// quotes, refactoring code).
 ///
+/// While the output follows a source (a draft from there was accepted), the lookup keeps its
+/// place there: the next draft continues from where the last token sits in the source near
+/// the expected position (within two tokens of it, closest first, never before the place),
+/// before any n-gram search. An edit breaks the n-grams for up to `n` tokens (a comma added,
+/// a word replaced), and meanwhile the n-gram search finds whichever earlier copy of a short
+/// phrase is most recent; the place finds the source again at the first token that matches
+/// there. A place is dropped after eight tokens without a draft from it, and moves when a
+/// draft from elsewhere is accepted.
+///
 /// [`with_min`]: PromptLookup::with_min
 #[derive(Debug, Clone)]
 pub struct PromptLookup {
     ngram: usize,
     min: usize,
+    /// Where the output is in the source it copies, once a draft from there was accepted.
+    place: Option<Place>,
+    /// The last proposal: source index of its first token, context length then, and whether
+    /// it came from the place.
+    pending: Option<(usize, usize, bool)>,
+}
+
+/// Tokens either side of the expected position in the source that a copy's place searches
+/// for the last token (a few tokens added, dropped or replaced by an edit).
+const RESYNC: usize = 2;
+
+/// Tokens after which a place no token was found at is dropped (the output left the source).
+const PLACE_EXPIRES: usize = 8;
+
+/// Where a copy is: context index `anchor` corresponds to source index `source`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Place {
+    source: usize,
+    anchor: usize,
 }
 
 impl PromptLookup {
@@ -78,7 +106,12 @@ impl PromptLookup {
                 "the lookup n-gram size must be at least 1".into(),
             ));
         }
-        Ok(PromptLookup { ngram, min: 1 })
+        Ok(PromptLookup {
+            ngram,
+            min: 1,
+            place: None,
+            pending: None,
+        })
     }
 
     /// Propose nothing (a plain step) unless at least the last `min` tokens match (1 to
@@ -95,6 +128,48 @@ impl PromptLookup {
     }
 }
 
+impl PromptLookup {
+    /// The source index after the last token of `context` at the copy's place: the last token
+    /// found within [`RESYNC`] of where the place expects it (closest first, the expected
+    /// index itself first, then earlier), never before the place's source index.
+    fn at_place(&mut self, context: &[u32]) -> Option<usize> {
+        let place = self.place?;
+        let len = context.len();
+        // Tokens since the anchor, the anchor's included (the token emitted after a draft).
+        let since = len.checked_sub(place.anchor).filter(|&t| t > 0)?;
+        if since > PLACE_EXPIRES {
+            self.place = None;
+            return None;
+        }
+        let expected = place.source + since - 1;
+        let last = context[len - 1];
+        let candidates = std::iter::once(expected).chain((1..=RESYNC).flat_map(|d| {
+            [expected.checked_sub(d), Some(expected + d)]
+                .into_iter()
+                .flatten()
+        }));
+        candidates
+            .filter(|&p| p >= place.source && p + 1 < len)
+            .find(|&p| context[p] == last)
+            .map(|p| p + 1)
+    }
+
+    /// The source index after the longest (then most recent) earlier match of the context's
+    /// last `min..=ngram` tokens.
+    fn by_ngram(&self, context: &[u32]) -> Option<usize> {
+        let len = context.len();
+        for n in (self.min..=self.ngram.min(len.saturating_sub(1))).rev() {
+            let pattern = &context[len - n..];
+            // Most recent earlier occurrence that has at least one token after it.
+            let found = (0..len - n).rev().find(|&i| &context[i..i + n] == pattern);
+            if let Some(i) = found {
+                return Some(i + n);
+            }
+        }
+        None
+    }
+}
+
 impl Drafter for PromptLookup {
     fn propose(
         &mut self,
@@ -103,18 +178,30 @@ impl Drafter for PromptLookup {
         out: &mut Draft,
     ) -> Result<(), GenerateError> {
         let len = context.len();
-        for n in (self.min..=self.ngram.min(len.saturating_sub(1))).rev() {
-            let pattern = &context[len - n..];
-            // Most recent earlier occurrence that has at least one token after it.
-            let found = (0..len - n).rev().find(|&i| &context[i..i + n] == pattern);
-            if let Some(i) = found {
-                let from = i + n;
-                let to = (from + max).min(len);
-                out.tokens.extend_from_slice(&context[from..to]);
-                return Ok(());
-            }
-        }
+        self.pending = None;
+        let placed = self.at_place(context);
+        let Some(from) = placed.or_else(|| self.by_ngram(context)) else {
+            return Ok(());
+        };
+        let to = (from + max).min(len);
+        out.tokens.extend_from_slice(&context[from..to]);
+        self.pending = Some((from, len, placed.is_some()));
         Ok(())
+    }
+
+    fn accepted(&mut self, proposed: usize, accepted: usize) {
+        // A place is kept until a draft from elsewhere is at least partly accepted.
+        if let Some((from, len, placed)) = self.pending.take()
+            && proposed > 0
+            && (placed || accepted > 0)
+        {
+            // The token emitted after the accepted ones stands where the next source token
+            // does (the bonus token of a full acceptance, or the correction of a rejection).
+            self.place = Some(Place {
+                source: from + accepted,
+                anchor: len + accepted,
+            });
+        }
     }
 }
 
@@ -235,6 +322,81 @@ mod tests {
             .propose(context, max, &mut out)
             .unwrap();
         out.tokens
+    }
+
+    /// One proposal of `lookup` after `context`, and what the target then accepted of it.
+    fn step(lookup: &mut PromptLookup, context: &[u32], accepted: usize) -> Vec<u32> {
+        let mut out = Draft::default();
+        lookup.propose(context, 3, &mut out).unwrap();
+        if !out.tokens.is_empty() {
+            lookup.accepted(out.tokens.len(), accepted.min(out.tokens.len()));
+        }
+        out.tokens
+    }
+
+    #[test]
+    fn lookup_keeps_its_place_in_the_source_across_edits() {
+        // The source 1..=8, then an unrelated line with a later copy of 5 and of 4 (the
+        // n-gram search's most recent single-token matches), then the output.
+        let prompt = [1, 2, 3, 4, 5, 6, 7, 8, 50, 5, 60, 4, 61, 99];
+        let mut ctx = prompt.to_vec();
+        ctx.extend([1, 2]);
+        let mut lookup = PromptLookup::new(2).unwrap();
+        // `1 2` found: 3 4 5 proposed; the target keeps 3 and replaces 4 by 40.
+        assert_eq!(step(&mut lookup, &ctx, 1), [3, 4, 5]);
+        ctx.extend([3, 40]);
+        // 40 is nowhere: nothing proposed, a plain step gives 5.
+        assert_eq!(step(&mut lookup, &ctx, 0), Vec::<u32>::new());
+        ctx.push(5);
+        // 5 stands where the place expects it (after the replaced 4): 6 7 8, not the 60 99 that
+        // followed the most recent 5.
+        assert_eq!(step(&mut lookup, &ctx, 3), [6, 7, 8]);
+        let mut plain = PromptLookup::new(2).unwrap();
+        assert_eq!(step(&mut plain, &ctx, 0), [60, 4, 61]);
+
+        // An insertion: the copy 1 2 3 proposed 4 5 6, the target added 70 before 4.
+        let mut ctx = prompt.to_vec();
+        ctx.extend([1, 2]);
+        let mut lookup = PromptLookup::new(2).unwrap();
+        assert_eq!(step(&mut lookup, &ctx, 3), [3, 4, 5]);
+        ctx.extend([3, 4, 5, 6]);
+        assert_eq!(step(&mut lookup, &ctx, 0), [7, 8, 50]);
+        ctx.push(70);
+        assert_eq!(step(&mut lookup, &ctx, 0), Vec::<u32>::new());
+        ctx.push(7);
+        // One token later than expected, found one before: 8 follows.
+        assert_eq!(step(&mut lookup, &ctx, 1), [8, 50, 5]);
+    }
+
+    #[test]
+    fn a_place_expires_and_gives_way_to_an_accepted_match_elsewhere() {
+        let prompt = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 99];
+        let mut ctx = prompt.to_vec();
+        ctx.extend([1, 2]);
+        let mut lookup = PromptLookup::new(2).unwrap().with_min(2).unwrap();
+        assert_eq!(step(&mut lookup, &ctx, 0), [3, 4, 5]);
+        // The target went its own way for nine tokens (nothing proposed meanwhile), then
+        // wrote 4: past the place's expiry, and a single token is below the n-gram minimum.
+        ctx.extend([80, 81, 82, 83, 84, 85, 86, 87, 88]);
+        assert_eq!(step(&mut lookup, &ctx, 0), Vec::<u32>::new());
+        ctx.push(4);
+        assert_eq!(step(&mut lookup, &ctx, 0), Vec::<u32>::new());
+
+        // A rejected match elsewhere leaves the place; an accepted one moves it.
+        let mut ctx = prompt.to_vec();
+        ctx.extend([1, 2]);
+        let mut lookup = PromptLookup::new(2).unwrap();
+        assert_eq!(step(&mut lookup, &ctx, 3), [3, 4, 5]);
+        ctx.extend([3, 4, 5, 90]);
+        // 90 is not at the place; `5 90` nowhere, `90` neither: nothing.
+        assert_eq!(step(&mut lookup, &ctx, 0), Vec::<u32>::new());
+        ctx.extend([10, 11]);
+        // 11 is beyond the place's reach (expected 8): the n-gram `10 11` from the source.
+        assert_eq!(step(&mut lookup, &ctx, 1), [12, 99, 1]);
+        ctx.extend([12, 7]);
+        // The place moved to after 12: 7 is not within reach there, and `12 7` nowhere: the
+        // single 7 of the source.
+        assert_eq!(step(&mut lookup, &ctx, 0), [8, 9, 10]);
     }
 
     #[test]
