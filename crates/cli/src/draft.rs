@@ -13,12 +13,13 @@ use crate::plan::RunPlan;
 
 /// Tokens drafted per step when `--draft-max` is not given, and the longest draft (see
 /// `kindle_generate`: the server takes the same).
-pub use kindle_generate::{DEFAULT_DRAFT_MAX, MAX_DRAFT};
+pub use kindle_generate::{DEFAULT_DRAFT_MAX, DEFAULT_LOOKUP_DRAFT_MAX, MAX_DRAFT};
 
 /// The drafting flags as plain values (at most one drafter).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DraftSettings {
-    /// Most tokens drafted per step (`--draft-max`); `None`: [`DEFAULT_DRAFT_MAX`].
+    /// Most tokens drafted per step (`--draft-max`); `None`: [`DEFAULT_LOOKUP_DRAFT_MAX`] for
+    /// prompt lookup, [`DEFAULT_DRAFT_MAX`] for a draft model.
     pub draft_max: Option<usize>,
     /// Prompt lookup with n-grams of up to this many tokens (`--lookup-ngram`).
     pub lookup_ngram: Option<usize>,
@@ -49,6 +50,17 @@ pub const DEFAULT_LOOKUP_MIN: usize = 2;
 pub const DEFAULT_DRAFT_ACTIVATIONS: ActivationFormat = ActivationFormat::Int8;
 
 impl DraftSettings {
+    /// The most tokens drafted per step: `--draft-max`, else [`DEFAULT_LOOKUP_DRAFT_MAX`] for
+    /// prompt lookup and [`DEFAULT_DRAFT_MAX`] for a draft model.
+    pub fn draft_max(&self) -> usize {
+        let default = if self.lookup_ngram.is_some() {
+            DEFAULT_LOOKUP_DRAFT_MAX
+        } else {
+            DEFAULT_DRAFT_MAX
+        };
+        self.draft_max.unwrap_or(default)
+    }
+
     /// Whether a drafter is asked for.
     pub fn enabled(&self) -> bool {
         self.lookup_ngram.is_some() || self.draft_model.is_some() || self.self_speculative.is_some()
@@ -119,7 +131,7 @@ impl DraftSettings {
         capacity: usize,
     ) -> Result<Option<Speculator>> {
         self.check()?;
-        let draft_max = self.draft_max.unwrap_or(DEFAULT_DRAFT_MAX);
+        let draft_max = self.draft_max();
         let options = &EngineOptions {
             activations: self.draft_activations.unwrap_or(DEFAULT_DRAFT_ACTIVATIONS),
             ..options.clone()
@@ -202,4 +214,29 @@ pub fn check_same_vocab(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookup_drafts_four_by_default_a_draft_model_eight_and_the_flag_wins() {
+        let lookup = DraftSettings {
+            lookup_ngram: Some(3),
+            ..DraftSettings::default()
+        };
+        assert_eq!(lookup.draft_max(), DEFAULT_LOOKUP_DRAFT_MAX);
+        assert_eq!(DEFAULT_LOOKUP_DRAFT_MAX, 4);
+        let model = DraftSettings {
+            draft_model: Some("draft.gguf".into()),
+            ..DraftSettings::default()
+        };
+        assert_eq!(model.draft_max(), DEFAULT_DRAFT_MAX);
+        let asked = DraftSettings {
+            draft_max: Some(6),
+            ..lookup
+        };
+        assert_eq!(asked.draft_max(), 6);
+    }
 }

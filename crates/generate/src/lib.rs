@@ -142,5 +142,7 @@ pub use samples::generate_samples;
 pub use score::{Score, TokenScore, score};
 pub use sequence::Sequence;
 pub use session::Session;
-pub use speculative::{AcceptRule, DEFAULT_DRAFT_MAX, MAX_DRAFT, SpecStats, Speculator};
+pub use speculative::{
+    AcceptRule, DEFAULT_DRAFT_MAX, DEFAULT_LOOKUP_DRAFT_MAX, MAX_DRAFT, SpecStats, Speculator,
+};
 pub use stop::{FinishReason, StopMatch, StopScan, StopStringMatcher};

@@ -110,6 +110,14 @@ pub enum AcceptRule {
 /// server's `kindle_draft_max`).
 pub const DEFAULT_DRAFT_MAX: usize = 8;
 
+/// Tokens prompt lookup drafts per step when a caller does not say (`kindle generate
+/// --lookup-ngram` without `--draft-max`, the server's `kindle_lookup_ngram` without
+/// `kindle_draft_max`). A lookup draft costs nothing to make but a row of the verification
+/// pass each, and a copy breaks at every edit: four were faster than eight on seven of the
+/// eight measured cases (SmolLM2 Q4_1, the three prompts of `testdata/speculative` and a
+/// verbatim copy, `f32` and `int8`, two threads; docs/performance.md, 2026-11-27 (2)).
+pub const DEFAULT_LOOKUP_DRAFT_MAX: usize = 4;
+
 /// The longest draft the callers take. A verification pass runs the last token and the draft,
 /// and from 16 rows on (`kindle_model`'s `DENSE_PREFILL_ROWS`) a pass can take a prefill path
 /// (a dense `f32` matmul without SIMD; with SIMD the CPU kernels' prefill product, `f32` FMA

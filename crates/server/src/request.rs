@@ -2,7 +2,7 @@
 //! naming its field; nothing here panics on any input.
 
 use kindle_generate::chat::ChatMessage;
-use kindle_generate::{DEFAULT_DRAFT_MAX, MAX_DRAFT};
+use kindle_generate::{DEFAULT_LOOKUP_DRAFT_MAX, MAX_DRAFT};
 use kindle_sampling::{PenaltyScope, SamplerConfig, parse_order};
 use serde_json::{Map, Value};
 
@@ -281,7 +281,7 @@ pub fn generation_params(object: &Object, chat: bool) -> Result<GenerationParams
     })
 }
 
-/// `kindle_lookup_ngram` (1-16) with `kindle_draft_max` (1-14, default 8).
+/// `kindle_lookup_ngram` (1-16) with `kindle_draft_max` (1-14, default 4).
 fn lookup(object: &Object, trace: bool) -> Result<Option<Lookup>, ApiError> {
     let ngram = integer(object, "kindle_lookup_ngram", 1, MAX_LOOKUP_NGRAM)?;
     // At most `kindle_generate::MAX_DRAFT`: a verification pass keeps a one-token pass's bits.
@@ -303,7 +303,7 @@ fn lookup(object: &Object, trace: bool) -> Result<Option<Lookup>, ApiError> {
     }
     Ok(Some(Lookup {
         ngram: ngram as usize,
-        draft_max: draft_max.map_or(DEFAULT_DRAFT_MAX, |k| k as usize),
+        draft_max: draft_max.map_or(DEFAULT_LOOKUP_DRAFT_MAX, |k| k as usize),
     }))
 }
 
@@ -667,6 +667,19 @@ mod tests {
             let e = prompts(&obj(bad)).unwrap_err();
             assert_eq!(e.param.as_deref(), Some("prompt"), "{bad}");
         }
+    }
+
+    #[test]
+    fn lookup_drafts_four_tokens_unless_told() {
+        let lookup = |json| lookup(&obj(json), false).unwrap().unwrap();
+        let default = lookup(r#"{"kindle_lookup_ngram":3}"#);
+        assert_eq!(
+            (default.ngram, default.draft_max),
+            (3, DEFAULT_LOOKUP_DRAFT_MAX)
+        );
+        assert_eq!(DEFAULT_LOOKUP_DRAFT_MAX, 4);
+        let asked = lookup(r#"{"kindle_lookup_ngram":2,"kindle_draft_max":8}"#);
+        assert_eq!((asked.ngram, asked.draft_max), (2, 8));
     }
 
     #[test]

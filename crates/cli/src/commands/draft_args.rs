@@ -23,7 +23,7 @@ pub struct DraftArgs {
     /// Speculative decoding with the target's first L layers (then its norm and head) as draft
     #[arg(long, value_name = "L")]
     pub self_speculative: Option<usize>,
-    /// Most tokens drafted per step [default: 8]
+    /// Most tokens drafted per step [default: 4 with --lookup-ngram, 8 with a draft model]
     #[arg(long, value_name = "K")]
     pub draft_max: Option<usize>,
     /// Activations in the draft model's CPU kernels [default: int8: a draft only proposes,
