@@ -462,6 +462,11 @@ impl Kernel {
                             };
                         }
                         match simd {
+                            Simd::Avx512
+                                if ty == GgmlType::Q8_0 && super::x86_q8_512::available() =>
+                            {
+                                super::x86_q8_512::q8_0_q8(w, nb, q8, out)
+                            }
                             Simd::Vnni | Simd::Avx512 => int8!(vnni),
                             _ => int8!(avx2),
                         }

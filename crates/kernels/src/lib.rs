@@ -90,6 +90,8 @@ mod x86_q5;
 #[cfg(target_arch = "x86_64")]
 mod x86_q6;
 #[cfg(target_arch = "x86_64")]
+mod x86_q8_512;
+#[cfg(target_arch = "x86_64")]
 mod x86_shared;
 
 use std::fmt;
