@@ -450,6 +450,7 @@ impl Kernel {
                     }
                     (Kernel::Int8 { .. }, _) => {
                         use super::columns::{Q4_0, Q4_1, Q4_K};
+                        use super::x86_q8_512;
                         // The same four kernels of each instance.
                         macro_rules! int8 {
                             ($m:ident) => {
@@ -462,10 +463,8 @@ impl Kernel {
                             };
                         }
                         match simd {
-                            Simd::Avx512
-                                if ty == GgmlType::Q8_0 && super::x86_q8_512::available() =>
-                            {
-                                super::x86_q8_512::q8_0_q8(w, nb, q8, out)
+                            Simd::Avx512 if super::x86_q8_512::available() => {
+                                int8!(x86_q8_512)
                             }
                             Simd::Vnni | Simd::Avx512 => int8!(vnni),
                             _ => int8!(avx2),

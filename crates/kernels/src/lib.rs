@@ -23,10 +23,9 @@
 //!   and multiplied with the `f32` activations (FMA).
 //! - [`ActivationFormat::Int8`] (llama.cpp's scheme): each activation row is quantized to 8
 //!   bits per 32-value block with an `f32` scale, and a weight block times an activation
-//!   block is an integer dot product (AVX-VNNI `vpdpbusd`, or AVX2 `maddubs`), scaled once per
-//!   block. Used for `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0` and (with AVX2) `Q4_K`, `Q5_K`,
-//!   `Q6_K`; other
-//!   types fall back to the `f32` path.
+//!   block is an integer dot product (AVX-512 VNNI or AVX-VNNI `vpdpbusd`, or AVX2 `maddubs`),
+//!   scaled once per block. Used for `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0` and (with AVX2)
+//!   `Q4_K`, `Q5_K`, `Q6_K`; other types fall back to the `f32` path.
 //!
 //! Kernels are chosen at run time: AVX-512 (`f32` group kernels), AVX-VNNI, AVX2 + FMA +
 //! F16C, or portable Rust. The work is split over output rows between the threads of a small

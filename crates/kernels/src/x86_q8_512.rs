@@ -1,20 +1,23 @@
-//! The 8-bit kernel of `Q8_0` with AVX-512 VNNI: a packed group (eight rows) times `JN` rows
-//! of 8-bit activation blocks, with the bits of the AVX-VNNI kernel (`x86::vnni::q8_0_q8`).
+//! The 8-bit kernels of `Q8_0` and of the `Q4` group form (`Q4_1`, `Q4_0`, `Q4_K`) with
+//! AVX-512 VNNI: a packed group (eight rows) times `JN` rows of 8-bit activation blocks, with
+//! the bits of the AVX-VNNI kernels (`x86::vnni::q8_0_q8`, `x86::vnni::q4_1_q8`).
 //!
-//! That kernel multiplies signed by signed bytes with `vpdpbusd`, which takes one operand
-//! unsigned: it moves each weight's sign onto the activation (`vpsign`, per weight row and
-//! activation row) and reduces each row's eight lanes with horizontal adds, one row pair at a
-//! time, in 256-bit vectors. Here two rows fill a 512-bit vector, the weights are made
+//! Those multiply in 256-bit vectors, two rows at a time, and reduce each row's lanes with
+//! horizontal adds (`Q8_0` also moves each weight's sign onto the activation with `vpsign`,
+//! since `vpdpbusd` takes one operand unsigned, per row pair and activation row). Here a
+//! 512-bit vector holds two `Q8_0` rows or four `Q4` rows; `Q8_0`'s weights are made
 //! unsigned once per block for every activation row (`q + 128`, an exclusive or) and the
 //! `128 * sum(y)` this adds is taken off by starting each dot product from its negation (one
-//! more `vpdpbusd` per activation row), and the four vectors of row sums are reduced by
-//! 128-bit shuffles, unpacks and one permutation: about 23 operations per block and
-//! activation row against about 40. The integer sums are exact either way and the float steps
-//! are the same (`d * y.d`, then one FMA per block in order), so both give the same bits.
+//! more `vpdpbusd` per activation row); the rows' sums are reduced by 128-bit shuffles,
+//! unpacks and one permutation. About 23 operations per block and activation row against 40
+//! for `Q8_0`, 16 against 23 for `Q4`. The integer sums are exact either way and the float
+//! steps are the same (`d * y.d`, then one FMA per block in order; `Q4`'s offsets times
+//! `y.s` in a second accumulator), so both give the same bits.
 
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
+use super::columns::{SuperBlock, column, for_each_column};
 use super::packed::LANE_ROWS;
 use super::prefetch::prefetch_ahead;
 use super::q8::BlockQ8;
@@ -31,6 +34,45 @@ pub(crate) fn available() -> bool {
 const fn gather_index(s: usize) -> i32 {
     let r = LANE_ROWS[s];
     (if r < 4 { 4 * r } else { 4 * (r - 4) + 1 }) as i32
+}
+
+/// The eight rows' sums in the lane order [`LANE_ROWS`], from row `i`'s four partial sums in
+/// 128-bit lane `i` of `low` (rows 0-3) and of `high` (rows 4-7); `gather` holds
+/// [`gather_index`] of each output lane.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn row_sums(low: __m512i, high: __m512i, gather: __m512i) -> __m256i {
+    // Per 128-bit lane `i`: row `i`'s sum in dword 0, row `i + 4`'s in dword 1.
+    let r = _mm512_add_epi32(
+        _mm512_unpacklo_epi32(low, high),
+        _mm512_unpackhi_epi32(low, high),
+    );
+    let t = _mm512_add_epi32(r, _mm512_shuffle_epi32::<0b01_00_11_10>(r));
+    _mm512_castsi512_si256(_mm512_permutexvar_epi32(gather, t))
+}
+
+/// [`gather_index`] of output lanes 0-7 (the rest unused).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn gather_indices() -> __m512i {
+    _mm512_setr_epi32(
+        gather_index(0),
+        gather_index(1),
+        gather_index(2),
+        gather_index(3),
+        gather_index(4),
+        gather_index(5),
+        gather_index(6),
+        gather_index(7),
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+    )
 }
 
 /// A `Q8_0` group (272-byte block columns: eight `f16` scales in the lane order
@@ -50,24 +92,7 @@ pub(crate) unsafe fn q8_0_q8<const JN: usize>(
     // `0x80`: flips a signed byte into `q + 128` (unsigned), and is 128 as an unsigned factor.
     let flip = _mm512_set1_epi8(-128);
     let zero = _mm512_setzero_si512();
-    let gather = _mm512_setr_epi32(
-        gather_index(0),
-        gather_index(1),
-        gather_index(2),
-        gather_index(3),
-        gather_index(4),
-        gather_index(5),
-        gather_index(6),
-        gather_index(7),
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-    );
+    let gather = gather_indices();
     let mut acc = [_mm256_setzero_ps(); JN];
     for b in 0..nb {
         // SAFETY: block column `b` (272 bytes) lies within `w`, activation block `b` within
@@ -95,13 +120,7 @@ pub(crate) unsafe fn q8_0_q8<const JN: usize>(
                     )
                 };
                 let (low, high) = (halves(dots[0], dots[1]), halves(dots[2], dots[3]));
-                // Per 128-bit lane `i`: row `i`'s sum in dword 0, row `i + 4`'s in dword 1.
-                let r = _mm512_add_epi32(
-                    _mm512_unpacklo_epi32(low, high),
-                    _mm512_unpackhi_epi32(low, high),
-                );
-                let t = _mm512_add_epi32(r, _mm512_shuffle_epi32::<0b01_00_11_10>(r));
-                let sums = _mm512_castsi512_si256(_mm512_permutexvar_epi32(gather, t));
+                let sums = row_sums(low, high, gather);
                 let scale = _mm256_mul_ps(d, _mm256_set1_ps(y.d));
                 acc[j] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums), acc[j]);
             }
@@ -110,5 +129,55 @@ pub(crate) unsafe fn q8_0_q8<const JN: usize>(
     for j in 0..JN {
         // SAFETY: `out[j]` holds eight floats.
         unsafe { _mm256_storeu_ps(out[j].as_mut_ptr(), acc[j]) };
+    }
+}
+
+/// A `Q4_1` group (`nb` block columns at `w`; `F` another format of that form, `Q4_0` or
+/// `Q4_K`, see `super::columns`) times `JN` rows of 8-bit activation blocks; the eight results
+/// of activation row `j` to `out[j]` in the lane order [`LANE_ROWS`].
+///
+/// # Safety
+/// As [`q8_0_q8`]; `w` holds `nb` block columns of `F`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn q4_1_q8<const JN: usize, const F: u8>(
+    w: *const u8,
+    nb: usize,
+    ys: [&[BlockQ8]; JN],
+    out: &mut [[f32; 8]; JN],
+) {
+    let mask = _mm512_set1_epi8(0x0F);
+    let zero = _mm512_setzero_si512();
+    let gather = gather_indices();
+    let mut acc = [_mm256_setzero_ps(); JN];
+    let mut acc_min = [_mm256_setzero_ps(); JN];
+    let mut sb = SuperBlock::new();
+    for_each_column::<F>(0..nb, |b| {
+        // SAFETY: block column `b` lies within the caller's `nb` columns (its 128 quant bytes
+        // at `qs`, 16 a row), and each activation row has block `b`.
+        unsafe {
+            let (qs, d, m) = column::<F>(w, b, &mut sb);
+            // Rows 4k..4k + 4 one per 128-bit lane: low and high nibbles.
+            let v: [__m512i; 2] =
+                std::array::from_fn(|k| _mm512_loadu_si512(qs.add(64 * k).cast()));
+            let lo = v.map(|v| _mm512_and_si512(v, mask));
+            let hi = v.map(|v| _mm512_and_si512(_mm512_srli_epi16::<4>(v), mask));
+            for j in 0..JN {
+                let y = ys[j].get_unchecked(b);
+                let q = y.qs.as_ptr();
+                let ylo = _mm512_broadcast_i32x4(_mm_loadu_si128(q.cast()));
+                let yhi = _mm512_broadcast_i32x4(_mm_loadu_si128(q.add(16).cast()));
+                let dots = std::array::from_fn::<__m512i, 2, _>(|k| {
+                    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, lo[k], ylo), hi[k], yhi)
+                });
+                let sums = row_sums(dots[0], dots[1], gather);
+                let scale = _mm256_mul_ps(d, _mm256_set1_ps(y.d));
+                acc[j] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums), acc[j]);
+                acc_min[j] = _mm256_fmadd_ps(m, _mm256_set1_ps(y.s), acc_min[j]);
+            }
+        }
+    });
+    for j in 0..JN {
+        // SAFETY: `out[j]` holds eight floats.
+        unsafe { _mm256_storeu_ps(out[j].as_mut_ptr(), _mm256_add_ps(acc[j], acc_min[j])) };
     }
 }
