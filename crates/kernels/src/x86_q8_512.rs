@@ -181,3 +181,65 @@ pub(crate) unsafe fn q4_1_q8<const JN: usize, const F: u8>(
         unsafe { _mm256_storeu_ps(out[j].as_mut_ptr(), _mm256_add_ps(acc[j], acc_min[j])) };
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use kindle_gguf::quant::GgmlType;
+
+    use crate::ActivationFormat;
+    use crate::dot::{Kernel, Simd};
+    use crate::tests::{Rng, magnitudes, random_matrix, threads};
+
+    #[test]
+    fn every_simd_level_gives_the_8_bit_group_products_the_same_bits() {
+        // The AVX-512 VNNI kernels (`x86_q8_512`), the AVX-VNNI ones and the AVX2 ones sum the
+        // same integers exactly and scale them by the same float steps. Every level this CPU has,
+        // every batch size of the group kernels and a partial last group (43 rows).
+        let levels: Vec<Simd> = Simd::available()
+            .into_iter()
+            .filter(|&s| s != Simd::Scalar)
+            .collect();
+        assert!(!levels.is_empty(), "no SIMD level to run");
+        let mut rng = Rng(0x0808);
+        for ty in [
+            GgmlType::Q8_0,
+            GgmlType::Q4_1,
+            GgmlType::Q4_0,
+            GgmlType::Q4_K,
+        ] {
+            let (rows, cols) = (43, if ty == GgmlType::Q4_K { 768 } else { 640 });
+            let w = random_matrix(ty, rows, cols, &mut rng);
+            for m in 1..=9 {
+                let x: Vec<f32> = (0..m * cols).map(|_| rng.float() * 3.0).collect();
+                let outputs: Vec<Vec<f32>> = levels
+                    .iter()
+                    .map(|&simd| {
+                        let mut out = vec![0f32; m * rows];
+                        let kernel = Kernel::select_simd(ty, ActivationFormat::Int8, simd);
+                        w.matmul_kernel(&x, m, &mut out, kernel, &threads());
+                        out
+                    })
+                    .collect();
+                for (level, out) in levels.iter().zip(&outputs) {
+                    let same = out
+                        .iter()
+                        .zip(&outputs[0])
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{ty:?} m={m}: {level:?} against {:?}", levels[0]);
+                }
+                // And the products are the 8-bit ones: within the activations' rounding of the
+                // reference (a wrong row order or a lost offset would be far off).
+                let mut reference = vec![0f32; m * rows];
+                w.matmul_reference(&x, m, &mut reference);
+                let scale = magnitudes(&w, &x, m);
+                for (i, ((&a, &r), &s)) in outputs[0].iter().zip(&reference).zip(&scale).enumerate()
+                {
+                    assert!(
+                        (a - r).abs() <= 0.02 * s + 1e-4,
+                        "{ty:?} m={m} output {i}: {a} against {r}"
+                    );
+                }
+            }
+        }
+    }
+}
