@@ -126,12 +126,10 @@ impl PromptLookup {
         }
         Ok(PromptLookup { min, ..self })
     }
-}
 
-impl PromptLookup {
     /// The source index after the last token of `context` at the copy's place: the last token
-    /// found within [`RESYNC`] of where the place expects it (closest first, the expected
-    /// index itself first, then earlier), never before the place's source index.
+    /// found within [`RESYNC`] of where the place expects it (the expected index, then one
+    /// before, one after, two before, two after), never before the place's source index.
     fn at_place(&mut self, context: &[u32]) -> Option<usize> {
         let place = self.place?;
         let len = context.len();
