@@ -134,7 +134,7 @@ impl DraftSettings {
         let draft_max = self.draft_max();
         let options = &EngineOptions {
             activations: self.draft_activations.unwrap_or(DEFAULT_DRAFT_ACTIVATIONS),
-            ..options.clone()
+            ..*options
         };
         let drafter: Box<dyn kindle_generate::Drafter> = if let Some(n) = self.lookup_ngram {
             let min = self.lookup_min.unwrap_or(DEFAULT_LOOKUP_MIN.min(n));

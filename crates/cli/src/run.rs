@@ -165,7 +165,7 @@ pub fn run_drafting<'a>(
     plan: &'a RunPlan,
     mode: &'a Mode,
     sink: &mut dyn Sink,
-    mut spec: Option<&mut Speculator>,
+    spec: Option<&mut Speculator>,
 ) -> Result<Report<'a>> {
     if spec.is_some() {
         check_drafting(mode)?;
@@ -184,15 +184,7 @@ pub fn run_drafting<'a>(
             let prompt = &plan.prompts[0].ids;
             let mut session = plan.session()?;
             let mut sampler = plan.sampler(0, prompt.len())?;
-            let summary = single(
-                plan,
-                &mut session,
-                &mut sampler,
-                prompt,
-                sink,
-                spec.as_deref_mut(),
-                None,
-            )?;
+            let summary = single(plan, &mut session, &mut sampler, prompt, sink, spec, None)?;
             vec![Sequence {
                 prompt: 0,
                 summary,

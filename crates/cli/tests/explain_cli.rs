@@ -98,7 +98,7 @@ fn explain_chooses_generates_tokens_and_reports_the_chain() {
         );
         // top_p 0.9 keeps the smallest set with 90% of the mass: a few tokens of 49,152.
         let kept = step["stages"][top_p]["kept"].as_u64().unwrap();
-        assert!(kept >= 1 && kept < 49_152, "{kept}");
+        assert!((1..49_152).contains(&kept), "{kept}");
         let candidates = step["candidates"].as_array().unwrap();
         let chosen = candidates
             .iter()

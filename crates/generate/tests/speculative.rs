@@ -87,7 +87,7 @@ impl HashModel {
         let a = context.get(n.wrapping_sub(1)).copied().unwrap_or(999) as u64;
         let b = context.get(n.wrapping_sub(2)).copied().unwrap_or(999) as u64;
         let key = mix(a * 1_000_003 + b * 7919 + n as u64);
-        let salt = if self.far != 0 && key % self.far == 0 {
+        let salt = if self.far != 0 && key.is_multiple_of(self.far) {
             self.salt
         } else {
             0
@@ -281,7 +281,7 @@ impl LogitsConstraint for NoThrees {
             let allowed = if self.forcing() {
                 t == 5
             } else {
-                (self.last + t as u32) % 3 != 0
+                !(self.last + t as u32).is_multiple_of(3)
             };
             if !allowed {
                 *logit = f32::NEG_INFINITY;
@@ -297,7 +297,7 @@ impl LogitsConstraint for NoThrees {
         let allowed = if self.forcing() {
             t == 5
         } else {
-            (self.last + t) % 3 != 0
+            !(self.last + t).is_multiple_of(3)
         };
         if !allowed {
             return Err(format!("token {t} after {} at step {}", self.last, self.steps).into());
@@ -526,7 +526,7 @@ fn empirical(config: &SamplerConfig, drafting: Drafting, n: u64) -> HashMap<[u32
             Drafting::FarModel(rule) => Some(
                 Speculator::new(
                     Box::new(
-                        ModelDrafter::new(HashModel::draft(VOCAB, 2), 64, seeded(i + 1 << 32))
+                        ModelDrafter::new(HashModel::draft(VOCAB, 2), 64, seeded((i + 1) << 32))
                             .unwrap(),
                     ),
                     3,

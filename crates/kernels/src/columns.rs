@@ -35,7 +35,7 @@ const fn k_format(f: u8) -> bool {
 pub(crate) fn for_each_column<const F: u8>(cols: std::ops::Range<usize>, mut f: impl FnMut(usize)) {
     let step = if k_format(F) { 8 } else { 1 };
     debug_assert!(
-        cols.start % step == 0 && cols.end % step == 0,
+        cols.start.is_multiple_of(step) && cols.end.is_multiple_of(step),
         "whole super-blocks"
     );
     for s in cols.start / step..cols.end / step {

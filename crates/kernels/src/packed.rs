@@ -693,7 +693,7 @@ mod tests {
             let p = Packing::new(ty, rows, cols);
             let mut row = vec![0u8; row_bytes];
             for r in 0..rows {
-                unpack_row(ty, &p, &packed, r, &mut row);
+                unpack_row(ty, &p, packed, r, &mut row);
                 assert_eq!(
                     row,
                     data[r * row_bytes..(r + 1) * row_bytes],

@@ -181,12 +181,11 @@ fn burn_logits_checked(
 fn last_logits(model: &Llama, tokens: &[u32]) -> [Vec<f32>; 6] {
     let one_pass = |host: bool| {
         let mut cache = model.new_cache(tokens.len());
-        let logits = if host {
+        if host {
             model.forward(tokens, &mut cache, LogitsFor::Last).unwrap()
         } else {
             burn_logits(model, tokens, &mut cache, LogitsFor::Last)
-        };
-        logits
+        }
     };
     let decoded = |host: bool| {
         let (head, last) = tokens.split_at(tokens.len() - 1);

@@ -23,10 +23,10 @@ pub enum Guided {
 /// A request's output constraint and the field that asked for it (at most one field may).
 pub fn guided(object: &Map<String, Value>) -> Result<Option<(Guided, &'static str)>, ApiError> {
     let mut found = Vec::new();
-    if let Some(value) = object.get("response_format").filter(|v| !v.is_null()) {
-        if let Some(spec) = response_format(value)? {
-            found.push((spec, "response_format"));
-        }
+    if let Some(value) = object.get("response_format").filter(|v| !v.is_null())
+        && let Some(spec) = response_format(value)?
+    {
+        found.push((spec, "response_format"));
     }
     if let Some(value) = object.get("guided_json").filter(|v| !v.is_null()) {
         let schema = match value {

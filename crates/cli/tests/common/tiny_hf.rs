@@ -41,7 +41,7 @@ pub fn write_safetensors(path: &Path, tensors: &Tensors) {
         );
     }
     let mut header = serde_json::Value::Object(header).to_string().into_bytes();
-    while header.len() % 8 != 0 {
+    while !header.len().is_multiple_of(8) {
         header.push(b' ');
     }
     let mut bytes = (header.len() as u64).to_le_bytes().to_vec();

@@ -31,7 +31,7 @@ pub fn quantize(ty: GgmlType, values: &[f32]) -> Result<Vec<u8>, QuantError> {
     if !QUANTIZE_TYPES.contains(&ty) {
         return Err(QuantError::Unsupported(ty));
     }
-    if values.len() % ty.block_size() != 0 {
+    if !values.len().is_multiple_of(ty.block_size()) {
         return Err(QuantError::SizeMismatch {
             ty,
             bytes: 0,
