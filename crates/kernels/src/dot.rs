@@ -463,10 +463,8 @@ impl Kernel {
                             };
                         }
                         match simd {
-                            Simd::Avx512 if super::x86_q8_512::available() => {
-                                int8!(x86_q8_512)
-                            }
-                            Simd::Vnni | Simd::Avx512 => int8!(vnni),
+                            Simd::Avx512 => int8!(x86_q8_512),
+                            Simd::Vnni => int8!(vnni),
                             _ => int8!(avx2),
                         }
                     }

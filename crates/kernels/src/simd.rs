@@ -9,7 +9,7 @@ pub(crate) enum Simd {
     Avx2,
     /// AVX2 + FMA + F16C + AVX-VNNI (`vpdpbusd`).
     Vnni,
-    /// All of the above and AVX-512F, BW and VL: 16-lane `f32` kernels.
+    /// All of the above and AVX-512F, BW, VL and VNNI: 16-lane `f32` kernels, 512-bit 8-bit ones.
     Avx512,
 }
 
@@ -43,10 +43,13 @@ impl Simd {
                 && is_x86_feature_detected!("f16c");
             let vnni = avx2 && is_x86_feature_detected!("avxvnni");
             // BW and VL (every AVX-512 CPU but the Xeon Phi's have them): the `Q5` and `Q6_K`
-            // kernels use VL's 32 registers and bit selects on 256-bit vectors.
+            // kernels use VL's 32 registers and bit selects on 256-bit vectors. VNNI (every
+            // AVX-512 CPU that also has AVX-VNNI): the 8-bit `Q8_0` and `Q4` kernels'
+            // 512-bit `vpdpbusd` (`x86_q8_512`).
             let avx512 = is_x86_feature_detected!("avx512f")
                 && is_x86_feature_detected!("avx512bw")
-                && is_x86_feature_detected!("avx512vl");
+                && is_x86_feature_detected!("avx512vl")
+                && is_x86_feature_detected!("avx512vnni");
             if vnni && avx512 {
                 Simd::Avx512
             } else if vnni {

@@ -15,19 +15,11 @@
 //! `y.s` in a second accumulator), so both give the same bits.
 
 use std::arch::x86_64::*;
-use std::sync::OnceLock;
 
 use super::columns::{SuperBlock, column, for_each_column};
 use super::packed::LANE_ROWS;
 use super::prefetch::prefetch_ahead;
 use super::q8::BlockQ8;
-
-/// Whether this CPU has AVX-512 VNNI (the 512-bit `vpdpbusd`) besides the AVX-512 the
-/// `Simd::Avx512` level checks for.
-pub(crate) fn available() -> bool {
-    static HAS: OnceLock<bool> = OnceLock::new();
-    *HAS.get_or_init(|| is_x86_feature_detected!("avx512vnni"))
-}
 
 /// The dword of the reduced vector that holds the sum of output lane `s`'s row
 /// (`LANE_ROWS[s]`): rows `r < 4` end in dword `4 r`, rows `r >= 4` in dword `4 (r - 4) + 1`.
@@ -80,7 +72,7 @@ fn gather_indices() -> __m512i {
 /// eight results of activation row `j` to `out[j]` in the lane order [`LANE_ROWS`].
 ///
 /// # Safety
-/// AVX-512F, BW, VL and VNNI, AVX2, FMA and F16C; `w` holds `nb` block columns and every
+/// AVX-512F, BW, VL and VNNI (`Simd::Avx512`), AVX2, FMA and F16C; `w` holds `nb` block columns and every
 /// `ys[j]` at least `nb` blocks.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) unsafe fn q8_0_q8<const JN: usize>(
