@@ -76,6 +76,10 @@ fn main() {
         std::process::exit(1);
     }
     let cli = Cli::parse();
+    // The program runs its kernels' threads as its main work: let them take one whole core
+    // between them when other processes leave them about one (`KINDLE_GATHER=0` to keep the
+    // scheduler's placement).
+    kindle_model::set_gathering(true);
     let result = match cli.command {
         Command::Generate(args) => generate::run(args),
         Command::Chat(args) => chat::run(args),

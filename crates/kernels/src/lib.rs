@@ -66,6 +66,7 @@ mod block;
 mod columns;
 mod config;
 mod dot;
+mod gather;
 mod gemm;
 #[cfg(test)]
 mod gemm_tests;
@@ -103,6 +104,7 @@ use kindle_gguf::{GgufFile, SharedBytes, TensorInfo};
 
 pub use bandwidth::read_bandwidth;
 pub use config::{KernelOptions, Kernels, RowArithmetic};
+pub use gather::set_gathering;
 /// Activation rows from which an `f32` product runs as the prefill product (a register-blocked
 /// multiply over dequantised weights) instead of the decode kernels: 32 (by default: see
 /// [`RowArithmetic`]). Below it a row has the bits it has alone; from it on, the bits it has
