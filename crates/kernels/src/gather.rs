@@ -10,8 +10,8 @@
 //! the process is pinned to the caller's core: the scheduler's load balancing then moves the
 //! competing threads to the other cores (within 0.1-3 s), and the caller runs undisturbed,
 //! its workers taking tasks only while it waits, so the step runs near its one-thread speed
-//! (six alternating runs, quiet 222-236 tok/s: 63-116 tok/s beside the two loops before,
-//! median 100; 87-122 with the gathering, median 112). When another core of the caller's
+//! (six alternating rounds, quiet 216-235 tok/s: 67-111 tok/s beside the two loops before,
+//! median 99; 88-123 with the gathering, median 118). When another core of the caller's
 //! affinity shows idle time again, the threads get their own affinity back.
 //!
 //! Off unless the program asks for it ([`set_gathering`]: the `kindle` binary does, a library
