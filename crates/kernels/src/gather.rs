@@ -19,7 +19,7 @@
 //! at its next product after the release). `KINDLE_GATHER=0` or `1` overrides both. Linux
 //! only; elsewhere [`observe`] and [`follow`] do nothing.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// Whether [`observe`] may gather (see [`set_gathering`]).
@@ -31,6 +31,16 @@ static GATHERING: AtomicBool = AtomicBool::new(false);
 /// overrides the setting. Results never depend on it, only speed under load.
 pub fn set_gathering(on: bool) {
     GATHERING.store(on, Ordering::Relaxed);
+}
+
+/// Gatherings so far in this process (see [`gatherings`]).
+static GATHERINGS: AtomicUsize = AtomicUsize::new(0);
+
+/// How many times the kernels' threads have been gathered onto one core in this process
+/// (0 where [`set_gathering`] is off or the machine was never oversubscribed): for a
+/// program's report of why it ran as it did.
+pub fn gatherings() -> usize {
+    GATHERINGS.load(Ordering::Relaxed)
 }
 
 /// [`set_gathering`]'s setting, or `KINDLE_GATHER` where it is set.
@@ -386,6 +396,7 @@ mod imp {
                         monitor.times =
                             read("/proc/stat").map_or_else(Vec::new, |t| parse_cpu_times(&t));
                         publish(Some(cpu as usize));
+                        crate::gather::GATHERINGS.fetch_add(1, Ordering::Relaxed);
                         follow();
                     }
                 }

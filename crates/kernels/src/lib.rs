@@ -104,7 +104,7 @@ use kindle_gguf::{GgufFile, SharedBytes, TensorInfo};
 
 pub use bandwidth::read_bandwidth;
 pub use config::{KernelOptions, Kernels, RowArithmetic};
-pub use gather::set_gathering;
+pub use gather::{gatherings, set_gathering};
 /// Activation rows from which an `f32` product runs as the prefill product (a register-blocked
 /// multiply over dequantised weights) instead of the decode kernels: 32 (by default: see
 /// [`RowArithmetic`]). Below it a row has the bits it has alone; from it on, the bits it has

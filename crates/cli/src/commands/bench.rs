@@ -357,5 +357,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
             }
         }
     }
+    // On standard error, so the table stays llama-bench's.
+    if let Some(line) = super::generate::gathered_line() {
+        eprintln!("kindle: {line}");
+    }
     Ok(())
 }

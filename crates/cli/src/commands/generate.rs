@@ -179,6 +179,9 @@ pub fn run(args: GenerateArgs) -> Result<()> {
                 eprintln!("kindle: {}", constraint_line(stats));
             }
         }
+        if let Some(line) = gathered_line() {
+            eprintln!("kindle: {line}");
+        }
     }
     Ok(())
 }
@@ -328,4 +331,33 @@ fn read_prompt_file(path: &Path) -> Result<Vec<String>> {
         .filter(|l| !l.trim().is_empty())
         .map(str::to_owned)
         .collect())
+}
+
+/// For `-v`: that the machine was busy enough for the kernels' threads to run gathered onto
+/// one core (`kindle_model::gatherings`), if it was.
+pub(crate) fn gathered_line() -> Option<String> {
+    gathered_text(kindle_model::gatherings())
+}
+
+fn gathered_text(times: usize) -> Option<String> {
+    (times > 0).then(|| {
+        format!(
+            "the machine was busy: the kernels' threads ran gathered onto one core ({times} {}; \
+             KINDLE_GATHER=0 leaves them where the scheduler puts them)",
+            if times == 1 { "time" } else { "times" }
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gathered_text;
+
+    #[test]
+    fn the_gathering_line_appears_only_after_a_gathering() {
+        assert_eq!(gathered_text(0), None);
+        let once = gathered_text(1).unwrap();
+        assert!(once.contains("one core (1 time; KINDLE_GATHER=0"), "{once}");
+        assert!(gathered_text(3).unwrap().contains("(3 times;"));
+    }
 }
