@@ -79,3 +79,47 @@ pub enum ModelError {
     #[error("reading tensor data back from the device failed: {0}")]
     Readback(String),
 }
+
+/// What a failed device execution says, shortened for a person: Burn's error lists every op
+/// it skipped after the failure (thousands of lines); the cause is its last `Caused by:` line,
+/// and a buffer the device refused is named with its size.
+pub(crate) fn device_error_text(error: &impl std::fmt::Display) -> String {
+    let text = error.to_string();
+    let cause = text
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.contains("backtrace"))
+        .rev()
+        .find(|line| !line.starts_with("Asked at") && !line.starts_with("Caused by"))
+        .unwrap_or("the device failed")
+        .to_string();
+    match cause.strip_prefix("can't allocate buffer of size: ") {
+        Some(bytes) => format!(
+            "the device refused a buffer of {bytes} bytes (larger than one buffer may be there, \
+             or its memory is full)"
+        ),
+        None => cause,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::device_error_text;
+
+    #[test]
+    fn a_refused_buffer_is_named_with_its_size() {
+        let burn = "An error happened during execution\nCaused by:\n  Several failures at once\n\
+                    Caused by:\n  skipped `MatmulEntry`: it needed memory 7\nCaused by:\n  An IO \
+                    error happened\nCaused by:\n  can't allocate buffer of size: 671088640\n\
+                    No backtrace available\nAsked at:\nNo backtrace available\n";
+        assert_eq!(
+            device_error_text(&burn),
+            "the device refused a buffer of 671088640 bytes (larger than one buffer may be there, \
+             or its memory is full)"
+        );
+        assert_eq!(
+            device_error_text(&"Caused by:\n  the queue was lost\n"),
+            "the queue was lost"
+        );
+    }
+}

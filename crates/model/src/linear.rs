@@ -2,8 +2,11 @@
 //!
 //! A [`QLinear`] holds a weight in the layout GGUF stores it (`[out, in]`, rows are output
 //! features), in one of two forms (see [`LinearWeight`]):
-//! - **dense**: an `f32` Burn tensor multiplied with Burn's `matmul` (any device: the form
-//!   for GPUs, and the fallback);
+//! - **dense**: an `f32` (or half-precision) Burn tensor multiplied with Burn's `matmul` (any
+//!   device: the form for GPUs, and the fallback). On a GPU a matrix larger than
+//!   [`DENSE_BLOCK_BYTES`] is held as blocks of rows, since a GPU API bounds the size of one
+//!   buffer (Gemma-3's 262,144-row embedding is 671 MB in `f32`); the blocks' products are
+//!   joined along the output features;
 //! - **quantized**: a [`QuantMatrix`] of GGUF blocks, multiplied on the host by the fused
 //!   dequantise-and-multiply kernels of [`kindle_kernels`] (CPU devices).
 //!
@@ -26,8 +29,9 @@ use kindle_kernels::{Kernels, QuantMatrix};
 /// - output: `[batch, seq, d_out]`
 #[derive(Module, Debug)]
 pub struct QLinear {
-    /// The weight as an `f32` tensor `[d_out, d_in]`, when dense.
-    dense: Option<Param<Tensor<2>>>,
+    /// The weight as blocks of rows `[rows, d_in]` that together make `[d_out, d_in]`, when
+    /// dense (one block unless the matrix is larger than [`DENSE_BLOCK_BYTES`] on a GPU).
+    dense: Vec<Param<Tensor<2>>>,
     /// The weight in its GGUF encoding, when quantized.
     #[module(skip)]
     quantized: Option<QuantMatrix>,
@@ -41,17 +45,51 @@ pub struct QLinear {
 /// The form a [`QLinear`]'s weight takes.
 #[derive(Debug, Clone)]
 pub enum LinearWeight<'a> {
-    /// `f32` on the model's device, `[d_out, d_in]`.
-    Dense(&'a Param<Tensor<2>>),
+    /// On the model's device, `[d_out, d_in]` as one or more blocks of consecutive rows.
+    Dense(&'a [Param<Tensor<2>>]),
     /// GGUF blocks on the host, multiplied by the CPU kernels.
     Quantized(&'a QuantMatrix),
 }
 
 impl QLinear {
-    /// A dense layer from a `[d_out, d_in]` weight tensor.
+    /// A dense layer from a `[d_out, d_in]` weight tensor, held as one block.
     pub fn new(weight: Tensor<2>) -> Self {
         QLinear {
-            dense: Some(Param::from_tensor(weight)),
+            dense: vec![Param::from_tensor(weight)],
+            quantized: None,
+            bias: None,
+            host_bias: None,
+        }
+    }
+
+    /// A dense layer from `data`, a `[d_out, d_in]` matrix on the host, put on `device` in
+    /// `dtype`: on a GPU in blocks of at most [`DENSE_BLOCK_BYTES`] (whole rows), elsewhere
+    /// as one tensor.
+    pub fn dense_from_data(data: TensorData, device: &Device, dtype: DType) -> Self {
+        let per_block = dense_block_rows(data.shape()[1], dtype.size(), device);
+        Self::dense_in_blocks(data, device, dtype, per_block)
+    }
+
+    /// As [`dense_from_data`](Self::dense_from_data), `per_block` rows a block.
+    fn dense_in_blocks(data: TensorData, device: &Device, dtype: DType, per_block: usize) -> Self {
+        let [rows, cols] = [data.shape()[0], data.shape()[1]];
+        let data = data.convert_dtype(dtype);
+        if rows <= per_block {
+            return Self::new(Tensor::from_data(data, (device, dtype)));
+        }
+        let bytes = data.as_bytes();
+        let row_bytes = cols * dtype.size();
+        let dense = (0..rows)
+            .step_by(per_block)
+            .map(|start| {
+                let n = per_block.min(rows - start);
+                let part = &bytes[start * row_bytes..(start + n) * row_bytes];
+                let block = TensorData::from_bytes_vec(part.to_vec(), [n, cols], dtype);
+                Param::from_tensor(Tensor::from_data(block, (device, dtype)))
+            })
+            .collect();
+        QLinear {
+            dense,
             quantized: None,
             bias: None,
             host_bias: None,
@@ -61,7 +99,7 @@ impl QLinear {
     /// A layer applying `matrix` (`rows` = `d_out`) with the quantized CPU kernels.
     pub fn quantized(matrix: QuantMatrix) -> Self {
         QLinear {
-            dense: None,
+            dense: Vec::new(),
             quantized: Some(matrix),
             bias: None,
             host_bias: None,
@@ -102,7 +140,10 @@ impl QLinear {
     pub fn weight_bytes(&self) -> u64 {
         match self.weight() {
             LinearWeight::Quantized(q) => q.n_bytes() as u64,
-            LinearWeight::Dense(w) => (w.dims()[0] * w.dims()[1] * 4) as u64,
+            LinearWeight::Dense(blocks) => blocks
+                .iter()
+                .map(|w| (w.dims()[0] * w.dims()[1] * w.val().dtype().size()) as u64)
+                .sum(),
         }
     }
 
@@ -113,17 +154,16 @@ impl QLinear {
 
     /// The weight.
     pub fn weight(&self) -> LinearWeight<'_> {
-        match (&self.quantized, &self.dense) {
-            (Some(q), _) => LinearWeight::Quantized(q),
-            (None, Some(d)) => LinearWeight::Dense(d),
-            (None, None) => unreachable!("a QLinear is built with one form of weight"),
+        match &self.quantized {
+            Some(q) => LinearWeight::Quantized(q),
+            None => LinearWeight::Dense(&self.dense),
         }
     }
 
     /// Output features.
     pub fn d_out(&self) -> usize {
         match self.weight() {
-            LinearWeight::Dense(w) => w.dims()[0],
+            LinearWeight::Dense(blocks) => blocks.iter().map(|w| w.dims()[0]).sum(),
             LinearWeight::Quantized(q) => q.rows(),
         }
     }
@@ -131,7 +171,7 @@ impl QLinear {
     /// Input features.
     pub fn d_in(&self) -> usize {
         match self.weight() {
-            LinearWeight::Dense(w) => w.dims()[1],
+            LinearWeight::Dense(blocks) => blocks[0].dims()[1],
             LinearWeight::Quantized(q) => q.cols(),
         }
     }
@@ -149,13 +189,29 @@ impl QLinear {
     /// `input W^T`.
     fn product(&self, input: Tensor<3>, kernels: &Kernels) -> Tensor<3> {
         match self.weight() {
-            LinearWeight::Dense(w) => {
-                let w = w.val();
-                match w.dtype() {
-                    DType::F32 => matmul_transposed(input, w),
-                    // Half-precision weights: the product runs in their type, the result
-                    // goes back to f32 for the residual stream.
-                    dtype => matmul_transposed(input.cast(dtype), w).cast(DType::F32),
+            LinearWeight::Dense(blocks) => {
+                // Half-precision weights: the product runs in their type, the result goes back
+                // to f32 for the residual stream.
+                let dtype = blocks[0].val().dtype();
+                let input = if dtype == DType::F32 {
+                    input
+                } else {
+                    input.cast(dtype)
+                };
+                let product = match blocks {
+                    [w] => matmul_transposed(input, w.val()),
+                    _ => Tensor::cat(
+                        blocks
+                            .iter()
+                            .map(|w| matmul_transposed(input.clone(), w.val()))
+                            .collect(),
+                        2,
+                    ),
+                };
+                if dtype == DType::F32 {
+                    product
+                } else {
+                    product.cast(DType::F32)
                 }
             }
             LinearWeight::Quantized(q)
@@ -194,11 +250,12 @@ impl QLinear {
     pub fn embed(&self, ids: &[u32], device: &Device) -> Tensor<3> {
         let t = ids.len();
         match self.weight() {
-            LinearWeight::Dense(w) => {
+            LinearWeight::Dense([w]) => {
                 let ids: Vec<i64> = ids.iter().map(|&id| i64::from(id)).collect();
                 let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [1, t]), device);
                 burn::tensor::module::embedding(w.val(), ids).cast(DType::F32)
             }
+            LinearWeight::Dense(blocks) => embed_from_blocks(blocks, ids, device),
             LinearWeight::Quantized(q) => {
                 let d = q.cols();
                 let mut out = vec![0f32; t * d];
@@ -208,6 +265,53 @@ impl QLinear {
                 Tensor::from_data(TensorData::new(out, [1, t, d]), device)
             }
         }
+    }
+}
+
+/// The rows `ids` of a matrix held as `blocks` of consecutive rows, `[1, ids.len(), d_in]`:
+/// each block looks up the ids that fall in it, and the parts are put back in the ids' order.
+fn embed_from_blocks(blocks: &[Param<Tensor<2>>], ids: &[u32], device: &Device) -> Tensor<3> {
+    let mut parts = Vec::new();
+    // Where each id's row lands among the parts, joined in block order.
+    let mut order = vec![0i64; ids.len()];
+    let (mut first_row, mut found) = (0usize, 0usize);
+    for block in blocks {
+        let rows = block.dims()[0];
+        let mut local = Vec::new();
+        for (i, &id) in ids.iter().enumerate() {
+            if let Some(row) = (id as usize).checked_sub(first_row).filter(|&r| r < rows) {
+                order[i] = (found + local.len()) as i64;
+                local.push(row as i64);
+            }
+        }
+        if !local.is_empty() {
+            let n = local.len();
+            found += n;
+            let local = Tensor::<2, Int>::from_data(TensorData::new(local, [1, n]), device);
+            parts.push(burn::tensor::module::embedding(block.val(), local));
+        }
+        first_row += rows;
+    }
+    let joined = Tensor::cat(parts, 1).cast(DType::F32);
+    if order.iter().enumerate().all(|(i, &o)| o == i as i64) {
+        return joined;
+    }
+    let order = Tensor::<1, Int>::from_data(TensorData::new(order, [ids.len()]), device);
+    joined.select(1, order)
+}
+
+/// The most bytes one block of a dense weight takes on a GPU: a GPU API bounds one buffer
+/// (wgpu's default for a storage binding is 128 MiB, and Mesa's lavapipe refuses Gemma-3's
+/// 671 MB embedding), so larger matrices are held as several blocks of rows.
+pub const DENSE_BLOCK_BYTES: usize = 64 << 20;
+
+/// Rows per block of a dense `cols`-wide weight of `elem` bytes a value on `device`: every
+/// row on a CPU device, else as many as [`DENSE_BLOCK_BYTES`] holds (at least one).
+fn dense_block_rows(cols: usize, elem: usize, device: &Device) -> usize {
+    if crate::device::is_host_device(device) {
+        usize::MAX
+    } else {
+        (DENSE_BLOCK_BYTES / (cols * elem).max(1)).max(1)
     }
 }
 
@@ -236,4 +340,52 @@ pub fn matmul_transposed(input: Tensor<3>, weight: Tensor<2>) -> Tensor<3> {
         .reshape([b * t, d_in])
         .matmul(weight.transpose())
         .reshape([b, t, d_out])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `rows x cols` matrix of distinct values.
+    fn matrix(rows: usize, cols: usize) -> TensorData {
+        let values: Vec<f32> = (0..rows * cols).map(|i| (i as f32 * 0.37).sin()).collect();
+        TensorData::new(values, [rows, cols])
+    }
+
+    fn host(tensor: Tensor<3>) -> Vec<f32> {
+        host_f32(tensor)
+    }
+
+    #[test]
+    fn a_matrix_in_blocks_of_rows_looks_up_and_multiplies_as_one_block() {
+        let device = Device::flex();
+        let kernels = Kernels::default();
+        let whole = QLinear::dense_in_blocks(matrix(10, 4), &device, DType::F32, usize::MAX);
+        let blocks = QLinear::dense_in_blocks(matrix(10, 4), &device, DType::F32, 3);
+        assert!(matches!(whole.weight(), LinearWeight::Dense(b) if b.len() == 1));
+        assert!(matches!(blocks.weight(), LinearWeight::Dense(b) if b.len() == 4));
+        assert_eq!((blocks.d_out(), blocks.d_in()), (10, 4));
+        assert_eq!(blocks.weight_bytes(), whole.weight_bytes());
+        // Out of order, repeated, several in one block, none in another (rows 6..9).
+        for ids in [vec![9, 0, 4, 4, 3, 8], vec![0, 1, 2], vec![5], vec![9, 3]] {
+            assert_eq!(
+                host(blocks.embed(&ids, &device)),
+                host(whole.embed(&ids, &device)),
+                "ids {ids:?}"
+            );
+        }
+        let input = Tensor::<3>::from_data(
+            TensorData::new(matrix(6, 4).try_to_vec::<f32>().unwrap(), [1, 6, 4]),
+            &device,
+        );
+        assert_eq!(
+            host(blocks.forward(input.clone(), &kernels)),
+            host(whole.forward(input, &kernels))
+        );
+    }
+
+    #[test]
+    fn only_a_gpu_splits_a_dense_matrix() {
+        assert_eq!(dense_block_rows(640, 4, &Device::flex()), usize::MAX);
+    }
 }

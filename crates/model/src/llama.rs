@@ -306,7 +306,10 @@ impl Llama {
         batch: &mut [BatchSequence<'_>],
         which: LogitsFor,
     ) -> Result<Vec<Vec<f32>>, ModelError> {
-        if batch.iter().all(|s| s.tokens.len() <= s.cache.max_pass()) {
+        let logits_rows = self.logits_rows_per_pass(which);
+        if batch.iter().all(|s| s.tokens.len() <= s.cache.max_pass())
+            && batch.iter().map(|s| s.tokens.len()).sum::<usize>() <= logits_rows
+        {
             return self.forward_batch_pass(batch, which);
         }
         let mut out: Vec<Vec<f32>> = vec![Vec::new(); batch.len()];
@@ -314,8 +317,12 @@ impl Llama {
         loop {
             let mut round = Vec::new();
             let mut fed = Vec::new();
+            let mut budget = logits_rows;
             for (i, seq) in batch.iter_mut().enumerate() {
-                let n = (seq.tokens.len() - done[i]).min(seq.cache.max_pass());
+                let n = (seq.tokens.len() - done[i])
+                    .min(seq.cache.max_pass())
+                    .min(budget);
+                budget -= n;
                 if n > 0 {
                     let tokens: &[u32] = &seq.tokens[done[i]..done[i] + n];
                     round.push(BatchSequence {
@@ -360,7 +367,8 @@ impl Llama {
         let logits = self.forward_prepared(&mut pass)?;
         let vocab = self.config().vocab_size;
         let flat = logits
-            .into_data()
+            .try_into_data()
+            .map_err(|e| ModelError::Readback(crate::error::device_error_text(&e)))?
             .try_into_vec::<f32>()
             .map_err(|e| ModelError::Readback(format!("{e:?}")))?;
         let mut rows = flat.chunks_exact(vocab);
@@ -374,6 +382,17 @@ impl Llama {
                 rows.by_ref().take(n).flatten().copied().collect()
             })
             .collect())
+    }
+
+    /// The most rows whose logits one pass computes: every row on a CPU device; on a GPU as
+    /// many as one buffer of [`DENSE_BLOCK_BYTES`](crate::linear::DENSE_BLOCK_BYTES) holds
+    /// when every row's logits are asked for (a longer prompt is fed in several passes, as
+    /// for a cache that takes fewer tokens a pass).
+    fn logits_rows_per_pass(&self, which: LogitsFor) -> usize {
+        if which == LogitsFor::Last || crate::device::is_host_device(&self.device()) {
+            return usize::MAX;
+        }
+        (crate::linear::DENSE_BLOCK_BYTES / (self.config().vocab_size * 4)).max(1)
     }
 
     /// As [`forward`](Self::forward), leaving the logits on the device: `[1, positions, vocab]`.

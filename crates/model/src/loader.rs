@@ -483,8 +483,8 @@ fn load_rows(
     }
     values.truncate(rows.end * d_in);
     values.drain(..rows.start * d_in);
-    let data = TensorData::new(values, [rows.len(), d_in]).convert_dtype(dtype);
-    Ok(QLinear::new(Tensor::from_data(data, (device, dtype))))
+    let data = TensorData::new(values, [rows.len(), d_in]);
+    Ok(QLinear::dense_from_data(data, device, dtype))
 }
 
 /// Part `range` of the vector `name`.
