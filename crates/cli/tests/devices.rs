@@ -214,6 +214,38 @@ fn tiny_logits_agree_with_flex(kind: DeviceKind) {
     );
 }
 
+/// A 4,200-token prompt on the tiny model: its attention scores in one pass would be 282 MB
+/// a layer (4 heads x 4,200 x 4,200 `f32`), past what a GPU buffer takes (lavapipe refused
+/// 137 MB), so a GPU device prefills it in passes that fit; the last row's logits, and those
+/// of a decode step after it, against flex's.
+fn long_prompt_prefills_in_passes_that_fit(kind: DeviceKind) {
+    let Some(device) = open(kind, Dtype::F32) else {
+        return;
+    };
+    let prompt: Vec<u32> = (0..4200u32).map(|i| (i * 37 + i / 7) % 96).collect();
+    let run = |model: &Llama| {
+        let mut cache = model.new_cache(prompt.len() + 1);
+        let mut rows = vec![model.forward(&prompt, &mut cache, LogitsFor::Last).unwrap()];
+        rows.push(model.forward(&[5], &mut cache, LogitsFor::Last).unwrap());
+        rows
+    };
+    let file = GgufFile::open(tiny_model()).unwrap();
+    let flex = run(&load(&file, &open(DeviceKind::Flex, Dtype::F32).unwrap()));
+    let rows = run(&load(&file, &device));
+    let (diff, scale) = max_diff(&rows, &flex);
+    eprintln!(
+        "{}: 4,200-token prompt, largest logit difference from flex {diff:.2e} (logits up to \
+         {scale:.2})",
+        kind.name()
+    );
+    assert!(scale > 1.0, "logits too small to compare: {scale}");
+    assert!(
+        diff <= 1e-4,
+        "{}: logits differ from flex by {diff}",
+        kind.name()
+    );
+}
+
 fn half_precision_agrees_with_f32(kind: DeviceKind) {
     let Some(f32_device) = open(kind, Dtype::F32) else {
         return;
@@ -437,6 +469,10 @@ macro_rules! device_suite {
             #[test]
             fn half_precision_agrees_with_f32() {
                 super::half_precision_agrees_with_f32($kind);
+            }
+            #[test]
+            fn long_prompt_prefills_in_passes_that_fit() {
+                super::long_prompt_prefills_in_passes_that_fit($kind);
             }
         }
     };

@@ -300,14 +300,19 @@ impl Llama {
     ///
     /// A sequence whose cache takes fewer tokens per pass ([`KvStore::max_pass`]: local layers
     /// keeping a ring of their window) is fed in several passes, with the other sequences in
-    /// the first; the logits are the same.
+    /// the first; the logits are the same. So is a pass whose buffers would pass what a GPU
+    /// allocates at once: every row's logits, or a long prompt's attention scores (see
+    /// [`DENSE_BLOCK_BYTES`](crate::linear::DENSE_BLOCK_BYTES)).
     pub fn forward_batch(
         &self,
         batch: &mut [BatchSequence<'_>],
         which: LogitsFor,
     ) -> Result<Vec<Vec<f32>>, ModelError> {
         let logits_rows = self.logits_rows_per_pass(which);
-        if batch.iter().all(|s| s.tokens.len() <= s.cache.max_pass())
+        let seq_rows = self.attention_rows_per_pass(batch);
+        if batch
+            .iter()
+            .all(|s| s.tokens.len() <= s.cache.max_pass().min(seq_rows))
             && batch.iter().map(|s| s.tokens.len()).sum::<usize>() <= logits_rows
         {
             return self.forward_batch_pass(batch, which);
@@ -321,6 +326,7 @@ impl Llama {
             for (i, seq) in batch.iter_mut().enumerate() {
                 let n = (seq.tokens.len() - done[i])
                     .min(seq.cache.max_pass())
+                    .min(seq_rows)
                     .min(budget);
                 budget -= n;
                 if n > 0 {
@@ -393,6 +399,24 @@ impl Llama {
             return usize::MAX;
         }
         (crate::linear::DENSE_BLOCK_BYTES / (self.config().vocab_size * 4)).max(1)
+    }
+
+    /// The most rows of one sequence a pass takes: every row on a CPU device; on a GPU as
+    /// many as keep a layer's attention scores (`heads x rows x keys`, `f32`, against the
+    /// longest sequence's keys after the pass) within one buffer of
+    /// [`DENSE_BLOCK_BYTES`](crate::linear::DENSE_BLOCK_BYTES). Burn's attention holds them
+    /// whole: a 2,400-token prompt's are 207 MB for SmolLM2, past lavapipe's 128 MiB.
+    fn attention_rows_per_pass(&self, batch: &[BatchSequence<'_>]) -> usize {
+        if crate::device::is_host_device(&self.device()) {
+            return usize::MAX;
+        }
+        let keys = batch
+            .iter()
+            .map(|s| s.cache.len() + s.tokens.len())
+            .max()
+            .unwrap_or(1);
+        let heads = self.config().attention().heads;
+        (crate::linear::DENSE_BLOCK_BYTES / (heads * 4 * keys).max(1)).max(1)
     }
 
     /// As [`forward`](Self::forward), leaving the logits on the device: `[1, positions, vocab]`.
