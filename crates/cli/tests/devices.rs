@@ -23,7 +23,7 @@ use common::tiny::TinyLlama;
 use common::{ids, prompts};
 use kindle_gguf::GgufFile;
 use kindle_gguf::quant::GgmlType;
-use kindle_model::{DeviceKind, Dtype, OpenDevice};
+use kindle_model::{DeviceKind, Dtype, Engine, EngineOptions, KvType, OpenDevice};
 use kindle_model::{Llama, LogitsFor};
 use kindle_sampling::logprobs::top_n;
 
@@ -244,6 +244,60 @@ fn long_prompt_prefills_in_passes_that_fit(kind: DeviceKind) {
         "{}: logits differ from flex by {diff}",
         kind.name()
     );
+}
+
+/// Each KV cache type either runs, giving the `f32` cache's logits within its rounding, or is
+/// refused at load with an error naming the type (wgpu's WGSL kernels have no 8-bit integers:
+/// an `int8` cache once failed at its first kernel instead).
+fn kv_types_run_or_are_refused(kind: DeviceKind) {
+    let Some(device) = open(kind, Dtype::F32) else {
+        return;
+    };
+    let file = GgufFile::open(tiny_model()).unwrap();
+    let reference = tiny_run(&load(&file, &device));
+    for (kv_type, bound) in [(KvType::F16, 0.01f32), (KvType::Int8, 0.5)] {
+        let options = EngineOptions {
+            kv_type,
+            ..EngineOptions::on(kind)
+        };
+        match Engine::load(&file, &options) {
+            Ok(engine) => {
+                assert!(kind.holds_kv_type(&device.device, kv_type));
+                let model = &engine.llama;
+                let mut cache = model.new_cache_typed(32, kv_type);
+                let vocab = model.config().vocab_size;
+                let prompt = [1u32, 17, 42, 5, 88, 33, 60, 2, 71];
+                let logits = model.forward(&prompt, &mut cache, LogitsFor::All).unwrap();
+                let mut rows: Vec<Vec<f32>> = logits.chunks(vocab).map(<[f32]>::to_vec).collect();
+                for token in [9u32, 95, 40] {
+                    rows.push(
+                        model
+                            .forward(&[token], &mut cache, LogitsFor::Last)
+                            .unwrap(),
+                    );
+                }
+                let (diff, _) = max_diff(&rows, &reference);
+                eprintln!(
+                    "{}: --kv-type {kv_type}: largest logit difference {diff:.2e}",
+                    kind.name()
+                );
+                assert!(
+                    diff <= bound,
+                    "{}: {kv_type} cache differs by {diff}",
+                    kind.name()
+                );
+            }
+            Err(error) => {
+                let message = format!("{error:#}");
+                eprintln!("{}: --kv-type {kv_type} refused: {message}", kind.name());
+                assert!(!kind.holds_kv_type(&device.device, kv_type), "{message}");
+                assert!(
+                    message.contains(&format!("{kv_type} KV cache")),
+                    "{message}"
+                );
+            }
+        }
+    }
 }
 
 fn half_precision_agrees_with_f32(kind: DeviceKind) {
@@ -469,6 +523,10 @@ macro_rules! device_suite {
             #[test]
             fn half_precision_agrees_with_f32() {
                 super::half_precision_agrees_with_f32($kind);
+            }
+            #[test]
+            fn kv_types_run_or_are_refused() {
+                super::kv_types_run_or_are_refused($kind);
             }
             #[test]
             fn long_prompt_prefills_in_passes_that_fit() {

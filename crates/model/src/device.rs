@@ -35,6 +35,18 @@ pub enum DeviceError {
         /// The device.
         device: DeviceKind,
     },
+    /// A KV cache type whose elements the device's kernels cannot hold (wgpu's WGSL has no
+    /// 8-bit integers).
+    #[error(
+        "the {device} device cannot hold an {kv_type} KV cache (its kernels have no such \
+         element type; try --kv-type f16 or f32)"
+    )]
+    KvTypeUnsupported {
+        /// The cache type asked for.
+        kv_type: kindle_kv_cache::KvType,
+        /// The device.
+        device: DeviceKind,
+    },
     /// A name that is not a device or a float type.
     #[error("unknown {what} '{name}' (expected one of: {expected})")]
     UnknownName {
@@ -101,6 +113,18 @@ impl DeviceKind {
             DeviceKind::Wgpu => wgpu_device(),
             DeviceKind::Cuda => cuda_device(),
         }
+    }
+
+    /// Whether the opened `device` can hold a KV cache of `kv_type` (CPU devices: every type,
+    /// kept in host memory; a GPU: where its kernels have the element type).
+    pub fn holds_kv_type(self, device: &Device, kv_type: kindle_kv_cache::KvType) -> bool {
+        use burn::tensor::DType;
+        let element = match kv_type {
+            kindle_kv_cache::KvType::F32 => return true,
+            kindle_kv_cache::KvType::F16 => DType::F16,
+            kindle_kv_cache::KvType::Int8 => DType::I8,
+        };
+        self.is_host() || device.supports_dtype(element)
     }
 
     /// Whether the opened `device` computes in `dtype` (CPU devices: `f32` only, since their

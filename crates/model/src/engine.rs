@@ -102,6 +102,16 @@ impl Engine {
     pub fn load(file: &GgufFile, options: &EngineOptions) -> Result<Engine, ModelError> {
         options.validate()?;
         let device = OpenDevice::open(options.device, options.dtype)?;
+        if !options
+            .device
+            .holds_kv_type(&device.device, options.kv_type)
+        {
+            return Err(crate::device::DeviceError::KvTypeUnsupported {
+                kv_type: options.kv_type,
+                device: options.device,
+            }
+            .into());
+        }
         let load = device.load_options().with_kernels(options.kernel_options());
         let llama = Llama::from_gguf_with(file, &device.device, load)?;
         Ok(Engine {

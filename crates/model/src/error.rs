@@ -88,7 +88,7 @@ pub(crate) fn device_error_text(error: &impl std::fmt::Display) -> String {
     let cause = text
         .lines()
         .map(str::trim)
-        .filter(|line| !line.is_empty() && !line.contains("backtrace"))
+        .filter(|line| !line.is_empty() && !line.to_lowercase().contains("backtrace"))
         .rev()
         .find(|line| !line.starts_with("Asked at") && !line.starts_with("Caused by"))
         .unwrap_or("the device failed")
@@ -111,7 +111,7 @@ mod tests {
         let burn = "An error happened during execution\nCaused by:\n  Several failures at once\n\
                     Caused by:\n  skipped `MatmulEntry`: it needed memory 7\nCaused by:\n  An IO \
                     error happened\nCaused by:\n  can't allocate buffer of size: 671088640\n\
-                    No backtrace available\nAsked at:\nNo backtrace available\n";
+                    \n\nBacktrace:\nNo backtrace available\nAsked at:\nNo backtrace available\n";
         assert_eq!(
             device_error_text(&burn),
             "the device refused a buffer of 671088640 bytes (larger than one buffer may be there, \
