@@ -52,8 +52,11 @@ impl BurnAct {
     }
 }
 
-/// A pass's rotation table on the device, `[1, rows, 1, head_dim / 2, 1]` each for
-/// adjacent pairs, `[1, rows, 1, 1, head_dim / 2]` for halves.
+/// A pass's rotation table on the device, laid out like a head's pairs: `[1, rows, 1,
+/// head_dim / 2, 2]` for adjacent pairs, `[1, rows, 1, 2, head_dim / 2]` for halves. `cos`
+/// holds each pair's cosine twice; `sin` its sine negated for the pair's first feature, so
+/// that a rotation is `x * cos + swapped(x) * sin` (four kernels on a GPU, where slicing the
+/// pairs apart and joining them took ten).
 pub(super) struct BurnRope {
     style: RopeStyle,
     cos: Tensor<5>,
@@ -73,16 +76,33 @@ impl LayerOps for BurnOps<'_> {
     }
 
     fn rope_table(&mut self, table: RopeTable) -> BurnRope {
-        let style = table.style();
-        let shape = match style {
-            RopeStyle::Adjacent => [1, table.rows(), 1, table.half(), 1],
-            RopeStyle::Halves => [1, table.rows(), 1, 1, table.half()],
-        };
+        let (style, rows, half) = (table.style(), table.rows(), table.half());
         let (cos, sin) = table.into_parts();
+        // Per row, the pair layout: (c, c) and (-s, s) per pair, adjacent or in halves.
+        let mut cos2 = Vec::with_capacity(2 * cos.len());
+        let mut sin2 = Vec::with_capacity(2 * sin.len());
+        for (c, s) in cos.chunks_exact(half).zip(sin.chunks_exact(half)) {
+            match style {
+                RopeStyle::Adjacent => {
+                    for (&c, &s) in c.iter().zip(s) {
+                        cos2.extend([c, c]);
+                        sin2.extend([-s, s]);
+                    }
+                }
+                RopeStyle::Halves => {
+                    cos2.extend(c.iter().chain(c));
+                    sin2.extend(s.iter().map(|&s| -s).chain(s.iter().copied()));
+                }
+            }
+        }
+        let shape = match style {
+            RopeStyle::Adjacent => [1, rows, 1, half, 2],
+            RopeStyle::Halves => [1, rows, 1, 2, half],
+        };
         BurnRope {
             style,
-            cos: Tensor::from_data(TensorData::new(cos, shape), &self.device),
-            sin: Tensor::from_data(TensorData::new(sin, shape), &self.device),
+            cos: Tensor::from_data(TensorData::new(cos2, shape), &self.device),
+            sin: Tensor::from_data(TensorData::new(sin2, shape), &self.device),
         }
     }
 
@@ -94,7 +114,9 @@ impl LayerOps for BurnOps<'_> {
         out.0 = Some(layer.forward(x.get().clone(), self.kernels));
     }
 
-    /// Rotate the pairs of every head: adjacent `(2i, 2i+1)`, or halves `(i, i + half)`.
+    /// Rotate the pairs of every head: adjacent `(2i, 2i+1)`, or halves `(i, i + half)`:
+    /// `(x0 c - x1 s, x1 c + x0 s)`, as `x * cos + swapped(x) * sin` with the table's signs
+    /// (the same products and sums, so the same bits).
     fn rope(&mut self, x: &mut BurnAct, rope: &BurnRope) {
         let input = x.take();
         let [b, t, width] = input.dims();
@@ -109,11 +131,9 @@ impl LayerOps for BurnOps<'_> {
                 (3, input.reshape([b, t, width / (2 * half), 2, half]))
             }
         };
-        let x0 = pairs.clone().narrow(axis, 0, 1);
-        let x1 = pairs.narrow(axis, 1, 1);
-        let out0 = x0.clone() * rope.cos.clone() - x1.clone() * rope.sin.clone();
-        let out1 = x0 * rope.sin.clone() + x1 * rope.cos.clone();
-        x.0 = Some(Tensor::cat(vec![out0, out1], axis).reshape([b, t, width]));
+        let swapped = pairs.clone().flip([axis]);
+        let rotated = pairs * rope.cos.clone() + swapped * rope.sin.clone();
+        x.0 = Some(rotated.reshape([b, t, width]));
     }
 
     fn attend_with_cache(
