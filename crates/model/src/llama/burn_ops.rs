@@ -232,7 +232,7 @@ fn attend(
             (keys, values)
         };
         let q = q.reshape([b, hkv, group, hd]);
-        attention_op(q, keys, values, None, None, options(false)).reshape([b, h, 1, hd])
+        decode_attention(q, keys, values, attention.scale).reshape([b, h, 1, hd])
     } else {
         let keys = keys
             .unsqueeze_dim::<5>(2)
@@ -256,4 +256,17 @@ fn attend(
             .expand([b, h, t, s]);
         attention_op(q, keys, values, Some(mask), None, options(false))
     }
+}
+
+/// One query row per head against every key it may see: Burn's attention fallback without
+/// its two guards for fully masked rows (`clamp_min` of the row maximum and of the sum: four
+/// kernels on a GPU), which cannot fire here (nothing is masked, and the sum of the
+/// exponentials is at least the maximum's 1). The same operations in the same order
+/// otherwise, so the same bits: `q k^T * scale`, softmax over the keys, times `v`.
+fn decode_attention(q: Tensor<4>, keys: Tensor<4>, values: Tensor<4>, scale: f32) -> Tensor<4> {
+    let scores = q.matmul(keys.transpose()).mul_scalar(f64::from(scale));
+    let max = scores.clone().max_dim(3);
+    let numerator = (scores - max).exp();
+    let sum = numerator.clone().sum_dim(3);
+    (numerator / sum).matmul(values)
 }
