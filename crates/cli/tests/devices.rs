@@ -23,7 +23,7 @@ use common::tiny::TinyLlama;
 use common::{ids, prompts};
 use kindle_gguf::GgufFile;
 use kindle_gguf::quant::GgmlType;
-use kindle_model::{DeviceKind, Dtype, Engine, EngineOptions, KvType, OpenDevice};
+use kindle_model::{DeviceKind, Dtype, Engine, EngineOptions, KvCache, KvType, OpenDevice};
 use kindle_model::{Llama, LogitsFor};
 use kindle_sampling::logprobs::top_n;
 
@@ -153,17 +153,17 @@ fn tiny_model() -> PathBuf {
 /// Prefill of 9 tokens (every position's logits), then 3 single-token decode steps: the rows
 /// one after another.
 fn tiny_run(model: &Llama) -> Vec<Vec<f32>> {
+    tiny_run_in(model, &mut model.new_cache(32))
+}
+
+/// [`tiny_run`] in `cache` (empty, for at least 12 tokens).
+fn tiny_run_in(model: &Llama, cache: &mut KvCache) -> Vec<Vec<f32>> {
     let prompt = [1u32, 17, 42, 5, 88, 33, 60, 2, 71];
-    let mut cache = model.new_cache(32);
     let vocab = model.config().vocab_size;
-    let logits = model.forward(&prompt, &mut cache, LogitsFor::All).unwrap();
+    let logits = model.forward(&prompt, cache, LogitsFor::All).unwrap();
     let mut rows: Vec<Vec<f32>> = logits.chunks(vocab).map(<[f32]>::to_vec).collect();
     for token in [9u32, 95, 40] {
-        rows.push(
-            model
-                .forward(&[token], &mut cache, LogitsFor::Last)
-                .unwrap(),
-        );
+        rows.push(model.forward(&[token], cache, LogitsFor::Last).unwrap());
     }
     rows
 }
@@ -176,6 +176,28 @@ fn tiny_reference() -> &'static Vec<Vec<f32>> {
         let device = open(DeviceKind::Flex, Dtype::F32).unwrap();
         tiny_run(&load(&file, &device))
     })
+}
+
+/// Check `rows` against `reference` (flex's, or `f32`'s) within `bound`, saying how close
+/// they came; the logits must carry signal for the comparison to mean anything.
+fn check_close(
+    kind: DeviceKind,
+    what: &str,
+    rows: &[Vec<f32>],
+    reference: &[Vec<f32>],
+    bound: f32,
+) {
+    let (diff, scale) = max_diff(rows, reference);
+    eprintln!(
+        "{}: {what}, largest logit difference {diff:.2e} (logits up to {scale:.2})",
+        kind.name()
+    );
+    assert!(scale > 1.0, "logits too small to compare: {scale}");
+    assert!(
+        diff <= bound,
+        "{}: {what}: logits differ by {diff}",
+        kind.name()
+    );
 }
 
 /// Largest absolute difference between two runs, and the largest logit magnitude.
@@ -200,18 +222,7 @@ fn tiny_logits_agree_with_flex(kind: DeviceKind) {
     };
     let file = GgufFile::open(tiny_model()).unwrap();
     let rows = tiny_run(&load(&file, &device));
-    let (diff, scale) = max_diff(&rows, tiny_reference());
-    eprintln!(
-        "{}: tiny model, largest logit difference from flex {diff:.2e} (logits up to {scale:.2})",
-        kind.name()
-    );
-    // The logits must carry signal for the comparison to mean anything.
-    assert!(scale > 1.0, "logits too small to compare: {scale}");
-    assert!(
-        diff <= 1e-4,
-        "{}: logits differ from flex by {diff}",
-        kind.name()
-    );
+    check_close(kind, "tiny model, from flex", &rows, tiny_reference(), 1e-4);
 }
 
 /// A 4,200-token prompt on the tiny model: its attention scores in one pass would be 282 MB
@@ -232,18 +243,7 @@ fn long_prompt_prefills_in_passes_that_fit(kind: DeviceKind) {
     let file = GgufFile::open(tiny_model()).unwrap();
     let flex = run(&load(&file, &open(DeviceKind::Flex, Dtype::F32).unwrap()));
     let rows = run(&load(&file, &device));
-    let (diff, scale) = max_diff(&rows, &flex);
-    eprintln!(
-        "{}: 4,200-token prompt, largest logit difference from flex {diff:.2e} (logits up to \
-         {scale:.2})",
-        kind.name()
-    );
-    assert!(scale > 1.0, "logits too small to compare: {scale}");
-    assert!(
-        diff <= 1e-4,
-        "{}: logits differ from flex by {diff}",
-        kind.name()
-    );
+    check_close(kind, "4,200-token prompt, from flex", &rows, &flex, 1e-4);
 }
 
 /// Each KV cache type either runs, giving the `f32` cache's logits within its rounding, or is
@@ -264,28 +264,9 @@ fn kv_types_run_or_are_refused(kind: DeviceKind) {
             Ok(engine) => {
                 assert!(kind.holds_kv_type(&device.device, kv_type));
                 let model = &engine.llama;
-                let mut cache = model.new_cache_typed(32, kv_type);
-                let vocab = model.config().vocab_size;
-                let prompt = [1u32, 17, 42, 5, 88, 33, 60, 2, 71];
-                let logits = model.forward(&prompt, &mut cache, LogitsFor::All).unwrap();
-                let mut rows: Vec<Vec<f32>> = logits.chunks(vocab).map(<[f32]>::to_vec).collect();
-                for token in [9u32, 95, 40] {
-                    rows.push(
-                        model
-                            .forward(&[token], &mut cache, LogitsFor::Last)
-                            .unwrap(),
-                    );
-                }
-                let (diff, _) = max_diff(&rows, &reference);
-                eprintln!(
-                    "{}: --kv-type {kv_type}: largest logit difference {diff:.2e}",
-                    kind.name()
-                );
-                assert!(
-                    diff <= bound,
-                    "{}: {kv_type} cache differs by {diff}",
-                    kind.name()
-                );
+                let rows = tiny_run_in(model, &mut model.new_cache_typed(32, kv_type));
+                let what = format!("--kv-type {kv_type}, from f32");
+                check_close(kind, &what, &rows, &reference, bound);
             }
             Err(error) => {
                 let message = format!("{error:#}");
@@ -318,18 +299,8 @@ fn half_precision_agrees_with_f32(kind: DeviceKind) {
         }
         let device = open(kind, dtype).expect("the device opened in f32");
         let rows = tiny_run(&load(&file, &device));
-        let (diff, scale) = max_diff(&rows, &reference);
-        eprintln!(
-            "{}: --dtype {}: largest logit difference from f32 {diff:.2e} (logits up to {scale:.2})",
-            kind.name(),
-            dtype.name()
-        );
-        assert!(
-            diff <= bound,
-            "{} {}: {diff} from f32",
-            kind.name(),
-            dtype.name()
-        );
+        let what = format!("--dtype {}, from f32", dtype.name());
+        check_close(kind, &what, &rows, &reference, bound);
         ran += 1;
         // The real model in this precision, against llama.cpp under the margin rule.
         let Some(path) = common::real_model() else {
