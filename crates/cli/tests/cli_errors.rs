@@ -248,13 +248,27 @@ fn bad_logit_biases() {
     }
     assert_bad_flags(
         &["-n", "4", "--logit-bias", "99999999=1"],
-        &["logit_bias", "99999999", "49152"],
+        &["--logit-bias", "99999999", "49152"],
     );
     assert_bad_flags(
         &["-n", "4", "--logit-bias", "x"],
         &["--logit-bias", "\"x\""],
     );
     assert_bad_flags(&["-n", "4", "--logit-bias", "5=much"], &["--logit-bias"]);
+}
+
+/// A stop token the vocabulary does not have could never stop anything: refused before the
+/// weights load, naming the id and the vocabulary.
+#[test]
+fn bad_stop_tokens() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
+    assert_bad_flags(
+        &["-n", "4", "--stop-token", "49152"],
+        &["--stop-token", "49152", "vocabulary of 49152"],
+    );
+    assert_bad_flags(&["-n", "4", "--stop-token", "-1"], &["--stop-token"]);
 }
 
 #[test]

@@ -254,6 +254,17 @@ fn bench_depth_past_the_context_is_an_error() {
     );
 }
 
+/// `kindle bench` with every length 0 has nothing to time: an error, not an empty table.
+#[test]
+fn bench_with_nothing_to_time_is_an_error() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
+    let (ok, stdout, stderr) = kindle(&["bench", "-p", "0", "-n", "0", "-r", "1"]);
+    assert!(!ok, "{stdout}");
+    assert!(stderr.contains("nothing to time"), "{stderr}");
+}
+
 /// `kindle bench --output csv`: a header, then one line per test with the same columns.
 #[test]
 fn bench_csv_rows() {

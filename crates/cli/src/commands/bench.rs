@@ -118,6 +118,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if args.thread_counts.contains(&0) {
         bail!("thread counts must be at least 1");
     }
+    if args.prompt.iter().chain(&args.generate).all(|&n| n == 0) {
+        bail!("nothing to time: every -p and -n length is 0 (give a prompt or generation length)");
+    }
     if args.bandwidth && !args.device.device.is_host() {
         bail!(
             "--bandwidth measures the CPU's read bandwidth: it applies to CPU devices, not {}",

@@ -70,7 +70,7 @@ pub struct GenerateArgs {
     #[arg(long = "stop", value_name = "TEXT")]
     pub stop: Vec<String>,
     /// Stop when this token id is generated (repeatable)
-    #[arg(long = "stop-token", value_name = "ID")]
+    #[arg(long = "stop-token", value_name = "ID", allow_negative_numbers = true)]
     pub stop_token: Vec<u32>,
     /// Stop after this many seconds
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]

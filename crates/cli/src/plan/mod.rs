@@ -74,7 +74,7 @@ impl RunPlan {
         let prompts = settings.prompts.encode(tokenizer, template.as_ref())?;
         check(&prompts)?;
         let sampler = with_seed(settings.sampling.resolve_for(tokenizer)?)?;
-        let generation = settings.generation.config(tokenizer);
+        let generation = settings.generation.config(tokenizer)?;
         let mut engine = engine::load_model_with(&loaded, &settings.model.engine)?;
         let context = settings
             .context

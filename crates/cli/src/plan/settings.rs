@@ -338,7 +338,17 @@ impl SamplingSettings {
 
     /// [`SamplingSettings::resolve`] with the model's tokenizer: breakers are encoded as plain
     /// text, without the BOS or EOS the vocabulary may add.
+    /// A `--logit-bias` id outside the vocabulary is refused here, before the weights load.
     pub fn resolve_for(&self, tokenizer: &Tokenizer) -> Result<SamplerConfig> {
+        let vocab = tokenizer.vocab_size();
+        if let Some(&(id, _)) = self
+            .config
+            .logit_bias
+            .iter()
+            .find(|(id, _)| *id as usize >= vocab)
+        {
+            bail!("--logit-bias token id {id} is out of range for a vocabulary of {vocab} tokens");
+        }
         self.resolve(tokenizer.eog_ids(), &|text| {
             Ok(encode_without_added_tokens(tokenizer, text)?)
         })
@@ -386,8 +396,13 @@ pub struct GenerationSettings {
 }
 
 impl GenerationSettings {
-    /// The generation loop's configuration, with the model's end-of-generation ids.
-    pub fn config(&self, tokenizer: &Tokenizer) -> GenerationConfig {
+    /// The generation loop's configuration, with the model's end-of-generation ids; a stop
+    /// token id outside the vocabulary (one that could never be generated) is refused.
+    pub fn config(&self, tokenizer: &Tokenizer) -> Result<GenerationConfig> {
+        let vocab = tokenizer.vocab_size();
+        if let Some(id) = self.stop_tokens.iter().find(|&&id| id as usize >= vocab) {
+            bail!("--stop-token {id} is out of range for a vocabulary of {vocab} tokens");
+        }
         let mut config = GenerationConfig::default()
             .with_max_new_tokens(self.max_tokens)
             .with_eog_token_ids(tokenizer.eog_ids().iter().copied())
@@ -397,7 +412,7 @@ impl GenerationSettings {
         if let Some(max_time) = self.max_time {
             config = config.with_max_time(max_time);
         }
-        config
+        Ok(config)
     }
 }
 
