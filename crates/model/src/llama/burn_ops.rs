@@ -18,12 +18,23 @@ use crate::linear::QLinear;
 pub(super) struct BurnOps<'m> {
     kernels: &'m Kernels,
     device: Device,
+    /// The pass's grouped attention masks, built once for every layer that has the same
+    /// window and the same rows and keys ([`grouped_mask`]'s arguments, then the mask).
+    masks: Vec<(MaskKey, Tensor<4, Bool>)>,
 }
 
+/// What a grouped attention mask depends on: the window, the grouped rows, the new rows `T`
+/// and the keys `S`.
+type MaskKey = (Option<usize>, usize, usize, usize);
+
 impl<'m> BurnOps<'m> {
-    /// An executor on `device`.
+    /// An executor on `device` (one per pass).
     pub(super) fn new(kernels: &'m Kernels, device: Device) -> Self {
-        BurnOps { kernels, device }
+        BurnOps {
+            kernels,
+            device,
+            masks: Vec::new(),
+        }
     }
 }
 
@@ -162,7 +173,14 @@ impl LayerOps for BurnOps<'_> {
                 v.clone().narrow(2, start, len),
             )?;
             let q = q.clone().narrow(2, start, len);
-            contexts.push(attend(q, keys, values, attention, &self.device));
+            contexts.push(attend(
+                q,
+                keys,
+                values,
+                attention,
+                &mut self.masks,
+                &self.device,
+            ));
         }
         let context = match contexts.pop() {
             Some(only) if contexts.is_empty() => only,
@@ -207,12 +225,13 @@ impl LayerOps for BurnOps<'_> {
 /// Causal grouped-query attention of `q` (`[1, heads, T, head_dim]`) over `keys`/`values`
 /// (`[1, kv_heads, S, head_dim]`, the last `T` of them new): `[1, heads, T, head_dim]`. A
 /// local layer's queries see only their window: one query reads the last `window` keys, a
-/// prefill masks the others.
+/// prefill masks the others. `masks` keeps the pass's masks for the layers after this one.
 fn attend(
     q: Tensor<4>,
     keys: Tensor<4>,
     values: Tensor<4>,
     attention: Attention,
+    masks: &mut Vec<(MaskKey, Tensor<4, Bool>)>,
     device: &Device,
 ) -> Tensor<4> {
     let [b, _, t, hd] = q.dims();
@@ -238,29 +257,60 @@ fn attend(
         };
         let q = q.reshape([b, hkv, group, hd]);
         decode_attention(q, keys, values, attention.scale).reshape([b, h, 1, hd])
+    } else if group == 1 && attention.first_seen(s - 1) == 0 {
+        // Every query head reads its own KV head, and nothing is out of a window: Burn's
+        // causal attention as it is. Query `i` sits at position `s - t + i`.
+        attention_op(q, keys, values, None, None, options(true))
     } else {
-        let keys = keys
-            .unsqueeze_dim::<5>(2)
-            .expand([b, hkv, group, s, hd])
-            .reshape([b, h, s, hd]);
-        let values = values
-            .unsqueeze_dim::<5>(2)
-            .expand([b, hkv, group, s, hd])
-            .reshape([b, h, s, hd]);
-        // Query `i` sits at position `s - t + i`; the last one sees the most of the past.
-        if attention.first_seen(s - 1) == 0 {
-            return attention_op(q, keys, values, None, None, options(true));
-        }
-        let mut masked = Vec::with_capacity(t * s);
-        for i in 0..t {
-            let pos = s - t + i;
-            let first = attention.first_seen(pos);
-            masked.extend((0..s).map(|j| j < first || j > pos));
-        }
-        let mask = Tensor::<4, Bool>::from_data(TensorData::new(masked, [1, 1, t, s]), device)
-            .expand([b, h, t, s]);
-        attention_op(q, keys, values, Some(mask), None, options(false))
+        // Several query heads per KV head (or a window): group the queries by the KV head
+        // they read, `[1, kv_heads, group * T, head_dim]` (row `g * T + i` is query `i` of
+        // head `kv * group + g`), so that no key or value is copied once per query head: the
+        // copies were `heads x S x head_dim` floats each, a buffer past what a GPU allocates
+        // at long contexts. The mask is built on the device from the rows' positions.
+        let rows = group * t;
+        let q = q.reshape([b, hkv, rows, hd]);
+        let key = (attention.window, rows, t, s);
+        let mask = match masks.iter().find(|(k, _)| *k == key) {
+            Some((_, mask)) => mask.clone(),
+            None => {
+                let mask = grouped_mask(attention, rows, t, s, device);
+                masks.push((key, mask.clone()));
+                mask
+            }
+        };
+        let mask = mask.expand([b, hkv, rows, s]);
+        attention_op(q, keys, values, Some(mask), None, options(false)).reshape([b, h, t, hd])
     }
+}
+
+/// What each of `rows` grouped query rows (row `r` is query `r % t`, at position
+/// `s - t + r % t`) may not see of `s` keys: the keys after its position and, in a local
+/// layer, those before its window (see [`Attention::first_seen`]). `[1, 1, rows, s]`, built
+/// on the device (index ranges, a remainder and comparisons: five kernels, eight with a
+/// window) instead of uploaded.
+fn grouped_mask(
+    attention: Attention,
+    rows: usize,
+    t: usize,
+    s: usize,
+    device: &Device,
+) -> Tensor<4, Bool> {
+    // A tensor dimension is far below `i64::MAX`.
+    let int = |n: usize| n as i64;
+    let positions = Tensor::<1, Int>::arange(0..int(rows), device)
+        .remainder_scalar(int(t))
+        .add_scalar(int(s - t))
+        .reshape([rows, 1])
+        .expand([rows, s]);
+    let keys = Tensor::<1, Int>::arange(0..int(s), device)
+        .reshape([1, s])
+        .expand([rows, s]);
+    let mut mask = keys.clone().greater(positions.clone());
+    if let Some(window) = attention.window {
+        // `j < first_seen(p) = p + 1 - window` is `j + window <= p` (never when `p < window`).
+        mask = mask.bool_or(keys.add_scalar(int(window)).lower_equal(positions));
+    }
+    mask.reshape([1, 1, rows, s])
 }
 
 /// One query row per head against every key it may see: Burn's attention fallback without
@@ -274,4 +324,104 @@ fn decode_attention(q: Tensor<4>, keys: Tensor<4>, values: Tensor<4>, scale: f32
     let numerator = (scores - max).exp();
     let sum = numerator.clone().sum_dim(3);
     (numerator / sum).matmul(values)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attention(heads: usize, kv_heads: usize, window: Option<usize>) -> Attention {
+        Attention {
+            shape: AttentionShape {
+                heads,
+                kv_heads,
+                head_dim: 8,
+            },
+            scale: 0.35,
+            window,
+        }
+    }
+
+    /// Pseudo-random values in `[-1, 1)`, the same for the same seed.
+    fn tensor(shape: [usize; 4], seed: u32, device: &Device) -> Tensor<4> {
+        let n = shape.iter().product::<usize>();
+        let values: Vec<f32> = (0..n as u32)
+            .map(|i| {
+                let x = (i ^ seed).wrapping_mul(2_654_435_761).rotate_left(13);
+                (x % 2000) as f32 / 1000.0 - 1.0
+            })
+            .collect();
+        Tensor::from_data(TensorData::new(values, shape), device)
+    }
+
+    #[test]
+    fn grouped_masks_hide_what_each_query_may_not_see() {
+        let device = Device::flex();
+        for window in [None, Some(1), Some(3), Some(40)] {
+            for (group, t, s) in [(1, 5, 5), (3, 4, 9), (4, 1, 6), (2, 7, 7)] {
+                let a = attention(group, 1, window);
+                let mask = grouped_mask(a, group * t, t, s, &device);
+                let got: Vec<bool> = mask.into_data().to_vec().unwrap();
+                let mut want = Vec::new();
+                for r in 0..group * t {
+                    let pos = s - t + r % t;
+                    want.extend((0..s).map(|j| j < a.first_seen(pos) || j > pos));
+                }
+                assert_eq!(got, want, "window {window:?}, group {group}, T {t}, S {s}");
+            }
+        }
+    }
+
+    /// The grouped prefill against attention with every KV head copied to its query heads
+    /// and the mask built on the host (the formulation it replaced), on flex: the same bits.
+    #[test]
+    fn grouped_attention_is_attention_with_copied_keys() {
+        let device = Device::flex();
+        for (heads, kv_heads) in [(4, 2), (9, 3), (4, 1), (2, 2)] {
+            for window in [None, Some(3)] {
+                let (t, s, hd) = (5, 8, 8);
+                let a = attention(heads, kv_heads, window);
+                let q = tensor([1, heads, t, hd], 1, &device);
+                let keys = tensor([1, kv_heads, s, hd], 2, &device);
+                let values = tensor([1, kv_heads, s, hd], 3, &device);
+                let mut masks = Vec::new();
+                let got = attend(
+                    q.clone(),
+                    keys.clone(),
+                    values.clone(),
+                    a,
+                    &mut masks,
+                    &device,
+                );
+                let group = heads / kv_heads;
+                let copied = |x: Tensor<4>| {
+                    x.unsqueeze_dim::<5>(2)
+                        .expand([1, kv_heads, group, s, hd])
+                        .reshape([1, heads, s, hd])
+                };
+                let mut masked = Vec::new();
+                for i in 0..t {
+                    let pos = s - t + i;
+                    masked.extend((0..s).map(|j| j < a.first_seen(pos) || j > pos));
+                }
+                let mask =
+                    Tensor::<4, Bool>::from_data(TensorData::new(masked, [1, 1, t, s]), &device)
+                        .expand([1, heads, t, s]);
+                let options = AttentionModuleOptions {
+                    scale: Some(f64::from(a.scale)),
+                    softcap: None,
+                    is_causal: false,
+                };
+                let want = attention_op(q, copied(keys), copied(values), Some(mask), None, options);
+                let (got, want): (Vec<f32>, Vec<f32>) = (
+                    got.into_data().to_vec().unwrap(),
+                    want.into_data().to_vec().unwrap(),
+                );
+                assert_eq!(
+                    got, want,
+                    "{heads} heads, {kv_heads} KV heads, window {window:?}"
+                );
+            }
+        }
+    }
 }
