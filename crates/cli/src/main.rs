@@ -22,7 +22,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Continue a prompt, streaming the text as it is generated.
-    Generate(generate::GenerateArgs),
+    Generate(Box<generate::GenerateArgs>),
     /// Chat with the model: one message per line on standard input, replies streamed.
     Chat(chat::ChatArgs),
     /// Teacher-forced scoring: each next token's logprob, the argmax, the top N, perplexity.
@@ -81,7 +81,7 @@ fn main() {
     // scheduler's placement).
     kindle_model::set_gathering(true);
     let result = match cli.command {
-        Command::Generate(args) => generate::run(args),
+        Command::Generate(args) => generate::run(*args),
         Command::Chat(args) => chat::run(args),
         Command::Score(args) => score::run(args),
         Command::Explain(args) => explain::run(args),

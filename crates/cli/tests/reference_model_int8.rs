@@ -135,7 +135,7 @@ fn the_teacher_forced_checks_catch_a_planted_error() {
     // of each step in `shifted` and `argmax` as step 0's argmax.
     let check = |shift: f32, shifted: &[usize], argmax: u32| {
         let mut found = TeacherForced::default();
-        for step in 0..3 {
+        for (step, reference) in steps.iter().enumerate().take(3) {
             let top = top5(step);
             let logprob = |id: u32| {
                 let i = top.iter().position(|p| p.0 == id).unwrap();
@@ -143,7 +143,7 @@ fn the_teacher_forced_checks_catch_a_planted_error() {
                 top[i].1 + if planted { shift } else { 0.0 }
             };
             let best = if step == 0 { argmax } else { top[0].0 };
-            found.check_step("france", step, &steps[step], logprob, best);
+            found.check_step("france", step, reference, logprob, best);
         }
         found
     };

@@ -254,7 +254,9 @@ impl Drop for Pool {
 /// the same number: models loaded with the same thread count use one set of workers, and a
 /// pool's workers end when its last handle is dropped.
 pub(crate) fn shared(threads: usize) -> Arc<Pool> {
-    static POOLS: OnceLock<Mutex<Vec<(usize, Weak<Pool>)>>> = OnceLock::new();
+    /// Each live pool by its thread count.
+    type Pools = Mutex<Vec<(usize, Weak<Pool>)>>;
+    static POOLS: OnceLock<Pools> = OnceLock::new();
     let threads = threads.max(1);
     let mut pools = POOLS
         .get_or_init(|| Mutex::new(Vec::new()))

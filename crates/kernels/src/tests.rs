@@ -495,7 +495,13 @@ fn first_mismatch(
     w.matmul_kernel(x, m, &mut got, kernel, &threads());
     (0..m * rows).find_map(|i| {
         let err = (got[i] - want[i]).abs();
-        (!(err <= rel_tol * scale[i] + 1e-6)).then(|| {
+        // A NaN error fails too (`partial_cmp` answers `None` for it).
+        let within = err.partial_cmp(&(rel_tol * scale[i] + 1e-6));
+        (!matches!(
+            within,
+            Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal)
+        ))
+        .then(|| {
             format!(
                 "{kernel:?} {rows}x{} m={m} [{i}]: got {} want {} (scale {})",
                 w.cols(),

@@ -94,7 +94,8 @@ pub(crate) fn fill(
             sum += w;
         }
     });
-    if !(sum > 0.0) {
+    // A NaN sum is refused too: `partial_cmp` answers `None` for it.
+    if sum.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
         return Err(SamplingError::AllMasked);
     }
     out.iter_mut().for_each(|p| *p /= sum);

@@ -456,7 +456,9 @@ impl<M: PagedModel, C: TextCodec> Engine<M, C> {
             return;
         }
         let result = {
-            let mut items: Vec<(&[u32], &mut Sequence<M, Arc<C>>)> = Vec::new();
+            // Each sequence fed this step, with the tokens it is fed.
+            type Fed<'a, M, C> = (&'a [u32], &'a mut Sequence<M, Arc<C>>);
+            let mut items: Vec<Fed<'_, M, C>> = Vec::new();
             for (r, &n) in self.running.iter_mut().zip(&take) {
                 if n > 0
                     && let Running {

@@ -60,6 +60,7 @@ impl Served {
                 }
                 Err(_) => {
                     let _ = child.kill();
+                    let _ = child.wait();
                     panic!("kindle serve did not print its address in time");
                 }
             }

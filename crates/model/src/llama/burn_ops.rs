@@ -361,7 +361,7 @@ mod tests {
             for (group, t, s) in [(1, 5, 5), (3, 4, 9), (4, 1, 6), (2, 7, 7)] {
                 let a = attention(group, 1, window);
                 let mask = grouped_mask(a, group * t, t, s, &device);
-                let got: Vec<bool> = mask.into_data().to_vec().unwrap();
+                let got: Vec<bool> = mask.into_data().try_to_vec().unwrap();
                 let mut want = Vec::new();
                 for r in 0..group * t {
                     let pos = s - t + r % t;
@@ -414,8 +414,8 @@ mod tests {
                 };
                 let want = attention_op(q, copied(keys), copied(values), Some(mask), None, options);
                 let (got, want): (Vec<f32>, Vec<f32>) = (
-                    got.into_data().to_vec().unwrap(),
-                    want.into_data().to_vec().unwrap(),
+                    got.into_data().try_to_vec().unwrap(),
+                    want.into_data().try_to_vec().unwrap(),
                 );
                 assert_eq!(
                     got, want,
