@@ -73,6 +73,46 @@ fn sliding_context_generates_past_a_tiny_context() {
     );
 }
 
+/// Gemma-3 slides too: each layer's keys are turned back with its own base (local 10,000,
+/// global 1,000,000) and half-split pairs, every layer holding the whole context.
+#[test]
+fn gemma3_slides_past_a_tiny_context() {
+    let Some(gemma) = common::gemma3_model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
+    let out = Command::new(env!("CARGO_BIN_EXE_kindle"))
+        .args(["generate", "-m"])
+        .arg(&gemma)
+        .args([
+            PROMPT,
+            "--json",
+            "--verbose",
+            "--context-mode",
+            "sliding",
+            "-c",
+            "48",
+            "-n",
+            "120",
+            "--min-tokens",
+            "120",
+            "--seed",
+            "1",
+        ])
+        .output()
+        .expect("running kindle");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let json: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(json["tokens"].as_array().unwrap().len(), 120);
+    assert_eq!(json["finish_reason"], "length");
+    // 18 layers x 1 KV head x 256 x 2 (K, V) x 4 bytes a token, every layer whole.
+    assert!(
+        stderr.contains("KV cache 48 tokens = 1.7 MiB (36864 bytes per token), sliding (keep 0)")
+            && !stderr.contains("local layers keep"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn fixed_context_stops_at_the_context() {
     if common::real_model().is_none() {

@@ -331,6 +331,34 @@ fn tiny_gpt2_from_hf_and_gguf_matches_the_reference() {
     assert!(a < 1e-4 && s < 1e-4, "Q8_0 GPT-2: {a}, {s}");
 }
 
+/// GPT-2's keys carry no rotation (its positions are learned and added to the input), so a
+/// context shift only moves them down and renumbers the positions, as llama.cpp's does
+/// (`kindle-kv-cache`'s `sliding.rs` tests that the kept keys come out unturned): generation
+/// goes on past the cache's capacity within the learned positions.
+#[test]
+fn a_gpt2_context_shift_goes_on_past_the_capacity() {
+    use kindle_model::{KvStore, KvType};
+    let t = Gpt2 {
+        vocab: 40,
+        d: 32,
+        heads: 4,
+        layers: 2,
+        positions: 24,
+        eps: 1e-5,
+    };
+    let w = gpt2_weights(&t, 0x0bad_cafe);
+    let model = Llama::from_gguf(&gpt2_gguf(&t, &w), &OpenDevice::flex().device).unwrap();
+    let mut cache = model.new_sliding_cache(12, KvType::F32, 2).unwrap();
+    for i in 0..30u32 {
+        let logits = model
+            .forward(&[(i * 7 + 1) % 40], &mut cache, LogitsFor::Last)
+            .unwrap();
+        assert!(logits.iter().all(|v| v.is_finite()), "step {i}");
+        assert!(cache.len() <= 12);
+    }
+    assert!(cache.discarded() >= 18, "{} discarded", cache.discarded());
+}
+
 #[test]
 fn gpt2_files_missing_a_tensor_or_of_a_wrong_shape_are_named_errors() {
     let t = Gpt2 {

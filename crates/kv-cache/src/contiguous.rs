@@ -338,12 +338,13 @@ impl KvCache {
     }
 
     /// Drop the tokens at positions `start..start + n` and move the ones after them down by
-    /// `n`, passing the moved keys (f32, `[1, heads, moved, head_dim]`) through `rekey`.
+    /// `n`, passing each layer's moved keys (f32, `[1, heads, moved, head_dim]`) through
+    /// `rekey(layer, keys)`.
     pub(crate) fn remove_range(
         &mut self,
         start: usize,
         n: usize,
-        rekey: impl Fn(Tensor<4>) -> Tensor<4>,
+        rekey: impl Fn(usize, Tensor<4>) -> Tensor<4>,
     ) {
         let end = (start + n).min(self.len);
         if start >= end {
@@ -354,9 +355,9 @@ impl KvCache {
             "a context shift over ring layers"
         );
         let moved = self.len - end;
-        for slot in &mut self.layers {
+        for (layer, slot) in self.layers.iter_mut().enumerate() {
             if moved > 0 {
-                let keys = rekey(slot.keys.read(end..self.len));
+                let keys = rekey(layer, slot.keys.read(end..self.len));
                 slot.keys.write(start, keys);
                 slot.values.move_within(end, start, moved);
             }

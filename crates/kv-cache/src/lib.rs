@@ -140,6 +140,14 @@ pub enum KvCacheError {
         /// counted).
         bytes: usize,
     },
+    /// A sliding window given a key rotation for a different number of layers than it holds.
+    #[error("sliding window: {given} key rotations for a cache of {n_layers} layers")]
+    RotationCount {
+        /// Rotations given.
+        given: usize,
+        /// Layers in the cache.
+        n_layers: usize,
+    },
     /// The paged pool has too few free blocks.
     #[error("paged KV pool out of blocks: {needed} needed, {free} free or cached")]
     OutOfBlocks {

@@ -6,18 +6,47 @@
 //! llama.cpp's context shift does (its "K-shift"): after discarding `n` tokens, the keys that
 //! follow them are rotated by `-n`, and positions stay contiguous.
 //!
-//! The rotation is the one kindle's Llama uses: adjacent pairs `(2i, 2i+1)` of each head
-//! (GGUF's llama layout), angle `delta * theta^(-2i/d)` computed in f64:
+//! The rotation is the one the model applied ([`KeyRotation`], per layer): pair `i` of each
+//! head is `(2i, 2i+1)` (adjacent, GGUF's llama layout) or `(i, i + d/2)` (halves, llama.cpp's
+//! NeoX type: Gemma, Qwen2), turned by `delta * theta^(-2i/d)` computed in f64, with the
+//! layer's own base `theta` (Gemma-3's local layers 10,000, its global ones 1,000,000):
 //!
 //! ```text
-//! out[2i]   = x[2i] * cos - x[2i+1] * sin
-//! out[2i+1] = x[2i] * sin + x[2i+1] * cos
+//! out[a] = x[a] * cos - x[b] * sin
+//! out[b] = x[a] * sin + x[b] * cos        (a, b) = (2i, 2i+1) or (i, i + d/2)
 //! ```
 //!
-//! Plain RoPE only: models with scaled or NeoX-style (half-split) rotary embeddings need their
-//! own shift.
+//! Unscaled RoPE only (the model loader refuses rotary scaling).
 
 use burn::prelude::*;
+
+/// Which features of a head RoPE turns together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RotaryPairs {
+    /// `(2i, 2i + 1)`.
+    Adjacent,
+    /// `(i, i + head_dim / 2)`.
+    Halves,
+}
+
+/// How a layer's keys were rotated: the pairs and the base.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KeyRotation {
+    /// Which features form a pair.
+    pub pairs: RotaryPairs,
+    /// The rotary base `theta`.
+    pub theta: f64,
+}
+
+impl KeyRotation {
+    /// Adjacent pairs with base `theta` (the llama layout).
+    pub fn adjacent(theta: f64) -> Self {
+        KeyRotation {
+            pairs: RotaryPairs::Adjacent,
+            theta,
+        }
+    }
+}
 
 /// `(cos, sin)` of `delta * theta^(-2i/head_dim)` for each pair `i < head_dim / 2`.
 fn shift_angles(delta: i64, head_dim: usize, rope_theta: f64) -> (Vec<f32>, Vec<f32>) {
@@ -44,35 +73,70 @@ fn shift_angles(delta: i64, head_dim: usize, rope_theta: f64) -> (Vec<f32>, Vec<
 /// assert!((out[0] - 1f32.cos()).abs() < 1e-6 && (out[1] - 1f32.sin()).abs() < 1e-6);
 /// ```
 pub fn k_shift(keys: Tensor<4>, delta: i64, rope_theta: f64) -> Tensor<4> {
+    k_shift_as(keys, delta, KeyRotation::adjacent(rope_theta))
+}
+
+/// Rotate every head of `keys` (`[batch, heads, T, head_dim]`, `head_dim` even) by `delta`
+/// positions on the device, as `rotation` turned them.
+///
+/// ```
+/// use burn::prelude::*;
+/// use kindle_kv_cache::shift::{KeyRotation, RotaryPairs, k_shift_as};
+///
+/// let device = Device::flex();
+/// // Halves: features 0 and 2 are pair 0 (base^0 = 1), features 1 and 3 pair 1.
+/// let keys = Tensor::<4>::from_data(TensorData::new(vec![1.0f32, 0.0, 0.0, 0.0], [1, 1, 1, 4]), &device);
+/// let rotation = KeyRotation { pairs: RotaryPairs::Halves, theta: 10000.0 };
+/// let out: Vec<f32> = k_shift_as(keys, 1, rotation).into_data().try_into_vec().unwrap();
+/// assert!((out[0] - 1f32.cos()).abs() < 1e-6 && (out[2] - 1f32.sin()).abs() < 1e-6);
+/// assert_eq!((out[1], out[3]), (0.0, 0.0));
+/// ```
+pub fn k_shift_as(keys: Tensor<4>, delta: i64, rotation: KeyRotation) -> Tensor<4> {
     let [b, h, t, d] = keys.dims();
     if delta == 0 || t == 0 {
         return keys;
     }
     let device = keys.device();
-    let (cos, sin) = shift_angles(delta, d, rope_theta);
-    let shape = [1, 1, 1, d / 2, 1];
-    let cos = Tensor::<5>::from_data(TensorData::new(cos, shape), &device);
-    let sin = Tensor::<5>::from_data(TensorData::new(sin, shape), &device);
-    let pairs = keys.reshape([b, h, t, d / 2, 2]);
-    let x0 = pairs.clone().narrow(4, 0, 1);
-    let x1 = pairs.narrow(4, 1, 1);
+    let (cos, sin) = shift_angles(delta, d, rotation.theta);
+    // The pair's two features along `axis` of the 5-D view, the pair index along the other.
+    let (axis, view, table) = match rotation.pairs {
+        RotaryPairs::Adjacent => (4, [b, h, t, d / 2, 2], [1, 1, 1, d / 2, 1]),
+        RotaryPairs::Halves => (3, [b, h, t, 2, d / 2], [1, 1, 1, 1, d / 2]),
+    };
+    let cos = Tensor::<5>::from_data(TensorData::new(cos, table), &device);
+    let sin = Tensor::<5>::from_data(TensorData::new(sin, table), &device);
+    let pairs = keys.reshape(view);
+    let x0 = pairs.clone().narrow(axis, 0, 1);
+    let x1 = pairs.narrow(axis, 1, 1);
     let out0 = x0.clone() * cos.clone() - x1.clone() * sin.clone();
     let out1 = x0 * sin + x1 * cos;
-    Tensor::cat(vec![out0, out1], 4).reshape([b, h, t, d])
+    Tensor::cat(vec![out0, out1], axis).reshape([b, h, t, d])
 }
 
 /// [`k_shift`] on the host: rotate each `head_dim`-wide vector in `x` by `delta` positions.
 /// Any trailing elements short of a whole vector are left alone.
 pub fn k_shift_host(x: &mut [f32], head_dim: usize, delta: i64, rope_theta: f64) {
+    k_shift_host_as(x, head_dim, delta, KeyRotation::adjacent(rope_theta));
+}
+
+/// [`k_shift_as`] on the host: rotate each `head_dim`-wide vector in `x` by `delta`
+/// positions, as `rotation` turned it. Any trailing elements short of a whole vector are
+/// left alone.
+pub fn k_shift_host_as(x: &mut [f32], head_dim: usize, delta: i64, rotation: KeyRotation) {
     if head_dim < 2 {
         return;
     }
-    let (cos, sin) = shift_angles(delta, head_dim, rope_theta);
+    let half = head_dim / 2;
+    let (cos, sin) = shift_angles(delta, head_dim, rotation.theta);
     for head in x.chunks_exact_mut(head_dim) {
-        for (i, pair) in head.chunks_exact_mut(2).enumerate() {
-            let (x0, x1) = (pair[0], pair[1]);
-            pair[0] = x0 * cos[i] - x1 * sin[i];
-            pair[1] = x0 * sin[i] + x1 * cos[i];
+        for i in 0..half {
+            let (a, b) = match rotation.pairs {
+                RotaryPairs::Adjacent => (2 * i, 2 * i + 1),
+                RotaryPairs::Halves => (i, i + half),
+            };
+            let (x0, x1) = (head[a], head[b]);
+            head[a] = x0 * cos[i] - x1 * sin[i];
+            head[b] = x0 * sin[i] + x1 * cos[i];
         }
     }
 }
@@ -101,13 +165,46 @@ mod tests {
     #[test]
     fn device_matches_host() {
         let device = Device::flex();
-        let data: Vec<f32> = (0..2 * 3 * 4).map(|i| (i as f32 * 0.37).sin()).collect();
-        let t = Tensor::<4>::from_data(TensorData::new(data.clone(), [1, 2, 3, 4]), &device);
-        let out: Vec<f32> = k_shift(t, -5, 500.0).into_data().try_into_vec().unwrap();
-        let mut host = data;
-        k_shift_host(&mut host, 4, -5, 500.0);
-        for (a, b) in out.iter().zip(&host) {
-            assert!((a - b).abs() < 1e-6);
+        let data: Vec<f32> = (0..2 * 3 * 8).map(|i| (i as f32 * 0.37).sin()).collect();
+        for pairs in [RotaryPairs::Adjacent, RotaryPairs::Halves] {
+            let rotation = KeyRotation {
+                pairs,
+                theta: 500.0,
+            };
+            let t = Tensor::<4>::from_data(TensorData::new(data.clone(), [1, 2, 3, 8]), &device);
+            let out: Vec<f32> = k_shift_as(t, -5, rotation)
+                .into_data()
+                .try_into_vec()
+                .unwrap();
+            let mut host = data.clone();
+            k_shift_host_as(&mut host, 8, -5, rotation);
+            for (a, b) in out.iter().zip(&host) {
+                assert!((a - b).abs() < 1e-6, "{pairs:?}");
+            }
         }
+    }
+
+    /// A halves rotation is the adjacent one on the features reordered so that each pair is
+    /// adjacent (`(i, i + d/2)` to `(2i, 2i + 1)`), and it turns each pair by its own angle.
+    #[test]
+    fn halves_turn_the_pairs_of_halves() {
+        let d = 8;
+        let x: Vec<f32> = (0..d).map(|i| (i as f32 * 0.9).cos()).collect();
+        let mut halves = x.clone();
+        k_shift_host_as(
+            &mut halves,
+            d,
+            3,
+            KeyRotation {
+                pairs: RotaryPairs::Halves,
+                theta: 100.0,
+            },
+        );
+        let interleave =
+            |v: &[f32]| -> Vec<f32> { (0..d / 2).flat_map(|i| [v[i], v[i + d / 2]]).collect() };
+        let mut adjacent = interleave(&x);
+        k_shift_host_as(&mut adjacent, d, 3, KeyRotation::adjacent(100.0));
+        assert_eq!(interleave(&halves), adjacent);
+        assert_ne!(halves, x);
     }
 }

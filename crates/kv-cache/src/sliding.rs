@@ -3,7 +3,7 @@
 
 use burn::prelude::*;
 
-use crate::shift::k_shift;
+use crate::shift::{KeyRotation, k_shift_as};
 use crate::{HostKvLayer, KvCache, KvCacheConfig, KvCacheError, KvStore, KvType};
 
 /// A [`KvCache`] that makes room instead of failing when full.
@@ -41,7 +41,9 @@ use crate::{HostKvLayer, KvCache, KvCacheConfig, KvCacheError, KvStore, KvType};
 pub struct SlidingWindowCache {
     inner: KvCache,
     keep: usize,
-    rope_theta: f64,
+    /// How each layer's keys were rotated (what a shift turns them by again); `None` for keys
+    /// that carry no rotation (learned positions), which a shift leaves as they are.
+    rotations: Vec<Option<KeyRotation>>,
     discarded: usize,
 }
 
@@ -66,6 +68,32 @@ impl SlidingWindowCache {
         rope_theta: f64,
         device: &Device,
     ) -> Result<Self, KvCacheError> {
+        let rotations = vec![Some(KeyRotation::adjacent(rope_theta)); config.n_layers];
+        Self::with_rotations(config, kv_type, keep, rotations, device)
+    }
+
+    /// As [`with_type`](Self::with_type), each layer's keys re-rotated as `rotations[layer]`
+    /// turned them (its pairs and base: Gemma-3's local and global layers differ, Qwen2 and
+    /// Gemma turn halves), or left as they are where it is `None` (a model with learned
+    /// positions, whose keys carry no rotation: llama.cpp then only renumbers the positions,
+    /// as this cache does). Every layer holds the whole capacity (no ring of a window: a
+    /// shift moves positions that a ring would have dropped).
+    ///
+    /// Errors: [`KvCacheError::KeepTooLarge`] when `keep >= capacity`;
+    /// [`KvCacheError::RotationCount`] when `rotations` is not one per layer.
+    pub fn with_rotations(
+        config: KvCacheConfig,
+        kv_type: KvType,
+        keep: usize,
+        rotations: Vec<Option<KeyRotation>>,
+        device: &Device,
+    ) -> Result<Self, KvCacheError> {
+        if rotations.len() != config.n_layers {
+            return Err(KvCacheError::RotationCount {
+                given: rotations.len(),
+                n_layers: config.n_layers,
+            });
+        }
         if keep >= config.capacity {
             return Err(KvCacheError::KeepTooLarge {
                 keep,
@@ -75,7 +103,7 @@ impl SlidingWindowCache {
         Ok(SlidingWindowCache {
             inner: KvCache::with_type(config, kv_type, device),
             keep,
-            rope_theta,
+            rotations,
             discarded: 0,
         })
     }
@@ -104,9 +132,12 @@ impl SlidingWindowCache {
         if n == 0 {
             return 0;
         }
-        let theta = self.rope_theta;
+        let rotations = &self.rotations;
         self.inner
-            .remove_range(start, n, |keys| k_shift(keys, -(n as i64), theta));
+            .remove_range(start, n, |layer, keys| match rotations[layer] {
+                Some(rotation) => k_shift_as(keys, -(n as i64), rotation),
+                None => keys,
+            });
         self.discarded += n;
         n
     }
@@ -186,5 +217,72 @@ impl KvStore for SlidingWindowCache {
 
     fn bytes(&self) -> usize {
         self.inner.bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shift::RotaryPairs;
+
+    /// Feed `tokens` positions of distinct keys through a window of 6 keeping 2, one layer
+    /// turned as `rotation`: the keys it holds after the last shift, and how many it dropped.
+    fn run(rotation: Option<KeyRotation>, tokens: usize) -> (Vec<f32>, usize) {
+        let device = Device::flex();
+        let config = KvCacheConfig {
+            n_layers: 1,
+            n_kv_heads: 1,
+            head_dim: 4,
+            capacity: 6,
+        };
+        let mut cache =
+            SlidingWindowCache::with_rotations(config, KvType::F32, 2, vec![rotation], &device)
+                .unwrap();
+        for t in 0..tokens {
+            cache.prepare(1).unwrap();
+            let key: Vec<f32> = (0..4).map(|i| (10 * t + i) as f32).collect();
+            let x = Tensor::<4>::from_data(TensorData::new(key, [1, 1, 1, 4]), &device);
+            cache.update(0, x.clone(), x).unwrap();
+            cache.advance(1).unwrap();
+        }
+        let keys = cache.read(0).unwrap().0.into_data().try_into_vec().unwrap();
+        (keys, cache.discarded())
+    }
+
+    /// Keys without a rotation (learned positions) are moved down unturned: the kept prefix,
+    /// then the newest tokens, as they were written. With a rotation they are turned.
+    #[test]
+    fn a_shift_moves_unrotated_keys_as_they_are() {
+        let (keys, discarded) = run(None, 7);
+        assert_eq!(discarded, 2);
+        let want: Vec<f32> = [0, 1, 4, 5, 6]
+            .iter()
+            .flat_map(|&t| (0..4).map(move |i| (10 * t + i) as f32))
+            .collect();
+        assert_eq!(keys, want);
+        let rotation = KeyRotation {
+            pairs: RotaryPairs::Halves,
+            theta: 100.0,
+        };
+        let (turned, _) = run(Some(rotation), 7);
+        assert_eq!(turned[..8], want[..8], "the kept prefix is never turned");
+        assert_ne!(turned[8..], want[8..]);
+    }
+
+    #[test]
+    fn a_rotation_per_layer_is_checked() {
+        let config = KvCacheConfig {
+            n_layers: 2,
+            n_kv_heads: 1,
+            head_dim: 4,
+            capacity: 6,
+        };
+        let error =
+            SlidingWindowCache::with_rotations(config, KvType::F32, 2, vec![None], &Device::flex())
+                .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "sliding window: 1 key rotations for a cache of 2 layers"
+        );
     }
 }

@@ -98,6 +98,15 @@ pub struct Engine {
 }
 
 impl Engine {
+    /// Bytes of one cache of `capacity` tokens as [`LanguageModel::new_cache`] makes it:
+    /// fixed (local layers a ring of their window) or sliding (every layer whole).
+    pub fn cache_bytes(&self, capacity: usize) -> usize {
+        match self.sliding_keep {
+            None => self.llama.kv_cache_bytes(capacity, self.kv_type),
+            Some(_) => self.llama.sliding_cache_bytes(capacity, self.kv_type),
+        }
+    }
+
     /// Open the device `options` name and load `file`'s weights onto it.
     pub fn load(file: &GgufFile, options: &EngineOptions) -> Result<Engine, ModelError> {
         options.validate()?;

@@ -14,6 +14,7 @@
 
 use burn::prelude::*;
 use kindle_kernels::Kernels;
+use kindle_kv_cache::shift::{KeyRotation, RotaryPairs};
 use kindle_kv_cache::{KvCache, KvStore, KvType, SlidingWindowCache};
 
 use crate::error::ModelError;
@@ -245,33 +246,51 @@ impl Llama {
             .bytes_with_windows(kv_type, &self.layer_windows())
     }
 
+    /// Bytes of a cache from [`new_sliding_cache`](Self::new_sliding_cache)`(capacity,
+    /// kv_type, _)`: every layer the whole capacity.
+    pub fn sliding_cache_bytes(&self, capacity: usize, kv_type: KvType) -> usize {
+        let config = self.config();
+        config
+            .kv_cache_config(capacity)
+            .bytes_with_windows(kv_type, &vec![None; config.n_layers])
+    }
+
     /// A fresh, empty sliding-window cache of `capacity` tokens stored as `kv_type`: when full
     /// it discards tokens after the first `keep` and re-rotates the rest (llama.cpp's context
     /// shift), so generation can go on past `capacity`.
     ///
     /// Errors: [`KvCacheError::KeepTooLarge`](kindle_kv_cache::KvCacheError::KeepTooLarge)
-    /// when `keep >= capacity`; [`ModelError::Option`] for an architecture whose keys the
-    /// shift cannot re-rotate (it knows one rotary base and adjacent pairs: not Gemma-3's).
+    /// when `keep >= capacity`.
+    ///
+    /// Each layer's keys are turned again as the model turned them: its pairs (adjacent, or
+    /// halves for Gemma and Qwen2) and its base (Gemma-3's local layers their own); a model
+    /// with learned positions (GPT-2) has keys that carry no rotation, and a shift only
+    /// renumbers the positions, as llama.cpp's does. Every layer holds the whole capacity:
+    /// local layers keep no ring of their window here.
     pub fn new_sliding_cache(
         &self,
         capacity: usize,
         kv_type: KvType,
         keep: usize,
     ) -> Result<SlidingWindowCache, ModelError> {
-        if self.arch.layers != arch::LayerPattern::Uniform
-            || self.arch.rope_style != arch::RopeStyle::Adjacent
-        {
-            return Err(ModelError::Option(format!(
-                "the sliding context mode (context shift) does not support the {} \
-                 architecture yet: its keys use more than one rotary base or half-split pairs",
-                self.arch.name
-            )));
-        }
-        Ok(SlidingWindowCache::with_type(
+        let pairs = match self.arch.rope_style {
+            arch::RopeStyle::Adjacent => RotaryPairs::Adjacent,
+            arch::RopeStyle::Halves => RotaryPairs::Halves,
+        };
+        let rotary = self.arch.positions == arch::Positions::Rotary;
+        let rotations = (0..self.config().n_layers)
+            .map(|l| {
+                rotary.then(|| KeyRotation {
+                    pairs,
+                    theta: self.arch.layer(self.config(), l).rope_theta,
+                })
+            })
+            .collect();
+        Ok(SlidingWindowCache::with_rotations(
             self.config().kv_cache_config(capacity),
             kv_type,
             keep,
-            self.config().rope_theta,
+            rotations,
             &self.device(),
         )?)
     }

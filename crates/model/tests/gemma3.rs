@@ -9,10 +9,12 @@ mod common;
 use burn::prelude::*;
 use common::max_diff;
 use common::paths::{burn_logits, check_paths, encode, tokens, values};
+use common::shifts::{Compare, check_shifts, shift_errors};
 use kindle_gguf::quant::GgmlType;
 use kindle_gguf::{GgufFile, GgufWriter, MetadataValue};
 use kindle_kernels::{QuantMatrix, WeightBytes};
-use kindle_kv_cache::{KvCache, WINDOW_SLACK};
+use kindle_kv_cache::shift::{KeyRotation, RotaryPairs};
+use kindle_kv_cache::{KvCache, SlidingWindowCache, WINDOW_SLACK};
 use kindle_model::linear::QLinear;
 use kindle_model::llama::{ArchSpec, Block, LayerPattern, Norm};
 use kindle_model::{KvType, Llama, LlamaConfig, LogitsFor, ModelError};
@@ -246,6 +248,77 @@ fn a_local_layer_sees_only_its_window() {
     }
 }
 
+/// The context shift turns each layer's keys as that layer turned them (halves, and a local
+/// layer's base 10,000 or a global one's 1,000,000): right after a shift the first layer holds
+/// what a fresh prefill of the kept tokens caches, local or global, and a one-layer model
+/// with a window of 4 gives a fresh prefill's logits.
+#[test]
+fn a_context_shift_turns_each_layer_with_its_own_base() {
+    let stream = tokens(77, 60, VOCAB);
+    // Period 1000: layer 0 local; period 1: every layer global.
+    for period in [1000, 1] {
+        let model = tiny_gemma3(2, Some(512), period);
+        for keep in [0, 3] {
+            check_shifts(
+                &model,
+                KvType::F32,
+                (16, keep),
+                &stream,
+                Compare::FirstLayer,
+                3,
+            );
+        }
+    }
+    let windowed = tiny_gemma3(1, Some(4), 1000);
+    for keep in [0, 2] {
+        check_shifts(
+            &windowed,
+            KvType::F32,
+            (16, keep),
+            &stream,
+            Compare::Logits,
+            3,
+        );
+    }
+}
+
+/// The check above catches a shift that turns the keys wrongly: adjacent pairs instead of
+/// halves, or the global base on a local layer.
+#[test]
+fn a_context_shift_with_the_wrong_rotation_is_caught() {
+    let stream = tokens(77, 60, VOCAB);
+    let model = tiny_gemma3(2, Some(512), 1000);
+    let right = KeyRotation {
+        pairs: RotaryPairs::Halves,
+        theta: 10000.0,
+    };
+    for (what, wrong) in [
+        ("adjacent pairs", KeyRotation::adjacent(10000.0)),
+        (
+            "the global base",
+            KeyRotation {
+                theta: 1e6,
+                ..right
+            },
+        ),
+        ("the right rotation", right),
+    ] {
+        let config = model.config().kv_cache_config(16);
+        let rotations = vec![Some(wrong); 2];
+        let cache =
+            SlidingWindowCache::with_rotations(config, KvType::F32, 3, rotations, &Device::flex())
+                .unwrap();
+        let (shifts, worst) =
+            shift_errors(&model, cache, KvType::F32, &stream, Compare::FirstLayer);
+        assert!(shifts >= 3);
+        if wrong == right {
+            assert!(worst < 1e-3, "{what}: {worst}");
+        } else {
+            assert!(worst > 0.05, "{what}: only {worst} from a fresh prefill");
+        }
+    }
+}
+
 /// A tiny gemma3 GGUF file (f32 tensors) with its metadata edited by `edit`.
 fn gemma3_file(edit: impl FnOnce(&mut Vec<(&'static str, MetadataValue)>)) -> GgufFile {
     let u32v = |v: usize| MetadataValue::U32(v as u32);
@@ -297,11 +370,12 @@ fn the_loader_reads_gemma3_and_refuses_a_file_without_its_window() {
         .forward(&[1, 2, 3], &mut cache, LogitsFor::Last)
         .unwrap();
     assert!(logits.len() == VOCAB && logits.iter().all(|v| v.is_finite()));
-    // The context shift re-rotates keys with one base and adjacent pairs: refused here.
-    assert!(matches!(
-        model.new_sliding_cache(8, KvType::F32, 2),
-        Err(ModelError::Option(_))
-    ));
+    // The context shift turns each layer's keys with the layer's own base and pairs.
+    let cache = model.new_sliding_cache(8, KvType::F32, 2).unwrap();
+    assert_eq!(
+        cache.inner().bytes(),
+        model.sliding_cache_bytes(8, KvType::F32)
+    );
 
     // A file's pattern overrides the architecture's period.
     let file = gemma3_file(|meta| {

@@ -133,14 +133,15 @@ impl RunPlan {
         format!(
             "{kv_type} KV cache {} tokens = {:.1} MiB ({} bytes per token{}){}, device {}",
             self.capacity,
-            llama.kv_cache_bytes(self.capacity, kv_type) as f64 / (1 << 20) as f64,
+            self.engine.cache_bytes(self.capacity) as f64 / (1 << 20) as f64,
             cache_config.bytes_per_token_as(kv_type),
             match llama.layer_windows().iter().flatten().next() {
-                Some(w) => format!(
+                // A sliding cache keeps every position in every layer.
+                Some(w) if self.engine.sliding_keep.is_none() => format!(
                     "; local layers keep {} positions",
                     kindle_model::ring_slots(Some(*w), self.capacity)
                 ),
-                None => String::new(),
+                _ => String::new(),
             },
             match self.engine.sliding_keep {
                 Some(keep) => format!(", sliding (keep {keep})"),

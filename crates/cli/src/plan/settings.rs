@@ -239,7 +239,7 @@ impl ContextSettings {
     /// `max_kv_memory` against `caches` caches of `capacity` tokens.
     fn check_memory(&self, engine: &Engine, capacity: usize, caches: usize) -> Result<()> {
         let kv_type = engine.kv_type;
-        let per_cache = engine.llama.kv_cache_bytes(capacity, kv_type);
+        let per_cache = engine.cache_bytes(capacity);
         let total = per_cache.saturating_mul(caches);
         if let Some(budget) = self.max_kv_memory
             && total > budget

@@ -6,6 +6,7 @@
 use kindle_gguf::GgufFile;
 
 pub mod paths;
+pub mod shifts;
 
 /// The real model ([`kindle_fetch::real_model_for_tests`]): `$KINDLE_MODEL`, else the default
 /// model in the cache folder (`$KINDLE_CACHE_DIR`, `$XDG_CACHE_HOME/kindle/models`,
