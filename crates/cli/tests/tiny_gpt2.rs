@@ -255,16 +255,19 @@ fn gpt2_reference(t: &Gpt2, w: &Tensors, tokens: &[u32]) -> Vec<Vec<f32>> {
     out
 }
 
+/// The tiny GPT-2's shape.
+const TINY: Gpt2 = Gpt2 {
+    vocab: 40,
+    d: 32,
+    heads: 4,
+    layers: 2,
+    positions: 24,
+    eps: 1e-5,
+};
+
 #[test]
 fn tiny_gpt2_from_hf_and_gguf_matches_the_reference() {
-    let t = Gpt2 {
-        vocab: 40,
-        d: 32,
-        heads: 4,
-        layers: 2,
-        positions: 24,
-        eps: 1e-5,
-    };
+    let t = TINY;
     let w = gpt2_weights(&t, 0x5151_a5a5_0f0f_3c3c);
     let dir = tempfile::tempdir().unwrap();
     gpt2_hf_dir(dir.path(), &t, &w);
@@ -338,14 +341,7 @@ fn tiny_gpt2_from_hf_and_gguf_matches_the_reference() {
 #[test]
 fn a_gpt2_context_shift_goes_on_past_the_capacity() {
     use kindle_model::{KvStore, KvType};
-    let t = Gpt2 {
-        vocab: 40,
-        d: 32,
-        heads: 4,
-        layers: 2,
-        positions: 24,
-        eps: 1e-5,
-    };
+    let t = TINY;
     let w = gpt2_weights(&t, 0x0bad_cafe);
     let model = Llama::from_gguf(&gpt2_gguf(&t, &w), &OpenDevice::flex().device).unwrap();
     let mut cache = model.new_sliding_cache(12, KvType::F32, 2).unwrap();
