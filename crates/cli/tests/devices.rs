@@ -246,6 +246,38 @@ fn long_prompt_prefills_in_passes_that_fit(kind: DeviceKind) {
     check_close(kind, "4,200-token prompt, from flex", &rows, &flex, 1e-4);
 }
 
+/// A sliding cache of 8 tokens keeping 2, fed 30 tokens one at a time: each shift turns the
+/// kept keys back on the device (`k_shift` in Burn ops), and every step's logits agree with
+/// flex's, which turns them the same way.
+fn context_shifts_agree_with_flex(kind: DeviceKind) {
+    let Some(device) = open(kind, Dtype::F32) else {
+        return;
+    };
+    let run = |model: &Llama| {
+        let mut cache = model.new_sliding_cache(8, KvType::F32, 2).unwrap();
+        let rows: Vec<Vec<f32>> = (0..30u32)
+            .map(|i| {
+                let token = (i * 37 + 11) % 96;
+                model
+                    .forward(&[token], &mut cache, LogitsFor::Last)
+                    .unwrap()
+            })
+            .collect();
+        assert!(cache.discarded() >= 20, "{} discarded", cache.discarded());
+        rows
+    };
+    let file = GgufFile::open(tiny_model()).unwrap();
+    let flex = run(&load(&file, &open(DeviceKind::Flex, Dtype::F32).unwrap()));
+    let rows = run(&load(&file, &device));
+    check_close(
+        kind,
+        "30 steps through context shifts, from flex",
+        &rows,
+        &flex,
+        1e-4,
+    );
+}
+
 /// Each KV cache type either runs, giving the `f32` cache's logits within its rounding, or is
 /// refused at load with an error naming the type (wgpu's WGSL kernels have no 8-bit integers:
 /// an `int8` cache once failed at its first kernel instead).
@@ -474,6 +506,10 @@ macro_rules! device_suite {
             fn refuses_half_precision() {
                 super::cpu_devices_refuse_half_precision($kind);
             }
+            #[test]
+            fn context_shifts_agree_with_flex() {
+                super::context_shifts_agree_with_flex($kind);
+            }
         }
     };
     ($module:ident, $kind:expr, gpu) => {
@@ -498,6 +534,10 @@ macro_rules! device_suite {
             #[test]
             fn kv_types_run_or_are_refused() {
                 super::kv_types_run_or_are_refused($kind);
+            }
+            #[test]
+            fn context_shifts_agree_with_flex() {
+                super::context_shifts_agree_with_flex($kind);
             }
             #[test]
             fn long_prompt_prefills_in_passes_that_fit() {
