@@ -38,10 +38,24 @@ const SQRT_2_OVER_PI: f32 =
 /// form `x (1 + tanh z) / 2 = x / (1 + exp(-2z))`, `z = sqrt(2 / pi) (x + 0.044715 x^3)`.
 pub(super) fn activate(activation: FfnActivation, x: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx512f") {
+        // SAFETY: the CPU has the features the function is compiled for.
+        return unsafe { activate_avx512(activation, x) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
         // SAFETY: the CPU has the features the function is compiled for.
         return unsafe { activate_avx2(activation, x) };
     }
+    activate_body(activation, x)
+}
+
+/// [`activate`] compiled for AVX-512 (sixteen values per instruction; the same arithmetic:
+/// Gemma-3's GeGLU over a 512-token prefill's `[512, 2048]` gate was 3.6% of a two-thread
+/// pp512 in eight lanes).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+fn activate_avx512(activation: FfnActivation, x: &mut [f32]) {
     activate_body(activation, x)
 }
 
@@ -107,6 +121,16 @@ mod tests {
                 got, plain,
                 "{activation:?}: the SIMD and plain loops agree bit for bit"
             );
+            #[cfg(target_arch = "x86_64")]
+            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                let mut avx2 = xs.clone();
+                // SAFETY: the CPU has the features the function is compiled for.
+                unsafe { activate_avx2(activation, &mut avx2) };
+                assert_eq!(
+                    avx2, plain,
+                    "{activation:?}: AVX2 and plain agree bit for bit"
+                );
+            }
             for (&x, &g) in xs.iter().zip(&got) {
                 let x64 = f64::from(x);
                 // The exponent's argument `a`: its f32 rounding moves `exp(a)` by `|a|`
