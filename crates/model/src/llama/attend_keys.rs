@@ -54,8 +54,10 @@ pub(super) fn score_keys<const AVX2: bool>(
     scores: &mut [f32],
 ) {
     let hd = q.len();
+    // The `AVX2` instance runs only where the CPU has AVX2, FMA and F16C (checked by
+    // `host_attend`): `attend_x86::scores` runs there in AVX-512 or AVX2.
     #[cfg(target_arch = "x86_64")]
-    let (keys, scores) = if AVX2 && hd.is_multiple_of(8) && attend_x86::available() {
+    let (keys, scores) = if AVX2 && hd.is_multiple_of(8) && hd > 0 {
         let done = attend_x86::scores(q, (keys, &[]), scale, scores);
         (&keys[done * hd..], &mut scores[done..])
     } else {

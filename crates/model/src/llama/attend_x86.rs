@@ -169,10 +169,14 @@ unsafe fn sums_avx512<const H: usize, const V: usize, E: Stored>(
 /// empty tail's `+0.0`) for the first keys of `keys` in whole groups of eight; returns how
 /// many it scored (the rest are the caller's). Each group's eight lane vectors are transposed
 /// so that the lanes' sums run as eight vertical additions, eight keys at a time, instead of
-/// eight scalar additions a key.
+/// eight scalar additions a key. The 256-bit form runs with AVX-512 (its 32 registers) or, on
+/// a CPU with only AVX2, FMA and F16C, in AVX2 (the same instructions and bits: on the AVX2
+/// path a long row's scores had been four keys at a time with scalar lane sums, 25% of a
+/// SmolLM2 decode step at depth 4096).
 ///
 /// # Panics
-/// If `q` is not a whole number of 8-value chunks, or `keys` holds fewer keys than `scores`.
+/// If neither form can run, `q` is not a whole number of 8-value chunks, or `keys` holds fewer
+/// keys than `scores`.
 pub(super) fn scores<E: Stored>(
     q: &[f32],
     (keys, key_scales): (&[E], &[f32]),
@@ -180,8 +184,9 @@ pub(super) fn scores<E: Stored>(
     scores: &mut [f32],
 ) -> usize {
     let hd = q.len();
+    let avx512 = available();
     assert!(
-        available()
+        (avx512 || super::attend_stored::avx2_available())
             && hd.is_multiple_of(8)
             && hd > 0
             && keys.len() >= scores.len() * hd
@@ -196,16 +201,48 @@ pub(super) fn scores<E: Stored>(
         key_scales.len()
     );
     let groups = scores.len() / 8;
-    // SAFETY: `available()`; the bounds checked above.
-    unsafe { scores_avx512(q, (keys, key_scales), scale, &mut scores[..8 * groups]) };
+    let (keys, scores) = ((keys, key_scales), &mut scores[..8 * groups]);
+    // SAFETY: the form's features (checked above) and the bounds checked above.
+    unsafe {
+        if avx512 {
+            scores_avx512(q, keys, scale, scores);
+        } else {
+            scores_avx2(q, keys, scale, scores);
+        }
+    }
     8 * groups
 }
 
+/// [`scores_body`] with AVX-512 (the 256-bit instructions, with 32 registers).
+///
 /// # Safety
-/// AVX-512F and VL, AVX2, FMA and F16C; `q.len()` a multiple of 8, `scores.len()` a multiple
-/// of 8 and `keys` at least `scores.len()` keys.
+/// AVX-512F and VL, AVX2, FMA and F16C; as [`scores_body`].
 #[target_feature(enable = "avx512f,avx512vl,avx2,fma,f16c")]
 unsafe fn scores_avx512<E: Stored>(
+    q: &[f32],
+    keys: (&[E], &[f32]),
+    scale: f32,
+    scores: &mut [f32],
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe { scores_body(q, keys, scale, scores) }
+}
+
+/// [`scores_body`] with AVX2 only.
+///
+/// # Safety
+/// AVX2, FMA and F16C; as [`scores_body`].
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scores_avx2<E: Stored>(q: &[f32], keys: (&[E], &[f32]), scale: f32, scores: &mut [f32]) {
+    // SAFETY: forwarded from the caller.
+    unsafe { scores_body(q, keys, scale, scores) }
+}
+
+/// # Safety
+/// Inlined only into a function with AVX2, FMA and F16C; `q.len()` a multiple of 8,
+/// `scores.len()` a multiple of 8 and `keys` at least `scores.len()` keys.
+#[inline(always)]
+unsafe fn scores_body<E: Stored>(
     q: &[f32],
     (keys, key_scales): (&[E], &[f32]),
     scale: f32,
@@ -248,7 +285,7 @@ unsafe fn scores_avx512<E: Stored>(
 /// The eight scores of a group from its eight keys' lane vectors `acc`: each key's lanes
 /// summed in order (transposed, so eight vertical adds), the empty tail's `+0.0` added, times
 /// `scale`, into `out`.
-#[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+#[target_feature(enable = "avx2,fma")]
 #[inline]
 fn finish8(acc: [__m256; 8], scale: __m256, out: &mut [f32]) {
     let lanes = transpose8(acc);
@@ -488,6 +525,39 @@ mod tests {
         scores(&z, (&z.repeat(8), &[]), 1.0, &mut got);
         let want = super::super::attend_keys::key_dot(&z, &z);
         assert!(got.iter().all(|g| g.to_bits() == want.to_bits()));
+    }
+
+    /// The AVX2 form of the scores (what an AVX2-only CPU runs) has the bits of `key_dot`
+    /// times the scale, from `f32`, `f16` and int8 keys alike.
+    #[test]
+    fn the_avx2_form_of_the_scores_has_the_bits_of_key_dot() {
+        assert!(
+            super::super::attend_stored::avx2_available(),
+            "the AVX2 scores are not tested: no AVX2/FMA/F16C"
+        );
+        for hd in [8, 64, 72, 256] {
+            let n = 8 * 4;
+            let q = values(hd, 5 + hd as u32);
+            let keys = values(n * hd, 13 + hd as u32);
+            let (h, wide16) = halves(n * hd, 17 + hd as u32);
+            let (q8, scales, wide8) = int8s(n, hd, 19 + hd as u32);
+            let key_dots = |keys: &[f32]| -> Vec<u32> {
+                let dots = keys
+                    .chunks_exact(hd)
+                    .map(|k| super::super::attend_keys::key_dot(&q, k) * 0.125);
+                dots.map(f32::to_bits).collect()
+            };
+            let mut got = vec![f32::NAN; n];
+            // SAFETY: AVX2, FMA and F16C (asserted); `n` keys of `hd`, a multiple of 8.
+            unsafe { scores_avx2(&q, (&keys[..], &[]), 0.125, &mut got) };
+            assert_eq!(bits(&got), key_dots(&keys), "f32, hd {hd}");
+            // SAFETY: as above.
+            unsafe { scores_avx2(&q, (&h[..], &[]), 0.125, &mut got) };
+            assert_eq!(bits(&got), key_dots(&wide16), "f16, hd {hd}");
+            // SAFETY: as above, a scale per int8 key.
+            unsafe { scores_avx2(&q, (&q8[..], &scales[..]), 0.125, &mut got) };
+            assert_eq!(bits(&got), key_dots(&wide8), "int8, hd {hd}");
+        }
     }
 
     /// Scores and weighted sums read from `f16` or int8 have the bits of the same values

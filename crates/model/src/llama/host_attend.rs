@@ -404,11 +404,8 @@ impl LongRow<'_, '_> {
                     let n = (run.len() / hd).min(len - at);
                     let out = &mut scores[at..at + n];
                     let sc = if E::SCALED { &scales[r][..n] } else { &[][..] };
-                    let mut done = if attend_x86::available() {
-                        attend_x86::scores(qv, (&run[..n * hd], sc), self.scale, out)
-                    } else {
-                        0
-                    };
+                    // The stored forms run only where `avx2_available()`: `scores` runs.
+                    let mut done = attend_x86::scores(qv, (&run[..n * hd], sc), self.scale, out);
                     // Four at a time in AVX2 (`key_dot`'s arithmetic).
                     while done + 4 <= n {
                         let key = |k: usize| &run[(done + k) * hd..(done + k + 1) * hd];
