@@ -239,8 +239,9 @@ unsafe fn scores_avx2<E: Stored>(q: &[f32], keys: (&[E], &[f32]), scale: f32, sc
 }
 
 /// # Safety
-/// Inlined only into a function with AVX2, FMA and F16C; `q.len()` a multiple of 8,
-/// `scores.len()` a multiple of 8 and `keys` at least `scores.len()` keys.
+/// Inlined only into a function with AVX2, FMA and F16C (no closure inside, so every
+/// intrinsic is compiled with them); `q.len()` a multiple of 8, `scores.len()` a multiple of
+/// 8 and `keys` at least `scores.len()` keys (each with its scale where int8).
 #[inline(always)]
 unsafe fn scores_body<E: Stored>(
     q: &[f32],
@@ -250,35 +251,35 @@ unsafe fn scores_body<E: Stored>(
 ) {
     let hd = q.len();
     let chunks = hd / 8;
-    let scale = _mm256_set1_ps(scale);
-    let zero = _mm256_setzero_ps();
-    for (g, out) in scores.chunks_exact_mut(8).enumerate() {
-        let base = keys.as_ptr().wrapping_add(8 * g * hd);
-        for l in (0..8 * hd).step_by(per_line::<E>()) {
-            _mm_prefetch::<_MM_HINT_T0>(
-                base.wrapping_add(PREFETCH_GROUPS * 8 * hd + l) as *const i8
-            );
-        }
-        let mut acc = [zero; 8];
-        // SAFETY: an int8 key has its scale (caller).
-        let ks: [__m256; 8] = std::array::from_fn(|k| {
-            if E::SCALED {
-                _mm256_set1_ps(unsafe { *key_scales.get_unchecked(8 * g + k) })
-            } else {
-                zero
+    // SAFETY: the features (the caller's) and the bounds (the caller's: chunk `c` of `q` and
+    // of the group's eight keys exist, and an int8 key has its scale); a prefetch never
+    // faults.
+    unsafe {
+        let scale = _mm256_set1_ps(scale);
+        let zero = _mm256_setzero_ps();
+        for (g, out) in scores.chunks_exact_mut(8).enumerate() {
+            let base = keys.as_ptr().wrapping_add(8 * g * hd);
+            for l in (0..8 * hd).step_by(per_line::<E>()) {
+                _mm_prefetch::<_MM_HINT_T0>(
+                    base.wrapping_add(PREFETCH_GROUPS * 8 * hd + l) as *const i8
+                );
             }
-        });
-        for c in 0..chunks {
-            // SAFETY: chunk `c` of `q` and of the group's eight keys exist (caller).
-            unsafe {
+            let mut acc = [zero; 8];
+            let mut ks = [zero; 8];
+            if E::SCALED {
+                for (k, s) in ks.iter_mut().enumerate() {
+                    *s = _mm256_set1_ps(*key_scales.get_unchecked(8 * g + k));
+                }
+            }
+            for c in 0..chunks {
                 let x = _mm256_loadu_ps(q.as_ptr().add(8 * c));
                 for (k, acc) in acc.iter_mut().enumerate() {
                     let y = load8(base.add(k * hd + 8 * c), ks[k]);
                     *acc = _mm256_fmadd_ps(x, y, *acc);
                 }
             }
+            finish8(acc, scale, out);
         }
-        finish8(acc, scale, out);
     }
 }
 
