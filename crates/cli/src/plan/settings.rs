@@ -338,6 +338,7 @@ impl SamplingSettings {
 
     /// [`SamplingSettings::resolve`] with the model's tokenizer: breakers are encoded as plain
     /// text, without the BOS or EOS the vocabulary may add.
+    ///
     /// A `--logit-bias` id outside the vocabulary is refused here, before the weights load.
     pub fn resolve_for(&self, tokenizer: &Tokenizer) -> Result<SamplerConfig> {
         let vocab = tokenizer.vocab_size();
