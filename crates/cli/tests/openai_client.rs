@@ -1,7 +1,8 @@
 //! The official `openai` Python client (from PyPI, in a virtual environment this test makes
 //! under the target directory, reused when present) against `kindle serve` on the real model:
 //! completions and chat completions, streamed and not, `n=2`, `stop`, `seed`, logprobs and
-//! `top_logprobs`, `stream_options.include_usage`, structured output (`parse` with a pydantic
+//! `top_logprobs`, `echo` with logprobs and no new tokens (lm-eval-harness's log-likelihood
+//! request), `stream_options.include_usage`, structured output (`parse` with a pydantic
 //! model: `response_format` `json_schema`, strict), and the client's error classes.
 
 mod common;
@@ -132,6 +133,21 @@ for chunk in client.chat.completions.create(model=model, messages=messages, max_
     if chunk.choices and chunk.choices[0].logprobs is not None:
         count += len(chunk.choices[0].logprobs.content)
 assert count == 4, count
+
+# echo with logprobs and no new tokens, as lm-eval-harness's loglikelihood asks (token ids
+# in, the context's share sliced off): every prompt token scored, the first null.
+ids = [504, 3575, 282, 4649, 314, 7042, 30]  # "The capital of France is Paris."
+scored = client.completions.create(model=model, prompt=ids, echo=True, max_tokens=0,
+                                   logprobs=1, temperature=0).choices[0]
+assert scored.text == "The capital of France is Paris.", scored.text
+lp = scored.logprobs
+assert lp.tokens[0] == "The" and len(lp.tokens) == 7, lp
+assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None, lp
+continuation = lp.token_logprobs[5:]
+assert all(x < 0 for x in continuation), lp
+greedy = [max(top, key=top.get) == tok for tok, top in zip(lp.tokens[5:], lp.top_logprobs[5:])]
+assert greedy == [True, True], (lp.tokens, lp.top_logprobs)
+out["echo_logprob"] = sum(continuation)
 
 # Structured output: the client sends the pydantic model's strict JSON schema as
 # response_format and parses the answer back into the model.

@@ -201,3 +201,89 @@ fn structured_output_fields_constrain_the_answer() {
         "{out}"
     );
 }
+
+/// `kindle score`'s JSON for `text`: its token ids and each next token's logprob and top two.
+fn score(text: &str) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_kindle"))
+        .args(["score", "--json", "--top", "2", "-m"])
+        .arg(common::model_path())
+        .args(["--text", text])
+        .output()
+        .expect("running kindle score");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
+#[test]
+fn echo_scores_the_prompt_as_kindle_score_does() {
+    let Some(model) = common::real_model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
+    let server = Served::start(&model, &["-c", "512", "-t", "2"]);
+    let text = "The capital of France is Paris, and the capital of Germany is Berlin.";
+    let scored = score(text);
+    let ids = scored["tokens"].as_array().expect("token ids");
+    let positions = scored["positions"].as_array().expect("positions");
+    // As lm-eval-harness asks a completions server for a loglikelihood: token ids, `echo`,
+    // logprobs, no new tokens.
+    let (status, body) = server.post(
+        "/v1/completions",
+        &json!({"prompt": ids, "echo": true, "max_tokens": 0, "logprobs": 2}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let choice = &body["choices"][0];
+    assert_eq!(choice["text"], text);
+    let lp = &choice["logprobs"];
+    let logprobs = lp["token_logprobs"].as_array().expect("token_logprobs");
+    assert_eq!(logprobs.len(), ids.len(), "{lp}");
+    assert!(logprobs[0].is_null());
+    let mut worst = 0f64;
+    for (i, position) in positions.iter().enumerate() {
+        let want = position["logprob"].as_f64().unwrap();
+        let got = logprobs[i + 1].as_f64().unwrap();
+        worst = worst.max((got - want).abs());
+        let mut tops: Vec<f64> = lp["top_logprobs"][i + 1]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        tops.sort_by(|a, b| b.total_cmp(a));
+        let want_tops: Vec<f64> = position["top"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t[1].as_f64().unwrap())
+            .collect();
+        for (g, w) in tops.iter().zip(&want_tops) {
+            worst = worst.max((g - w).abs());
+        }
+        assert_eq!(tops.len(), want_tops.len(), "{lp}");
+    }
+    assert!(
+        worst < 1e-6,
+        "echo's prompt logprobs against kindle score: {worst}"
+    );
+
+    // With new tokens: the prompt, then what the request gives without `echo`.
+    let (_, plain) = server.post(
+        "/v1/completions",
+        &json!({"prompt": "The capital of France is", "max_tokens": 6, "temperature": 0}),
+    );
+    let (_, echoed) = server.post(
+        "/v1/completions",
+        &json!({"prompt": "The capital of France is", "max_tokens": 6, "temperature": 0,
+                "echo": true}),
+    );
+    let completion = plain["choices"][0]["text"].as_str().unwrap();
+    assert_eq!(
+        echoed["choices"][0]["text"],
+        format!("The capital of France is{completion}")
+    );
+    let (status, lines) = server.terminate();
+    assert!(status.success(), "exit status {status:?}: {lines:?}");
+}

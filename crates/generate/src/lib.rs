@@ -139,7 +139,7 @@ pub use generator::{
 };
 pub use model::{BlockStats, LanguageModel, ModelCache, PagedModel};
 pub use samples::generate_samples;
-pub use score::{Score, TokenScore, score};
+pub use score::{Score, TokenScore, score, score_row};
 pub use sequence::Sequence;
 pub use session::Session;
 pub use speculative::{

@@ -84,17 +84,9 @@ pub fn score<M: LanguageModel>(
     let mut positions = Vec::with_capacity(ids.len() - 1);
     let mut total = 0f64;
     for (pos, row) in logits.chunks_exact(vocab).take(ids.len() - 1).enumerate() {
-        let next_token = ids[pos + 1];
-        let lse = log_sum_exp(row);
-        let lp = f64::from(row[next_token as usize]) - lse;
+        let (scored, lp) = scored(row, pos, ids[pos + 1], top_n);
         total += lp;
-        positions.push(TokenScore {
-            pos,
-            next_token,
-            logprob: lp as f32,
-            argmax: argmax(row).unwrap_or(0),
-            top: top_n_logprobs(row, lse, top_n),
-        });
+        positions.push(scored);
     }
     let perplexity = (-total / positions.len() as f64).exp();
     Ok(Score {
@@ -103,4 +95,27 @@ pub fn score<M: LanguageModel>(
         perplexity,
         elapsed: t0.elapsed(),
     })
+}
+
+/// How the raw logits `row` of position `pos` score `next_token` (its log-softmax), with the
+/// argmax and the `top_n` most likely tokens: one entry of [`score`], for a caller that runs
+/// the forward passes itself (a server scoring the prompt it echoes, chunk by chunk).
+///
+/// `next_token` must be below `row.len()` (it is looked up in the row).
+pub fn score_row(row: &[f32], pos: usize, next_token: u32, top_n: usize) -> TokenScore {
+    scored(row, pos, next_token, top_n).0
+}
+
+/// [`score_row`] and the log-probability in `f64` (what [`score`] sums).
+fn scored(row: &[f32], pos: usize, next_token: u32, top_n: usize) -> (TokenScore, f64) {
+    let lse = log_sum_exp(row);
+    let lp = f64::from(row[next_token as usize]) - lse;
+    let score = TokenScore {
+        pos,
+        next_token,
+        logprob: lp as f32,
+        argmax: argmax(row).unwrap_or(0),
+        top: top_n_logprobs(row, lse, top_n),
+    };
+    (score, lp)
 }

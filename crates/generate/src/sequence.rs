@@ -185,6 +185,18 @@ impl<M: LanguageModel, D: TokenDecoder> Sequence<M, D> {
         Session::forward_batch(model, &mut items)
     }
 
+    /// Run `tokens` after the tokens the session holds and return the logits of every
+    /// position (row-major, `tokens.len() * vocab_size()` values), before the first
+    /// [`plan`](Self::plan): what a server runs to score the prompt it echoes (OpenAI's `echo`
+    /// with `logprobs`), in chunks of the prompt's start. The prompt's step then feeds only
+    /// what the session does not hold of it (at least its last token, whose logits start the
+    /// generation).
+    ///
+    /// Errors: a model error, after which the session holds what it held before.
+    pub fn forward_all(&mut self, model: &M, tokens: &[u32]) -> Result<Vec<f32>, GenerateError> {
+        self.session.forward_all(model, tokens)
+    }
+
     /// The text output so far.
     pub fn text(&self) -> &str {
         self.core.text()

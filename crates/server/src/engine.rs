@@ -22,6 +22,13 @@
 //! it); a finished or cancelled sequence's blocks go back to the pool, published ones kept as
 //! cache until the room is needed (least recently released first).
 //!
+//! A request that echoes its prompt with logprobs (`echo`, lm-eval-harness's log-likelihood
+//! requests) has its prompt scored first: it takes no cached prefix, and before its prompt's
+//! step the engine runs the prompt but its last token in chunks of the step's prefill budget,
+//! each a pass of its own returning every position's logits ([`Sequence::forward_all`]), and
+//! sends the client each token's log-probability ([`Update::Prompt`]); the prompt's step then
+//! feeds the last token and generation goes on as for any request.
+//!
 //! A sequence's output is what the same request gives alone: each has its own session, sampler
 //! (and seed), stops and logprobs, and the model gives each row the same logits in any batch
 //! (`kindle serve` loads it with one arithmetic for every row of its CPU kernels). A request
@@ -36,7 +43,7 @@ use std::time::{Duration, Instant};
 
 use kindle_generate::{
     Event, FinishReason, GenerationConfig, ModelCache, PagedModel, PromptLookup, Sequence, Session,
-    Speculator, Step,
+    Speculator, Step, score_row,
 };
 use kindle_sampling::{LogitsConstraint, Sampler, TraceSummary};
 use tokio::sync::mpsc::UnboundedSender;
@@ -68,6 +75,26 @@ pub struct Job {
     pub trace: bool,
     /// Decode speculatively with prompt lookup (`kindle_lookup_ngram`).
     pub lookup: Option<Lookup>,
+    /// Score the prompt first and report its tokens with this many alternatives each
+    /// (`echo` with `logprobs`): see [`Update::Prompt`].
+    pub prompt_logprobs: Option<usize>,
+}
+
+/// Floats of logits one prompt-scoring pass may return (64 MiB): its rows are the prompt's
+/// positions, each a whole vocabulary.
+const SCORE_FLOATS: usize = 1 << 24;
+
+/// One token of an echoed prompt, scored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptToken {
+    /// The token id.
+    pub id: u32,
+    /// Its log-probability under the model's raw distribution given the tokens before it;
+    /// `None` for the first (nothing precedes it).
+    pub logprob: Option<f32>,
+    /// The most likely tokens at its place `(id, logprob)`, as many as asked for (empty for
+    /// the first).
+    pub top_logprobs: Vec<(u32, f32)>,
 }
 
 /// Candidates in a `kindle_trace` (the most likely raw, and after the chain).
@@ -76,6 +103,14 @@ pub const TRACE_CANDIDATES: usize = 5;
 /// What the engine tells a handler about one choice.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Update {
+    /// Tokens of the prompt, scored (`echo` with `logprobs`): all of them, in order, in one
+    /// or more updates before the choice's first token.
+    Prompt {
+        /// The choice index.
+        index: usize,
+        /// The next tokens of the prompt.
+        tokens: Vec<PromptToken>,
+    },
     /// A generated token.
     Token {
         /// The choice index.
@@ -216,6 +251,19 @@ struct Running<M: PagedModel, C: TextCodec> {
     last_token: Option<Instant>,
     /// Set when the sequence leaves at the end of this step.
     finished: bool,
+    /// The prompt being scored before generation starts (`echo` with `logprobs`).
+    scoring: Option<Scoring>,
+}
+
+/// An echoed prompt being scored: its tokens before the last are run in chunks that return
+/// every position's logits (the last token's logits start the generation, in the prompt's
+/// own step).
+struct Scoring {
+    prompt: Vec<u32>,
+    /// Alternatives per token.
+    top: usize,
+    /// Prompt tokens run so far.
+    next: usize,
 }
 
 struct Engine<M: PagedModel, C: TextCodec> {
@@ -312,7 +360,8 @@ impl<M: PagedModel, C: TextCodec> Engine<M, C> {
             let Some(job) = self.waiting.front() else {
                 break;
             };
-            let reuse: &[u32] = if self.options.prefix_cache {
+            // A scored prompt needs every position's logits: nothing of it is reused.
+            let reuse: &[u32] = if self.options.prefix_cache && job.prompt_logprobs.is_none() {
                 &job.prompt
             } else {
                 &[]
@@ -382,6 +431,11 @@ impl<M: PagedModel, C: TextCodec> Engine<M, C> {
                         published,
                         last_token: None,
                         finished: false,
+                        scoring: job.prompt_logprobs.map(|top| Scoring {
+                            prompt: job.prompt.clone(),
+                            top,
+                            next: 0,
+                        }),
                     });
                 }
                 Err(message) => {
@@ -422,7 +476,19 @@ impl<M: PagedModel, C: TextCodec> Engine<M, C> {
         let mut budget = self.options.step_tokens;
         // Tokens each running sequence feeds this step (0: it sits this one out).
         let mut take = vec![0usize; self.running.len()];
+        let score_rows = (SCORE_FLOATS / self.model.vocab_size().max(1)).max(1);
         for (i, r) in self.running.iter_mut().enumerate() {
+            if let Some(scoring) = &r.scoring {
+                // An echoed prompt scored in chunks of the step's prefill budget, each its
+                // own pass (it needs every position's logits).
+                let left = scoring.prompt.len() - 1 - scoring.next;
+                let n = left.min(budget).min(score_rows);
+                if n > 0 || left == 0 {
+                    budget -= n;
+                    score_chunk(r, n, &self.model, &self.metrics);
+                }
+                continue;
+            }
             if r.feed.is_none()
                 && let Some(result) = r.seq.speculative_step(&self.model)
             {
@@ -508,6 +574,70 @@ impl<M: PagedModel, C: TextCodec> Engine<M, C> {
                 }
             }
         }
+    }
+}
+
+/// Run the next `n` tokens of `r`'s scored prompt in one pass returning every position's
+/// logits and send the client each next token's log-probability (the prompt's first token,
+/// with none, in the first update). When only the last prompt token is left, scoring ends:
+/// the prompt's step (`Sequence::plan`) feeds it and samples from its logits.
+fn score_chunk<M: PagedModel, C: TextCodec>(
+    r: &mut Running<M, C>,
+    n: usize,
+    model: &M,
+    metrics: &Metrics,
+) {
+    let Some(scoring) = r.scoring.as_mut() else {
+        return;
+    };
+    let (start, prompt) = (scoring.next, &scoring.prompt);
+    let mut tokens = Vec::with_capacity(n + 1);
+    if start == 0 {
+        tokens.push(PromptToken {
+            id: prompt[0],
+            logprob: None,
+            top_logprobs: Vec::new(),
+        });
+    }
+    if n > 0 {
+        metrics.steps.fetch_add(1, Ordering::SeqCst);
+        metrics.step_rows.fetch_add(n as u64, Ordering::SeqCst);
+        let rows = match r.seq.forward_all(model, &prompt[start..start + n]) {
+            Ok(rows) => rows,
+            Err(error) => {
+                tracing::error!("scoring a prompt failed: {error}");
+                let _ = r.events.send(Update::Error {
+                    index: r.index,
+                    message: format!("the model failed: {error}"),
+                });
+                r.finished = true;
+                return;
+            }
+        };
+        let vocab = rows.len() / n;
+        for (i, row) in rows.chunks_exact(vocab).enumerate() {
+            let pos = start + i;
+            let score = score_row(row, pos, prompt[pos + 1], scoring.top);
+            tokens.push(PromptToken {
+                id: score.next_token,
+                logprob: Some(score.logprob),
+                top_logprobs: score.top,
+            });
+        }
+    }
+    scoring.next += n;
+    if scoring.next + 1 >= prompt.len() {
+        r.scoring = None;
+    }
+    if r.events
+        .send(Update::Prompt {
+            index: r.index,
+            tokens,
+        })
+        .is_err()
+    {
+        metrics.cancelled.fetch_add(1, Ordering::SeqCst);
+        r.finished = true;
     }
 }
 

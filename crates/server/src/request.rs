@@ -145,6 +145,10 @@ pub struct GenerationParams {
     /// `kindle_trace`: report what the sampler's chain did for each token (inside the
     /// logprobs, which it needs).
     pub trace: bool,
+    /// `echo` (completions only): the response repeats the prompt before the completion, and
+    /// with `logprobs` reports the prompt's tokens too (each scored by the model given the
+    /// tokens before it; the first has none).
+    pub echo: bool,
     /// `kindle_lookup_ngram` and `kindle_draft_max`: decode speculatively, drafting by prompt
     /// lookup (n-grams up to the first, at most the second tokens a step). The output is what
     /// the request gives without it.
@@ -169,9 +173,6 @@ pub const MAX_N: i64 = 128;
 /// Fields that change the meaning of a request and are not supported: an error rather than a
 /// silently different answer.
 fn refuse_unsupported(object: &Object) -> Result<(), ApiError> {
-    if boolean(object, "echo")? == Some(true) {
-        return Err(ApiError::invalid("echo", "'echo' is not supported."));
-    }
     if field(object, "suffix").is_some() {
         return Err(ApiError::invalid("suffix", "'suffix' is not supported."));
     }
@@ -201,9 +202,19 @@ fn refuse_unsupported(object: &Object) -> Result<(), ApiError> {
 pub fn generation_params(object: &Object, chat: bool) -> Result<GenerationParams, ApiError> {
     refuse_unsupported(object)?;
     let model = string(object, "model")?.map(str::to_string);
-    let max_tokens = match integer(object, "max_completion_tokens", 1, i64::MAX)? {
+    let echo = boolean(object, "echo")?.unwrap_or(false);
+    if echo && chat {
+        return Err(ApiError::invalid(
+            "echo",
+            "'echo' is a field of /v1/completions; chat completions do not take it.",
+        ));
+    }
+    // With `echo`, `max_tokens` 0 asks for the prompt alone (scoring it, as evaluation
+    // harnesses do).
+    let least = i64::from(!echo);
+    let max_tokens = match integer(object, "max_completion_tokens", least, i64::MAX)? {
         Some(n) => Some(n),
-        None => integer(object, "max_tokens", 1, i64::MAX)?,
+        None => integer(object, "max_tokens", least, i64::MAX)?,
     }
     .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
     let n = integer(object, "n", 1, MAX_N)?.unwrap_or(1) as usize;
@@ -277,6 +288,7 @@ pub fn generation_params(object: &Object, chat: bool) -> Result<GenerationParams
         sampler,
         guided,
         trace,
+        echo,
         lookup,
     })
 }
@@ -712,12 +724,17 @@ mod tests {
             (r#"{"min_tokens":-1}"#, "min_tokens"),
             (r#"{"ignore_eos":1}"#, "ignore_eos"),
             (r#"{"model":5}"#, "model"),
-            (r#"{"echo":true}"#, "echo"),
+            (r#"{"echo":"yes"}"#, "echo"),
+            (r#"{"echo":false,"max_tokens":0}"#, "max_tokens"),
+            (r#"{"echo":true,"max_tokens":-1}"#, "max_tokens"),
         ] {
             let e = generation_params(&obj(body), false).unwrap_err();
             assert_eq!(e.param.as_deref(), Some(param), "{body}: {e:?}");
             assert_eq!(e.status.as_u16(), 400);
         }
+        let e = generation_params(&obj(r#"{"echo":true}"#), true).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("echo"));
+        assert!(e.message.contains("/v1/completions"), "{}", e.message);
         let e = generation_params(&obj(r#"{"top_logprobs":3}"#), true).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("top_logprobs"));
         let e =
@@ -743,6 +760,12 @@ mod tests {
         assert_eq!(p.max_tokens, Some(9));
         assert_eq!(p.logprobs, Some(2));
         assert_eq!(p.n, 2);
+        assert!(!p.echo);
+        // With `echo`, `max_tokens` 0 asks for the prompt alone.
+        let p =
+            generation_params(&obj(r#"{"echo":true,"max_tokens":0,"logprobs":1}"#), false).unwrap();
+        assert!(p.echo);
+        assert_eq!((p.max_tokens, p.logprobs), (Some(0), Some(1)));
     }
 
     #[test]

@@ -84,13 +84,14 @@ impl ResponseMeta {
     }
 }
 
-/// One generated token as reported.
+/// One token as reported: generated, or of an echoed prompt.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TokenReport {
     /// Its id.
     pub id: u32,
-    /// Its log-probability.
-    pub logprob: f32,
+    /// Its log-probability; `None` for an echoed prompt's first token (reported as `null`,
+    /// its alternatives too).
+    pub logprob: Option<f32>,
     /// The alternatives.
     pub top: Vec<(u32, f32)>,
     /// What the sampler's chain did (`kindle_trace`).
@@ -141,6 +142,10 @@ pub fn logprobs_json<C: TextCodec>(
                 offset += text.len();
                 texts.push(text);
                 logprobs.push(json!(token.logprob));
+                if token.logprob.is_none() {
+                    tops.push(Value::Null);
+                    continue;
+                }
                 let top: Map<String, Value> = token
                     .top
                     .iter()
@@ -175,7 +180,7 @@ pub fn logprobs_json<C: TextCodec>(
             let content: Vec<Value> = tokens
                 .iter()
                 .map(|token| {
-                    let mut value = entry(token.id, token.logprob);
+                    let mut value = entry(token.id, token.logprob.unwrap_or(f32::NAN));
                     let top: Vec<Value> = token.top.iter().map(|&(id, lp)| entry(id, lp)).collect();
                     value["top_logprobs"] = Value::Array(top);
                     if let Some(trace) = &token.trace {
@@ -212,9 +217,9 @@ impl Usage {
 /// One choice collected to its end (non-streamed responses).
 #[derive(Debug, Clone, Default)]
 pub struct Choice {
-    /// The text.
+    /// The text (after the echoed prompt, when `echo`).
     pub text: String,
-    /// Its tokens, for logprobs.
+    /// Its tokens, for logprobs (an echoed prompt's first).
     pub tokens: Vec<TokenReport>,
     /// `"stop"` or `"length"`, once done.
     pub finish_reason: Option<&'static str>,
@@ -285,6 +290,10 @@ pub struct ChunkWriter<C: TextCodec> {
     offsets: Vec<usize>,
     n: usize,
     usage: Usage,
+    /// Each prompt's text, repeated before its choices' completions (`echo`); empty without.
+    echo: Vec<String>,
+    /// Whether each choice's echoed prompt has been sent.
+    echoed: Vec<bool>,
 }
 
 impl<C: TextCodec> ChunkWriter<C> {
@@ -296,7 +305,43 @@ impl<C: TextCodec> ChunkWriter<C> {
             offsets: vec![0; choices],
             n: n.max(1),
             usage: Usage::default(),
+            echo: Vec::new(),
+            echoed: vec![false; choices],
         }
+    }
+
+    /// Repeat each prompt's text (`prompts[p]` for choices `p n .. (p + 1) n`) before its
+    /// choices' completions (`echo`): in the first chunk of each choice, with the prompt's
+    /// scored tokens when logprobs are asked for.
+    pub fn with_echo(mut self, prompts: Vec<String>) -> Self {
+        self.echo = prompts;
+        self
+    }
+
+    /// The echoed prompt's text for choice `index` if it is still to be sent (then marked
+    /// sent), else empty.
+    fn take_echo(&mut self, index: usize) -> String {
+        match self.echo.get(index / self.n) {
+            Some(text) if !self.echoed[index] => {
+                self.echoed[index] = true;
+                text.clone()
+            }
+            _ => String::new(),
+        }
+    }
+
+    /// Logprobs of `tokens` of choice `index`, its text offset moved past them.
+    fn logprobs(&mut self, index: usize, tokens: &[TokenReport]) -> Value {
+        let value = logprobs_json(
+            self.codec.as_ref(),
+            self.meta.endpoint,
+            tokens,
+            self.offsets[index],
+        );
+        for token in tokens {
+            self.offsets[index] += self.codec.token_text(token.id).len();
+        }
+        value
     }
 
     fn chunk(&self, index: usize, text: &str, logprobs: Value, finish: Option<&str>) -> String {
@@ -350,10 +395,50 @@ impl<C: TextCodec> ChunkWriter<C> {
             .collect()
     }
 
-    /// The chunk of one update, if it has anything to say (a token whose text is held back and
-    /// with no logprobs asked for has not).
-    pub fn update(&mut self, update: Update) -> Option<String> {
+    /// The chunks of one update: none if it has nothing to say (a token whose text is held
+    /// back, with no logprobs asked for), and the echoed prompt first where it is still due.
+    pub fn update(&mut self, update: Update) -> Vec<String> {
+        let index = match &update {
+            Update::Prompt { index, .. }
+            | Update::Token { index, .. }
+            | Update::Done { index, .. }
+            | Update::Error { index, .. } => *index,
+        };
+        if index >= self.offsets.len() && !matches!(update, Update::Error { .. }) {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        if !matches!(update, Update::Prompt { .. } | Update::Error { .. }) {
+            // Echo without logprobs: the prompt's text opens the choice.
+            let echo = self.take_echo(index);
+            if !echo.is_empty() {
+                out.push(self.chunk(index, &echo, Value::Null, None));
+            }
+        }
+        out.extend(self.update_chunk(update));
+        out
+    }
+
+    fn update_chunk(&mut self, update: Update) -> Option<String> {
         match update {
+            Update::Prompt { index, tokens } => {
+                let text = self.take_echo(index);
+                let logprobs = if self.meta.logprobs {
+                    let reports: Vec<TokenReport> = tokens
+                        .into_iter()
+                        .map(|t| TokenReport {
+                            id: t.id,
+                            logprob: t.logprob,
+                            top: t.top_logprobs,
+                            trace: None,
+                        })
+                        .collect();
+                    self.logprobs(index, &reports)
+                } else {
+                    Value::Null
+                };
+                Some(self.chunk(index, &text, logprobs, None))
+            }
             Update::Token {
                 index,
                 id,
@@ -362,24 +447,17 @@ impl<C: TextCodec> ChunkWriter<C> {
                 top_logprobs,
                 trace,
             } => {
-                if index >= self.offsets.len() || (text.is_empty() && !self.meta.logprobs) {
+                if text.is_empty() && !self.meta.logprobs {
                     return None;
                 }
                 let logprobs = if self.meta.logprobs {
                     let token = TokenReport {
                         id,
-                        logprob,
+                        logprob: Some(logprob),
                         top: top_logprobs,
                         trace,
                     };
-                    let value = logprobs_json(
-                        self.codec.as_ref(),
-                        self.meta.endpoint,
-                        &[token],
-                        self.offsets[index],
-                    );
-                    self.offsets[index] += self.codec.token_text(id).len();
-                    value
+                    self.logprobs(index, &[token])
                 } else {
                     Value::Null
                 };

@@ -376,12 +376,14 @@ async fn chat_completions<C: TextCodec>(
     generation(state, headers, body, Endpoint::Chat).await
 }
 
-/// Encode the request's prompts, each checked against the vocabulary and the context.
+/// The request's prompts: each one's ids, checked against the vocabulary and the context,
+/// and its text (as given, or decoded from the ids given; for `echo`).
 fn encode_prompts<C: TextCodec>(
     state: &AppState<C>,
     object: &Object,
     endpoint: Endpoint,
-) -> Result<Vec<Vec<u32>>, ApiError> {
+) -> Result<(Vec<Vec<u32>>, Vec<String>), ApiError> {
+    let mut texts = Vec::new();
     let (param, encoded) = match endpoint {
         Endpoint::Chat => {
             let messages = messages(object)?;
@@ -397,10 +399,25 @@ fn encode_prompts<C: TextCodec>(
             let mut all = Vec::new();
             for input in prompts(object)? {
                 all.push(match input {
-                    PromptInput::Ids(ids) => ids,
-                    PromptInput::Text(text) => state.codec.encode(&text).map_err(|e| {
-                        ApiError::invalid("prompt", format!("Could not tokenize the prompt: {e}"))
-                    })?,
+                    PromptInput::Ids(ids) => {
+                        texts.push(state.codec.decode(&ids).map_err(|e| {
+                            ApiError::invalid(
+                                "prompt",
+                                format!("Could not decode the prompt's token ids: {e}"),
+                            )
+                        })?);
+                        ids
+                    }
+                    PromptInput::Text(text) => {
+                        let ids = state.codec.encode(&text).map_err(|e| {
+                            ApiError::invalid(
+                                "prompt",
+                                format!("Could not tokenize the prompt: {e}"),
+                            )
+                        })?;
+                        texts.push(text);
+                        ids
+                    }
                 });
             }
             ("prompt", all)
@@ -431,7 +448,7 @@ fn encode_prompts<C: TextCodec>(
             ));
         }
     }
-    Ok(encoded)
+    Ok((encoded, texts))
 }
 
 /// One engine job per choice of each prompt; `index` = prompt × n + choice.
@@ -494,6 +511,7 @@ fn jobs<C: TextCodec>(
             };
             out.push(Job {
                 constraint,
+                prompt_logprobs: params.logprobs.filter(|_| params.echo),
                 trace: params.trace,
                 lookup: params.lookup,
                 capacity: prompt.len() + max_new,
@@ -530,7 +548,8 @@ async fn generation<C: TextCodec>(
     let object = read_json(&headers, body, state.config.max_body_bytes).await?;
     let params = generation_params(&object, endpoint == Endpoint::Chat)?;
     check_model(&state, params.model.as_deref())?;
-    let prompts = encode_prompts(&state, &object, endpoint)?;
+    let (prompts, texts) = encode_prompts(&state, &object, endpoint)?;
+    let echo = if params.echo { texts } else { Vec::new() };
     let prompt_count = prompts.len();
     // `n` beyond what may ever wait is refused rather than queued forever.
     if integer(&object, "n", 1, crate::request::MAX_N)?.is_some()
@@ -563,10 +582,16 @@ async fn generation<C: TextCodec>(
         params.include_usage,
     );
     if params.stream {
-        let writer = ChunkWriter::new(Arc::clone(&state.codec), meta, total, params.n);
+        let writer =
+            ChunkWriter::new(Arc::clone(&state.codec), meta, total, params.n).with_echo(echo);
         Ok(stream_response(writer, receiver, total))
     } else {
-        let choices = collect(receiver, total).await?;
+        let mut choices = collect(receiver, total).await?;
+        for (index, choice) in choices.iter_mut().enumerate() {
+            if let Some(prompt) = echo.get(index / params.n.max(1)) {
+                choice.text.insert_str(0, prompt);
+            }
+        }
         Ok(json_response(response_body(
             state.codec.as_ref(),
             &meta,
@@ -586,6 +611,19 @@ async fn collect(
     let mut done = 0;
     while done < total {
         match receiver.recv().await {
+            // An echoed prompt's scored tokens come before the choice's first token.
+            Some(Update::Prompt { index, tokens }) => {
+                if let Some(choice) = choices.get_mut(index) {
+                    choice
+                        .tokens
+                        .extend(tokens.into_iter().map(|t| TokenReport {
+                            id: t.id,
+                            logprob: t.logprob,
+                            top: t.top_logprobs,
+                            trace: None,
+                        }));
+                }
+            }
             Some(Update::Token {
                 index,
                 id,
@@ -598,7 +636,7 @@ async fn collect(
                     choice.text.push_str(&text);
                     choice.tokens.push(TokenReport {
                         id,
-                        logprob,
+                        logprob: Some(logprob),
                         top: top_logprobs,
                         trace,
                     });
@@ -657,9 +695,7 @@ fn stream_response<C: TextCodec>(
             match st.receiver.recv().await {
                 Some(update) => {
                     let finished = matches!(update, Update::Done { .. } | Update::Error { .. });
-                    if let Some(chunk) = st.writer.update(update) {
-                        st.pending.push_back(chunk);
-                    }
+                    st.pending.extend(st.writer.update(update));
                     if finished {
                         st.remaining = st.remaining.saturating_sub(1);
                         if st.remaining == 0 {

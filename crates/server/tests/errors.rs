@@ -180,8 +180,18 @@ async fn each_invalid_field_is_a_400_naming_it() {
         ),
         (
             "/v1/completions",
-            json!({"prompt": "a", "echo": true}),
+            json!({"prompt": "a", "echo": "yes"}),
             "echo",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "a"}], "echo": true}),
+            "echo",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "a", "echo": true, "max_tokens": -1}),
+            "max_tokens",
         ),
         (
             "/v1/completions",
