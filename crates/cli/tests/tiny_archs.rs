@@ -1,4 +1,4 @@
-//! Tiny random Llama and Qwen2 models (GPT-2: `tests/tiny_gpt2.rs`), written by this test in
+//! Tiny random Llama, Qwen2 and Qwen3 models (GPT-2: `tests/tiny_gpt2.rs`), written by this test in
 //! both forms — a Hugging Face directory (config.json + a safetensors file written by hand
 //! here, HF tensor names, rotate-half RoPE) and a GGUF file (llama.cpp's names; Llama's q/k rows permuted as
 //! llama.cpp's converter does) — give the same logits from either form, on the host executor
@@ -29,17 +29,24 @@ struct Tiny {
     theta: f32,
     eps: f32,
     tied: bool,
+    /// The head width when it is not `d / heads` (Qwen3 states it), else 0.
+    hd: usize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Arch {
     Llama,
     Qwen2,
+    Qwen3,
 }
 
 impl Tiny {
     fn head_dim(&self) -> usize {
-        self.d / self.heads
+        if self.hd > 0 {
+            self.hd
+        } else {
+            self.d / self.heads
+        }
     }
 }
 
@@ -83,6 +90,10 @@ fn random_weights(t: &Tiny, seed: u64) -> Tensors {
             put(format!("{p}self_attn.k_proj.bias"), vec![kv], 0.5, 0.0);
             put(format!("{p}self_attn.v_proj.bias"), vec![kv], 0.5, 0.0);
         }
+        if t.arch == Arch::Qwen3 {
+            put(format!("{p}self_attn.q_norm.weight"), vec![hd], 0.3, 1.0);
+            put(format!("{p}self_attn.k_norm.weight"), vec![hd], 0.3, 1.0);
+        }
     }
     w
 }
@@ -94,8 +105,9 @@ fn config_json(t: &Tiny) -> serde_json::Value {
     let (architecture, model_type) = match t.arch {
         Arch::Llama => ("LlamaForCausalLM", "llama"),
         Arch::Qwen2 => ("Qwen2ForCausalLM", "qwen2"),
+        Arch::Qwen3 => ("Qwen3ForCausalLM", "qwen3"),
     };
-    serde_json::json!({
+    let mut config = serde_json::json!({
         "architectures": [architecture],
         "model_type": model_type,
         "vocab_size": t.vocab,
@@ -109,7 +121,11 @@ fn config_json(t: &Tiny) -> serde_json::Value {
         "rms_norm_eps": t.eps,
         "tie_word_embeddings": t.tied,
         "torch_dtype": "float32",
-    })
+    });
+    if t.hd > 0 {
+        config["head_dim"] = t.hd.into();
+    }
+    config
 }
 
 fn write_hf_dir(dir: &Path, t: &Tiny, w: &Tensors) {
@@ -141,6 +157,7 @@ fn gguf(t: &Tiny, w: &Tensors) -> GgufFile {
     let arch = match t.arch {
         Arch::Llama => "llama",
         Arch::Qwen2 => "qwen2",
+        Arch::Qwen3 => "qwen3",
     };
     let u32 = |v: usize| MetadataValue::U32(v as u32);
     let key = |k: &str| format!("{arch}.{k}");
@@ -158,6 +175,11 @@ fn gguf(t: &Tiny, w: &Tensors) -> GgufFile {
             MetadataValue::F32(t.eps),
         )
         .metadata(key("vocab_size"), u32(t.vocab));
+    if t.hd > 0 {
+        writer = writer
+            .metadata(key("attention.key_length"), u32(t.hd))
+            .metadata(key("attention.value_length"), u32(t.hd));
+    }
     let mut put = |name: &str, hf: &str, permute_heads: Option<usize>| {
         let (shape, values) = &w[hf];
         let dims: Vec<u64> = shape.iter().rev().map(|&n| n as u64).collect();
@@ -187,6 +209,15 @@ fn gguf(t: &Tiny, w: &Tensors) -> GgufFile {
         ];
         for (g, h, heads) in names {
             put(&format!("{b}{g}"), &format!("{p}{h}"), heads);
+        }
+        if t.arch == Arch::Qwen3 {
+            for x in ["q", "k"] {
+                put(
+                    &format!("{b}attn_{x}_norm.weight"),
+                    &format!("{p}self_attn.{x}_norm.weight"),
+                    None,
+                );
+            }
         }
         if t.arch == Arch::Qwen2 {
             for x in ["q", "k", "v"] {
@@ -253,6 +284,16 @@ fn reference(t: &Tiny, w: &Tensors, tokens: &[u32]) -> Vec<Vec<f32>> {
                 )
             };
             let (mut q, mut k, v) = (proj("q"), proj("k"), proj("v"));
+            // Qwen3: each head RMS-normed before RoPE.
+            for (x, name) in [(&mut q, "q"), (&mut k, "k")] {
+                if let Some((_, gamma)) = w.get(&format!("{p}self_attn.{name}_norm.weight")) {
+                    let normed: Vec<f32> = x
+                        .chunks(hd)
+                        .flat_map(|h| rms_norm(h, gamma, t.eps))
+                        .collect();
+                    *x = normed;
+                }
+            }
             rope(&mut q, hd, pos, t.theta);
             rope(&mut k, hd, pos, t.theta);
             keys[l].push(k);
@@ -360,6 +401,7 @@ const LLAMA: Tiny = Tiny {
     theta: 10000.0,
     eps: 1e-5,
     tied: false,
+    hd: 0,
 };
 
 #[test]
@@ -378,6 +420,24 @@ fn tiny_qwen2_from_hf_and_gguf_matches_the_reference() {
         arch: Arch::Qwen2,
         theta: 1e6,
         eps: 1e-6,
+        ..LLAMA
+    };
+    check(qwen);
+    check(Tiny {
+        tied: true,
+        kv_heads: 1,
+        ..qwen
+    });
+}
+
+#[test]
+fn tiny_qwen3_from_hf_and_gguf_matches_the_reference() {
+    // Heads twice as wide as `d / heads`, as Qwen3's (128 against 1024 / 16 in 0.6B).
+    let qwen = Tiny {
+        arch: Arch::Qwen3,
+        theta: 1e6,
+        eps: 1e-6,
+        hd: 16,
         ..LLAMA
     };
     check(qwen);
@@ -409,4 +469,27 @@ fn a_planted_error_in_the_reference_is_caught() {
         ..t
     };
     assert!(worst(&all, &reference(&wrong, &w, &tokens)) > 1e-2);
+}
+
+#[test]
+fn a_qwen3_reference_without_its_head_norms_is_caught() {
+    // The head norms matter: the reference without them is far from the model with them.
+    let t = Tiny {
+        arch: Arch::Qwen3,
+        hd: 16,
+        ..LLAMA
+    };
+    let w = random_weights(&t, 11);
+    let tokens: Vec<u32> = (0..6).collect();
+    let model = Llama::from_gguf_with(
+        &gguf(&t, &w),
+        &OpenDevice::flex().device,
+        LoadOptions::new(WeightFormat::Quantized),
+    )
+    .unwrap();
+    let (all, _) = run(&model, &tokens);
+    assert!(worst(&all, &reference(&t, &w, &tokens)) < 1e-4);
+    let mut without = w.clone();
+    without.retain(|name, _| !name.ends_with("_norm.weight") || !name.contains("self_attn"));
+    assert!(worst(&all, &reference(&t, &without, &tokens)) > 1e-2);
 }

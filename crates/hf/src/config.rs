@@ -15,6 +15,9 @@ pub enum Arch {
     Llama,
     /// `Qwen2ForCausalLM` → GGUF `qwen2` (q/k/v biases).
     Qwen2,
+    /// `Qwen3ForCausalLM` → GGUF `qwen3` (per-head q/k RMSNorms, no biases, the head width
+    /// stated).
+    Qwen3,
     /// `GPT2LMHeadModel` → GGUF `gpt2` (fused q|k|v, Conv1D weights transposed).
     Gpt2,
     /// `Gemma3ForCausalLM`, `Gemma3ForConditionalGeneration` (its text model) → GGUF
@@ -23,10 +26,11 @@ pub enum Arch {
 }
 
 /// The `architectures[0]` values kindle converts, and their GGUF architecture.
-pub const SUPPORTED_ARCHITECTURES: [(&str, Arch); 6] = [
+pub const SUPPORTED_ARCHITECTURES: [(&str, Arch); 7] = [
     ("LlamaForCausalLM", Arch::Llama),
     ("MistralForCausalLM", Arch::Llama),
     ("Qwen2ForCausalLM", Arch::Qwen2),
+    ("Qwen3ForCausalLM", Arch::Qwen3),
     ("GPT2LMHeadModel", Arch::Gpt2),
     ("Gemma3ForCausalLM", Arch::Gemma3),
     ("Gemma3ForConditionalGeneration", Arch::Gemma3),
@@ -38,6 +42,7 @@ impl Arch {
         match self {
             Self::Llama => "llama",
             Self::Qwen2 => "qwen2",
+            Self::Qwen3 => "qwen3",
             Self::Gpt2 => "gpt2",
             Self::Gemma3 => "gemma3",
         }
@@ -45,12 +50,18 @@ impl Arch {
 
     /// The architecture of a GGUF `general.architecture` name.
     pub fn from_gguf_name(name: &str) -> Result<Self> {
-        [Self::Llama, Self::Qwen2, Self::Gpt2, Self::Gemma3]
-            .into_iter()
+        const ALL: [Arch; 5] = [
+            Arch::Llama,
+            Arch::Qwen2,
+            Arch::Qwen3,
+            Arch::Gpt2,
+            Arch::Gemma3,
+        ];
+        ALL.into_iter()
             .find(|a| a.gguf_name() == name)
             .ok_or_else(|| HfError::UnsupportedArchitecture {
                 name: name.to_owned(),
-                supported: vec!["llama", "qwen2", "gpt2", "gemma3"],
+                supported: ALL.iter().map(|a| a.gguf_name()).collect(),
             })
     }
 
@@ -59,6 +70,7 @@ impl Arch {
         match self {
             Self::Llama => ("LlamaForCausalLM", "llama"),
             Self::Qwen2 => ("Qwen2ForCausalLM", "qwen2"),
+            Self::Qwen3 => ("Qwen3ForCausalLM", "qwen3"),
             Self::Gpt2 => ("GPT2LMHeadModel", "gpt2"),
             Self::Gemma3 => ("Gemma3ForCausalLM", "gemma3_text"),
         }
@@ -399,7 +411,7 @@ impl ModelConfig {
         };
         set("hidden_act", Some(json!(hidden_act)));
         set("sliding_window", self.sliding_window.map(Value::from));
-        if self.arch == Arch::Qwen2 {
+        if matches!(self.arch, Arch::Qwen2 | Arch::Qwen3) {
             set(
                 "use_sliding_window",
                 Some(json!(self.sliding_window.is_some())),

@@ -8,7 +8,7 @@
 //! writer writes it to disk ([`HfDir::write_gguf`]). [`write_hf`] goes the other way.
 //!
 //! Architectures: `LlamaForCausalLM` and `MistralForCausalLM` (GGUF `llama`),
-//! `Qwen2ForCausalLM` (`qwen2`), `GPT2LMHeadModel` (`gpt2`), `Gemma3ForCausalLM` and the text
+//! `Qwen2ForCausalLM` (`qwen2`), `Qwen3ForCausalLM` (`qwen3`), `GPT2LMHeadModel` (`gpt2`), `Gemma3ForCausalLM` and the text
 //! model of `Gemma3ForConditionalGeneration` (`gemma3`). Tokenizers, both ways: byte-level BPE
 //! through tokenizer.json (pre-tokenizers `gpt-2`, `smollm`, `llama-bpe`, `qwen2`), and
 //! SentencePiece (`llama`: Gemma, Llama-2, Mistral) through tokenizer.model, the

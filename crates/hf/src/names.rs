@@ -37,6 +37,21 @@ const LLAMA_LAYER: &[(&str, &str)] = &[
     ("mlp.down_proj.weight", "ffn_down.weight"),
 ];
 
+/// Qwen3's block: Llama's without biases, with head norms.
+const QWEN3_LAYER: &[(&str, &str)] = &[
+    ("input_layernorm.weight", "attn_norm.weight"),
+    ("self_attn.q_proj.weight", "attn_q.weight"),
+    ("self_attn.k_proj.weight", "attn_k.weight"),
+    ("self_attn.v_proj.weight", "attn_v.weight"),
+    ("self_attn.o_proj.weight", "attn_output.weight"),
+    ("self_attn.q_norm.weight", "attn_q_norm.weight"),
+    ("self_attn.k_norm.weight", "attn_k_norm.weight"),
+    ("post_attention_layernorm.weight", "ffn_norm.weight"),
+    ("mlp.gate_proj.weight", "ffn_gate.weight"),
+    ("mlp.up_proj.weight", "ffn_up.weight"),
+    ("mlp.down_proj.weight", "ffn_down.weight"),
+];
+
 /// Gemma-3's block: head norms, and norms around both halves.
 const GEMMA3_LAYER: &[(&str, &str)] = &[
     ("input_layernorm.weight", "attn_norm.weight"),
@@ -94,6 +109,7 @@ type NameTable = &'static [(&'static str, &'static str)];
 fn tables(arch: Arch) -> (NameTable, NameTable, &'static str) {
     match arch {
         Arch::Llama | Arch::Qwen2 => (LLAMA_GLOBAL, LLAMA_LAYER, "model.layers."),
+        Arch::Qwen3 => (LLAMA_GLOBAL, QWEN3_LAYER, "model.layers."),
         Arch::Gemma3 => (LLAMA_GLOBAL, GEMMA3_LAYER, "model.layers."),
         Arch::Gpt2 => (GPT2_GLOBAL, GPT2_LAYER, "h."),
     }
@@ -154,7 +170,7 @@ fn normalise(cfg: &ModelConfig, name: &str) -> Option<String> {
                 return None;
             }
         }
-        Arch::Llama | Arch::Qwen2 => {}
+        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {}
     }
     if name.ends_with("rotary_emb.inv_freq") || (name == "lm_head.weight" && cfg.tied_embeddings) {
         return None;

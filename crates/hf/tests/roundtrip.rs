@@ -7,9 +7,10 @@ use common::{TempDir, tiny_gguf};
 use kindle_gguf::{GgmlType, GgufFile};
 use kindle_hf::{HfDir, HfDtype, ModelConfig, ToGgufOptions, write_hf};
 
-const ARCHS: [(&str, &str); 4] = [
+const ARCHS: [(&str, &str); 5] = [
     ("llama", "llama-bpe"),
     ("qwen2", "qwen2"),
+    ("qwen3", "qwen2"),
     ("gpt2", "gpt-2"),
     ("gemma3", "smollm"),
 ];

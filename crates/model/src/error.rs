@@ -24,7 +24,9 @@ pub enum ModelError {
     #[error(transparent)]
     Cache(#[from] KvCacheError),
     /// `general.architecture` names an architecture kindle cannot run.
-    #[error("unsupported model architecture '{0}' (kindle runs: llama, qwen2, gemma3, gpt2)")]
+    #[error(
+        "unsupported model architecture '{0}' (kindle runs: llama, qwen2, qwen3, gemma3, gpt2)"
+    )]
     UnsupportedArchitecture(String),
     /// A position past the last learned position embedding (GPT-2's context length).
     #[error(

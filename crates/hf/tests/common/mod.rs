@@ -190,6 +190,17 @@ pub fn tiny_gguf(arch: &str, pre: &str) -> GgufFile {
                 MetadataValue::F32(1e-6),
             );
     }
+    if arch == "qwen3" {
+        w = w
+            .metadata(
+                key("attention.key_length"),
+                MetadataValue::U32(HEAD_DIM as u32),
+            )
+            .metadata(
+                key("attention.value_length"),
+                MetadataValue::U32(HEAD_DIM as u32),
+            );
+    }
     if arch == "gemma3" {
         w = w
             .metadata(
@@ -253,6 +264,10 @@ pub fn tiny_gguf(arch: &str, pre: &str) -> GgufFile {
             w = t(w, p("attn_v.bias"), &[kv], -1.0, 1.0);
         }
         w = t(w, p("attn_output.weight"), &[q, D], -1.0, 1.0);
+        if arch == "qwen3" {
+            w = t(w, p("attn_q_norm.weight"), &[HEAD_DIM], nlo, nhi);
+            w = t(w, p("attn_k_norm.weight"), &[HEAD_DIM], nlo, nhi);
+        }
         if arch == "gemma3" {
             w = t(w, p("attn_q_norm.weight"), &[HEAD_DIM], nlo, nhi);
             w = t(w, p("attn_k_norm.weight"), &[HEAD_DIM], nlo, nhi);

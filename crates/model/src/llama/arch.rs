@@ -31,6 +31,9 @@ use super::LlamaConfig;
 /// - Qwen2: `qkv_bias` (the loader attaches `attn_{q,k,v}.bias` with
 ///   [`QLinear::with_bias`](crate::linear::QLinear::with_bias)) and RoPE on halves;
 ///   otherwise Llama's values.
+/// - Qwen3: Qwen2 without the biases and with `qk_norm` (each query and key head RMS-normed
+///   before RoPE, as Gemma-3's); its head width is `attention.key_length` (128 in
+///   Qwen3-0.6B, not `d_model / heads`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ArchSpec {
     /// `general.architecture` of the files it reads.
@@ -43,7 +46,7 @@ pub struct ArchSpec {
     pub embedding_scale: EmbeddingScale,
     /// Whether the q, k and v projections have biases (Qwen2).
     pub qkv_bias: bool,
-    /// Whether each query and key head is RMS-normed before RoPE (Gemma-3).
+    /// Whether each query and key head is RMS-normed before RoPE (Gemma-3, Qwen3).
     pub qk_norm: bool,
     /// Whether the attention's and the feed-forward network's outputs are RMS-normed before
     /// their residual adds (Gemma-2/3's "sandwich" norms).
@@ -188,6 +191,17 @@ impl ArchSpec {
         ..ArchSpec::LLAMA
     };
 
+    /// Qwen3: Llama's layer with each query and key head RMS-normed before RoPE (no biases)
+    /// and RoPE on halves (llama.cpp's `LLM_ARCH_QWEN3`).
+    pub const QWEN3: ArchSpec = ArchSpec {
+        name: "qwen3",
+        layers: LayerPattern::Uniform,
+        rope_style: RopeStyle::Halves,
+        embedding_scale: EmbeddingScale::One,
+        qk_norm: true,
+        ..ArchSpec::LLAMA
+    };
+
     /// GPT-2: learned positions, LayerNorms with biases, a fused q/k/v matrix, biases on
     /// every projection, a plain GELU (tanh) feed-forward network, multi-head attention.
     pub const GPT2: ArchSpec = ArchSpec {
@@ -207,6 +221,7 @@ impl ArchSpec {
         ArchSpec::LLAMA,
         ArchSpec::GEMMA3,
         ArchSpec::QWEN2,
+        ArchSpec::QWEN3,
         ArchSpec::GPT2,
     ];
 
