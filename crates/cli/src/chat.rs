@@ -2,7 +2,9 @@
 //! that text inside a message is never parsed as control tokens.
 
 use anyhow::{Context, Result};
-use kindle_generate::chat::{ChatMessage, ChatPart, ChatTemplate};
+use kindle_generate::chat::{ChatMessage, ChatPart, ChatTemplate, TemplateVars};
+
+use crate::plan::{TemplateSettings, parse_template_kwargs};
 use kindle_tokenizer::Tokenizer;
 
 /// The template used when the model has none (ChatML, as llama.cpp falls back to).
@@ -25,20 +27,37 @@ pub fn default_template(tokenizer: &Tokenizer) -> &'static str {
     }
 }
 
-/// The model's chat template ([`default_template`] when it has none), with its BOS and EOS
-/// pieces.
-pub fn chat_template(tokenizer: &Tokenizer) -> Result<ChatTemplate> {
-    let source = tokenizer
-        .chat_template()
+/// The model's chat template ([`default_template`] when it has none), or the file
+/// `settings` names, with its BOS and EOS pieces and `settings`' extra variables.
+pub fn chat_template(tokenizer: &Tokenizer, settings: &TemplateSettings) -> Result<ChatTemplate> {
+    let from_file = match &settings.file {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("reading the chat template file {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let source = from_file
+        .as_deref()
+        .or_else(|| tokenizer.chat_template())
         .unwrap_or_else(|| default_template(tokenizer));
+    let vars = match &settings.kwargs {
+        Some(text) => parse_template_kwargs(text).context("--chat-template-kwargs")?,
+        None => TemplateVars::default(),
+    };
     let piece = |id: Option<u32>| {
         id.and_then(|id| tokenizer.id_to_piece(id))
             .unwrap_or_default()
             .to_string()
     };
+    let what = match &settings.file {
+        Some(path) => format!("compiling the chat template of {}", path.display()),
+        None => "compiling the model's chat template".to_string(),
+    };
     Ok(ChatTemplate::new(source)
-        .context("compiling the model's chat template")?
-        .with_special_tokens(piece(tokenizer.bos_id()), piece(tokenizer.eos_id())))
+        .context(what)?
+        .with_special_tokens(piece(tokenizer.bos_id()), piece(tokenizer.eos_id()))
+        .with_vars(vars))
 }
 
 /// Render `messages` and tokenize them: template text with special tokens parsed, message
@@ -51,8 +70,26 @@ pub fn encode_chat(
     messages: &[ChatMessage],
     add_generation_prompt: bool,
 ) -> Result<Vec<u32>> {
+    encode_chat_with(
+        tokenizer,
+        template,
+        messages,
+        add_generation_prompt,
+        &TemplateVars::default(),
+    )
+}
+
+/// [`encode_chat`] with extra template variables (`vars`, over the template's own: a server
+/// request's `chat_template_kwargs`).
+pub fn encode_chat_with(
+    tokenizer: &Tokenizer,
+    template: &ChatTemplate,
+    messages: &[ChatMessage],
+    add_generation_prompt: bool,
+    vars: &TemplateVars,
+) -> Result<Vec<u32>> {
     let parts = template
-        .render_parts(messages, add_generation_prompt)
+        .render_parts_with(messages, add_generation_prompt, vars)
         .context("rendering the chat template")?;
     let bos = tokenizer.bos_id().filter(|_| tokenizer.add_bos());
     let segments: Vec<(&str, bool)> = parts

@@ -18,7 +18,7 @@ fn template(tokenizer: &Tokenizer) -> ChatTemplate {
         tokenizer.chat_template().is_some(),
         "the model has a chat template"
     );
-    chat_template(tokenizer).unwrap()
+    chat_template(tokenizer, &Default::default()).unwrap()
 }
 
 /// The conversation's ids, encoded as the CLI encodes them.

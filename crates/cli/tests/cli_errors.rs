@@ -579,3 +579,36 @@ fn serve_refuses_a_kv_pool_it_cannot_have() {
         serve(tokens, &["KV pool", "could not be allocated"]);
     }
 }
+
+#[test]
+fn bad_chat_templates() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
+    assert_bad_flags(
+        &["--chat", "--chat-template-kwargs", "[1]"],
+        &["--chat-template-kwargs", "expected a JSON object"],
+    );
+    assert_bad_flags(
+        &["--chat", "--chat-template-kwargs", "{\"messages\": 1}"],
+        &["--chat-template-kwargs", "'messages' is set by kindle"],
+    );
+    assert_bad_flags(
+        &["--chat", "--chat-template-kwargs", "{nope"],
+        &["--chat-template-kwargs", "not JSON"],
+    );
+    assert_bad_flags(
+        &["--chat-template-kwargs", "{\"enable_thinking\": false}"],
+        &["need --chat"],
+    );
+    let dir = scratch();
+    assert_bad_flags(
+        &["--chat", "--chat-template-file", "/no/such/template.jinja"],
+        &["chat template file", "/no/such/template.jinja"],
+    );
+    let broken = write_file(dir.path(), "broken.jinja", b"{% for m in messages %}");
+    assert_bad_flags(
+        &["--chat", "--chat-template-file", &broken],
+        &["compiling the chat template", "broken.jinja"],
+    );
+}

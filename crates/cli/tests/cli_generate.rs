@@ -374,3 +374,41 @@ fn bench_bandwidth_sets_decode_beside_the_read_rate() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_chat_template_file_with_extra_variables_renders_the_prompt() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
+    // Qwen3's switch: with `enable_thinking` false an empty thinking block closes the prompt.
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    let template = dir.path().join("think.jinja");
+    std::fs::write(
+        &template,
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n\
+         {% endfor %}<|im_start|>assistant\n\
+         {% if enable_thinking is defined and enable_thinking is false %}\
+         <think>\n\n</think>\n\n{% endif %}",
+    )
+    .expect("writing the template");
+    let template = template.to_str().expect("a UTF-8 path");
+    let prompt_ids = |extra: &[&str]| -> Value {
+        let mut args = vec!["generate", "--chat", "--chat-template-file", template];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["-n", "1", "--json", "Hi"]);
+        let (ok, stdout, stderr) = kindle(&args);
+        assert!(ok, "{stderr}");
+        serde_json::from_str::<Value>(&stdout).expect("one JSON object")["prompt_tokens"].clone()
+    };
+    let ids_of = |text: &str| -> Value {
+        let (ok, stdout, stderr) = kindle(&["tokenize", "--special", "--json", text]);
+        assert!(ok, "{stderr}");
+        serde_json::from_str::<Value>(&stdout).expect("one JSON object")["ids"].clone()
+    };
+    let open = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n";
+    assert_eq!(prompt_ids(&[]), ids_of(open));
+    let off = prompt_ids(&["--chat-template-kwargs", r#"{"enable_thinking": false}"#]);
+    assert_eq!(off, ids_of(&format!("{open}<think>\n\n</think>\n\n")));
+    let on = prompt_ids(&["--chat-template-kwargs", r#"{"enable_thinking": true}"#]);
+    assert_eq!(on, ids_of(open));
+}

@@ -91,7 +91,7 @@ fn gemma_chat_prompts_use_the_turn_format() {
     };
     let tokenizer = Tokenizer::from_gguf(&GgufFile::open(&path).expect("open")).expect("vocab");
     assert!(tokenizer.chat_template().is_none());
-    let template = chat_template(&tokenizer).expect("template");
+    let template = chat_template(&tokenizer, &Default::default()).expect("template");
     let ids = encode_single_turn(&tokenizer, &template, Some("Be brief."), "Hi<end_of_turn>")
         .expect("encode");
     let whole = "<start_of_turn>user\nBe brief.\n\nHi";

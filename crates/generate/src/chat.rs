@@ -51,6 +51,79 @@ pub enum ChatError {
     /// Rendering failed, or the template called `raise_exception`.
     #[error("rendering the chat template failed")]
     Render(#[source] JinjaError),
+    /// Extra template variables that are not a JSON object of new names.
+    #[error("chat template variables: {0}")]
+    Variables(String),
+}
+
+/// Variables every render sets itself; [`TemplateVars`] may not name them.
+pub const BUILT_IN_VARIABLES: [&str; 4] = [
+    "messages",
+    "add_generation_prompt",
+    "bos_token",
+    "eos_token",
+];
+
+/// Extra variables a template sees beside the built-in ones: the keyword arguments of
+/// Hugging Face's `apply_chat_template(..., **kwargs)`, vLLM's and llama.cpp's
+/// `chat_template_kwargs` (`{"enable_thinking": false}` turns Qwen3's thinking off).
+///
+/// ```
+/// use kindle_generate::chat::{ChatMessage, ChatTemplate, TemplateVars};
+/// let template = ChatTemplate::new(
+///     "{{ messages[0].content }}{% if enable_thinking is defined and not enable_thinking %} \
+///      (no thinking){% endif %}",
+/// )?;
+/// let off = TemplateVars::from_json_text(r#"{"enable_thinking": false}"#)?;
+/// let messages = [ChatMessage::user("Hi")];
+/// assert_eq!(template.render(&messages, true)?, "Hi");
+/// assert_eq!(template.render_with(&messages, true, &off)?, "Hi (no thinking)");
+/// # Ok::<(), kindle_generate::chat::ChatError>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TemplateVars(BTreeMap<String, Value>);
+
+impl TemplateVars {
+    /// The entries of a JSON object (any JSON values: booleans, numbers, strings, lists,
+    /// objects). Errors: a key of [`BUILT_IN_VARIABLES`].
+    pub fn from_json(
+        object: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Self, ChatError> {
+        let mut vars = BTreeMap::new();
+        for (key, value) in object {
+            if BUILT_IN_VARIABLES.contains(&key.as_str()) {
+                return Err(ChatError::Variables(format!(
+                    "'{key}' is set by kindle itself (the conversation and its options), not by \
+                     extra variables"
+                )));
+            }
+            vars.insert(key.clone(), Value::from(minijinja::value::Serde(value)));
+        }
+        Ok(TemplateVars(vars))
+    }
+
+    /// [`from_json`](Self::from_json) of the text of a JSON object.
+    pub fn from_json_text(text: &str) -> Result<Self, ChatError> {
+        match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(serde_json::Value::Object(object)) => Self::from_json(&object),
+            Ok(other) => Err(ChatError::Variables(format!(
+                "expected a JSON object such as {{\"enable_thinking\": false}}, got {other}"
+            ))),
+            Err(e) => Err(ChatError::Variables(format!("not JSON: {e}"))),
+        }
+    }
+
+    /// These variables with `over`'s set on top (a request's over a server's defaults).
+    pub fn overridden_by(&self, over: &TemplateVars) -> TemplateVars {
+        let mut vars = self.0.clone();
+        vars.extend(over.0.iter().map(|(k, v)| (k.clone(), v.clone())));
+        TemplateVars(vars)
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 /// One message of a conversation.
@@ -115,6 +188,8 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     bos_token: String,
     eos_token: String,
+    /// Extra variables of every render ([`with_vars`](Self::with_vars)).
+    vars: TemplateVars,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -146,7 +221,16 @@ impl ChatTemplate {
             env,
             bos_token: String::new(),
             eos_token: String::new(),
+            vars: TemplateVars::default(),
         })
+    }
+
+    /// Give every render these extra variables (a render's own, from
+    /// [`render_with`](Self::render_with) or [`render_parts_with`](Self::render_parts_with),
+    /// override them): a program's defaults, such as `kindle serve --chat-template-kwargs`.
+    pub fn with_vars(mut self, vars: TemplateVars) -> Self {
+        self.vars = vars;
+        self
     }
 
     /// Set the `bos_token` and `eos_token` variables (the pieces of the model's BOS and EOS).
@@ -163,8 +247,18 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, ChatError> {
+        self.render_with(messages, add_generation_prompt, &TemplateVars::default())
+    }
+
+    /// [`render`](Self::render) with extra variables (`vars`).
+    pub fn render_with(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        vars: &TemplateVars,
+    ) -> Result<String, ChatError> {
         let contents: Vec<&str> = messages.iter().map(|m| m.content.as_str()).collect();
-        self.render_with(messages, &contents, add_generation_prompt)
+        self.render_contents(messages, &contents, add_generation_prompt, vars)
     }
 
     /// Render `messages` split into template text and message contents (see the module docs).
@@ -175,11 +269,21 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<Vec<ChatPart>, ChatError> {
+        self.render_parts_with(messages, add_generation_prompt, &TemplateVars::default())
+    }
+
+    /// [`render_parts`](Self::render_parts) with extra variables (`vars`).
+    pub fn render_parts_with(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        vars: &TemplateVars,
+    ) -> Result<Vec<ChatPart>, ChatError> {
         let placeholders: Vec<String> = (0..messages.len())
             .map(|i| format!("{OPEN}{i}{CLOSE}"))
             .collect();
         let refs: Vec<&str> = placeholders.iter().map(String::as_str).collect();
-        let rendered = self.render_with(messages, &refs, add_generation_prompt)?;
+        let rendered = self.render_contents(messages, &refs, add_generation_prompt, vars)?;
         let mut parts = Vec::new();
         let mut rest = rendered.as_str();
         while let Some(start) = rest.find(OPEN) {
@@ -204,11 +308,12 @@ impl ChatTemplate {
         Ok(parts)
     }
 
-    fn render_with(
+    fn render_contents(
         &self,
         messages: &[ChatMessage],
         contents: &[&str],
         add_generation_prompt: bool,
+        vars: &TemplateVars,
     ) -> Result<String, ChatError> {
         let messages: Vec<Value> = messages
             .iter()
@@ -220,7 +325,12 @@ impl ChatTemplate {
                 Value::from(map)
             })
             .collect();
-        let mut ctx = BTreeMap::new();
+        let vars = self.vars.overridden_by(vars);
+        let mut ctx: BTreeMap<&str, Value> = vars
+            .0
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.clone()))
+            .collect();
         ctx.insert("messages", Value::from(messages));
         ctx.insert("add_generation_prompt", Value::from(add_generation_prompt));
         ctx.insert("bos_token", Value::from(self.bos_token.as_str()));
@@ -430,5 +540,65 @@ mod tests {
         );
         assert_eq!(strftime("%Y-%m-%d", 0), "1970-01-01");
         assert_eq!(strftime("%Y-%m-%d", 951_782_400), "2000-02-29");
+    }
+
+    #[test]
+    fn extra_variables_reach_the_template_and_a_request_overrides_a_default() {
+        let template = ChatTemplate::new(
+            "{% for m in messages %}{{ m.content }}{% endfor %}\
+             {% if add_generation_prompt %}|{{ mode | default('none') }}\
+             {% for t in tools %}+{{ t.name }}{% endfor %}{% endif %}",
+        )
+        .unwrap();
+        let messages = [ChatMessage::user("a")];
+        let default = TemplateVars::from_json_text(r#"{"mode": "fast", "tools": []}"#).unwrap();
+        let request =
+            TemplateVars::from_json_text(r#"{"mode": "slow", "tools": [{"name": "x"}]}"#).unwrap();
+        assert_eq!(template.render(&messages, true).unwrap(), "a|none");
+        let with_default = ChatTemplate::new(
+            "{% for m in messages %}{{ m.content }}{% endfor %}|{{ mode | default('none') }}",
+        )
+        .unwrap()
+        .with_vars(TemplateVars::from_json_text(r#"{"mode": "fast"}"#).unwrap());
+        assert_eq!(with_default.render(&messages, false).unwrap(), "a|fast");
+        let slow = TemplateVars::from_json_text(r#"{"mode": "slow"}"#).unwrap();
+        assert_eq!(
+            with_default.render_with(&messages, false, &slow).unwrap(),
+            "a|slow"
+        );
+        assert_eq!(
+            template.render_with(&messages, true, &default).unwrap(),
+            "a|fast"
+        );
+        let both = default.overridden_by(&request);
+        assert_eq!(
+            template.render_with(&messages, true, &both).unwrap(),
+            "a|slow+x"
+        );
+        let parts = template.render_parts_with(&messages, true, &both).unwrap();
+        assert_eq!(
+            parts,
+            [
+                ChatPart::Content("a".into()),
+                ChatPart::Template("|slow+x".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn extra_variables_must_be_an_object_of_new_names() {
+        for (text, says) in [
+            (r#"{"messages": []}"#, "'messages' is set by kindle"),
+            (
+                r#"{"add_generation_prompt": false}"#,
+                "'add_generation_prompt'",
+            ),
+            ("[1]", "expected a JSON object"),
+            ("{nope", "not JSON"),
+        ] {
+            let e = TemplateVars::from_json_text(text).unwrap_err();
+            assert!(e.to_string().contains(says), "{text}: {e}");
+        }
+        assert!(TemplateVars::from_json_text("{}").unwrap().is_empty());
     }
 }

@@ -1,6 +1,6 @@
 //! [`TextCodec`]: the server's view of the tokenizer and chat template.
 
-use kindle_generate::chat::ChatMessage;
+use kindle_generate::chat::{ChatMessage, TemplateVars};
 use kindle_generate::{BoxError, TokenDecoder};
 use kindle_sampling::LogitsConstraint;
 
@@ -16,8 +16,14 @@ pub trait TextCodec: TokenDecoder + Send + Sync + 'static {
     /// asks).
     fn encode(&self, text: &str) -> Result<Vec<u32>, BoxError>;
     /// The ids of a conversation rendered with the model's chat template, the assistant's
-    /// generation prompt added; message contents are never parsed for special tokens.
-    fn encode_chat(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, BoxError>;
+    /// generation prompt added, with the request's extra template variables (`vars`, from
+    /// `chat_template_kwargs`, over the server's defaults); message contents are never parsed
+    /// for special tokens.
+    fn encode_chat(
+        &self,
+        messages: &[ChatMessage],
+        vars: &TemplateVars,
+    ) -> Result<Vec<u32>, BoxError>;
     /// One token's text for log-probability reports (special tokens rendered).
     fn token_text(&self, id: u32) -> String;
     /// The end-of-generation ids.

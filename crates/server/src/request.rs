@@ -1,7 +1,7 @@
 //! Request bodies: JSON in, validated values out. Every invalid value is an [`ApiError`] (400)
 //! naming its field; nothing here panics on any input.
 
-use kindle_generate::chat::ChatMessage;
+use kindle_generate::chat::{ChatMessage, TemplateVars};
 use kindle_generate::{DEFAULT_LOOKUP_DRAFT_MAX, MAX_DRAFT};
 use kindle_sampling::{PenaltyScope, SamplerConfig, parse_order};
 use serde_json::{Map, Value};
@@ -202,6 +202,13 @@ fn refuse_unsupported(object: &Object) -> Result<(), ApiError> {
 pub fn generation_params(object: &Object, chat: bool) -> Result<GenerationParams, ApiError> {
     refuse_unsupported(object)?;
     let model = string(object, "model")?.map(str::to_string);
+    if !chat && field(object, "chat_template_kwargs").is_some() {
+        return Err(ApiError::invalid(
+            "chat_template_kwargs",
+            "'chat_template_kwargs' is a field of /v1/chat/completions; completions render no \
+             chat template.",
+        ));
+    }
     let echo = boolean(object, "echo")?.unwrap_or(false);
     if echo && chat {
         return Err(ApiError::invalid(
@@ -551,6 +558,18 @@ pub fn prompts(object: &Object) -> Result<Vec<PromptInput>, ApiError> {
         other => return Err(bad(&format!("got {}", type_name(other)))),
     };
     Ok(inputs)
+}
+
+/// `chat_template_kwargs` (vLLM's and llama-server's name): extra variables for the chat
+/// template, a JSON object such as `{"enable_thinking": false}`; none when absent.
+pub fn template_vars(object: &Object) -> Result<TemplateVars, ApiError> {
+    const KEY: &str = "chat_template_kwargs";
+    match field(object, KEY) {
+        None | Some(Value::Null) => Ok(TemplateVars::default()),
+        Some(Value::Object(vars)) => TemplateVars::from_json(vars)
+            .map_err(|e| ApiError::invalid(KEY, format!("Invalid '{KEY}': {e}."))),
+        Some(other) => Err(expected(KEY, "an object", other)),
+    }
 }
 
 /// `messages`: a non-empty array of `{role, content}`, content a string or an array of text

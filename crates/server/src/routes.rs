@@ -29,7 +29,7 @@ use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::request::{
     GenerationParams, Object, PromptInput, generation_params, integer, messages, parse_object,
-    prompts, string,
+    prompts, string, template_vars,
 };
 use crate::response::{
     Choice, ChunkWriter, Endpoint, ResponseMeta, TokenReport, body as response_body, finish_reason,
@@ -387,7 +387,8 @@ fn encode_prompts<C: TextCodec>(
     let (param, encoded) = match endpoint {
         Endpoint::Chat => {
             let messages = messages(object)?;
-            let ids = state.codec.encode_chat(&messages).map_err(|e| {
+            let vars = template_vars(object)?;
+            let ids = state.codec.encode_chat(&messages, &vars).map_err(|e| {
                 ApiError::invalid(
                     "messages",
                     format!("Could not apply the chat template: {e}"),

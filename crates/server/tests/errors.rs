@@ -189,6 +189,22 @@ async fn each_invalid_field_is_a_400_naming_it() {
             "echo",
         ),
         (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "a"}], "chat_template_kwargs": "x"}),
+            "chat_template_kwargs",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "a"}],
+                   "chat_template_kwargs": {"messages": []}}),
+            "chat_template_kwargs",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "a", "chat_template_kwargs": {"enable_thinking": false}}),
+            "chat_template_kwargs",
+        ),
+        (
             "/v1/completions",
             json!({"prompt": "a", "echo": true, "max_tokens": -1}),
             "max_tokens",

@@ -26,7 +26,7 @@ use kindle_model::Engine;
 use kindle_sampling::Sampler;
 
 use super::draft_args::DraftArgs;
-use super::{DeviceArgs, ModelArgs};
+use super::{DeviceArgs, ModelArgs, TemplateArgs};
 
 #[derive(Args, Debug)]
 pub struct ChatArgs {
@@ -37,6 +37,8 @@ pub struct ChatArgs {
     /// A system message opening the conversation
     #[arg(long, value_name = "TEXT")]
     pub system: Option<String>,
+    #[command(flatten)]
+    pub template: TemplateArgs,
     /// Most tokens per reply
     #[arg(short = 'n', long, default_value_t = 512)]
     pub max_tokens: usize,
@@ -119,6 +121,7 @@ impl ChatArgs {
                 inputs: Vec::new(),
                 encoding: PromptEncoding::Chat {
                     system: self.system.clone(),
+                    template: self.template.settings(),
                 },
             },
             context: ContextSettings {

@@ -98,7 +98,10 @@ pub fn run(args: ExplainArgs) -> Result<()> {
         None => vec![(String::new(), args.sampling.settings()?)],
     };
     let encoding = if args.chat {
-        PromptEncoding::Chat { system: None }
+        PromptEncoding::Chat {
+            system: None,
+            template: Default::default(),
+        }
     } else {
         PromptEncoding::Plain {
             special: args.special,

@@ -23,7 +23,7 @@ use kindle_generate::{BeamConfig, EarlyStopping};
 use kindle_model::RowArithmetic;
 
 use super::draft_args::DraftArgs;
-use super::{DeviceArgs, ModelArgs};
+use super::{DeviceArgs, ModelArgs, TemplateArgs};
 
 #[derive(Args, Debug)]
 pub struct GenerateArgs {
@@ -81,6 +81,8 @@ pub struct GenerateArgs {
     /// With --chat: a system message before the user message
     #[arg(long, value_name = "TEXT", requires = "chat")]
     pub system: Option<String>,
+    #[command(flatten)]
+    pub template: TemplateArgs,
     /// Beam search with this many beams (1 = off)
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub num_beams: usize,
@@ -260,8 +262,14 @@ impl GenerateArgs {
         let encoding = if self.chat {
             PromptEncoding::Chat {
                 system: self.system.clone(),
+                template: self.template.settings(),
             }
         } else {
+            if self.template.chat_template_file.is_some()
+                || self.template.chat_template_kwargs.is_some()
+            {
+                bail!("--chat-template-file and --chat-template-kwargs need --chat");
+            }
             PromptEncoding::Plain {
                 special: self.special,
             }

@@ -20,6 +20,36 @@ use kindle_gguf::quant::GgmlType;
 
 pub use kindle_cli::engine::DeviceArgs;
 
+/// `--chat-template-file` and `--chat-template-kwargs`: which chat template a command renders
+/// conversations with, and the extra variables it sees.
+#[derive(clap::Args, Debug, Default)]
+pub struct TemplateArgs {
+    /// A Jinja chat template file to use instead of the model's (Hugging Face's semantics)
+    #[arg(long, value_name = "FILE")]
+    pub chat_template_file: Option<PathBuf>,
+    /// Extra variables for the chat template, a JSON object, e.g. '{"enable_thinking": false}'
+    /// (Qwen3's switch; as Hugging Face's apply_chat_template keyword arguments)
+    #[arg(long, value_name = "JSON", value_parser = template_kwargs)]
+    pub chat_template_kwargs: Option<String>,
+}
+
+/// `--chat-template-kwargs`' parser: the text, once it is known to be a usable JSON object.
+fn template_kwargs(text: &str) -> Result<String, String> {
+    kindle_cli::plan::parse_template_kwargs(text)
+        .map(|_| text.to_string())
+        .map_err(|e| e.to_string())
+}
+
+impl TemplateArgs {
+    /// As plain settings.
+    pub fn settings(&self) -> kindle_cli::plan::TemplateSettings {
+        kindle_cli::plan::TemplateSettings {
+            file: self.chat_template_file.clone(),
+            kwargs: self.chat_template_kwargs.clone(),
+        }
+    }
+}
+
 #[derive(clap::Args, Debug)]
 /// `-m/--model`: which model file a command runs.
 pub struct ModelArgs {

@@ -11,21 +11,21 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use kindle_cli::chat::encode_chat;
+use kindle_cli::chat::encode_chat_with;
 use kindle_cli::engine::{ContextMode, parse_bytes};
 use kindle_cli::plan::{
     ContextSettings, GenerationSettings, ModelSettings, PromptEncoding, PromptSettings, RunPlan,
     RunSettings, SamplingSettings,
 };
 use kindle_constrain::{Constrainer, ConstraintSpec};
-use kindle_generate::chat::{ChatMessage, ChatTemplate};
+use kindle_generate::chat::{ChatMessage, ChatTemplate, TemplateVars};
 use kindle_generate::{BoxError, TokenDecoder};
 use kindle_model::{EngineOptions, RowArithmetic};
 use kindle_sampling::LogitsConstraint;
 use kindle_server::{Guided, ServerConfig, TextCodec};
 use kindle_tokenizer::{Tokenizer, TokenizerError};
 
-use super::{DeviceArgs, ModelArgs};
+use super::{DeviceArgs, ModelArgs, TemplateArgs};
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
@@ -33,6 +33,10 @@ pub struct ServeArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub device: DeviceArgs,
+    // The chat template of chat completions, and its default extra variables (a request's
+    // `chat_template_kwargs` go over them).
+    #[command(flatten)]
+    pub template: TemplateArgs,
     /// Address to listen on (127.0.0.1: this machine only; 0.0.0.0: every interface)
     #[arg(long, default_value = "127.0.0.1")]
     pub host: IpAddr,
@@ -163,7 +167,10 @@ impl ServeArgs {
             },
             prompts: PromptSettings {
                 inputs: Vec::new(),
-                encoding: PromptEncoding::Chat { system: None },
+                encoding: PromptEncoding::Chat {
+                    system: None,
+                    template: self.template.settings(),
+                },
             },
             context: ContextSettings {
                 size: self.ctx_size,
@@ -205,12 +212,17 @@ impl TextCodec for ServeCodec {
         Ok(self.tokenizer.encode(text, false)?)
     }
 
-    fn encode_chat(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, BoxError> {
-        Ok(encode_chat(
+    fn encode_chat(
+        &self,
+        messages: &[ChatMessage],
+        vars: &TemplateVars,
+    ) -> Result<Vec<u32>, BoxError> {
+        Ok(encode_chat_with(
             &self.tokenizer,
             &self.template,
             messages,
             true,
+            vars,
         )?)
     }
 

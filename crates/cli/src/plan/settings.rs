@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use kindle_generate::GenerationConfig;
-use kindle_generate::chat::ChatTemplate;
+use kindle_generate::chat::{ChatTemplate, TemplateVars};
 use kindle_gguf::quant::GgmlType;
 use kindle_model::{Engine, EngineOptions};
 use kindle_sampling::SamplerConfig;
@@ -50,7 +50,26 @@ pub enum PromptEncoding {
     Chat {
         /// The system message.
         system: Option<String>,
+        /// Which template, with which extra variables.
+        template: TemplateSettings,
     },
+}
+
+/// The chat template a run uses: the model's, or a file's (`--chat-template-file`), with
+/// extra variables (`--chat-template-kwargs`, a JSON object such as
+/// `{"enable_thinking": false}`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TemplateSettings {
+    /// A Jinja template file used instead of the model's.
+    pub file: Option<PathBuf>,
+    /// The extra variables: the text of a JSON object (checked by [`parse_template_kwargs`]).
+    pub kwargs: Option<String>,
+}
+
+/// `--chat-template-kwargs`' value checked: a JSON object whose keys are not the variables
+/// every render sets.
+pub fn parse_template_kwargs(text: &str) -> Result<TemplateVars> {
+    TemplateVars::from_json_text(text).map_err(|e| anyhow!("{e}"))
 }
 
 /// The prompts of a run.
@@ -84,8 +103,8 @@ pub fn prompt_name(index: usize, count: usize) -> String {
 impl PromptSettings {
     /// The model's chat template when the prompts are chat messages.
     pub fn template(&self, tokenizer: &Tokenizer) -> Result<Option<ChatTemplate>> {
-        match self.encoding {
-            PromptEncoding::Chat { .. } => Ok(Some(chat_template(tokenizer)?)),
+        match &self.encoding {
+            PromptEncoding::Chat { template, .. } => Ok(Some(chat_template(tokenizer, template)?)),
             PromptEncoding::Plain { .. } => Ok(None),
         }
     }
@@ -124,7 +143,7 @@ impl PromptSettings {
         };
         let ids = match (&self.encoding, template) {
             (PromptEncoding::Plain { special }, _) => tokenizer.encode(text, *special)?,
-            (PromptEncoding::Chat { system }, Some(template)) => {
+            (PromptEncoding::Chat { system, .. }, Some(template)) => {
                 encode_single_turn(tokenizer, template, system.as_deref(), text)?
             }
             (PromptEncoding::Chat { .. }, None) => {

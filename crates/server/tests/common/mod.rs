@@ -12,7 +12,7 @@ use http_body_util::{BodyExt, Full as FullBody, StreamBody};
 use hyper::body::{Bytes, Frame, Incoming};
 use hyper_util::rt::TokioIo;
 use kindle_blocks::BlockManager;
-use kindle_generate::chat::ChatMessage;
+use kindle_generate::chat::{ChatMessage, ChatTemplate, TemplateVars};
 use kindle_generate::{
     BlockStats, BoxError, GenerationConfig, LanguageModel, ModelCache, PagedModel, Session,
     TokenDecoder, generate_to_end,
@@ -86,13 +86,17 @@ impl TextCodec for Letters {
     fn encode(&self, text: &str) -> Result<Vec<u32>, BoxError> {
         Ok(Letters::ids(text)?)
     }
-    fn encode_chat(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, BoxError> {
-        let mut text = String::new();
-        for m in messages {
-            text.push_str(&format!("{}:{}\n", m.role, m.content));
-        }
-        text.push_str("assistant:");
-        Ok(Letters::ids(&text)?)
+    fn encode_chat(
+        &self,
+        messages: &[ChatMessage],
+        vars: &TemplateVars,
+    ) -> Result<Vec<u32>, BoxError> {
+        // `role:content` lines, then `assistant:` and, when a request sets it, its `style`.
+        let template = ChatTemplate::new(
+            "{% for m in messages %}{{ m.role }}:{{ m.content }}\n{% endfor %}assistant:\
+             {% if style is defined %}{{ style }} {% endif %}",
+        )?;
+        Ok(Letters::ids(&template.render_with(messages, true, vars)?)?)
     }
     fn token_text(&self, id: u32) -> String {
         char_of(id).map_or_else(|| "<eos>".to_string(), String::from)
