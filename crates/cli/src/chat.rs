@@ -1,11 +1,28 @@
 //! Chat prompts: the model's template rendered with Hugging Face's semantics and tokenized so
 //! that text inside a message is never parsed as control tokens.
 
-use anyhow::{Context, Result};
-use kindle_generate::chat::{ChatMessage, ChatPart, ChatTemplate, TemplateVars};
+use std::path::PathBuf;
 
-use crate::plan::{TemplateSettings, parse_template_kwargs};
+use anyhow::{Context, Result, anyhow};
+use kindle_generate::chat::{ChatMessage, ChatPart, ChatTemplate, TemplateVars};
 use kindle_tokenizer::Tokenizer;
+
+/// The chat template a run uses: the model's, or a file's (`--chat-template-file`), with
+/// extra variables (`--chat-template-kwargs`, a JSON object such as
+/// `{"enable_thinking": false}`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TemplateSettings {
+    /// A Jinja template file used instead of the model's.
+    pub file: Option<PathBuf>,
+    /// The extra variables: the text of a JSON object (checked by [`parse_template_kwargs`]).
+    pub kwargs: Option<String>,
+}
+
+/// `--chat-template-kwargs`' value checked: a JSON object whose keys are not the variables
+/// every render sets.
+pub fn parse_template_kwargs(text: &str) -> Result<TemplateVars> {
+    TemplateVars::from_json_text(text).map_err(|e| anyhow!("{e}"))
+}
 
 /// The template used when the model has none (ChatML, as llama.cpp falls back to).
 pub const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";

@@ -37,6 +37,7 @@ mod config;
 pub mod engine;
 mod error;
 pub mod guided;
+pub mod inputs;
 mod metrics;
 pub mod request;
 pub mod response;

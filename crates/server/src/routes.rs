@@ -26,11 +26,9 @@ use crate::codec::TextCodec;
 use crate::config::ServerConfig;
 use crate::engine::{Command, EngineHandle, Job, Update};
 use crate::error::ApiError;
+use crate::inputs::{PromptInput, messages, prompts, template_vars};
 use crate::metrics::Metrics;
-use crate::request::{
-    GenerationParams, Object, PromptInput, generation_params, integer, messages, parse_object,
-    prompts, string, template_vars,
-};
+use crate::request::{GenerationParams, Object, generation_params, integer, parse_object, string};
 use crate::response::{
     Choice, ChunkWriter, Endpoint, ResponseMeta, TokenReport, body as response_body, finish_reason,
 };

@@ -35,15 +35,15 @@ pub struct TemplateArgs {
 
 /// `--chat-template-kwargs`' parser: the text, once it is known to be a usable JSON object.
 fn template_kwargs(text: &str) -> Result<String, String> {
-    kindle_cli::plan::parse_template_kwargs(text)
+    kindle_cli::chat::parse_template_kwargs(text)
         .map(|_| text.to_string())
         .map_err(|e| e.to_string())
 }
 
 impl TemplateArgs {
     /// As plain settings.
-    pub fn settings(&self) -> kindle_cli::plan::TemplateSettings {
-        kindle_cli::plan::TemplateSettings {
+    pub fn settings(&self) -> kindle_cli::chat::TemplateSettings {
+        kindle_cli::chat::TemplateSettings {
             file: self.chat_template_file.clone(),
             kwargs: self.chat_template_kwargs.clone(),
         }

@@ -21,8 +21,8 @@ mod settings;
 
 pub use settings::{
     ContextSettings, DEFAULT_DRY_BREAKERS, GenerationSettings, ModelSettings, Prompt,
-    PromptEncoding, PromptInput, PromptSettings, RunSettings, SamplingSettings, TemplateSettings,
-    check_not_empty, parse_template_kwargs, prompt_name,
+    PromptEncoding, PromptInput, PromptSettings, RunSettings, SamplingSettings, check_not_empty,
+    prompt_name,
 };
 
 use anyhow::Result;

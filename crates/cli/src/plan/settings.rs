@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use kindle_generate::GenerationConfig;
-use kindle_generate::chat::{ChatTemplate, TemplateVars};
+use kindle_generate::chat::ChatTemplate;
 use kindle_gguf::quant::GgmlType;
 use kindle_model::{Engine, EngineOptions};
 use kindle_sampling::SamplerConfig;
 use kindle_tokenizer::Tokenizer;
 
-use crate::chat::{chat_template, encode_single_turn};
+use crate::chat::{TemplateSettings, chat_template, encode_single_turn};
 use crate::engine::{ContextMode, show_bytes};
 
 /// Which model file runs, and where and how.
@@ -53,23 +53,6 @@ pub enum PromptEncoding {
         /// Which template, with which extra variables.
         template: TemplateSettings,
     },
-}
-
-/// The chat template a run uses: the model's, or a file's (`--chat-template-file`), with
-/// extra variables (`--chat-template-kwargs`, a JSON object such as
-/// `{"enable_thinking": false}`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TemplateSettings {
-    /// A Jinja template file used instead of the model's.
-    pub file: Option<PathBuf>,
-    /// The extra variables: the text of a JSON object (checked by [`parse_template_kwargs`]).
-    pub kwargs: Option<String>,
-}
-
-/// `--chat-template-kwargs`' value checked: a JSON object whose keys are not the variables
-/// every render sets.
-pub fn parse_template_kwargs(text: &str) -> Result<TemplateVars> {
-    TemplateVars::from_json_text(text).map_err(|e| anyhow!("{e}"))
 }
 
 /// The prompts of a run.
