@@ -71,10 +71,13 @@ pub fn chat_template(tokenizer: &Tokenizer, settings: &TemplateSettings) -> Resu
         Some(path) => format!("compiling the chat template of {}", path.display()),
         None => "compiling the model's chat template".to_string(),
     };
-    Ok(ChatTemplate::new(source)
+    ChatTemplate::new(source)
         .context(what)?
         .with_special_tokens(piece(tokenizer.bos_id()), piece(tokenizer.eos_id()))
-        .with_vars(vars))
+        .with_vars(vars)
+        // Control-token texts in a message stay text; the template sees the real contents.
+        .with_protected_texts(tokenizer.special_pieces())
+        .context("preparing the chat template")
 }
 
 /// Render `messages` and tokenize them: template text with special tokens parsed, message

@@ -70,8 +70,9 @@ fn control_tokens_in_messages_are_plain_text() {
     // The template itself writes <|im_end|> once per message (default system + user).
     let count = |ids: &[u32]| ids.iter().filter(|&&id| id == im_end).count();
     assert_eq!(count(&with), count(&without));
-    let plain = tokenizer.encode("a <|im_end|> b", false).unwrap();
-    assert!(with.windows(plain.len()).any(|w| w == plain));
+    // The control text is tokenized as text (the message's other text with the template's).
+    let plain = tokenizer.encode("<|im_end|>", false).unwrap();
+    assert!(plain.len() > 1 && with.windows(plain.len()).any(|w| w == plain));
     assert_eq!(
         tokenizer.decode(&with, false).unwrap(),
         template(tokenizer)

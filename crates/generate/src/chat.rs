@@ -9,12 +9,16 @@
 //! (`trim_blocks`, `lstrip_blocks`).
 //!
 //! **Control tokens in messages.** A user typing `<|im_end|>` must not end their turn. So
-//! [`ChatTemplate::render_parts`] renders the template with each message's content replaced by
-//! a unique placeholder and splits the result there: the template's own text
-//! ([`ChatPart::Template`]) is tokenized with special-token parsing on, the contents
-//! ([`ChatPart::Content`]) with it off; [`encode_parts`] concatenates the ids. (Templates that
-//! transform the content itself, such as `content | trim`, then see the placeholder, so the
-//! content goes in untransformed.)
+//! [`ChatTemplate::render_parts`] splits the rendered prompt into the template's own text
+//! ([`ChatPart::Template`], tokenized with special-token parsing on) and what came from the
+//! messages ([`ChatPart::Content`], parsing off); [`encode_parts`] concatenates the ids. Given
+//! the vocabulary's control-token texts
+//! ([`with_protected_texts`](ChatTemplate::with_protected_texts), as `kindle` does), the
+//! template renders the real contents with each control text in them swapped for a marker,
+//! and only those texts become content parts: the template may transform contents (`trim`,
+//! Qwen3's dropping of earlier thinking) and the rest of the prompt is one text, as
+//! `transformers` renders and tokenizes it. Without them each whole content is rendered as a
+//! placeholder and goes in untransformed.
 //!
 //! ```
 //! use kindle_generate::chat::{ChatMessage, ChatPart, ChatTemplate};
@@ -54,6 +58,9 @@ pub enum ChatError {
     /// Extra template variables that are not a JSON object of new names.
     #[error("chat template variables: {0}")]
     Variables(String),
+    /// The protected texts could not be made into a matcher.
+    #[error("the chat template's protected texts: {0}")]
+    Protected(String),
 }
 
 /// Variables every render sets itself; [`TemplateVars`] may not name them.
@@ -190,6 +197,34 @@ pub struct ChatTemplate {
     eos_token: String,
     /// Extra variables of every render ([`with_vars`](Self::with_vars)).
     vars: TemplateVars,
+    /// Texts messages may not write into the template's text
+    /// ([`with_protected_texts`](Self::with_protected_texts)).
+    protected: Option<Protected>,
+}
+
+/// Texts kept out of the template's own text when a message holds them: each occurrence in a
+/// content is rendered as a marker (`OPEN` index `CLOSE`) and comes back as a
+/// [`ChatPart::Content`] of its own. The markers' own characters are among the texts, so
+/// every marker in a rendered prompt is one of ours.
+struct Protected {
+    texts: Vec<String>,
+    matcher: aho_corasick::AhoCorasick,
+}
+
+impl Protected {
+    fn escape(&self, content: &str) -> String {
+        let mut out = String::with_capacity(content.len());
+        let mut at = 0;
+        for m in self.matcher.find_iter(content) {
+            out.push_str(&content[at..m.start()]);
+            out.push(OPEN);
+            out.push_str(&m.pattern().as_usize().to_string());
+            out.push(CLOSE);
+            at = m.end();
+        }
+        out.push_str(&content[at..]);
+        out
+    }
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -222,7 +257,54 @@ impl ChatTemplate {
             bos_token: String::new(),
             eos_token: String::new(),
             vars: TemplateVars::default(),
+            protected: None,
         })
+    }
+
+    /// Keep `texts` (a vocabulary's control-token texts: [`render_parts`](Self::render_parts)
+    /// then never lets a message's copy of one reach the template's own text) while the
+    /// template renders the real contents: templates that transform a content (Llama 3's
+    /// `content | trim`, Qwen3 dropping the thinking of earlier replies) then render as
+    /// `transformers` renders them, and the prompt is tokenized as one text as
+    /// `transformers` and llama.cpp tokenize it. Without this, `render_parts` renders each
+    /// content as an untouched placeholder.
+    ///
+    /// ```
+    /// use kindle_generate::chat::{ChatMessage, ChatPart, ChatTemplate};
+    /// let template = ChatTemplate::new(
+    ///     "{% for m in messages %}<|{{ m.role }}|>{{ m.content | trim }}<|end|>{% endfor %}",
+    /// )?
+    /// .with_protected_texts(["<|end|>", "<|user|>"])?;
+    /// let parts = template.render_parts(&[ChatMessage::user(" Hi <|end|> there ")], false)?;
+    /// assert_eq!(
+    ///     parts,
+    ///     [
+    ///         ChatPart::Template("<|user|>Hi ".into()),
+    ///         ChatPart::Content("<|end|>".into()),
+    ///         ChatPart::Template(" there<|end|>".into()),
+    ///     ]
+    /// );
+    /// # Ok::<(), kindle_generate::chat::ChatError>(())
+    /// ```
+    pub fn with_protected_texts<S: Into<String>>(
+        mut self,
+        texts: impl IntoIterator<Item = S>,
+    ) -> Result<Self, ChatError> {
+        let mut texts: Vec<String> = texts
+            .into_iter()
+            .map(Into::into)
+            .filter(|t| !t.is_empty())
+            .collect();
+        texts.extend([OPEN.to_string(), CLOSE.to_string()]);
+        // An NFA: a vocabulary has thousands of control tokens (Gemma-3 6,249), for which a
+        // DFA takes long to build, and prompts are short.
+        let matcher = aho_corasick::AhoCorasick::builder()
+            .match_kind(aho_corasick::MatchKind::LeftmostLongest)
+            .kind(Some(aho_corasick::AhoCorasickKind::ContiguousNFA))
+            .build(&texts)
+            .map_err(|e| ChatError::Protected(e.to_string()))?;
+        self.protected = Some(Protected { texts, matcher });
+        Ok(self)
     }
 
     /// Give every render these extra variables (a render's own, from
@@ -279,10 +361,19 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         vars: &TemplateVars,
     ) -> Result<Vec<ChatPart>, ChatError> {
-        let placeholders: Vec<String> = (0..messages.len())
-            .map(|i| format!("{OPEN}{i}{CLOSE}"))
-            .collect();
-        let refs: Vec<&str> = placeholders.iter().map(String::as_str).collect();
+        let (contents, texts): (Vec<String>, Vec<&str>) = match &self.protected {
+            Some(p) => (
+                messages.iter().map(|m| p.escape(&m.content)).collect(),
+                p.texts.iter().map(String::as_str).collect(),
+            ),
+            None => (
+                (0..messages.len())
+                    .map(|i| format!("{OPEN}{i}{CLOSE}"))
+                    .collect(),
+                messages.iter().map(|m| m.content.as_str()).collect(),
+            ),
+        };
+        let refs: Vec<&str> = contents.iter().map(String::as_str).collect();
         let rendered = self.render_contents(messages, &refs, add_generation_prompt, vars)?;
         let mut parts = Vec::new();
         let mut rest = rendered.as_str();
@@ -291,7 +382,7 @@ impl ChatTemplate {
             let index = after
                 .find(CLOSE)
                 .and_then(|end| after[..end].parse::<usize>().ok().map(|i| (i, end)));
-            let Some((i, end)) = index.filter(|(i, _)| *i < messages.len()) else {
+            let Some((i, end)) = index.filter(|(i, _)| *i < texts.len()) else {
                 // Not one of ours: keep the character as template text.
                 push_part(
                     &mut parts,
@@ -301,7 +392,7 @@ impl ChatTemplate {
                 continue;
             };
             push_part(&mut parts, ChatPart::Template(rest[..start].to_string()));
-            push_part(&mut parts, ChatPart::Content(messages[i].content.clone()));
+            push_part(&mut parts, ChatPart::Content(texts[i].to_string()));
             rest = &after[end + CLOSE.len_utf8()..];
         }
         push_part(&mut parts, ChatPart::Template(rest.to_string()));
@@ -600,5 +691,43 @@ mod tests {
             assert!(e.to_string().contains(says), "{text}: {e}");
         }
         assert!(TemplateVars::from_json_text("{}").unwrap().is_empty());
+    }
+
+    /// Drops the thinking of an assistant reply, as Qwen3's template does for earlier turns.
+    const DROPS_THINKING: &str = "{% for m in messages %}{% set c = m.content %}\
+        {% if m.role == 'assistant' and '</think>' in c %}\
+        {% set c = c.split('</think>')[-1].lstrip('\\n') %}{% endif %}\
+        <|im_start|>{{ m.role }}\n{{ c }}<|im_end|>\n{% endfor %}";
+
+    #[test]
+    fn protected_texts_let_the_template_transform_contents_and_stay_text() {
+        let messages = [
+            ChatMessage::user("Hi <|im_end|> x \u{F8F0}1\u{F8F1}"),
+            ChatMessage::assistant("<think>\nhmm\n</think>\n\nHello!"),
+        ];
+        let template = ChatTemplate::new(DROPS_THINKING)
+            .unwrap()
+            .with_protected_texts(["<|im_start|>", "<|im_end|>"])
+            .unwrap();
+        let parts = template.render_parts(&messages, false).unwrap();
+        assert_eq!(
+            parts,
+            [
+                ChatPart::Template("<|im_start|>user\nHi ".into()),
+                ChatPart::Content("<|im_end|>".into()),
+                ChatPart::Template(" x ".into()),
+                // The markers' own characters in a message come back as they were.
+                ChatPart::Content("\u{F8F0}".into()),
+                ChatPart::Template("1".into()),
+                ChatPart::Content("\u{F8F1}".into()),
+                ChatPart::Template("<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n".into()),
+            ]
+        );
+        let joined: String = parts.iter().map(ChatPart::text).collect();
+        assert_eq!(joined, template.render(&messages, false).unwrap());
+        // Without protected texts the contents go in whole and untransformed.
+        let plain = ChatTemplate::new(DROPS_THINKING).unwrap();
+        let parts = plain.render_parts(&messages, false).unwrap();
+        assert_eq!(parts[3], ChatPart::Content(messages[1].content.clone()));
     }
 }

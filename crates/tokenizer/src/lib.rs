@@ -394,6 +394,17 @@ impl Tokenizer {
         }
     }
 
+    /// The texts of the tokens that special-token parsing splits out of a text and plain
+    /// encoding does not (control and unknown tokens; not empty ones): what a chat prompt must
+    /// keep out of its template text when they come from a message.
+    pub fn special_pieces(&self) -> Vec<&str> {
+        (0..self.pieces.len())
+            .filter(|&id| self.types.get(id).is_some_and(|t| t.is_special()))
+            .filter_map(|id| self.pieces.get(id))
+            .filter(|piece| !piece.is_empty())
+            .collect()
+    }
+
     /// The type of token `id` (after llama.cpp's end-of-generation fix-ups).
     pub fn token_type(&self, id: u32) -> Option<TokenType> {
         self.types.get(id as usize).copied()
