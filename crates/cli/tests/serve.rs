@@ -287,3 +287,94 @@ fn echo_scores_the_prompt_as_kindle_score_does() {
     let (status, lines) = server.terminate();
     assert!(status.success(), "exit status {status:?}: {lines:?}");
 }
+
+#[test]
+fn a_reply_that_opens_with_think_has_its_reasoning_split_out() {
+    let Some(model) = common::real_model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
+    let server = Served::start(&model, &["-c", "512", "-t", "2"]);
+    // A grammar makes the small model think first, as Qwen3 and DeepSeek-R1 do.
+    let request = |extra: Value| {
+        let mut body = json!({
+            "messages": [{"role": "user", "content": "What is two plus two?"}],
+            "max_tokens": 60, "temperature": 0,
+            "guided_regex": "<think>[a-z]{2,8}( [a-z]{2,8}){1,3}</think>\n\n[A-Z][a-z]{1,8}( [a-z]{1,8}){0,4}\\.",
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        body
+    };
+    let (status, whole) = server.post(
+        "/v1/chat/completions",
+        &request(json!({"reasoning_format": "none"})),
+    );
+    assert_eq!(status, 200, "{whole}");
+    let text = whole["choices"][0]["message"]["content"].as_str().unwrap();
+    let (thought, answer) = text
+        .strip_prefix("<think>")
+        .and_then(|t| t.split_once("</think>"))
+        .unwrap_or_else(|| panic!("the grammar's shape: {text:?}"));
+    assert!(
+        whole["choices"][0]["message"]
+            .get("reasoning_content")
+            .is_none()
+    );
+
+    // The server's default (auto): reasoning apart from the answer.
+    let (status, split) = server.post("/v1/chat/completions", &request(json!({})));
+    assert_eq!(status, 200, "{split}");
+    let message = &split["choices"][0]["message"];
+    assert_eq!(message["reasoning_content"], thought);
+    assert_eq!(message["content"], answer);
+
+    // Streamed: the deltas' reasoning and answer add up to the same.
+    let (status, events) =
+        server.post_stream("/v1/chat/completions", &request(json!({"stream": true})));
+    assert_eq!(status, 200);
+    let (mut reasoning, mut content) = (String::new(), String::new());
+    for event in events.iter().filter(|e| *e != "[DONE]") {
+        let chunk: Value = serde_json::from_str(event).unwrap();
+        let delta = &chunk["choices"][0]["delta"];
+        reasoning.push_str(delta["reasoning_content"].as_str().unwrap_or(""));
+        content.push_str(delta["content"].as_str().unwrap_or(""));
+    }
+    assert_eq!((reasoning.as_str(), content.as_str()), (thought, answer));
+    let (status, lines) = server.terminate();
+    assert!(status.success(), "exit status {status:?}: {lines:?}");
+
+    // A template whose prompt opens the reasoning (as DeepSeek-R1's does): the reply starts
+    // inside it, and one cut off before `</think>` is all reasoning.
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    let template = dir.path().join("r1.jinja");
+    std::fs::write(
+        &template,
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n\
+         {% endfor %}<|im_start|>assistant\n<think>\n",
+    )
+    .expect("writing the template");
+    let server = Served::start(
+        &model,
+        &[
+            "-c",
+            "512",
+            "-t",
+            "2",
+            "--chat-template-file",
+            template.to_str().unwrap(),
+        ],
+    );
+    let body = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6,
+                      "temperature": 0, "ignore_eos": true});
+    let (status, reply) = server.post("/v1/chat/completions", &body);
+    assert_eq!(status, 200, "{reply}");
+    let message = &reply["choices"][0]["message"];
+    assert!(message["content"].is_null(), "{reply}");
+    assert!(
+        !message["reasoning_content"].as_str().unwrap().is_empty(),
+        "{reply}"
+    );
+    let (status, lines) = server.terminate();
+    assert!(status.success(), "exit status {status:?}: {lines:?}");
+}

@@ -45,6 +45,9 @@ pub struct ServerConfig {
     pub body_timeout: Duration,
     /// On shutdown, how long running requests may take to finish.
     pub drain_timeout: Duration,
+    /// Whether chat replies that open with `<think>` have their reasoning split into
+    /// `reasoning_content` (a request's `reasoning_format` overrides it).
+    pub reasoning_format: crate::reasoning::ReasoningFormat,
 }
 
 impl ServerConfig {
@@ -69,6 +72,7 @@ impl ServerConfig {
             header_timeout: Duration::from_secs(30),
             body_timeout: Duration::from_secs(30),
             drain_timeout: Duration::from_secs(30),
+            reasoning_format: crate::reasoning::ReasoningFormat::Deepseek,
         }
     }
 

@@ -39,6 +39,7 @@ mod error;
 pub mod guided;
 pub mod inputs;
 mod metrics;
+pub mod reasoning;
 pub mod request;
 pub mod response;
 mod routes;

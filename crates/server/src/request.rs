@@ -144,6 +144,9 @@ pub struct GenerationParams {
     /// `kindle_trace`: report what the sampler's chain did for each token (inside the
     /// logprobs, which it needs).
     pub trace: bool,
+    /// `reasoning_format` (chat only; `None`: the server's): whether the reply's reasoning is
+    /// split into `reasoning_content`.
+    pub reasoning: Option<crate::reasoning::ReasoningFormat>,
     /// `echo` (completions only): the response repeats the prompt before the completion, and
     /// with `logprobs` reports the prompt's tokens too (each scored by the model given the
     /// tokens before it; the first has none).
@@ -208,6 +211,24 @@ pub fn generation_params(object: &Object, chat: bool) -> Result<GenerationParams
              chat template.",
         ));
     }
+    let reasoning = match string(object, "reasoning_format")? {
+        None => None,
+        Some(_) if !chat => {
+            return Err(ApiError::invalid(
+                "reasoning_format",
+                "'reasoning_format' is a field of /v1/chat/completions.",
+            ));
+        }
+        Some(name) => Some(crate::reasoning::ReasoningFormat::from_name(name).ok_or_else(|| {
+            ApiError::invalid(
+                "reasoning_format",
+                format!(
+                    "Invalid value for 'reasoning_format': {name:?} (expected none, deepseek or \
+                     auto)."
+                ),
+            )
+        })?),
+    };
     let echo = boolean(object, "echo")?.unwrap_or(false);
     if echo && chat {
         return Err(ApiError::invalid(
@@ -294,6 +315,7 @@ pub fn generation_params(object: &Object, chat: bool) -> Result<GenerationParams
         sampler,
         guided,
         trace,
+        reasoning,
         echo,
         lookup,
     })

@@ -10,6 +10,7 @@ use serde_json::{Map, Value, json};
 
 use crate::codec::TextCodec;
 use crate::engine::Update;
+use crate::reasoning::{Delta, ReasoningSplitter};
 
 /// Seconds since the Unix epoch.
 pub fn now_seconds() -> u64 {
@@ -223,6 +224,8 @@ pub struct Choice {
     pub tokens: Vec<TokenReport>,
     /// `"stop"` or `"length"`, once done.
     pub finish_reason: Option<&'static str>,
+    /// A chat reply's reasoning, split from `text` (see [`crate::reasoning`]).
+    pub reasoning: Option<String>,
     /// Its prompt's tokens.
     pub prompt_tokens: usize,
     /// Tokens generated.
@@ -260,12 +263,23 @@ pub fn body<C: TextCodec>(codec: &C, meta: &ResponseMeta, choices: &[Choice], n:
                     "logprobs": logprobs,
                     "finish_reason": choice.finish_reason,
                 }),
-                Endpoint::Chat => json!({
-                    "index": index,
-                    "message": {"role": "assistant", "content": choice.text, "refusal": null},
-                    "logprobs": logprobs,
-                    "finish_reason": choice.finish_reason,
-                }),
+                Endpoint::Chat => {
+                    let mut message =
+                        json!({"role": "assistant", "content": choice.text, "refusal": null});
+                    if let Some(reasoning) = &choice.reasoning {
+                        // As vLLM: the answer is null when the reply is all reasoning.
+                        if choice.text.is_empty() {
+                            message["content"] = Value::Null;
+                        }
+                        message["reasoning_content"] = json!(reasoning);
+                    }
+                    json!({
+                        "index": index,
+                        "message": message,
+                        "logprobs": logprobs,
+                        "finish_reason": choice.finish_reason,
+                    })
+                }
             }
         })
         .collect();
@@ -294,6 +308,8 @@ pub struct ChunkWriter<C: TextCodec> {
     echo: Vec<String>,
     /// Whether each choice's echoed prompt has been sent.
     echoed: Vec<bool>,
+    /// Each chat choice's reasoning splitter, when replies are split.
+    reasoning: Vec<ReasoningSplitter>,
 }
 
 impl<C: TextCodec> ChunkWriter<C> {
@@ -307,7 +323,37 @@ impl<C: TextCodec> ChunkWriter<C> {
             usage: Usage::default(),
             echo: Vec::new(),
             echoed: vec![false; choices],
+            reasoning: Vec::new(),
         }
+    }
+
+    /// Split each chat choice's reasoning into `reasoning_content` deltas (`in_reasoning`:
+    /// the replies start inside it; see [`crate::reasoning`]).
+    pub fn with_reasoning(mut self, in_reasoning: bool) -> Self {
+        self.reasoning = vec![ReasoningSplitter::new(in_reasoning); self.offsets.len()];
+        self
+    }
+
+    /// A chat chunk whose delta carries `delta`'s reasoning and answer text.
+    fn reasoning_chunk(&self, index: usize, delta: &Delta, logprobs: Value) -> String {
+        let mut fields = Map::new();
+        if !delta.reasoning.is_empty() {
+            fields.insert("reasoning_content".into(), json!(delta.reasoning));
+        }
+        if !delta.content.is_empty() || delta.reasoning.is_empty() {
+            fields.insert("content".into(), json!(delta.content));
+        }
+        let choice = json!({
+            "index": index,
+            "delta": Value::Object(fields),
+            "logprobs": logprobs,
+            "finish_reason": null,
+        });
+        let mut body = self.meta.envelope(true, vec![choice]);
+        if self.meta.include_usage {
+            body.insert("usage".into(), Value::Null);
+        }
+        sse(&Value::Object(body))
     }
 
     /// Repeat each prompt's text (`prompts[p]` for choices `p n .. (p + 1) n`) before its
@@ -415,6 +461,15 @@ impl<C: TextCodec> ChunkWriter<C> {
                 out.push(self.chunk(index, &echo, Value::Null, None));
             }
         }
+        if matches!(update, Update::Done { .. })
+            && let Some(splitter) = self.reasoning.get_mut(index)
+        {
+            // What the splitter held back (a reply ending in a partial tag) before the end.
+            let rest = splitter.finish();
+            if !rest.is_empty() {
+                out.push(self.reasoning_chunk(index, &rest, Value::Null));
+            }
+        }
         out.extend(self.update_chunk(update));
         out
     }
@@ -447,7 +502,12 @@ impl<C: TextCodec> ChunkWriter<C> {
                 top_logprobs,
                 trace,
             } => {
-                if text.is_empty() && !self.meta.logprobs {
+                let delta = self.reasoning.get_mut(index).map(|s| s.push(&text));
+                let nothing = match &delta {
+                    Some(delta) => delta.is_empty(),
+                    None => text.is_empty(),
+                };
+                if nothing && !self.meta.logprobs {
                     return None;
                 }
                 let logprobs = if self.meta.logprobs {
@@ -461,7 +521,10 @@ impl<C: TextCodec> ChunkWriter<C> {
                 } else {
                     Value::Null
                 };
-                Some(self.chunk(index, &text, logprobs, None))
+                match delta {
+                    Some(delta) => Some(self.reasoning_chunk(index, &delta, logprobs)),
+                    None => Some(self.chunk(index, &text, logprobs, None)),
+                }
             }
             Update::Done {
                 index,

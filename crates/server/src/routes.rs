@@ -28,6 +28,7 @@ use crate::engine::{Command, EngineHandle, Job, Update};
 use crate::error::ApiError;
 use crate::inputs::{PromptInput, messages, prompts, template_vars};
 use crate::metrics::Metrics;
+use crate::reasoning::ReasoningFormat;
 use crate::request::{GenerationParams, Object, generation_params, integer, parse_object, string};
 use crate::response::{
     Choice, ChunkWriter, Endpoint, ResponseMeta, TokenReport, body as response_body, finish_reason,
@@ -549,6 +550,10 @@ async fn generation<C: TextCodec>(
     check_model(&state, params.model.as_deref())?;
     let (prompts, texts) = encode_prompts(&state, &object, endpoint)?;
     let echo = if params.echo { texts } else { Vec::new() };
+    // A chat reply's reasoning split out, starting inside it when the prompt opened it.
+    let reasoning = (endpoint == Endpoint::Chat
+        && params.reasoning.unwrap_or(state.config.reasoning_format) == ReasoningFormat::Deepseek)
+        .then(|| opens_reasoning(state.codec.as_ref(), &prompts[0]));
     let prompt_count = prompts.len();
     // `n` beyond what may ever wait is refused rather than queued forever.
     if integer(&object, "n", 1, crate::request::MAX_N)?.is_some()
@@ -581,14 +586,22 @@ async fn generation<C: TextCodec>(
         params.include_usage,
     );
     if params.stream {
-        let writer =
+        let mut writer =
             ChunkWriter::new(Arc::clone(&state.codec), meta, total, params.n).with_echo(echo);
+        if let Some(in_reasoning) = reasoning {
+            writer = writer.with_reasoning(in_reasoning);
+        }
         Ok(stream_response(writer, receiver, total))
     } else {
         let mut choices = collect(receiver, total).await?;
         for (index, choice) in choices.iter_mut().enumerate() {
             if let Some(prompt) = echo.get(index / params.n.max(1)) {
                 choice.text.insert_str(0, prompt);
+            }
+            if let Some(in_reasoning) = reasoning {
+                let (thought, answer) = crate::reasoning::split(&choice.text, in_reasoning);
+                choice.reasoning = thought;
+                choice.text = answer;
             }
         }
         Ok(json_response(response_body(
@@ -598,6 +611,16 @@ async fn generation<C: TextCodec>(
             params.n,
         )))
     }
+}
+
+/// Whether a chat prompt ends inside an opened reasoning block (its last tokens read
+/// `<think>` and whitespace, as DeepSeek-R1's template ends a prompt): the reply then starts
+/// in its reasoning.
+fn opens_reasoning<C: TextCodec>(codec: &C, prompt: &[u32]) -> bool {
+    let tail = &prompt[prompt.len().saturating_sub(8)..];
+    codec
+        .decode(tail)
+        .is_ok_and(|text| text.trim_end().ends_with(crate::reasoning::OPEN))
 }
 
 /// Wait for every choice to finish. Dropping this future (the client went away) drops the

@@ -205,6 +205,16 @@ async fn each_invalid_field_is_a_400_naming_it() {
             "chat_template_kwargs",
         ),
         (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "a"}], "reasoning_format": "r1"}),
+            "reasoning_format",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "a", "reasoning_format": "none"}),
+            "reasoning_format",
+        ),
+        (
             "/v1/completions",
             json!({"prompt": "a", "echo": true, "max_tokens": -1}),
             "max_tokens",

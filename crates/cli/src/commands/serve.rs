@@ -22,6 +22,7 @@ use kindle_generate::chat::{ChatMessage, ChatTemplate, TemplateVars};
 use kindle_generate::{BoxError, TokenDecoder};
 use kindle_model::{EngineOptions, RowArithmetic};
 use kindle_sampling::LogitsConstraint;
+use kindle_server::reasoning::ReasoningFormat;
 use kindle_server::{Guided, ServerConfig, TextCodec};
 use kindle_tokenizer::{Tokenizer, TokenizerError};
 
@@ -87,6 +88,17 @@ pub struct ServeArgs {
     /// On ctrl-c or SIGTERM, seconds that running requests get to finish
     #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
     pub drain_timeout: f64,
+    /// Chat replies that open with <think>: deepseek (or auto) puts the reasoning in the
+    /// message's reasoning_content and the answer in content; none leaves the text whole (a
+    /// request's reasoning_format overrides it)
+    #[arg(long, value_name = "FORMAT", default_value = "auto", value_parser = reasoning_format)]
+    pub reasoning_format: ReasoningFormat,
+}
+
+/// `--reasoning-format`'s parser.
+fn reasoning_format(name: &str) -> Result<ReasoningFormat, String> {
+    ReasoningFormat::from_name(name)
+        .ok_or_else(|| format!("{name:?} is not a reasoning format (none, deepseek or auto)"))
 }
 
 /// Run the command.
@@ -125,6 +137,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     config.cors_origins = args.cors_origins.clone();
     config.max_body_bytes = args.max_body;
     config.drain_timeout = Duration::from_secs_f64(args.drain_timeout);
+    config.reasoning_format = args.reasoning_format;
     config.header_timeout = Duration::from_secs_f64(args.header_timeout);
     config.validate()?;
     let addr = SocketAddr::new(args.host, args.port);

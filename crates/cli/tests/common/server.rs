@@ -80,6 +80,17 @@ impl Served {
         (status, value)
     }
 
+    /// POST JSON asking for a stream; the status and each server-sent event's data.
+    pub fn post_stream(&self, path: &str, body: &Value) -> (u16, Vec<String>) {
+        let (status, text) = http(&self.addr, "POST", path, Some(&body.to_string()));
+        let events = text
+            .split("\n\n")
+            .filter_map(|event| event.strip_prefix("data: "))
+            .map(str::to_string)
+            .collect();
+        (status, events)
+    }
+
     /// GET; the status and the body.
     pub fn get(&self, path: &str) -> (u16, String) {
         http(&self.addr, "GET", path, None)
