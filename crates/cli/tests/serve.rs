@@ -378,3 +378,107 @@ fn a_reply_that_opens_with_think_has_its_reasoning_split_out() {
     let (status, lines) = server.terminate();
     assert!(status.success(), "exit status {status:?}: {lines:?}");
 }
+
+/// A ChatML template that lists the request's tools and renders earlier calls and results in
+/// the Hermes format (as Qwen's templates do).
+const TOOLS_TEMPLATE: &str = "{% if tools %}<|im_start|>system\nTools:\
+    {% for tool in tools %}\n{{ tool | tojson }}{% endfor %}\n\
+    Call one as <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call>.<|im_end|>\n{% endif %}\
+    {% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}\
+    {% for call in m.tool_calls or [] %}<tool_call>\n{\"name\": \"{{ call.function.name }}\", \
+    \"arguments\": {{ call.function.arguments | tojson }}}\n</tool_call>{% endfor %}\
+    <|im_end|>\n{% endfor %}<|im_start|>assistant\n";
+
+#[test]
+fn tool_calls_come_back_as_tool_calls() {
+    let Some(model) = common::real_model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    let template = dir.path().join("tools.jinja");
+    std::fs::write(&template, TOOLS_TEMPLATE).expect("writing the template");
+    let server = Served::start(
+        &model,
+        &[
+            "-c",
+            "1024",
+            "-t",
+            "2",
+            "--chat-template-file",
+            template.to_str().unwrap(),
+        ],
+    );
+    let tools = json!([{"type": "function", "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+                       "required": ["city"], "additionalProperties": false},
+    }}]);
+    let user = json!({"role": "user", "content": "What is the weather in Paris?"});
+    let ask = |extra: Value| {
+        let mut body = json!({"messages": [user], "tools": tools, "tool_choice": "required",
+                              "parallel_tool_calls": false, "max_tokens": 60,
+                              "temperature": 0});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        body
+    };
+    // `required`: the grammar makes the model call; the call comes back parsed.
+    let (status, reply) = server.post("/v1/chat/completions", &ask(json!({})));
+    assert_eq!(status, 200, "{reply}");
+    let choice = &reply["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{reply}");
+    assert!(choice["message"]["content"].is_null(), "{reply}");
+    let call = &choice["message"]["tool_calls"][0];
+    assert_eq!(call["type"], "function");
+    assert!(call["id"].as_str().unwrap().starts_with("call_"));
+    assert_eq!(call["function"]["name"], "get_weather");
+    let arguments: Value =
+        serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+    assert!(arguments["city"].is_string(), "{arguments}");
+
+    // Streamed: the same call in a tool_calls delta, then the finish reason.
+    let (status, events) =
+        server.post_stream("/v1/chat/completions", &ask(json!({"stream": true})));
+    assert_eq!(status, 200);
+    let chunks: Vec<Value> = events
+        .iter()
+        .filter(|e| *e != "[DONE]")
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    let streamed: Vec<&Value> = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"].get("tool_calls"))
+        .collect();
+    assert_eq!(streamed.len(), 1, "{chunks:?}");
+    assert_eq!(streamed[0][0]["function"], call["function"]);
+    assert_eq!(streamed[0][0]["index"], 0);
+    assert_eq!(
+        chunks.last().unwrap()["choices"][0]["finish_reason"],
+        "tool_calls"
+    );
+
+    // The next turn carries the call and its result through the template.
+    let turn = json!({"messages": [
+        user,
+        {"role": "assistant", "content": null, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call["id"], "content": "Sunny, 21 C"},
+    ], "tools": tools, "max_tokens": 8, "temperature": 0});
+    let (status, next) = server.post("/v1/chat/completions", &turn);
+    assert_eq!(status, 200, "{next}");
+    assert!(
+        next["usage"]["prompt_tokens"].as_u64() > reply["usage"]["prompt_tokens"].as_u64(),
+        "{next}"
+    );
+    let (status, lines) = server.terminate();
+    assert!(status.success(), "exit status {status:?}: {lines:?}");
+
+    // A template that never reads `tools` refuses them rather than ignoring them.
+    let server = Served::start(&model, &["-c", "512", "-t", "2"]);
+    let (status, refused) = server.post("/v1/chat/completions", &ask(json!({})));
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(refused["error"]["param"], "tools");
+    let (status, lines) = server.terminate();
+    assert!(status.success(), "exit status {status:?}: {lines:?}");
+}

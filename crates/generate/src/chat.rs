@@ -140,6 +140,10 @@ pub struct ChatMessage {
     pub role: String,
     /// The text, never parsed for control tokens.
     pub content: String,
+    /// Other fields the template sees on the message (an assistant turn's `tool_calls`, a
+    /// tool result's `tool_call_id` and `name`), as JSON values. Their strings go into the
+    /// template's text as they are.
+    pub fields: BTreeMap<String, serde_json::Value>,
 }
 
 impl ChatMessage {
@@ -148,7 +152,17 @@ impl ChatMessage {
         ChatMessage {
             role: role.into(),
             content: content.into(),
+            fields: BTreeMap::new(),
         }
+    }
+
+    /// The message with one more field for the template (`role` and `content` are its own).
+    pub fn with_field(mut self, key: impl Into<String>, value: serde_json::Value) -> Self {
+        let key = key.into();
+        if key != "role" && key != "content" {
+            self.fields.insert(key, value);
+        }
+        self
     }
 
     /// A `"system"` message.
@@ -307,6 +321,21 @@ impl ChatTemplate {
         Ok(self)
     }
 
+    /// Whether the template's source mentions `name` as a word (a variable it may read, such
+    /// as `tools`).
+    pub fn mentions(&self, name: &str) -> bool {
+        let Ok(template) = self.env.get_template(TEMPLATE_NAME) else {
+            return false;
+        };
+        let source = template.source();
+        let word = |c: char| c.is_alphanumeric() || c == '_';
+        source.match_indices(name).any(|(at, _)| {
+            let before = source[..at].chars().next_back();
+            let after = source[at + name.len()..].chars().next();
+            !before.is_some_and(word) && !after.is_some_and(word)
+        })
+    }
+
     /// Give every render these extra variables (a render's own, from
     /// [`render_with`](Self::render_with) or [`render_parts_with`](Self::render_parts_with),
     /// override them): a program's defaults, such as `kindle serve --chat-template-kwargs`.
@@ -410,7 +439,11 @@ impl ChatTemplate {
             .iter()
             .zip(contents)
             .map(|(m, content)| {
-                let mut map = BTreeMap::new();
+                let mut map: BTreeMap<&str, Value> = m
+                    .fields
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), Value::from(minijinja::value::Serde(v))))
+                    .collect();
                 map.insert("role", Value::from(m.role.as_str()));
                 map.insert("content", Value::from(*content));
                 Value::from(map)

@@ -24,6 +24,12 @@ pub trait TextCodec: TokenDecoder + Send + Sync + 'static {
         messages: &[ChatMessage],
         vars: &TemplateVars,
     ) -> Result<Vec<u32>, BoxError>;
+    /// Whether the chat template reads the variable `name` (a request's `tools` are refused
+    /// by a template that would ignore them). By default it is taken to.
+    fn template_uses(&self, name: &str) -> bool {
+        let _ = name;
+        true
+    }
     /// One token's text for log-probability reports (special tokens rendered).
     fn token_text(&self, id: u32) -> String;
     /// The end-of-generation ids.

@@ -5,7 +5,7 @@ use kindle_generate::chat::{ChatMessage, TemplateVars};
 use serde_json::Value;
 
 use crate::error::ApiError;
-use crate::request::{Object, expected, field, short, type_name};
+use crate::fields::{Object, expected, field, short, type_name};
 
 /// The prompts of a completions request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,7 +140,7 @@ fn message(i: usize, item: &Value) -> Result<ChatMessage, ApiError> {
     };
     let content_param = format!("{param}.content");
     let content = match field(object, "content") {
-        None if role == "assistant" => String::new(),
+        None | Some(Value::Null) if role == "assistant" => String::new(),
         None => {
             return Err(ApiError::invalid(
                 &content_param,
@@ -176,13 +176,63 @@ fn message(i: usize, item: &Value) -> Result<ChatMessage, ApiError> {
             ));
         }
     };
-    Ok(ChatMessage::new(role, content))
+    let mut message = ChatMessage::new(role.clone(), content);
+    // What templates read beside the content: an assistant turn's calls (their arguments as
+    // objects, as vLLM hands them to templates), a tool result's call id and name.
+    if role == "assistant"
+        && let Some(calls) = field(object, "tool_calls").filter(|v| !v.is_null())
+    {
+        message = message.with_field("tool_calls", tool_calls(&param, calls)?);
+    }
+    for key in ["tool_call_id", "name", "reasoning_content"] {
+        match field(object, key) {
+            None | Some(Value::Null) => {}
+            Some(Value::String(text)) => {
+                message = message.with_field(key, Value::String(text.clone()));
+            }
+            Some(other) => return Err(expected(&format!("{param}.{key}"), "a string", other)),
+        }
+    }
+    Ok(message)
+}
+
+/// An assistant message's `tool_calls`, checked (each with a function's `name` and its
+/// `arguments`, JSON text or an object), the arguments as objects.
+fn tool_calls(param: &str, calls: &Value) -> Result<Value, ApiError> {
+    let param = format!("{param}.tool_calls");
+    let Value::Array(items) = calls else {
+        return Err(expected(&param, "an array of tool calls", calls));
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for (i, call) in items.iter().enumerate() {
+        let at = format!("{param}[{i}]");
+        let function = call.get("function");
+        let name = function.and_then(|f| f.get("name")).and_then(Value::as_str);
+        let arguments = match function.and_then(|f| f.get("arguments")) {
+            Some(Value::String(text)) => serde_json::from_str::<Value>(text).ok(),
+            Some(v @ Value::Object(_)) => Some(v.clone()),
+            _ => None,
+        };
+        let (Some(name), Some(arguments)) = (name, arguments.filter(Value::is_object)) else {
+            return Err(ApiError::invalid(
+                &at,
+                format!(
+                    "Invalid value for '{at}': expected {{\"type\": \"function\", \"function\": \
+                     {{\"name\": ..., \"arguments\": \"<a JSON object>\"}}}}."
+                ),
+            ));
+        };
+        let mut call = call.clone();
+        call["function"] = serde_json::json!({"name": name, "arguments": arguments});
+        out.push(call);
+    }
+    Ok(Value::Array(out))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::request::parse_object;
+    use crate::fields::parse_object;
 
     fn obj(json: &str) -> Object {
         parse_object(json.as_bytes()).unwrap()

@@ -36,6 +36,7 @@ mod codec;
 mod config;
 pub mod engine;
 mod error;
+mod fields;
 pub mod guided;
 pub mod inputs;
 mod metrics;
@@ -44,6 +45,7 @@ pub mod request;
 pub mod response;
 mod routes;
 mod server;
+pub mod tools;
 
 pub use codec::TextCodec;
 pub use config::ServerConfig;

@@ -3,120 +3,12 @@
 
 use kindle_generate::{DEFAULT_LOOKUP_DRAFT_MAX, MAX_DRAFT};
 use kindle_sampling::{PenaltyScope, SamplerConfig, parse_order};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::error::ApiError;
 
-/// A JSON object, as a request body must be.
-pub type Object = Map<String, Value>;
-
-/// Parse a body into a JSON object (400 for anything else).
-pub fn parse_object(body: &[u8]) -> Result<Object, ApiError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::bad_request(format!(
-            "We could not parse the JSON body of your request: {e}. The body must be a JSON \
-             object."
-        ))
-    })?;
-    match value {
-        Value::Object(object) => Ok(object),
-        other => Err(ApiError::bad_request(format!(
-            "The request body must be a JSON object, not {}.",
-            type_name(&other)
-        ))),
-    }
-}
-
-pub(crate) fn type_name(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-/// `object[key]`, `null` counting as absent.
-pub(crate) fn field<'a>(object: &'a Object, key: &str) -> Option<&'a Value> {
-    object.get(key).filter(|v| !v.is_null())
-}
-
-pub(crate) fn expected(key: &str, what: &str, got: &Value) -> ApiError {
-    ApiError::invalid(
-        key,
-        format!(
-            "Invalid value for '{key}': expected {what}, got {}.",
-            short(got)
-        ),
-    )
-}
-
-/// A value for an error message, cut short.
-pub(crate) fn short(value: &Value) -> String {
-    let text = value.to_string();
-    if text.chars().count() > 60 {
-        format!("{}...", text.chars().take(60).collect::<String>())
-    } else {
-        text
-    }
-}
-
-/// An optional number in `[min, max]`.
-pub fn number(object: &Object, key: &str, min: f64, max: f64) -> Result<Option<f64>, ApiError> {
-    let Some(value) = field(object, key) else {
-        return Ok(None);
-    };
-    match value.as_f64() {
-        Some(x) if x >= min && x <= max => Ok(Some(x)),
-        _ => Err(expected(
-            key,
-            &format!("a number between {min} and {max}"),
-            value,
-        )),
-    }
-}
-
-/// An optional integer in `[min, max]`.
-pub fn integer(object: &Object, key: &str, min: i64, max: i64) -> Result<Option<i64>, ApiError> {
-    let Some(value) = field(object, key) else {
-        return Ok(None);
-    };
-    let as_int = value.as_i64().or_else(|| {
-        // 3.0 is an integer too (JavaScript clients send them).
-        value
-            .as_f64()
-            .filter(|x| x.fract() == 0.0 && x.abs() < 9.0e15)
-            .map(|x| x as i64)
-    });
-    match as_int {
-        Some(x) if x >= min && x <= max => Ok(Some(x)),
-        _ => Err(expected(
-            key,
-            &format!("an integer between {min} and {max}"),
-            value,
-        )),
-    }
-}
-
-/// An optional boolean.
-pub fn boolean(object: &Object, key: &str) -> Result<Option<bool>, ApiError> {
-    match field(object, key) {
-        None => Ok(None),
-        Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(other) => Err(expected(key, "a boolean", other)),
-    }
-}
-
-/// An optional string.
-pub fn string<'a>(object: &'a Object, key: &str) -> Result<Option<&'a str>, ApiError> {
-    match field(object, key) {
-        None => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(other) => Err(expected(key, "a string", other)),
-    }
-}
+pub use crate::fields::{Object, boolean, integer, number, parse_object, string};
+pub(crate) use crate::fields::{expected, field, short};
 
 /// What every generation request shares: sampling, stops, counts, streaming, logprobs.
 #[derive(Debug, Clone, PartialEq)]
@@ -147,6 +39,8 @@ pub struct GenerationParams {
     /// `reasoning_format` (chat only; `None`: the server's): whether the reply's reasoning is
     /// split into `reasoning_content`.
     pub reasoning: Option<crate::reasoning::ReasoningFormat>,
+    /// `tools` and `tool_choice` (chat only).
+    pub tools: Option<crate::tools::Tools>,
     /// `echo` (completions only): the response repeats the prompt before the completion, and
     /// with `logprobs` reports the prompt's tokens too (each scored by the model given the
     /// tokens before it; the first has none).
@@ -186,15 +80,13 @@ fn refuse_unsupported(object: &Object) -> Result<(), ApiError> {
             "'best_of' larger than 'n' is not supported.",
         ));
     }
-    for key in ["tools", "functions"] {
-        if let Some(Value::Array(items)) = field(object, key)
-            && !items.is_empty()
-        {
-            return Err(ApiError::invalid(
-                key,
-                format!("'{key}' (tool calling) is not supported."),
-            ));
-        }
+    if let Some(Value::Array(items)) = field(object, "functions")
+        && !items.is_empty()
+    {
+        return Err(ApiError::invalid(
+            "functions",
+            "'functions' (OpenAI's deprecated form) is not supported: send 'tools'.",
+        ));
     }
     Ok(())
 }
@@ -301,7 +193,32 @@ pub fn generation_params(object: &Object, chat: bool) -> Result<GenerationParams
             "'kindle_trace' cannot trace mirostat (its truncation happens in its selection).",
         ));
     }
-    let guided = crate::guided::guided(object)?;
+    let mut guided = crate::guided::guided(object)?;
+    let tools = if chat {
+        crate::tools::tools(object)?
+    } else {
+        match field(object, "tools") {
+            Some(Value::Array(items)) if !items.is_empty() => {
+                return Err(ApiError::invalid(
+                    "tools",
+                    "'tools' is a field of /v1/chat/completions.",
+                ));
+            }
+            _ => None,
+        }
+    };
+    if let Some(grammar) = tools.as_ref().and_then(crate::tools::Tools::grammar) {
+        if let Some((_, field)) = &guided {
+            return Err(ApiError::invalid(
+                "tool_choice",
+                format!(
+                    "'tool_choice' that asks for a call constrains the output, as '{field}' does: \
+                     send one of them."
+                ),
+            ));
+        }
+        guided = Some((crate::guided::Guided::Grammar(grammar), "tool_choice"));
+    }
     let lookup = lookup(object, trace)?;
     Ok(GenerationParams {
         model,
@@ -316,6 +233,7 @@ pub fn generation_params(object: &Object, chat: bool) -> Result<GenerationParams
         guided,
         trace,
         reasoning,
+        tools,
         echo,
         lookup,
     })

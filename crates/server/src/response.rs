@@ -11,6 +11,7 @@ use serde_json::{Map, Value, json};
 use crate::codec::TextCodec;
 use crate::engine::Update;
 use crate::reasoning::{Delta, ReasoningSplitter};
+use crate::tools::{ToolCall, ToolStream, calls_json};
 
 /// Seconds since the Unix epoch.
 pub fn now_seconds() -> u64 {
@@ -226,6 +227,8 @@ pub struct Choice {
     pub finish_reason: Option<&'static str>,
     /// A chat reply's reasoning, split from `text` (see [`crate::reasoning`]).
     pub reasoning: Option<String>,
+    /// A chat reply's tool calls, parsed out of `text` (see [`crate::tools`]).
+    pub tool_calls: Vec<ToolCall>,
     /// Its prompt's tokens.
     pub prompt_tokens: usize,
     /// Tokens generated.
@@ -273,11 +276,19 @@ pub fn body<C: TextCodec>(codec: &C, meta: &ResponseMeta, choices: &[Choice], n:
                         }
                         message["reasoning_content"] = json!(reasoning);
                     }
+                    let mut finish = json!(choice.finish_reason);
+                    if !choice.tool_calls.is_empty() {
+                        if choice.text.is_empty() {
+                            message["content"] = Value::Null;
+                        }
+                        message["tool_calls"] = calls_json(&choice.tool_calls, false);
+                        finish = json!("tool_calls");
+                    }
                     json!({
                         "index": index,
                         "message": message,
                         "logprobs": logprobs,
-                        "finish_reason": choice.finish_reason,
+                        "finish_reason": finish,
                     })
                 }
             }
@@ -310,6 +321,10 @@ pub struct ChunkWriter<C: TextCodec> {
     echoed: Vec<bool>,
     /// Each chat choice's reasoning splitter, when replies are split.
     reasoning: Vec<ReasoningSplitter>,
+    /// Each chat choice's tool-call holder, when replies are parsed for calls.
+    tools: Vec<ToolStream>,
+    /// Whether each choice made a call (its finish reason is then `tool_calls`).
+    called: Vec<bool>,
 }
 
 impl<C: TextCodec> ChunkWriter<C> {
@@ -324,7 +339,35 @@ impl<C: TextCodec> ChunkWriter<C> {
             echo: Vec::new(),
             echoed: vec![false; choices],
             reasoning: Vec::new(),
+            tools: Vec::new(),
+            called: vec![false; choices],
         }
+    }
+
+    /// Parse each chat choice's reply for tool calls (see [`crate::tools`]): the text before
+    /// the first call streams, the calls go out whole at the end.
+    pub fn with_tools(mut self) -> Self {
+        self.tools = vec![ToolStream::default(); self.offsets.len()];
+        self
+    }
+
+    /// A reply's piece of text split into reasoning and answer (and the answer held back from
+    /// a tool call on), when the writer splits; `None` when it does not.
+    fn split(&mut self, index: usize, text: &str) -> Option<Delta> {
+        if self.reasoning.is_empty() && self.tools.is_empty() {
+            return None;
+        }
+        let mut delta = match self.reasoning.get_mut(index) {
+            Some(splitter) => splitter.push(text),
+            None => Delta {
+                reasoning: String::new(),
+                content: text.to_string(),
+            },
+        };
+        if let Some(tools) = self.tools.get_mut(index) {
+            delta.content = tools.push(&delta.content);
+        }
+        Some(delta)
     }
 
     /// Split each chat choice's reasoning into `reasoning_content` deltas (`in_reasoning`:
@@ -332,6 +375,21 @@ impl<C: TextCodec> ChunkWriter<C> {
     pub fn with_reasoning(mut self, in_reasoning: bool) -> Self {
         self.reasoning = vec![ReasoningSplitter::new(in_reasoning); self.offsets.len()];
         self
+    }
+
+    /// A chat chunk whose delta carries a reply's tool calls.
+    fn calls_chunk(&self, index: usize, calls: &[ToolCall]) -> String {
+        let choice = json!({
+            "index": index,
+            "delta": {"tool_calls": calls_json(calls, true)},
+            "logprobs": null,
+            "finish_reason": null,
+        });
+        let mut body = self.meta.envelope(true, vec![choice]);
+        if self.meta.include_usage {
+            body.insert("usage".into(), Value::Null);
+        }
+        sse(&Value::Object(body))
     }
 
     /// A chat chunk whose delta carries `delta`'s reasoning and answer text.
@@ -461,13 +519,27 @@ impl<C: TextCodec> ChunkWriter<C> {
                 out.push(self.chunk(index, &echo, Value::Null, None));
             }
         }
-        if matches!(update, Update::Done { .. })
-            && let Some(splitter) = self.reasoning.get_mut(index)
-        {
-            // What the splitter held back (a reply ending in a partial tag) before the end.
-            let rest = splitter.finish();
+        if matches!(update, Update::Done { .. }) {
+            // What the splitters held back (a reply ending in a partial tag, the calls)
+            // before the end.
+            let mut rest = match self.reasoning.get_mut(index) {
+                Some(splitter) => splitter.finish(),
+                None => Delta::default(),
+            };
+            let mut calls = Vec::new();
+            if let Some(tools) = self.tools.get_mut(index) {
+                let mut content = tools.push(&rest.content);
+                let (text, made) = tools.finish();
+                content.push_str(&text);
+                rest.content = content;
+                calls = made;
+            }
             if !rest.is_empty() {
                 out.push(self.reasoning_chunk(index, &rest, Value::Null));
+            }
+            if !calls.is_empty() {
+                self.called[index] = true;
+                out.push(self.calls_chunk(index, &calls));
             }
         }
         out.extend(self.update_chunk(update));
@@ -502,7 +574,7 @@ impl<C: TextCodec> ChunkWriter<C> {
                 top_logprobs,
                 trace,
             } => {
-                let delta = self.reasoning.get_mut(index).map(|s| s.push(&text));
+                let delta = self.split(index, &text);
                 let nothing = match &delta {
                     Some(delta) => delta.is_empty(),
                     None => text.is_empty(),
@@ -536,7 +608,12 @@ impl<C: TextCodec> ChunkWriter<C> {
                     self.usage.prompt_tokens += prompt_tokens;
                 }
                 self.usage.completion_tokens += completion_tokens;
-                Some(self.chunk(index, "", Value::Null, Some(finish_reason(reason))))
+                let reason = if self.called[index] {
+                    "tool_calls"
+                } else {
+                    finish_reason(reason)
+                };
+                Some(self.chunk(index, "", Value::Null, Some(reason)))
             }
             Update::Error { message, .. } => Some(sse(&json!({
                 "error": {"message": message, "type": "server_error", "param": null, "code": null}

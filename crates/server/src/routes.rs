@@ -16,6 +16,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use kindle_generate::GenerationConfig;
+use kindle_generate::chat::TemplateVars;
 use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use tower_http::cors::{AllowOrigin, Any, CorsLayer};
@@ -381,12 +382,25 @@ fn encode_prompts<C: TextCodec>(
     state: &AppState<C>,
     object: &Object,
     endpoint: Endpoint,
+    tools: Option<&crate::tools::Tools>,
 ) -> Result<(Vec<Vec<u32>>, Vec<String>), ApiError> {
     let mut texts = Vec::new();
     let (param, encoded) = match endpoint {
         Endpoint::Chat => {
             let messages = messages(object)?;
-            let vars = template_vars(object)?;
+            let mut vars = template_vars(object)?;
+            if let Some(tools) = tools.filter(|t| t.parses()) {
+                if !state.codec.template_uses("tools") {
+                    return Err(ApiError::invalid(
+                        "tools",
+                        "This model's chat template does not render tools (it never reads \
+                         'tools'): serve it with a --chat-template-file that does.",
+                    ));
+                }
+                let given = TemplateVars::from_json(&tools.template_vars())
+                    .map_err(|e| ApiError::invalid("tools", e.to_string()))?;
+                vars = vars.overridden_by(&given);
+            }
             let ids = state.codec.encode_chat(&messages, &vars).map_err(|e| {
                 ApiError::invalid(
                     "messages",
@@ -548,7 +562,11 @@ async fn generation<C: TextCodec>(
     let object = read_json(&headers, body, state.config.max_body_bytes).await?;
     let params = generation_params(&object, endpoint == Endpoint::Chat)?;
     check_model(&state, params.model.as_deref())?;
-    let (prompts, texts) = encode_prompts(&state, &object, endpoint)?;
+    let (prompts, texts) = encode_prompts(&state, &object, endpoint, params.tools.as_ref())?;
+    let parse_tools = params
+        .tools
+        .as_ref()
+        .is_some_and(crate::tools::Tools::parses);
     let echo = if params.echo { texts } else { Vec::new() };
     // A chat reply's reasoning split out, starting inside it when the prompt opened it.
     let reasoning = (endpoint == Endpoint::Chat
@@ -591,6 +609,9 @@ async fn generation<C: TextCodec>(
         if let Some(in_reasoning) = reasoning {
             writer = writer.with_reasoning(in_reasoning);
         }
+        if parse_tools {
+            writer = writer.with_tools();
+        }
         Ok(stream_response(writer, receiver, total))
     } else {
         let mut choices = collect(receiver, total).await?;
@@ -602,6 +623,13 @@ async fn generation<C: TextCodec>(
                 let (thought, answer) = crate::reasoning::split(&choice.text, in_reasoning);
                 choice.reasoning = thought;
                 choice.text = answer;
+            }
+            if parse_tools {
+                let (text, calls) = crate::tools::parse_calls(&choice.text);
+                if !calls.is_empty() {
+                    choice.text = text;
+                    choice.tool_calls = calls;
+                }
             }
         }
         Ok(json_response(response_body(

@@ -259,6 +259,30 @@ async fn each_invalid_field_is_a_400_naming_it() {
         (
             "/v1/chat/completions",
             json!({"messages": [{"role": "user", "content": "a"}], "tools": [{"type": "function"}]}),
+            "tools[0]",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "a"}], "tool_choice": "required"}),
+            "tool_choice",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "a"}],
+                   "tools": [{"type": "function", "function": {"name": "f"}}],
+                   "tool_choice": "required", "guided_regex": "a+"}),
+            "tool_choice",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "a"},
+                                {"role": "assistant", "content": null,
+                                 "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "[1]"}}]}]}),
+            "messages[1].tool_calls[0]",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "a", "tools": [{"type": "function", "function": {"name": "f"}}]}),
             "tools",
         ),
         ("/tokenize", json!({"content": 5}), "content"),

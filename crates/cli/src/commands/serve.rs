@@ -239,6 +239,10 @@ impl TextCodec for ServeCodec {
         )?)
     }
 
+    fn template_uses(&self, name: &str) -> bool {
+        self.template.mentions(name)
+    }
+
     fn token_text(&self, id: u32) -> String {
         self.tokenizer.decode(&[id], false).unwrap_or_default()
     }

@@ -1,0 +1,468 @@
+//! Tool calling on chat completions, in the Hermes format that Qwen2.5, Qwen3 and many
+//! fine-tunes are trained on: the request's `tools` go to the chat template (as
+//! `apply_chat_template(tools=...)` passes them), the model writes each call as
+//! `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, and the server turns those
+//! blocks into the message's `tool_calls` (`finish_reason: "tool_calls"`). `tool_choice`:
+//! `none` (the template gets no tools; nothing is parsed), `auto` (the default), `required`
+//! or one named function (the output is constrained to calls, of that function, with
+//! arguments valid against its `parameters` schema).
+//!
+//! ```
+//! use kindle_server::tools::parse_calls;
+//! let (content, calls) =
+//!     parse_calls("Let me look.\n<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>");
+//! assert_eq!(content, "Let me look.");
+//! assert_eq!(calls[0].name, "weather");
+//! assert_eq!(calls[0].arguments, r#"{"city":"Oslo"}"#);
+//! ```
+
+use serde_json::{Map, Value, json};
+
+use crate::error::ApiError;
+use crate::fields::{Object, expected, field};
+
+/// The tag that opens a call.
+pub const OPEN: &str = "<tool_call>";
+/// The tag that closes it.
+pub const CLOSE: &str = "</tool_call>";
+
+/// Which calls the model may or must make.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// None: the template is not given the tools.
+    None,
+    /// Calls or an answer, as the model decides.
+    Auto,
+    /// At least one call.
+    Required,
+    /// Calls of this function only.
+    Named(String),
+}
+
+/// A request's tools and its `tool_choice`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tools {
+    /// The tools as the request gave them (`{"type": "function", "function": {...}}`).
+    pub list: Vec<Value>,
+    /// What the model may do with them.
+    pub choice: ToolChoice,
+    /// Whether a reply may make several calls (`parallel_tool_calls`, default true).
+    pub parallel: bool,
+}
+
+/// One call the model made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolCall {
+    /// The function's name.
+    pub name: String,
+    /// Its arguments, as JSON text (OpenAI's `function.arguments`).
+    pub arguments: String,
+}
+
+/// `tools` and `tool_choice` of a chat request; `None` without tools.
+pub fn tools(object: &Object) -> Result<Option<Tools>, ApiError> {
+    let list = match field(object, "tools") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => items.clone(),
+        Some(other) => return Err(expected("tools", "an array of tools", other)),
+    };
+    let mut names = Vec::new();
+    for (i, tool) in list.iter().enumerate() {
+        let param = format!("tools[{i}]");
+        let function = match (tool.get("type"), tool.get("function")) {
+            (Some(Value::String(t)), Some(Value::Object(f))) if t == "function" => f,
+            _ => {
+                return Err(ApiError::invalid(
+                    &param,
+                    format!(
+                        "Invalid value for '{param}': expected {{\"type\": \"function\", \
+                         \"function\": {{\"name\": ..., \"parameters\": {{...}}}}}}."
+                    ),
+                ));
+            }
+        };
+        match function.get("name") {
+            Some(Value::String(name)) if !name.is_empty() => names.push(name.clone()),
+            _ => {
+                return Err(ApiError::invalid(
+                    format!("{param}.function.name"),
+                    format!("Missing or empty '{param}.function.name'."),
+                ));
+            }
+        }
+        if let Some(p) = function.get("parameters")
+            && !p.is_object()
+        {
+            return Err(expected(
+                &format!("{param}.function.parameters"),
+                "a JSON schema object",
+                p,
+            ));
+        }
+    }
+    let choice = match field(object, "tool_choice") {
+        None | Some(Value::Null) => ToolChoice::Auto,
+        Some(Value::String(s)) => match s.as_str() {
+            "none" => ToolChoice::None,
+            "auto" => ToolChoice::Auto,
+            "required" => ToolChoice::Required,
+            other => {
+                return Err(ApiError::invalid(
+                    "tool_choice",
+                    format!(
+                        "Invalid value for 'tool_choice': {other:?} (expected none, auto, \
+                         required or {{\"type\": \"function\", \"function\": {{\"name\": ...}}}})."
+                    ),
+                ));
+            }
+        },
+        Some(Value::Object(o)) => match o
+            .get("function")
+            .and_then(|f| f.get("name"))
+            .and_then(Value::as_str)
+        {
+            Some(name) => ToolChoice::Named(name.to_string()),
+            None => {
+                return Err(ApiError::invalid(
+                    "tool_choice",
+                    "Invalid value for 'tool_choice': a named choice is {\"type\": \"function\", \
+                     \"function\": {\"name\": ...}}.",
+                ));
+            }
+        },
+        Some(other) => return Err(expected("tool_choice", "a string or an object", other)),
+    };
+    let parallel = match field(object, "parallel_tool_calls") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => return Err(expected("parallel_tool_calls", "a boolean", other)),
+    };
+    if list.is_empty() {
+        return match choice {
+            ToolChoice::Required | ToolChoice::Named(_) => Err(ApiError::invalid(
+                "tool_choice",
+                "'tool_choice' asks for a call, but the request has no 'tools'.",
+            )),
+            _ => Ok(None),
+        };
+    }
+    if let ToolChoice::Named(name) = &choice
+        && !names.contains(name)
+    {
+        return Err(ApiError::invalid(
+            "tool_choice",
+            format!("'tool_choice' names {name:?}, which is not one of the request's tools."),
+        ));
+    }
+    Ok(Some(Tools {
+        list,
+        choice,
+        parallel,
+    }))
+}
+
+impl Tools {
+    /// The template variables the tools give (`tools`), unless the choice is `none`.
+    pub fn template_vars(&self) -> Map<String, Value> {
+        let mut vars = Map::new();
+        if self.choice != ToolChoice::None {
+            vars.insert("tools".into(), Value::Array(self.list.clone()));
+        }
+        vars
+    }
+
+    /// Whether the reply is parsed for calls.
+    pub fn parses(&self) -> bool {
+        self.choice != ToolChoice::None
+    }
+
+    /// For `required` or a named function, a Lark grammar (llguidance's dialect) of one or
+    /// more calls whose arguments follow the functions' `parameters` schemas.
+    pub fn grammar(&self) -> Option<String> {
+        let allowed: Vec<&Value> = match &self.choice {
+            ToolChoice::None | ToolChoice::Auto => return None,
+            ToolChoice::Required => self.list.iter().collect(),
+            ToolChoice::Named(name) => self
+                .list
+                .iter()
+                .filter(|t| t["function"]["name"].as_str() == Some(name))
+                .collect(),
+        };
+        let calls: Vec<Value> = allowed
+            .iter()
+            .map(|t| {
+                let parameters = match t["function"].get("parameters") {
+                    Some(p) => p.clone(),
+                    None => json!({"type": "object"}),
+                };
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "name": {"const": t["function"]["name"]},
+                        "arguments": parameters,
+                    },
+                    "required": ["name", "arguments"],
+                    "additionalProperties": false,
+                })
+            })
+            .collect();
+        // Compact JSON (llguidance's options): no whitespace for a small model to wander in.
+        let schema = json!({
+            "anyOf": calls,
+            "x-guidance": {"whitespace_flexible": false, "item_separator": ", ",
+                           "key_separator": ": "},
+        });
+        let more = if self.parallel {
+            " (\"\\n\" call)*"
+        } else {
+            ""
+        };
+        Some(format!(
+            "start: call{more}\ncall: \"{OPEN}\\n\" body \"\\n{CLOSE}\"\nbody: %json {schema}\n"
+        ))
+    }
+}
+
+/// Split a reply into its text and its calls: every `<tool_call>` block whose body is a JSON
+/// object with a string `name` and an `arguments` object (or JSON text of one) is a call
+/// (arguments compacted to JSON text); the rest, trimmed, is the text. A block that does not
+/// parse stays in the text.
+pub fn parse_calls(text: &str) -> (String, Vec<ToolCall>) {
+    let mut calls = Vec::new();
+    let mut rest = String::new();
+    let mut at = 0;
+    while let Some(start) = text[at..].find(OPEN).map(|i| at + i) {
+        let body_start = start + OPEN.len();
+        let Some(end) = text[body_start..].find(CLOSE).map(|i| body_start + i) else {
+            break;
+        };
+        match call_of(text[body_start..end].trim()) {
+            Some(call) => {
+                rest.push_str(&text[at..start]);
+                calls.push(call);
+            }
+            None => rest.push_str(&text[at..end + CLOSE.len()]),
+        }
+        at = end + CLOSE.len();
+    }
+    rest.push_str(&text[at..]);
+    (rest.trim().to_string(), calls)
+}
+
+fn call_of(body: &str) -> Option<ToolCall> {
+    let value: Value = serde_json::from_str(body).ok()?;
+    let name = value.get("name")?.as_str()?.to_string();
+    let arguments = match value.get("arguments") {
+        Some(Value::String(text)) => {
+            let parsed: Value = serde_json::from_str(text).ok()?;
+            parsed.is_object().then(|| parsed.to_string())?
+        }
+        Some(args @ Value::Object(_)) => args.to_string(),
+        None => "{}".to_string(),
+        Some(_) => return None,
+    };
+    Some(ToolCall { name, arguments })
+}
+
+/// Holds a streamed reply's text back from the first `<tool_call>` on (calls are sent whole,
+/// when the reply ends); the text before it streams as it comes, a tag split across tokens
+/// held until it is whole or not a tag.
+#[derive(Debug, Clone, Default)]
+pub struct ToolStream {
+    pending: String,
+    /// Whether a call has begun: everything from there is kept for the end.
+    calling: bool,
+}
+
+impl ToolStream {
+    /// The next piece of the reply's text; returns the text that streams now.
+    pub fn push(&mut self, text: &str) -> String {
+        self.pending.push_str(text);
+        if self.calling {
+            return String::new();
+        }
+        if let Some(at) = self.pending.find(OPEN) {
+            self.calling = true;
+            let out = self.pending[..at].to_string();
+            self.pending.drain(..at);
+            return out;
+        }
+        let keep = (1..OPEN.len())
+            .rev()
+            .find(|&n| {
+                self.pending.len() >= n
+                    && self.pending.is_char_boundary(self.pending.len() - n)
+                    && OPEN.starts_with(&self.pending[self.pending.len() - n..])
+            })
+            .unwrap_or(0);
+        let cut = self.pending.len() - keep;
+        let out = self.pending[..cut].to_string();
+        self.pending.drain(..cut);
+        out
+    }
+
+    /// The end of the reply: the text still to send and the calls.
+    pub fn finish(&mut self) -> (String, Vec<ToolCall>) {
+        let rest = std::mem::take(&mut self.pending);
+        if !self.calling {
+            return (rest, Vec::new());
+        }
+        // Text after the calls (or the whole held text, when no call parses) still goes out.
+        match parse_calls(&rest) {
+            (text, calls) if !calls.is_empty() => (text, calls),
+            _ => (rest, Vec::new()),
+        }
+    }
+}
+
+/// A call's id, unique within the process (`call_` and 24 hexadecimal digits).
+pub fn call_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    format!("call_{t:016x}{n:08x}")
+}
+
+/// The `tool_calls` of a message (or, with `index`es, of a streamed delta).
+pub fn calls_json(calls: &[ToolCall], streamed: bool) -> Value {
+    Value::Array(
+        calls
+            .iter()
+            .enumerate()
+            .map(|(i, call)| {
+                let mut v = json!({
+                    "id": call_id(),
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                });
+                if streamed {
+                    v["index"] = json!(i);
+                }
+                v
+            })
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(text: &str) -> Object {
+        crate::fields::parse_object(text.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn calls_are_parsed_and_the_rest_is_text() {
+        let (text, calls) = parse_calls(
+            "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": 1}}\n</tool_call>\n\
+             <tool_call>{\"name\": \"b\", \"arguments\": \"{\\\"y\\\": [2]}\"}</tool_call>",
+        );
+        assert_eq!(text, "");
+        assert_eq!(
+            calls,
+            [
+                ToolCall {
+                    name: "a".into(),
+                    arguments: r#"{"x":1}"#.into()
+                },
+                ToolCall {
+                    name: "b".into(),
+                    arguments: r#"{"y":[2]}"#.into()
+                },
+            ]
+        );
+        // Not a call: a body that is not such an object, or a block left open.
+        for text in [
+            "<tool_call>not json</tool_call>",
+            "<tool_call>{\"arguments\": {}}</tool_call>",
+            "<tool_call>{\"name\": \"a\", \"arguments\": 3}</tool_call>",
+            "hi <tool_call>{\"name\": \"a\"",
+        ] {
+            let (rest, calls) = parse_calls(text);
+            assert!(calls.is_empty(), "{text}");
+            assert_eq!(rest, text.trim(), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_stream_holds_back_from_the_first_call() {
+        let mut s = ToolStream::default();
+        assert_eq!(s.push("Sure. <tool"), "Sure. ");
+        assert_eq!(s.push("_call>{\"name\": \"a\", "), "");
+        assert_eq!(s.push("\"arguments\": {}}</tool_call>"), "");
+        let (rest, calls) = s.finish();
+        assert_eq!((rest.as_str(), calls.len()), ("", 1));
+        let mut s = ToolStream::default();
+        assert_eq!(s.push("a <to"), "a ");
+        assert_eq!(s.push("y> b"), "<toy> b");
+        assert_eq!(s.finish(), (String::new(), Vec::new()));
+        // A block that does not parse goes out as it was written.
+        let mut s = ToolStream::default();
+        assert_eq!(s.push("x <tool_call>oops"), "x ");
+        assert_eq!(s.finish(), ("<tool_call>oops".to_string(), Vec::new()));
+    }
+
+    #[test]
+    fn tools_and_choices_are_checked() {
+        let tool =
+            r#"{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}"#;
+        let t = tools(&obj(&format!(r#"{{"tools": [{tool}]}}"#)))
+            .unwrap()
+            .unwrap();
+        assert_eq!(t.choice, ToolChoice::Auto);
+        assert!(t.grammar().is_none() && t.parses());
+        let t = tools(&obj(&format!(
+            r#"{{"tools": [{tool}], "tool_choice": {{"type": "function", "function": {{"name": "f"}}}}}}"#
+        )))
+        .unwrap()
+        .unwrap();
+        let grammar = t.grammar().unwrap();
+        assert!(
+            grammar.contains("%json") && grammar.contains("call)*"),
+            "{grammar}"
+        );
+        let one = tools(&obj(&format!(
+            r#"{{"tools": [{tool}], "tool_choice": "required", "parallel_tool_calls": false}}"#
+        )))
+        .unwrap()
+        .unwrap();
+        assert!(!one.grammar().unwrap().contains("call)*"));
+        let none = tools(&obj(&format!(
+            r#"{{"tools": [{tool}], "tool_choice": "none"}}"#
+        )))
+        .unwrap()
+        .unwrap();
+        assert!(none.template_vars().is_empty() && !none.parses());
+        assert_eq!(tools(&obj("{}")).unwrap(), None);
+        for (body, param) in [
+            (r#"{"tools": 3}"#.to_string(), "tools"),
+            (r#"{"tools": [{"type": "function"}]}"#.into(), "tools[0]"),
+            (
+                r#"{"tools": [{"type": "function", "function": {"name": ""}}]}"#.into(),
+                "tools[0].function.name",
+            ),
+            (
+                format!(r#"{{"tools": [{tool}], "tool_choice": "always"}}"#),
+                "tool_choice",
+            ),
+            (
+                format!(
+                    r#"{{"tools": [{tool}], "tool_choice": {{"type": "function", "function": {{"name": "g"}}}}}}"#
+                ),
+                "tool_choice",
+            ),
+            (r#"{"tool_choice": "required"}"#.into(), "tool_choice"),
+            (
+                format!(r#"{{"tools": [{tool}], "parallel_tool_calls": 1}}"#),
+                "parallel_tool_calls",
+            ),
+        ] {
+            let e = tools(&obj(&body)).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some(param), "{body}");
+        }
+    }
+}
