@@ -1,7 +1,8 @@
 //! The official `openai` Python client (from PyPI, in a virtual environment this test makes
 //! under the target directory, reused when present) against `kindle serve` on the real model:
 //! completions and chat completions, streamed and not, `n=2`, `stop`, `seed`, logprobs and
-//! `top_logprobs`, `echo` with logprobs and no new tokens (lm-eval-harness's log-likelihood
+//! `top_logprobs`, tool calling (`tools`, `tool_choice`, the call read back and answered),
+//! `echo` with logprobs and no new tokens (lm-eval-harness's log-likelihood
 //! request), `stream_options.include_usage`, structured output (`parse` with a pydantic
 //! model: `response_format` `json_schema`, strict), and the client's error classes.
 
@@ -149,6 +150,33 @@ greedy = [max(top, key=top.get) == tok for tok, top in zip(lp.tokens[5:], lp.top
 assert greedy == [True, True], (lp.tokens, lp.top_logprobs)
 out["echo_logprob"] = sum(continuation)
 
+# Tool calling, against a second server whose chat template renders tools: the client sends
+# `tools` and `tool_choice`, and reads the call back as its own types.
+tooled = OpenAI(base_url=sys.argv[2] + "/v1", api_key="none")
+weather = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+                   "required": ["city"], "additionalProperties": False}}}
+asked = [{"role": "user", "content": "What is the weather in Paris?"}]
+called = tooled.chat.completions.create(model="kindle", messages=asked, tools=[weather],
+                                        tool_choice="required", parallel_tool_calls=False,
+                                        max_tokens=60, temperature=0).choices[0]
+assert called.finish_reason == "tool_calls", called
+call = called.message.tool_calls[0]
+assert call.type == "function" and call.function.name == "get_weather", call
+assert isinstance(json.loads(call.function.arguments)["city"], str), call
+answered = tooled.chat.completions.create(model="kindle", tools=[weather], max_tokens=8,
+    temperature=0, messages=asked + [
+        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id, "content": "Sunny, 21 C"}])
+assert answered.choices[0].message.role == "assistant", answered
+try:
+    client.chat.completions.create(model=model, messages=asked, tools=[weather])
+    raise SystemExit("tools were accepted by a template that never reads them")
+except openai.BadRequestError as e:
+    assert e.body["param"] == "tools", e.body
+out["tool_call"] = call.function.arguments
+
 # Structured output: the client sends the pydantic model's strict JSON schema as
 # response_format and parses the answer back into the model.
 # Bounds keep a 135M model from spinning in one field (it repeats digits without them).
@@ -194,6 +222,14 @@ except openai.AuthenticationError:
 print(json.dumps(out))
 "#;
 
+/// ChatML with the request's tools in a system turn and earlier calls in the Hermes format.
+const TOOLS_TEMPLATE: &str = "{% if tools %}<|im_start|>system\nTools:\
+    {% for tool in tools %}\n{{ tool | tojson }}{% endfor %}<|im_end|>\n{% endif %}\
+    {% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}\
+    {% for call in m.tool_calls or [] %}<tool_call>\n{\"name\": \"{{ call.function.name }}\", \
+    \"arguments\": {{ call.function.arguments | tojson }}}\n</tool_call>{% endfor %}\
+    <|im_end|>\n{% endfor %}<|im_start|>assistant\n";
+
 #[test]
 fn the_official_openai_python_client_works_unchanged() {
     let Some(model) = common::real_model() else {
@@ -204,11 +240,24 @@ fn the_official_openai_python_client_works_unchanged() {
         &model,
         &["--parallel", "4", "-c", "1024", "--api-key", "sesame"],
     );
+    // A second server whose chat template renders tools (SmolLM2's does not).
+    let template = Path::new(env!("CARGO_TARGET_TMPDIR")).join("openai_tools.jinja");
+    std::fs::write(&template, TOOLS_TEMPLATE).expect("writing the template");
+    let tooled = Served::start(
+        &model,
+        &[
+            "-c",
+            "1024",
+            "--chat-template-file",
+            template.to_str().unwrap(),
+        ],
+    );
     let script = Path::new(env!("CARGO_TARGET_TMPDIR")).join("openai_client_check.py");
     std::fs::write(&script, SCRIPT).expect("writing the script");
     let out = Command::new(&python)
         .arg(&script)
         .arg(server.url())
+        .arg(tooled.url())
         .output()
         .expect("running the Python client");
     assert!(
@@ -229,6 +278,8 @@ fn the_official_openai_python_client_works_unchanged() {
         city["name"].is_string() && city["country"].is_string() && city["population"].is_i64(),
         "{result}"
     );
+    let (status, lines) = tooled.terminate();
+    assert!(status.success(), "exit status {status:?}: {lines:?}");
     let (status, lines) = server.terminate();
     assert!(status.success(), "exit status {status:?}: {lines:?}");
 }
