@@ -222,14 +222,6 @@ except openai.AuthenticationError:
 print(json.dumps(out))
 "#;
 
-/// ChatML with the request's tools in a system turn and earlier calls in the Hermes format.
-const TOOLS_TEMPLATE: &str = "{% if tools %}<|im_start|>system\nTools:\
-    {% for tool in tools %}\n{{ tool | tojson }}{% endfor %}<|im_end|>\n{% endif %}\
-    {% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}\
-    {% for call in m.tool_calls or [] %}<tool_call>\n{\"name\": \"{{ call.function.name }}\", \
-    \"arguments\": {{ call.function.arguments | tojson }}}\n</tool_call>{% endfor %}\
-    <|im_end|>\n{% endfor %}<|im_start|>assistant\n";
-
 #[test]
 fn the_official_openai_python_client_works_unchanged() {
     let Some(model) = common::real_model() else {
@@ -242,7 +234,7 @@ fn the_official_openai_python_client_works_unchanged() {
     );
     // A second server whose chat template renders tools (SmolLM2's does not).
     let template = Path::new(env!("CARGO_TARGET_TMPDIR")).join("openai_tools.jinja");
-    std::fs::write(&template, TOOLS_TEMPLATE).expect("writing the template");
+    std::fs::write(&template, common::server::TOOLS_TEMPLATE).expect("writing the template");
     let tooled = Served::start(
         &model,
         &[

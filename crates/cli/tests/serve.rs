@@ -379,16 +379,6 @@ fn a_reply_that_opens_with_think_has_its_reasoning_split_out() {
     assert!(status.success(), "exit status {status:?}: {lines:?}");
 }
 
-/// A ChatML template that lists the request's tools and renders earlier calls and results in
-/// the Hermes format (as Qwen's templates do).
-const TOOLS_TEMPLATE: &str = "{% if tools %}<|im_start|>system\nTools:\
-    {% for tool in tools %}\n{{ tool | tojson }}{% endfor %}\n\
-    Call one as <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call>.<|im_end|>\n{% endif %}\
-    {% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}\
-    {% for call in m.tool_calls or [] %}<tool_call>\n{\"name\": \"{{ call.function.name }}\", \
-    \"arguments\": {{ call.function.arguments | tojson }}}\n</tool_call>{% endfor %}\
-    <|im_end|>\n{% endfor %}<|im_start|>assistant\n";
-
 #[test]
 fn tool_calls_come_back_as_tool_calls() {
     let Some(model) = common::real_model() else {
@@ -396,7 +386,7 @@ fn tool_calls_come_back_as_tool_calls() {
     };
     let dir = tempfile::tempdir().expect("a scratch directory");
     let template = dir.path().join("tools.jinja");
-    std::fs::write(&template, TOOLS_TEMPLATE).expect("writing the template");
+    std::fs::write(&template, common::server::TOOLS_TEMPLATE).expect("writing the template");
     let server = Served::start(
         &model,
         &[

@@ -377,19 +377,29 @@ impl<C: TextCodec> ChunkWriter<C> {
         self
     }
 
-    /// A chat chunk whose delta carries a reply's tool calls.
-    fn calls_chunk(&self, index: usize, calls: &[ToolCall]) -> String {
-        let choice = json!({
-            "index": index,
-            "delta": {"tool_calls": calls_json(calls, true)},
-            "logprobs": null,
-            "finish_reason": null,
-        });
+    /// A chunk of one choice (`"usage": null` beside it when usage is asked for).
+    fn choice_chunk(&self, choice: Value) -> String {
         let mut body = self.meta.envelope(true, vec![choice]);
         if self.meta.include_usage {
             body.insert("usage".into(), Value::Null);
         }
         sse(&Value::Object(body))
+    }
+
+    /// A chat chunk with `delta`, not the last of its choice.
+    fn delta_chunk(&self, index: usize, delta: Value, logprobs: Value) -> String {
+        self.choice_chunk(json!({
+            "index": index,
+            "delta": delta,
+            "logprobs": logprobs,
+            "finish_reason": null,
+        }))
+    }
+
+    /// A chat chunk whose delta carries a reply's tool calls.
+    fn calls_chunk(&self, index: usize, calls: &[ToolCall]) -> String {
+        let delta = json!({"tool_calls": calls_json(calls, true)});
+        self.delta_chunk(index, delta, Value::Null)
     }
 
     /// A chat chunk whose delta carries `delta`'s reasoning and answer text.
@@ -401,17 +411,7 @@ impl<C: TextCodec> ChunkWriter<C> {
         if !delta.content.is_empty() || delta.reasoning.is_empty() {
             fields.insert("content".into(), json!(delta.content));
         }
-        let choice = json!({
-            "index": index,
-            "delta": Value::Object(fields),
-            "logprobs": logprobs,
-            "finish_reason": null,
-        });
-        let mut body = self.meta.envelope(true, vec![choice]);
-        if self.meta.include_usage {
-            body.insert("usage".into(), Value::Null);
-        }
-        sse(&Value::Object(body))
+        self.delta_chunk(index, Value::Object(fields), logprobs)
     }
 
     /// Repeat each prompt's text (`prompts[p]` for choices `p n .. (p + 1) n`) before its
@@ -470,11 +470,7 @@ impl<C: TextCodec> ChunkWriter<C> {
                 })
             }
         };
-        let mut body = self.meta.envelope(true, vec![choice]);
-        if self.meta.include_usage {
-            body.insert("usage".into(), Value::Null);
-        }
-        sse(&Value::Object(body))
+        self.choice_chunk(choice)
     }
 
     /// The chunks that open the stream: for chat, each choice's `{"role": "assistant"}`.
@@ -484,17 +480,8 @@ impl<C: TextCodec> ChunkWriter<C> {
         }
         (0..self.offsets.len())
             .map(|index| {
-                let choice = json!({
-                    "index": index,
-                    "delta": {"role": "assistant", "content": ""},
-                    "logprobs": null,
-                    "finish_reason": null,
-                });
-                let mut body = self.meta.envelope(true, vec![choice]);
-                if self.meta.include_usage {
-                    body.insert("usage".into(), Value::Null);
-                }
-                sse(&Value::Object(body))
+                let delta = json!({"role": "assistant", "content": ""});
+                self.delta_chunk(index, delta, Value::Null)
             })
             .collect()
     }

@@ -10,6 +10,16 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+/// A ChatML template that lists the request's tools and renders earlier calls and results in
+/// the Hermes format (as Qwen's templates do).
+pub const TOOLS_TEMPLATE: &str = "{% if tools %}<|im_start|>system\nTools:\
+    {% for tool in tools %}\n{{ tool | tojson }}{% endfor %}\n\
+    Call one as <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call>.<|im_end|>\n{% endif %}\
+    {% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}\
+    {% for call in m.tool_calls or [] %}<tool_call>\n{\"name\": \"{{ call.function.name }}\", \
+    \"arguments\": {{ call.function.arguments | tojson }}}\n</tool_call>{% endfor %}\
+    <|im_end|>\n{% endfor %}<|im_start|>assistant\n";
+
 /// A running `kindle serve`.
 pub struct Served {
     child: Child,
