@@ -572,6 +572,10 @@ async fn garbage_never_gets_a_5xx() {
         json!(true),
         json!(1.5),
         json!(u64::MAX),
+        json!([{"type": "function", "function": {"name": "f"}}]),
+        json!({"type": "function", "function": {"name": "f"}}),
+        json!({"enable_thinking": false}),
+        json!("required"),
     ];
     let fields = [
         "model",
@@ -599,6 +603,13 @@ async fn garbage_never_gets_a_5xx() {
         "stream_options",
         "max_completion_tokens",
         "samplers",
+        "echo",
+        "chat_template_kwargs",
+        "reasoning_format",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "guided_grammar",
     ];
     for path in ["/v1/completions", "/v1/chat/completions"] {
         for field in fields {
