@@ -464,6 +464,39 @@ fn tool_calls_come_back_as_tool_calls() {
     let (status, lines) = server.terminate();
     assert!(status.success(), "exit status {status:?}: {lines:?}");
 
+    // A template that asks for Llama 3's format: the whole reply one JSON call.
+    let llama = dir.path().join("llama3.jinja");
+    std::fs::write(
+        &llama,
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if tools and loop.last %}\
+         Respond in the format {\"name\": function name, \"parameters\": dictionary of \
+         argument name and its value}. Functions:\n{% for t in tools %}{{ t | tojson }}\n\
+         {% endfor %}{% endif %}{{ m.content }}<|im_end|>\n{% endfor %}<|im_start|>assistant\n",
+    )
+    .expect("writing the template");
+    let server = Served::start(
+        &model,
+        &[
+            "-c",
+            "1024",
+            "-t",
+            "2",
+            "--chat-template-file",
+            llama.to_str().unwrap(),
+        ],
+    );
+    let (status, reply) = server.post("/v1/chat/completions", &ask(json!({})));
+    assert_eq!(status, 200, "{reply}");
+    let choice = &reply["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{reply}");
+    let call = &choice["message"]["tool_calls"][0];
+    assert_eq!(call["function"]["name"], "get_weather", "{reply}");
+    let arguments: Value =
+        serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+    assert!(arguments["city"].is_string(), "{arguments}");
+    let (status, lines) = server.terminate();
+    assert!(status.success(), "exit status {status:?}: {lines:?}");
+
     // A template that never reads `tools` refuses them rather than ignoring them.
     let server = Served::start(&model, &["-c", "512", "-t", "2"]);
     let (status, refused) = server.post("/v1/chat/completions", &ask(json!({})));

@@ -207,6 +207,8 @@ const CLOSE: char = '\u{F8F1}';
 /// A compiled chat template.
 pub struct ChatTemplate {
     env: Environment<'static>,
+    /// The template's text.
+    source: String,
     bos_token: String,
     eos_token: String,
     /// Extra variables of every render ([`with_vars`](Self::with_vars)).
@@ -264,10 +266,12 @@ impl ChatTemplate {
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
-        env.add_template_owned(TEMPLATE_NAME, source.into())
+        let source = source.into();
+        env.add_template_owned(TEMPLATE_NAME, source.clone())
             .map_err(ChatError::Compile)?;
         Ok(ChatTemplate {
             env,
+            source,
             bos_token: String::new(),
             eos_token: String::new(),
             vars: TemplateVars::default(),
@@ -321,13 +325,15 @@ impl ChatTemplate {
         Ok(self)
     }
 
+    /// The template's source text.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
     /// Whether the template's source mentions `name` as a word (a variable it may read, such
     /// as `tools`).
     pub fn mentions(&self, name: &str) -> bool {
-        let Ok(template) = self.env.get_template(TEMPLATE_NAME) else {
-            return false;
-        };
-        let source = template.source();
+        let source = self.source();
         let word = |c: char| c.is_alphanumeric() || c == '_';
         source.match_indices(name).any(|(at, _)| {
             let before = source[..at].chars().next_back();

@@ -30,6 +30,11 @@ pub trait TextCodec: TokenDecoder + Send + Sync + 'static {
         let _ = name;
         true
     }
+    /// How the model writes tool calls (from its chat template). By default Hermes'
+    /// `<tool_call>` blocks.
+    fn tool_format(&self) -> crate::tools::ToolFormat {
+        crate::tools::ToolFormat::Hermes
+    }
     /// One token's text for log-probability reports (special tokens rendered).
     fn token_text(&self, id: u32) -> String;
     /// The end-of-generation ids.

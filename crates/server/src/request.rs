@@ -193,7 +193,7 @@ pub fn generation_params(object: &Object, chat: bool) -> Result<GenerationParams
             "'kindle_trace' cannot trace mirostat (its truncation happens in its selection).",
         ));
     }
-    let mut guided = crate::guided::guided(object)?;
+    let guided = crate::guided::guided(object)?;
     let tools = if chat {
         crate::tools::tools(object)?
     } else {
@@ -207,17 +207,17 @@ pub fn generation_params(object: &Object, chat: bool) -> Result<GenerationParams
             _ => None,
         }
     };
-    if let Some(grammar) = tools.as_ref().and_then(crate::tools::Tools::grammar) {
-        if let Some((_, field)) = &guided {
-            return Err(ApiError::invalid(
-                "tool_choice",
-                format!(
-                    "'tool_choice' that asks for a call constrains the output, as '{field}' does: \
-                     send one of them."
-                ),
-            ));
-        }
-        guided = Some((crate::guided::Guided::Grammar(grammar), "tool_choice"));
+    // The grammar of a forced call is made once the model's call format is known (routes).
+    if tools.as_ref().is_some_and(crate::tools::Tools::forces_call)
+        && let Some((_, field)) = &guided
+    {
+        return Err(ApiError::invalid(
+            "tool_choice",
+            format!(
+                "'tool_choice' that asks for a call constrains the output, as '{field}' does: \
+                 send one of them."
+            ),
+        ));
     }
     let lookup = lookup(object, trace)?;
     Ok(GenerationParams {

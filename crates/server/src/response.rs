@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 use crate::codec::TextCodec;
 use crate::engine::Update;
 use crate::reasoning::{Delta, ReasoningSplitter};
-use crate::tools::{ToolCall, ToolStream, calls_json};
+use crate::tools::{ToolCall, ToolFormat, ToolStream, calls_json};
 
 /// Seconds since the Unix epoch.
 pub fn now_seconds() -> u64 {
@@ -344,10 +344,11 @@ impl<C: TextCodec> ChunkWriter<C> {
         }
     }
 
-    /// Parse each chat choice's reply for tool calls (see [`crate::tools`]): the text before
-    /// the first call streams, the calls go out whole at the end.
-    pub fn with_tools(mut self) -> Self {
-        self.tools = vec![ToolStream::default(); self.offsets.len()];
+    /// Parse each chat choice's reply for tool calls written in `format` (see
+    /// [`crate::tools`]): the text before the first call streams, the calls go out whole at
+    /// the end.
+    pub fn with_tools(mut self, format: ToolFormat) -> Self {
+        self.tools = vec![ToolStream::new(format); self.offsets.len()];
         self
     }
 

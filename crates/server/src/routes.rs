@@ -560,7 +560,15 @@ async fn generation<C: TextCodec>(
         return Err(ApiError::draining());
     }
     let object = read_json(&headers, body, state.config.max_body_bytes).await?;
-    let params = generation_params(&object, endpoint == Endpoint::Chat)?;
+    let mut params = generation_params(&object, endpoint == Endpoint::Chat)?;
+    // Calls in the format the model's template asks for; a forced call as its grammar.
+    let tool_format = state.codec.tool_format();
+    if let Some(tools) = params.tools.as_mut() {
+        tools.format = tool_format;
+        if let Some(grammar) = tools.grammar() {
+            params.guided = Some((crate::guided::Guided::Grammar(grammar), "tool_choice"));
+        }
+    }
     check_model(&state, params.model.as_deref())?;
     let (prompts, texts) = encode_prompts(&state, &object, endpoint, params.tools.as_ref())?;
     let parse_tools = params
@@ -610,7 +618,7 @@ async fn generation<C: TextCodec>(
             writer = writer.with_reasoning(in_reasoning);
         }
         if parse_tools {
-            writer = writer.with_tools();
+            writer = writer.with_tools(tool_format);
         }
         Ok(stream_response(writer, receiver, total))
     } else {
@@ -625,7 +633,7 @@ async fn generation<C: TextCodec>(
                 choice.text = answer;
             }
             if parse_tools {
-                let (text, calls) = crate::tools::parse_calls(&choice.text);
+                let (text, calls) = crate::tools::parse_calls_as(tool_format, &choice.text);
                 if !calls.is_empty() {
                     choice.text = text;
                     choice.tool_calls = calls;

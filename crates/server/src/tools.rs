@@ -26,6 +26,44 @@ pub const OPEN: &str = "<tool_call>";
 /// The tag that closes it.
 pub const CLOSE: &str = "</tool_call>";
 
+/// How a model writes its calls, judged from its chat template's text
+/// ([`ToolFormat::of_template`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ToolFormat {
+    /// `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks among text (Hermes:
+    /// Qwen2.5, Qwen3 and many fine-tunes).
+    #[default]
+    Hermes,
+    /// The whole reply one JSON object `{"name": ..., "parameters": {...}}` (or a list of
+    /// them), as Llama 3.1-3.3's templates ask for (after `<|python_tag|>`, which decoding
+    /// drops).
+    Llama3,
+}
+
+impl ToolFormat {
+    /// The format a chat template's source asks for: Hermes where it writes `<tool_call>`,
+    /// Llama 3's where it asks for `"parameters"` or names `<|python_tag|>`, else Hermes.
+    pub fn of_template(source: &str) -> Self {
+        if source.contains(OPEN) {
+            ToolFormat::Hermes
+        } else if source.contains("<|python_tag|>")
+            || source.contains("\"parameters\": dictionary of argument name")
+        {
+            ToolFormat::Llama3
+        } else {
+            ToolFormat::Hermes
+        }
+    }
+
+    /// The key a call's arguments go under.
+    fn arguments_key(self) -> &'static str {
+        match self {
+            ToolFormat::Hermes => "arguments",
+            ToolFormat::Llama3 => "parameters",
+        }
+    }
+}
+
 /// Which calls the model may or must make.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ToolChoice {
@@ -48,6 +86,8 @@ pub struct Tools {
     pub choice: ToolChoice,
     /// Whether a reply may make several calls (`parallel_tool_calls`, default true).
     pub parallel: bool,
+    /// How the model writes calls (set from the chat template; Hermes until then).
+    pub format: ToolFormat,
 }
 
 /// One call the model made.
@@ -158,6 +198,7 @@ pub fn tools(object: &Object) -> Result<Option<Tools>, ApiError> {
         list,
         choice,
         parallel,
+        format: ToolFormat::default(),
     }))
 }
 
@@ -176,8 +217,14 @@ impl Tools {
         self.choice != ToolChoice::None
     }
 
+    /// Whether the choice asks for a call (so the output is constrained to calls).
+    pub fn forces_call(&self) -> bool {
+        matches!(self.choice, ToolChoice::Required | ToolChoice::Named(_))
+    }
+
     /// For `required` or a named function, a Lark grammar (llguidance's dialect) of one or
-    /// more calls whose arguments follow the functions' `parameters` schemas.
+    /// more calls in the model's format whose arguments follow the functions' `parameters`
+    /// schemas.
     pub fn grammar(&self) -> Option<String> {
         let allowed: Vec<&Value> = match &self.choice {
             ToolChoice::None | ToolChoice::Auto => return None,
@@ -195,13 +242,14 @@ impl Tools {
                     Some(p) => p.clone(),
                     None => json!({"type": "object"}),
                 };
+                let key = self.format.arguments_key();
                 json!({
                     "type": "object",
                     "properties": {
                         "name": {"const": t["function"]["name"]},
-                        "arguments": parameters,
+                        key: parameters,
                     },
-                    "required": ["name", "arguments"],
+                    "required": ["name", key],
                     "additionalProperties": false,
                 })
             })
@@ -212,15 +260,59 @@ impl Tools {
             "x-guidance": {"whitespace_flexible": false, "item_separator": ", ",
                            "key_separator": ": "},
         });
-        let more = if self.parallel {
-            " (\"\\n\" call)*"
-        } else {
-            ""
-        };
-        Some(format!(
-            "start: call{more}\ncall: \"{OPEN}\\n\" body \"\\n{CLOSE}\"\nbody: %json {schema}\n"
-        ))
+        Some(match self.format {
+            ToolFormat::Hermes => {
+                let more = if self.parallel {
+                    " (\"\\n\" call)*"
+                } else {
+                    ""
+                };
+                format!(
+                    "start: call{more}\ncall: \"{OPEN}\\n\" body \"\\n{CLOSE}\"\n\
+                     body: %json {schema}\n"
+                )
+            }
+            // One object a reply (parallel calls are a Hermes feature here).
+            ToolFormat::Llama3 => format!("start: body\nbody: %json {schema}\n"),
+        })
     }
+}
+
+/// Split a reply into its text and its calls, in the model's format (see [`ToolFormat`]);
+/// no calls when the reply has none that parse.
+pub fn parse_calls_as(format: ToolFormat, text: &str) -> (String, Vec<ToolCall>) {
+    match format {
+        ToolFormat::Hermes => parse_calls(text),
+        ToolFormat::Llama3 => {
+            let body = text.trim();
+            let body = body.strip_prefix("<|python_tag|>").unwrap_or(body).trim();
+            let calls = match serde_json::from_str::<Value>(body) {
+                Ok(Value::Array(items)) => items.iter().map(llama3_call).collect(),
+                Ok(one @ Value::Object(_)) => llama3_call(&one).map(|c| vec![c]),
+                _ => None,
+            };
+            match calls {
+                Some(calls) if !calls.is_empty() => (String::new(), calls),
+                _ => (text.to_string(), Vec::new()),
+            }
+        }
+    }
+}
+
+/// A Llama 3 call: `{"name": ..., "parameters": {...}}` (or `"arguments"`).
+fn llama3_call(value: &Value) -> Option<ToolCall> {
+    let name = value.get("name")?.as_str()?.to_string();
+    let arguments = value.get("parameters").or_else(|| value.get("arguments"));
+    let arguments = match arguments {
+        Some(args @ Value::Object(_)) => args.to_string(),
+        Some(Value::String(text)) => {
+            let parsed: Value = serde_json::from_str(text).ok()?;
+            parsed.is_object().then(|| parsed.to_string())?
+        }
+        None => "{}".to_string(),
+        Some(_) => return None,
+    };
+    Some(ToolCall { name, arguments })
 }
 
 /// Split a reply into its text and its calls: every `<tool_call>` block whose body is a JSON
@@ -264,22 +356,50 @@ fn call_of(body: &str) -> Option<ToolCall> {
     Some(ToolCall { name, arguments })
 }
 
-/// Holds a streamed reply's text back from the first `<tool_call>` on (calls are sent whole,
-/// when the reply ends); the text before it streams as it comes, a tag split across tokens
-/// held until it is whole or not a tag.
+/// Holds a streamed reply's text back from its first call on (calls are sent whole, when the
+/// reply ends); the text before it streams as it comes. Hermes: from the first `<tool_call>`,
+/// a tag split across tokens held until it is whole or not a tag; Llama 3: the whole reply
+/// when it opens with `{` or `[`.
 #[derive(Debug, Clone, Default)]
 pub struct ToolStream {
+    format: ToolFormat,
     pending: String,
     /// Whether a call has begun: everything from there is kept for the end.
     calling: bool,
+    /// Llama 3: whether the reply's first character has been seen.
+    decided: bool,
 }
 
 impl ToolStream {
+    /// A stream of a reply whose calls are in `format`.
+    pub fn new(format: ToolFormat) -> Self {
+        ToolStream {
+            format,
+            ..ToolStream::default()
+        }
+    }
+
     /// The next piece of the reply's text; returns the text that streams now.
     pub fn push(&mut self, text: &str) -> String {
         self.pending.push_str(text);
         if self.calling {
             return String::new();
+        }
+        if self.format == ToolFormat::Llama3 {
+            if !self.decided {
+                match self.pending.trim_start().chars().next() {
+                    None => return String::new(),
+                    Some(c) => {
+                        self.decided = true;
+                        self.calling = c == '{' || c == '[';
+                    }
+                }
+            }
+            return if self.calling {
+                String::new()
+            } else {
+                std::mem::take(&mut self.pending)
+            };
         }
         if let Some(at) = self.pending.find(OPEN) {
             self.calling = true;
@@ -308,7 +428,7 @@ impl ToolStream {
             return (rest, Vec::new());
         }
         // Text after the calls (or the whole held text, when no call parses) still goes out.
-        match parse_calls(&rest) {
+        match parse_calls_as(self.format, &rest) {
             (text, calls) if !calls.is_empty() => (text, calls),
             _ => (rest, Vec::new()),
         }
@@ -386,6 +506,73 @@ mod tests {
             assert!(calls.is_empty(), "{text}");
             assert_eq!(rest, text.trim(), "{text}");
         }
+    }
+
+    #[test]
+    fn llama3_replies_are_one_json_call_or_text() {
+        let (text, calls) = parse_calls_as(
+            ToolFormat::Llama3,
+            " {\"name\": \"w\", \"parameters\": {\"city\": \"Oslo\"}}",
+        );
+        assert_eq!(text, "");
+        assert_eq!(
+            calls,
+            [ToolCall {
+                name: "w".into(),
+                arguments: r#"{"city":"Oslo"}"#.into()
+            }]
+        );
+        let (_, calls) = parse_calls_as(
+            ToolFormat::Llama3,
+            r#"[{"name": "a", "parameters": {}}, {"name": "b", "arguments": {"x": 1}}]"#,
+        );
+        assert_eq!(calls.len(), 2);
+        for text in [
+            "The weather is fine.",
+            "{\"city\": \"Oslo\"}",
+            "{\"name\": \"w\", \"parameters\": 3}",
+        ] {
+            assert_eq!(
+                parse_calls_as(ToolFormat::Llama3, text),
+                (text.to_string(), Vec::new())
+            );
+        }
+        // Streamed: held whole when it opens with a brace, else streamed as it comes.
+        let mut s = ToolStream::new(ToolFormat::Llama3);
+        assert_eq!(s.push("  "), "");
+        assert_eq!(s.push("{\"name\": \"w\", "), "");
+        assert_eq!(s.push("\"parameters\": {}}"), "");
+        assert_eq!(s.finish().1.len(), 1);
+        let mut s = ToolStream::new(ToolFormat::Llama3);
+        assert_eq!(s.push(" It is"), " It is");
+        assert_eq!(s.push(" {sunny}"), " {sunny}");
+        assert_eq!(s.finish(), (String::new(), Vec::new()));
+        // The format a template asks for.
+        assert_eq!(
+            ToolFormat::of_template("... <tool_call> ..."),
+            ToolFormat::Hermes
+        );
+        assert_eq!(
+            ToolFormat::of_template(
+                "Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and its value}."
+            ),
+            ToolFormat::Llama3
+        );
+        assert_eq!(ToolFormat::of_template("{{ tools }}"), ToolFormat::Hermes);
+        let t = tools(&crate::fields::parse_object(
+            br#"{"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required"}"#,
+        ).unwrap())
+        .unwrap()
+        .unwrap();
+        let llama = Tools {
+            format: ToolFormat::Llama3,
+            ..t
+        };
+        let grammar = llama.grammar().unwrap();
+        assert!(
+            grammar.starts_with("start: body") && grammar.contains("\"parameters\""),
+            "{grammar}"
+        );
     }
 
     #[test]

@@ -243,6 +243,10 @@ impl TextCodec for ServeCodec {
         self.template.mentions(name)
     }
 
+    fn tool_format(&self) -> kindle_server::tools::ToolFormat {
+        kindle_server::tools::ToolFormat::of_template(self.template.source())
+    }
+
     fn token_text(&self, id: u32) -> String {
         self.tokenizer.decode(&[id], false).unwrap_or_default()
     }
