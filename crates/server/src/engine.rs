@@ -76,7 +76,7 @@ pub struct Job {
     /// Decode speculatively with prompt lookup (`kindle_lookup_ngram`).
     pub lookup: Option<Lookup>,
     /// Score the prompt first and report its tokens with this many alternatives each
-    /// (`echo` with `logprobs`): see [`Update::Prompt`].
+    /// (`echo` with `logprobs`, `prompt_logprobs`): see [`Update::Prompt`].
     pub prompt_logprobs: Option<usize>,
 }
 
@@ -95,6 +95,9 @@ pub struct PromptToken {
     /// The most likely tokens at its place `(id, logprob)`, as many as asked for (empty for
     /// the first).
     pub top_logprobs: Vec<(u32, f32)>,
+    /// Its rank at its place: 1 + the number of tokens the model found strictly more likely
+    /// (`None` for the first).
+    pub rank: Option<u32>,
 }
 
 /// Candidates in a `kindle_trace` (the most likely raw, and after the chain).
@@ -597,6 +600,7 @@ fn score_chunk<M: PagedModel, C: TextCodec>(
             id: prompt[0],
             logprob: None,
             top_logprobs: Vec::new(),
+            rank: None,
         });
     }
     if n > 0 {
@@ -618,10 +622,13 @@ fn score_chunk<M: PagedModel, C: TextCodec>(
         for (i, row) in rows.chunks_exact(vocab).enumerate() {
             let pos = start + i;
             let score = score_row(row, pos, prompt[pos + 1], scoring.top);
+            let logit = row[score.next_token as usize];
+            let above = row.iter().filter(|&&x| x > logit).count();
             tokens.push(PromptToken {
                 id: score.next_token,
                 logprob: Some(score.logprob),
                 top_logprobs: score.top,
+                rank: Some(above as u32 + 1),
             });
         }
     }

@@ -39,6 +39,9 @@ pub struct GenerationParams {
     /// `reasoning_format` (chat only; `None`: the server's): whether the reply's reasoning is
     /// split into `reasoning_content`.
     pub reasoning: Option<crate::reasoning::ReasoningFormat>,
+    /// `prompt_logprobs` (vLLM's field): score every prompt token, with this many
+    /// alternatives each (not streamed).
+    pub prompt_logprobs: Option<usize>,
     /// `tools` and `tool_choice` (chat only).
     pub tools: Option<crate::tools::Tools>,
     /// `echo` (completions only): the response repeats the prompt before the completion, and
@@ -138,6 +141,14 @@ pub fn generation_params(object: &Object, chat: bool) -> Result<GenerationParams
     .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
     let n = integer(object, "n", 1, MAX_N)?.unwrap_or(1) as usize;
     let stream = boolean(object, "stream")?.unwrap_or(false);
+    let prompt_logprobs = integer(object, "prompt_logprobs", 0, 20)?.map(|n| n as usize);
+    if prompt_logprobs.is_some() && stream {
+        return Err(ApiError::invalid(
+            "prompt_logprobs",
+            "'prompt_logprobs' is not supported with 'stream' (ask without streaming, or use \
+             'echo' with 'logprobs' on /v1/completions).",
+        ));
+    }
     let include_usage = match field(object, "stream_options") {
         None => false,
         Some(Value::Object(options)) => {
@@ -233,6 +244,7 @@ pub fn generation_params(object: &Object, chat: bool) -> Result<GenerationParams
         guided,
         trace,
         reasoning,
+        prompt_logprobs,
         tools,
         echo,
         lookup,

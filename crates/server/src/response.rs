@@ -9,7 +9,7 @@ use kindle_sampling::TraceSummary;
 use serde_json::{Map, Value, json};
 
 use crate::codec::TextCodec;
-use crate::engine::Update;
+use crate::engine::{PromptToken, Update};
 use crate::reasoning::{Delta, ReasoningSplitter};
 use crate::tools::{ToolCall, ToolFormat, ToolStream, calls_json};
 
@@ -44,6 +44,9 @@ pub struct ResponseMeta {
     pub logprobs: bool,
     /// Whether chunks carry `"usage": null` and a last usage chunk follows.
     pub include_usage: bool,
+    /// `prompt_logprobs`: report every prompt token with this many alternatives (vLLM's
+    /// shape: per choice for completions, once for chat).
+    pub prompt_logprobs: Option<usize>,
 }
 
 impl ResponseMeta {
@@ -63,6 +66,7 @@ impl ResponseMeta {
             endpoint,
             logprobs,
             include_usage,
+            prompt_logprobs: None,
         }
     }
 
@@ -229,6 +233,8 @@ pub struct Choice {
     pub reasoning: Option<String>,
     /// A chat reply's tool calls, parsed out of `text` (see [`crate::tools`]).
     pub tool_calls: Vec<ToolCall>,
+    /// Its prompt's tokens, scored (`echo` with `logprobs`, `prompt_logprobs`).
+    pub prompt: Vec<PromptToken>,
     /// Its prompt's tokens.
     pub prompt_tokens: usize,
     /// Tokens generated.
@@ -260,12 +266,18 @@ pub fn body<C: TextCodec>(codec: &C, meta: &ResponseMeta, choices: &[Choice], n:
                 Value::Null
             };
             match meta.endpoint {
-                Endpoint::Completions => json!({
-                    "index": index,
-                    "text": choice.text,
-                    "logprobs": logprobs,
-                    "finish_reason": choice.finish_reason,
-                }),
+                Endpoint::Completions => {
+                    let mut value = json!({
+                        "index": index,
+                        "text": choice.text,
+                        "logprobs": logprobs,
+                        "finish_reason": choice.finish_reason,
+                    });
+                    if let Some(top) = meta.prompt_logprobs {
+                        value["prompt_logprobs"] = prompt_logprobs_json(codec, &choice.prompt, top);
+                    }
+                    value
+                }
                 Endpoint::Chat => {
                     let mut message =
                         json!({"role": "assistant", "content": choice.text, "refusal": null});
@@ -295,8 +307,41 @@ pub fn body<C: TextCodec>(codec: &C, meta: &ResponseMeta, choices: &[Choice], n:
         })
         .collect();
     let mut body = meta.envelope(false, values);
+    if meta.endpoint == Endpoint::Chat
+        && let (Some(top), Some(first)) = (meta.prompt_logprobs, choices.first())
+    {
+        // One prompt a chat request: vLLM reports it once, beside the choices.
+        body.insert(
+            "prompt_logprobs".into(),
+            prompt_logprobs_json(codec, &first.prompt, top),
+        );
+    }
     body.insert("usage".into(), usage.json());
     Value::Object(body)
+}
+
+/// vLLM's `prompt_logprobs`: for each prompt token, `null` for the first, else a map from
+/// token id to `{logprob, rank, decoded_token}` holding the prompt's token and the `top` most
+/// likely ones.
+pub fn prompt_logprobs_json<C: TextCodec>(codec: &C, prompt: &[PromptToken], top: usize) -> Value {
+    let entry = |logprob: f32, rank: Option<u32>, id: u32| json!({"logprob": logprob, "rank": rank, "decoded_token": codec.token_text(id)});
+    Value::Array(
+        prompt
+            .iter()
+            .map(|t| {
+                let Some(logprob) = t.logprob else {
+                    return Value::Null;
+                };
+                let mut map = Map::new();
+                map.insert(t.id.to_string(), entry(logprob, t.rank, t.id));
+                for (i, &(id, lp)) in t.top_logprobs.iter().take(top).enumerate() {
+                    map.entry(id.to_string())
+                        .or_insert_with(|| entry(lp, Some(i as u32 + 1), id));
+                }
+                Value::Object(map)
+            })
+            .collect(),
+    )
 }
 
 /// `data: {json}\n\n`.

@@ -525,7 +525,10 @@ fn jobs<C: TextCodec>(
             };
             out.push(Job {
                 constraint,
-                prompt_logprobs: params.logprobs.filter(|_| params.echo),
+                prompt_logprobs: params
+                    .logprobs
+                    .filter(|_| params.echo)
+                    .max(params.prompt_logprobs),
                 trace: params.trace,
                 lookup: params.lookup,
                 capacity: prompt.len() + max_new,
@@ -605,12 +608,13 @@ async fn generation<C: TextCodec>(
         state.metrics.queued.fetch_sub(total, Ordering::SeqCst);
         return Err(ApiError::draining());
     }
-    let meta = ResponseMeta::new(
+    let mut meta = ResponseMeta::new(
         endpoint,
         &state.config.model_name,
         params.logprobs.is_some(),
         params.include_usage,
     );
+    meta.prompt_logprobs = params.prompt_logprobs;
     if params.stream {
         let mut writer =
             ChunkWriter::new(Arc::clone(&state.codec), meta, total, params.n).with_echo(echo);
@@ -626,6 +630,17 @@ async fn generation<C: TextCodec>(
         for (index, choice) in choices.iter_mut().enumerate() {
             if let Some(prompt) = echo.get(index / params.n.max(1)) {
                 choice.text.insert_str(0, prompt);
+                // With logprobs, the prompt's tokens open the choice's (as many alternatives
+                // as `logprobs` asks for, whatever `prompt_logprobs` scored).
+                if let Some(top) = params.logprobs {
+                    let reports = choice.prompt.iter().map(|t| TokenReport {
+                        id: t.id,
+                        logprob: t.logprob,
+                        top: t.top_logprobs.iter().take(top).copied().collect(),
+                        trace: None,
+                    });
+                    choice.tokens.splice(0..0, reports.collect::<Vec<_>>());
+                }
             }
             if let Some(in_reasoning) = reasoning {
                 let (thought, answer) = crate::reasoning::split(&choice.text, in_reasoning);
@@ -669,17 +684,10 @@ async fn collect(
     let mut done = 0;
     while done < total {
         match receiver.recv().await {
-            // An echoed prompt's scored tokens come before the choice's first token.
+            // A scored prompt's tokens come before the choice's first token.
             Some(Update::Prompt { index, tokens }) => {
                 if let Some(choice) = choices.get_mut(index) {
-                    choice
-                        .tokens
-                        .extend(tokens.into_iter().map(|t| TokenReport {
-                            id: t.id,
-                            logprob: t.logprob,
-                            top: t.top_logprobs,
-                            trace: None,
-                        }));
+                    choice.prompt.extend(tokens);
                 }
             }
             Some(Update::Token {

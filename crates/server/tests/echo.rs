@@ -222,3 +222,92 @@ async fn a_long_echoed_prompt_is_scored_in_chunks_and_streams_as_it_answers() {
     assert_eq!(text, format!("the cat{completion}"));
     server.stop().await;
 }
+
+/// The rank the fake model gives `id` after `history`: 1 + the tokens strictly more likely.
+fn expected_rank(history: &[u32], id: u32) -> u64 {
+    let row = common::HashModel::row(history);
+    1 + row.iter().filter(|&&x| x > row[id as usize]).count() as u64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prompt_logprobs_score_the_prompt_of_both_endpoints() {
+    let server = TestServer::start(config(), Duration::ZERO).await;
+    let prompt = "a cat sat";
+    let ids = prompt_ids(prompt);
+    // vLLM's shape: `null`, then per token a map from ids to {logprob, rank, decoded_token}
+    // with the prompt's token and the top ones.
+    let check = |lp: &Value, ids: &[u32], top: usize| {
+        let list = lp.as_array().unwrap();
+        assert_eq!(list.len(), ids.len(), "{lp}");
+        assert!(list[0].is_null());
+        for i in 1..ids.len() {
+            let map = list[i].as_object().unwrap();
+            let own = &map[&ids[i].to_string()];
+            let (want, tops) = expected_score(&ids[..i], ids[i], top);
+            assert!(
+                (own["logprob"].as_f64().unwrap() - want).abs() < 1e-5,
+                "{own}"
+            );
+            assert_eq!(own["rank"], expected_rank(&ids[..i], ids[i]));
+            assert_eq!(
+                own["decoded_token"],
+                kindle_server::TextCodec::token_text(&Letters, ids[i])
+            );
+            assert!(map.len() == top || map.len() == top + 1, "{map:?}");
+            for (text, want) in tops {
+                let found = map
+                    .values()
+                    .find(|e| e["decoded_token"] == text.as_str())
+                    .unwrap_or_else(|| panic!("{text:?} in {map:?}"));
+                assert!((found["logprob"].as_f64().unwrap() - want).abs() < 1e-5);
+            }
+        }
+    };
+    let (status, body) = server
+        .post(
+            "/v1/completions",
+            &json!({"prompt": prompt, "max_tokens": 2, "temperature": 0, "prompt_logprobs": 2}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    check(&body["choices"][0]["prompt_logprobs"], &ids, 2);
+    assert!(body["choices"][0]["logprobs"].is_null());
+
+    // Chat: the rendered conversation's tokens, once beside the choices.
+    let (status, body) = server
+        .post(
+            "/v1/chat/completions",
+            &json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+                    "temperature": 0, "prompt_logprobs": 1}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    check(
+        &body["prompt_logprobs"],
+        &prompt_ids("user:hi\nassistant:"),
+        1,
+    );
+
+    // With echo and logprobs too, the echoed tokens keep `logprobs`' alternatives.
+    let (_, body) = server
+        .post(
+            "/v1/completions",
+            &json!({"prompt": prompt, "max_tokens": 0, "echo": true, "logprobs": 1,
+                    "prompt_logprobs": 3}),
+        )
+        .await;
+    let lp = &body["choices"][0]["logprobs"];
+    assert_eq!(lp["top_logprobs"][1].as_object().unwrap().len(), 1, "{lp}");
+    check(&body["choices"][0]["prompt_logprobs"], &ids, 3);
+
+    // Not streamed.
+    let (status, body) = server
+        .post(
+            "/v1/completions",
+            &json!({"prompt": prompt, "stream": true, "prompt_logprobs": 1}),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["param"], "prompt_logprobs");
+    server.stop().await;
+}
