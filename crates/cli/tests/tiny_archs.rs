@@ -448,6 +448,18 @@ fn tiny_qwen3_from_hf_and_gguf_matches_the_reference() {
     });
 }
 
+/// Every position's logits of `tokens` from the GGUF form of `t` with weights `w` (host
+/// kernels).
+fn gguf_logits(t: &Tiny, w: &Tensors, tokens: &[u32]) -> Vec<Vec<f32>> {
+    let model = Llama::from_gguf_with(
+        &gguf(t, w),
+        &OpenDevice::flex().device,
+        LoadOptions::new(WeightFormat::Quantized),
+    )
+    .unwrap();
+    run(&model, tokens).0
+}
+
 #[test]
 fn a_planted_error_in_the_reference_is_caught() {
     // The comparison can fail: a reference whose RoPE turns the other way is far off.
@@ -457,13 +469,7 @@ fn a_planted_error_in_the_reference_is_caught() {
     };
     let w = random_weights(&t, 7);
     let tokens: Vec<u32> = (0..6).collect();
-    let model = Llama::from_gguf_with(
-        &gguf(&t, &w),
-        &OpenDevice::flex().device,
-        LoadOptions::new(WeightFormat::Quantized),
-    )
-    .unwrap();
-    let (all, _) = run(&model, &tokens);
+    let all = gguf_logits(&t, &w, &tokens);
     let wrong = Tiny {
         theta: 1.0 / t.theta,
         ..t
@@ -481,13 +487,7 @@ fn a_qwen3_reference_without_its_head_norms_is_caught() {
     };
     let w = random_weights(&t, 11);
     let tokens: Vec<u32> = (0..6).collect();
-    let model = Llama::from_gguf_with(
-        &gguf(&t, &w),
-        &OpenDevice::flex().device,
-        LoadOptions::new(WeightFormat::Quantized),
-    )
-    .unwrap();
-    let (all, _) = run(&model, &tokens);
+    let all = gguf_logits(&t, &w, &tokens);
     assert!(worst(&all, &reference(&t, &w, &tokens)) < 1e-4);
     let mut without = w.clone();
     without.retain(|name, _| !name.ends_with("_norm.weight") || !name.contains("self_attn"));
