@@ -128,7 +128,7 @@ impl ReasoningSplitter {
                         self.state = State::Content;
                         continue;
                     }
-                    let keep = held_back(&self.pending);
+                    let keep = partial_tag(&self.pending, CLOSE);
                     let cut = self.pending.len() - keep;
                     out.reasoning.push_str(&self.pending[..cut]);
                     self.pending.drain(..cut);
@@ -159,14 +159,15 @@ impl ReasoningSplitter {
     }
 }
 
-/// Bytes at the end of `text` that may begin the closing tag.
-fn held_back(text: &str) -> usize {
-    (1..CLOSE.len())
+/// Bytes at the end of `text` that may begin `tag` (a streamed text holds them back until
+/// the next piece shows whether the tag follows).
+pub(crate) fn partial_tag(text: &str, tag: &str) -> usize {
+    (1..tag.len())
         .rev()
         .find(|&n| {
             text.len() >= n
                 && text.is_char_boundary(text.len() - n)
-                && CLOSE.starts_with(&text[text.len() - n..])
+                && tag.starts_with(&text[text.len() - n..])
         })
         .unwrap_or(0)
 }

@@ -178,7 +178,8 @@ pub fn logprobs_json<C: TextCodec>(
             value
         }
         Endpoint::Chat => {
-            let entry = |id: u32, logprob: f32| {
+            // Chat reports no prompt tokens: every logprob is a number.
+            let entry = |id: u32, logprob: Option<f32>| {
                 let text = codec.token_text(id);
                 let bytes: Vec<u8> = text.as_bytes().to_vec();
                 json!({"token": text, "logprob": logprob, "bytes": bytes})
@@ -186,8 +187,12 @@ pub fn logprobs_json<C: TextCodec>(
             let content: Vec<Value> = tokens
                 .iter()
                 .map(|token| {
-                    let mut value = entry(token.id, token.logprob.unwrap_or(f32::NAN));
-                    let top: Vec<Value> = token.top.iter().map(|&(id, lp)| entry(id, lp)).collect();
+                    let mut value = entry(token.id, token.logprob);
+                    let top: Vec<Value> = token
+                        .top
+                        .iter()
+                        .map(|&(id, lp)| entry(id, Some(lp)))
+                        .collect();
                     value["top_logprobs"] = Value::Array(top);
                     if let Some(trace) = &token.trace {
                         value["kindle_trace"] = trace_json(codec, trace);

@@ -301,8 +301,14 @@ pub fn parse_calls_as(format: ToolFormat, text: &str) -> (String, Vec<ToolCall>)
 
 /// A Llama 3 call: `{"name": ..., "parameters": {...}}` (or `"arguments"`).
 fn llama3_call(value: &Value) -> Option<ToolCall> {
-    let name = value.get("name")?.as_str()?.to_string();
     let arguments = value.get("parameters").or_else(|| value.get("arguments"));
+    call(value, arguments)
+}
+
+/// A call from a JSON object's string `name` and its `arguments` (an object, or JSON text of
+/// one; none: `{}`), the arguments compacted to JSON text.
+fn call(value: &Value, arguments: Option<&Value>) -> Option<ToolCall> {
+    let name = value.get("name")?.as_str()?.to_string();
     let arguments = match arguments {
         Some(args @ Value::Object(_)) => args.to_string(),
         Some(Value::String(text)) => {
@@ -343,17 +349,7 @@ pub fn parse_calls(text: &str) -> (String, Vec<ToolCall>) {
 
 fn call_of(body: &str) -> Option<ToolCall> {
     let value: Value = serde_json::from_str(body).ok()?;
-    let name = value.get("name")?.as_str()?.to_string();
-    let arguments = match value.get("arguments") {
-        Some(Value::String(text)) => {
-            let parsed: Value = serde_json::from_str(text).ok()?;
-            parsed.is_object().then(|| parsed.to_string())?
-        }
-        Some(args @ Value::Object(_)) => args.to_string(),
-        None => "{}".to_string(),
-        Some(_) => return None,
-    };
-    Some(ToolCall { name, arguments })
+    call(&value, value.get("arguments"))
 }
 
 /// Holds a streamed reply's text back from its first call on (calls are sent whole, when the
@@ -407,14 +403,7 @@ impl ToolStream {
             self.pending.drain(..at);
             return out;
         }
-        let keep = (1..OPEN.len())
-            .rev()
-            .find(|&n| {
-                self.pending.len() >= n
-                    && self.pending.is_char_boundary(self.pending.len() - n)
-                    && OPEN.starts_with(&self.pending[self.pending.len() - n..])
-            })
-            .unwrap_or(0);
+        let keep = crate::reasoning::partial_tag(&self.pending, OPEN);
         let cut = self.pending.len() - keep;
         let out = self.pending[..cut].to_string();
         self.pending.drain(..cut);

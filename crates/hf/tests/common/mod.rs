@@ -190,7 +190,8 @@ pub fn tiny_gguf(arch: &str, pre: &str) -> GgufFile {
                 MetadataValue::F32(1e-6),
             );
     }
-    if arch == "qwen3" {
+    // The head width stated, as Qwen3's and Gemma-3's converters write it.
+    if arch == "qwen3" || arch == "gemma3" {
         w = w
             .metadata(
                 key("attention.key_length"),
@@ -203,14 +204,6 @@ pub fn tiny_gguf(arch: &str, pre: &str) -> GgufFile {
     }
     if arch == "gemma3" {
         w = w
-            .metadata(
-                key("attention.key_length"),
-                MetadataValue::U32(HEAD_DIM as u32),
-            )
-            .metadata(
-                key("attention.value_length"),
-                MetadataValue::U32(HEAD_DIM as u32),
-            )
             .metadata(key("attention.sliding_window"), MetadataValue::U32(16))
             .metadata(key("rope.freq_base_swa"), MetadataValue::F32(10000.0))
             .metadata(
