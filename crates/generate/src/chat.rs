@@ -41,10 +41,12 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use minijinja::syntax::SyntaxConfig;
-use minijinja::{Environment, Error as JinjaError, ErrorKind, Value};
+use minijinja::{Environment, Error as JinjaError, Value};
+
+mod functions;
+mod tojson;
 
 /// Why a chat template could not be compiled or rendered.
 #[derive(Debug, thiserror::Error)]
@@ -88,7 +90,7 @@ pub const BUILT_IN_VARIABLES: [&str; 4] = [
 /// # Ok::<(), kindle_generate::chat::ChatError>(())
 /// ```
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct TemplateVars(BTreeMap<String, Value>);
+pub struct TemplateVars(BTreeMap<String, serde_json::Value>);
 
 impl TemplateVars {
     /// The entries of a JSON object (any JSON values: booleans, numbers, strings, lists,
@@ -104,7 +106,7 @@ impl TemplateVars {
                      extra variables"
                 )));
             }
-            vars.insert(key.clone(), Value::from(minijinja::value::Serde(value)));
+            vars.insert(key.clone(), value.clone());
         }
         Ok(TemplateVars(vars))
     }
@@ -141,8 +143,9 @@ pub struct ChatMessage {
     /// The text, never parsed for control tokens.
     pub content: String,
     /// Other fields the template sees on the message (an assistant turn's `tool_calls`, a
-    /// tool result's `tool_call_id` and `name`), as JSON values. Their strings go into the
-    /// template's text as they are.
+    /// tool result's `tool_call_id` and `name`), as JSON values. Protected texts in their
+    /// strings stay text as in a content
+    /// ([`with_protected_texts`](ChatTemplate::with_protected_texts)).
     pub fields: BTreeMap<String, serde_json::Value>,
 }
 
@@ -241,6 +244,21 @@ impl Protected {
         out.push_str(&content[at..]);
         out
     }
+
+    /// `value` with [`escape`](Self::escape) applied to every string in it, keys included.
+    fn escape_json(&self, value: &serde_json::Value) -> serde_json::Value {
+        use serde_json::Value as J;
+        match value {
+            J::String(s) => J::String(self.escape(s)),
+            J::Array(items) => J::Array(items.iter().map(|v| self.escape_json(v)).collect()),
+            J::Object(map) => J::Object(
+                map.iter()
+                    .map(|(k, v)| (self.escape(k), self.escape_json(v)))
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -264,8 +282,9 @@ impl ChatTemplate {
             .map_err(ChatError::Compile)?;
         env.set_syntax(syntax);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        env.add_function("raise_exception", raise_exception);
-        env.add_function("strftime_now", strftime_now);
+        env.add_function("raise_exception", functions::raise_exception);
+        env.add_function("strftime_now", functions::strftime_now);
+        env.add_filter("tojson", tojson::tojson);
         let source = source.into();
         env.add_template_owned(TEMPLATE_NAME, source.clone())
             .map_err(ChatError::Compile)?;
@@ -389,27 +408,53 @@ impl ChatTemplate {
         self.render_parts_with(messages, add_generation_prompt, &TemplateVars::default())
     }
 
-    /// [`render_parts`](Self::render_parts) with extra variables (`vars`).
+    /// [`render_parts`](Self::render_parts) with extra variables (`vars`: a request's, so
+    /// protected texts in their strings stay text as in a content; those of
+    /// [`with_vars`](Self::with_vars) are the program's and go in as they are).
     pub fn render_parts_with(
         &self,
         messages: &[ChatMessage],
         add_generation_prompt: bool,
         vars: &TemplateVars,
     ) -> Result<Vec<ChatPart>, ChatError> {
-        let (contents, texts): (Vec<String>, Vec<&str>) = match &self.protected {
-            Some(p) => (
-                messages.iter().map(|m| p.escape(&m.content)).collect(),
-                p.texts.iter().map(String::as_str).collect(),
-            ),
-            None => (
-                (0..messages.len())
+        let rendered = match &self.protected {
+            Some(p) => {
+                // Every string the conversation brings (contents, a call's arguments, a tool
+                // result's name, the request's tools and variables) with its control texts
+                // as markers.
+                let escaped: Vec<ChatMessage> = messages
+                    .iter()
+                    .map(|m| ChatMessage {
+                        role: m.role.clone(),
+                        content: p.escape(&m.content),
+                        fields: m
+                            .fields
+                            .iter()
+                            .map(|(k, v)| (k.clone(), p.escape_json(v)))
+                            .collect(),
+                    })
+                    .collect();
+                let vars = TemplateVars(
+                    vars.0
+                        .iter()
+                        .map(|(k, v)| (k.clone(), p.escape_json(v)))
+                        .collect(),
+                );
+                let contents: Vec<&str> = escaped.iter().map(|m| m.content.as_str()).collect();
+                self.render_contents(&escaped, &contents, add_generation_prompt, &vars)?
+            }
+            None => {
+                let contents: Vec<String> = (0..messages.len())
                     .map(|i| format!("{OPEN}{i}{CLOSE}"))
-                    .collect(),
-                messages.iter().map(|m| m.content.as_str()).collect(),
-            ),
+                    .collect();
+                let refs: Vec<&str> = contents.iter().map(String::as_str).collect();
+                self.render_contents(messages, &refs, add_generation_prompt, vars)?
+            }
         };
-        let refs: Vec<&str> = contents.iter().map(String::as_str).collect();
-        let rendered = self.render_contents(messages, &refs, add_generation_prompt, vars)?;
+        let texts: Vec<&str> = match &self.protected {
+            Some(p) => p.texts.iter().map(String::as_str).collect(),
+            None => messages.iter().map(|m| m.content.as_str()).collect(),
+        };
         let mut parts = Vec::new();
         let mut rest = rendered.as_str();
         while let Some(start) = rest.find(OPEN) {
@@ -459,7 +504,7 @@ impl ChatTemplate {
         let mut ctx: BTreeMap<&str, Value> = vars
             .0
             .iter()
-            .map(|(k, v)| (k.as_str(), v.clone()))
+            .map(|(k, v)| (k.as_str(), Value::from(minijinja::value::Serde(v))))
             .collect();
         ctx.insert("messages", Value::from(messages));
         ctx.insert("add_generation_prompt", Value::from(add_generation_prompt));
@@ -496,94 +541,6 @@ pub fn encode_parts<E>(
         }
     }
     Ok(ids)
-}
-
-fn raise_exception(message: String) -> Result<Value, JinjaError> {
-    Err(JinjaError::new(ErrorKind::InvalidOperation, message))
-}
-
-/// `strftime_now(format)`: the current UTC time; supports `%Y %m %d %e %b %B %a %A %H %M %S %y
-/// %j %%` (enough for the date lines of Llama 3 templates).
-fn strftime_now(format: String) -> String {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    strftime(&format, secs)
-}
-
-fn strftime(format: &str, unix_secs: u64) -> String {
-    const MONTHS: [&str; 12] = [
-        "January",
-        "February",
-        "March",
-        "April",
-        "May",
-        "June",
-        "July",
-        "August",
-        "September",
-        "October",
-        "November",
-        "December",
-    ];
-    const DAYS: [&str; 7] = [
-        "Thursday",
-        "Friday",
-        "Saturday",
-        "Sunday",
-        "Monday",
-        "Tuesday",
-        "Wednesday",
-    ];
-    let days = (unix_secs / 86_400) as i64;
-    let tod = unix_secs % 86_400;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
-    let cumulative = [0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334];
-    let yday = cumulative[(month - 1) as usize] + day + i64::from(leap && month > 2);
-    let month_name = MONTHS[(month - 1) as usize];
-    let weekday = DAYS[days.rem_euclid(7) as usize];
-
-    let mut out = String::new();
-    let mut chars = format.chars();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('Y') => out.push_str(&year.to_string()),
-            Some('y') => out.push_str(&format!("{:02}", year % 100)),
-            Some('m') => out.push_str(&format!("{month:02}")),
-            Some('d') => out.push_str(&format!("{day:02}")),
-            Some('e') => out.push_str(&format!("{day:2}")),
-            Some('j') => out.push_str(&format!("{yday:03}")),
-            Some('b') => out.push_str(&month_name[..3]),
-            Some('B') => out.push_str(month_name),
-            Some('a') => out.push_str(&weekday[..3]),
-            Some('A') => out.push_str(weekday),
-            Some('H') => out.push_str(&format!("{:02}", tod / 3600)),
-            Some('M') => out.push_str(&format!("{:02}", tod / 60 % 60)),
-            Some('S') => out.push_str(&format!("{:02}", tod % 60)),
-            Some('%') => out.push('%'),
-            Some(other) => {
-                out.push('%');
-                out.push(other);
-            }
-            None => out.push('%'),
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -657,19 +614,6 @@ mod tests {
             ChatTemplate::new("{% for %}"),
             Err(ChatError::Compile(_))
         ));
-    }
-
-    #[test]
-    fn strftime_formats_dates() {
-        // 2024-07-26 13:05:09 UTC, a Friday.
-        let t = 1_722_000_000 - 1_722_000_000 % 86_400 + 13 * 3600 + 5 * 60 + 9;
-        assert_eq!(strftime("%d %b %Y", t), "26 Jul 2024");
-        assert_eq!(
-            strftime("%A %B %e %H:%M:%S %j %%", t),
-            "Friday July 26 13:05:09 208 %"
-        );
-        assert_eq!(strftime("%Y-%m-%d", 0), "1970-01-01");
-        assert_eq!(strftime("%Y-%m-%d", 951_782_400), "2000-02-29");
     }
 
     #[test]
@@ -768,5 +712,54 @@ mod tests {
         let plain = ChatTemplate::new(DROPS_THINKING).unwrap();
         let parts = plain.render_parts(&messages, false).unwrap();
         assert_eq!(parts[3], ChatPart::Content(messages[1].content.clone()));
+    }
+
+    /// Tools and a tool call through a template in the style of Qwen2.5's, against the text
+    /// Python's `jinja2` renders with `transformers`' settings and `tojson` (keys in the
+    /// request's order, `<`, `&` and `'` as they are).
+    #[test]
+    fn tools_and_calls_render_as_transformers_and_their_control_texts_stay_text() {
+        let tools = serde_json::json!([{"type": "function", "function": {
+            "name": "calc", "description": "Compare a < b & c's",
+            "parameters": {"type": "object", "properties": {"expr": {"type": "string"}},
+                           "required": ["expr"]}}}]);
+        let call = serde_json::json!([{"type": "function", "function": {
+            "name": "calc", "arguments": {"expr": "2<3", "note": "<|im_end|>"}}}]);
+        let messages = [
+            ChatMessage::user("Is 2<3?"),
+            ChatMessage::assistant("").with_field("tool_calls", call),
+        ];
+        let mut vars = serde_json::Map::new();
+        vars.insert("tools".into(), tools);
+        let vars = TemplateVars::from_json(&vars).unwrap();
+        let template = ChatTemplate::new(include_str!("chat/tools_test.jinja")).unwrap();
+        let python = "<|im_start|>system\n# Tools\n\n<tools>\n{\"type\": \"function\", \
+            \"function\": {\"name\": \"calc\", \"description\": \"Compare a < b & c's\", \
+            \"parameters\": {\"type\": \"object\", \"properties\": {\"expr\": {\"type\": \
+            \"string\"}}, \"required\": [\"expr\"]}}}</tools><|im_end|>\n<|im_start|>user\n\
+            Is 2<3?<|im_end|>\n<|im_start|>assistant<tool_call>\n{\"name\": \"calc\", \
+            \"arguments\": {\"expr\": \"2<3\", \"note\": \"<|im_end|>\"}}\n</tool_call>\
+            <|im_end|>\n";
+        assert_eq!(
+            template.render_with(&messages, false, &vars).unwrap(),
+            python
+        );
+        // A control text in a call's arguments (or in the request's tools) is text.
+        let protected = template
+            .with_protected_texts(["<|im_start|>", "<|im_end|>"])
+            .unwrap();
+        let parts = protected
+            .render_parts_with(&messages, false, &vars)
+            .unwrap();
+        let contents: Vec<&str> = parts
+            .iter()
+            .filter_map(|p| match p {
+                ChatPart::Content(c) => Some(c.as_str()),
+                ChatPart::Template(_) => None,
+            })
+            .collect();
+        assert_eq!(contents, ["<|im_end|>"]);
+        let joined: String = parts.iter().map(ChatPart::text).collect();
+        assert_eq!(joined, python);
     }
 }
