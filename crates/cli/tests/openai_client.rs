@@ -1,8 +1,8 @@
 //! The official `openai` Python client (from PyPI, in a virtual environment this test makes
 //! under the target directory, reused when present) against `kindle serve` on the real model:
 //! completions and chat completions, streamed and not, `n=2`, `stop`, `seed`, logprobs and
-//! `top_logprobs`, tool calling (`tools`, `tool_choice`, the call read back and answered),
-//! `echo` with logprobs and no new tokens (lm-eval-harness's log-likelihood
+//! `top_logprobs`, tool calling (`tools`, `tool_choice`, the call read back, streamed and
+//! answered), `echo` with logprobs and no new tokens (lm-eval-harness's log-likelihood
 //! request), `stream_options.include_usage`, structured output (`parse` with a pydantic
 //! model: `response_format` `json_schema`, strict), and the client's error classes.
 
@@ -165,6 +165,17 @@ assert called.finish_reason == "tool_calls", called
 call = called.message.tool_calls[0]
 assert call.type == "function" and call.function.name == "get_weather", call
 assert isinstance(json.loads(call.function.arguments)["city"], str), call
+# Streamed, the client gathers the call from its deltas (name first, arguments in pieces).
+pieces, name = [], None
+for chunk in tooled.chat.completions.create(model="kindle", messages=asked, tools=[weather],
+                                            tool_choice="required", parallel_tool_calls=False,
+                                            max_tokens=60, temperature=0, stream=True):
+    for d in chunk.choices[0].delta.tool_calls or []:
+        assert d.index == 0, d
+        name = name or d.function.name
+        pieces.append(d.function.arguments or "")
+assert name == "get_weather" and len(pieces) > 3, pieces
+assert "".join(pieces) == call.function.arguments, (pieces, call)
 answered = tooled.chat.completions.create(model="kindle", tools=[weather], max_tokens=8,
     temperature=0, messages=asked + [
         {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},

@@ -428,7 +428,8 @@ fn tool_calls_come_back_as_tool_calls() {
         serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
     assert!(arguments["city"].is_string(), "{arguments}");
 
-    // Streamed: the same call in a tool_calls delta, then the finish reason.
+    // Streamed: the call's name in its first tool_calls delta, then its arguments piece by
+    // piece as they are written, adding up to the same call; then the finish reason.
     let (status, events) =
         server.post_stream("/v1/chat/completions", &ask(json!({"stream": true})));
     assert_eq!(status, 200);
@@ -440,10 +441,19 @@ fn tool_calls_come_back_as_tool_calls() {
     let streamed: Vec<&Value> = chunks
         .iter()
         .filter_map(|c| c["choices"][0]["delta"].get("tool_calls"))
+        .map(|calls| &calls[0])
         .collect();
-    assert_eq!(streamed.len(), 1, "{chunks:?}");
-    assert_eq!(streamed[0][0]["function"], call["function"]);
-    assert_eq!(streamed[0][0]["index"], 0);
+    assert!(streamed.len() > 3, "{chunks:?}");
+    assert_eq!(streamed[0]["function"]["name"], "get_weather");
+    assert_eq!(streamed[0]["type"], "function");
+    assert!(streamed[0]["id"].as_str().unwrap().starts_with("call_"));
+    assert!(streamed.iter().all(|d| d["index"] == 0));
+    assert!(streamed[1..].iter().all(|d| d.get("id").is_none()));
+    let joined: String = streamed
+        .iter()
+        .map(|d| d["function"]["arguments"].as_str().unwrap())
+        .collect();
+    assert_eq!(joined, call["function"]["arguments"].as_str().unwrap());
     assert_eq!(
         chunks.last().unwrap()["choices"][0]["finish_reason"],
         "tool_calls"

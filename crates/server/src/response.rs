@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 use crate::codec::TextCodec;
 use crate::engine::{PromptToken, Update};
 use crate::reasoning::{Delta, ReasoningSplitter};
-use crate::tools::{ToolCall, ToolFormat, ToolStream, calls_json};
+use crate::tools::{ToolCall, ToolDelta, ToolFormat, ToolStream, calls_json, deltas_json};
 
 /// Seconds since the Unix epoch.
 pub fn now_seconds() -> u64 {
@@ -298,7 +298,7 @@ pub fn body<C: TextCodec>(codec: &C, meta: &ResponseMeta, choices: &[Choice], n:
                         if choice.text.is_empty() {
                             message["content"] = Value::Null;
                         }
-                        message["tool_calls"] = calls_json(&choice.tool_calls, false);
+                        message["tool_calls"] = calls_json(&choice.tool_calls);
                         finish = json!("tool_calls");
                     }
                     json!({
@@ -395,16 +395,16 @@ impl<C: TextCodec> ChunkWriter<C> {
     }
 
     /// Parse each chat choice's reply for tool calls written in `format` (see
-    /// [`crate::tools`]): the text before the first call streams, the calls go out whole at
-    /// the end.
+    /// [`crate::tools`]): the text before the first call streams, each call as `tool_calls`
+    /// deltas as it is written (its name, then its arguments piece by piece).
     pub fn with_tools(mut self, format: ToolFormat) -> Self {
         self.tools = vec![ToolStream::new(format); self.offsets.len()];
         self
     }
 
-    /// A reply's piece of text split into reasoning and answer (and the answer held back from
-    /// a tool call on), when the writer splits; `None` when it does not.
-    fn split(&mut self, index: usize, text: &str) -> Option<Delta> {
+    /// A reply's piece of text split into reasoning and answer, and the answer into text and
+    /// tool-call deltas, when the writer splits; `None` when it does not.
+    fn split(&mut self, index: usize, text: &str) -> Option<(Delta, Vec<ToolDelta>)> {
         if self.reasoning.is_empty() && self.tools.is_empty() {
             return None;
         }
@@ -415,10 +415,14 @@ impl<C: TextCodec> ChunkWriter<C> {
                 content: text.to_string(),
             },
         };
+        let mut calls = Vec::new();
         if let Some(tools) = self.tools.get_mut(index) {
-            delta.content = tools.push(&delta.content);
+            let out = tools.push(&delta.content);
+            delta.content = out.content;
+            calls = out.calls;
+            self.called[index] |= tools.called();
         }
-        Some(delta)
+        Some((delta, calls))
     }
 
     /// Split each chat choice's reasoning into `reasoning_content` deltas (`in_reasoning`:
@@ -447,10 +451,10 @@ impl<C: TextCodec> ChunkWriter<C> {
         }))
     }
 
-    /// A chat chunk whose delta carries a reply's tool calls.
-    fn calls_chunk(&self, index: usize, calls: &[ToolCall]) -> String {
-        let delta = json!({"tool_calls": calls_json(calls, true)});
-        self.delta_chunk(index, delta, Value::Null)
+    /// A chat chunk whose delta carries pieces of a reply's tool calls.
+    fn calls_chunk(&self, index: usize, calls: &[ToolDelta], logprobs: Value) -> String {
+        let delta = json!({"tool_calls": deltas_json(calls)});
+        self.delta_chunk(index, delta, logprobs)
     }
 
     /// A chat chunk whose delta carries `delta`'s reasoning and answer text.
@@ -566,25 +570,26 @@ impl<C: TextCodec> ChunkWriter<C> {
             };
             let mut calls = Vec::new();
             if let Some(tools) = self.tools.get_mut(index) {
-                let mut content = tools.push(&rest.content);
-                let (text, made) = tools.finish();
-                content.push_str(&text);
-                rest.content = content;
-                calls = made;
+                let mut held = tools.push(&rest.content);
+                let last = tools.finish();
+                held.content.push_str(&last.content);
+                held.calls.extend(last.calls);
+                rest.content = held.content;
+                calls = held.calls;
+                self.called[index] |= tools.called();
             }
             if !rest.is_empty() {
                 out.push(self.reasoning_chunk(index, &rest, Value::Null));
             }
             if !calls.is_empty() {
-                self.called[index] = true;
-                out.push(self.calls_chunk(index, &calls));
+                out.push(self.calls_chunk(index, &calls, Value::Null));
             }
         }
-        out.extend(self.update_chunk(update));
+        out.extend(self.update_chunks(update));
         out
     }
 
-    fn update_chunk(&mut self, update: Update) -> Option<String> {
+    fn update_chunks(&mut self, update: Update) -> Vec<String> {
         match update {
             Update::Prompt { index, tokens } => {
                 let text = self.take_echo(index);
@@ -602,7 +607,7 @@ impl<C: TextCodec> ChunkWriter<C> {
                 } else {
                     Value::Null
                 };
-                Some(self.chunk(index, &text, logprobs, None))
+                vec![self.chunk(index, &text, logprobs, None)]
             }
             Update::Token {
                 index,
@@ -612,13 +617,13 @@ impl<C: TextCodec> ChunkWriter<C> {
                 top_logprobs,
                 trace,
             } => {
-                let delta = self.split(index, &text);
-                let nothing = match &delta {
-                    Some(delta) => delta.is_empty(),
+                let split = self.split(index, &text);
+                let nothing = match &split {
+                    Some((delta, calls)) => delta.is_empty() && calls.is_empty(),
                     None => text.is_empty(),
                 };
                 if nothing && !self.meta.logprobs {
-                    return None;
+                    return Vec::new();
                 }
                 let logprobs = if self.meta.logprobs {
                     let token = TokenReport {
@@ -631,9 +636,19 @@ impl<C: TextCodec> ChunkWriter<C> {
                 } else {
                     Value::Null
                 };
-                match delta {
-                    Some(delta) => Some(self.reasoning_chunk(index, &delta, logprobs)),
-                    None => Some(self.chunk(index, &text, logprobs, None)),
+                match split {
+                    // Calls alone: the token's logprobs go with them.
+                    Some((delta, calls)) if delta.is_empty() && !calls.is_empty() => {
+                        vec![self.calls_chunk(index, &calls, logprobs)]
+                    }
+                    Some((delta, calls)) => {
+                        let mut out = vec![self.reasoning_chunk(index, &delta, logprobs)];
+                        if !calls.is_empty() {
+                            out.push(self.calls_chunk(index, &calls, Value::Null));
+                        }
+                        out
+                    }
+                    None => vec![self.chunk(index, &text, logprobs, None)],
                 }
             }
             Update::Done {
@@ -651,11 +666,11 @@ impl<C: TextCodec> ChunkWriter<C> {
                 } else {
                     finish_reason(reason)
                 };
-                Some(self.chunk(index, "", Value::Null, Some(reason)))
+                vec![self.chunk(index, "", Value::Null, Some(reason))]
             }
-            Update::Error { message, .. } => Some(sse(&json!({
+            Update::Error { message, .. } => vec![sse(&json!({
                 "error": {"message": message, "type": "server_error", "param": null, "code": null}
-            }))),
+            }))],
         }
     }
 

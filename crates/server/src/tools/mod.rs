@@ -13,13 +13,16 @@
 //!     parse_calls("Let me look.\n<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>");
 //! assert_eq!(content, "Let me look.");
 //! assert_eq!(calls[0].name, "weather");
-//! assert_eq!(calls[0].arguments, r#"{"city":"Oslo"}"#);
+//! assert_eq!(calls[0].arguments, r#"{"city": "Oslo"}"#); // as the model wrote them
 //! ```
 
 use serde_json::{Map, Value, json};
 
 use crate::error::ApiError;
 use crate::fields::{Object, expected, field};
+
+mod stream;
+pub use stream::{StreamOut, ToolDelta, ToolStream};
 
 /// The tag that opens a call.
 pub const OPEN: &str = "<tool_call>";
@@ -286,9 +289,14 @@ pub fn parse_calls_as(format: ToolFormat, text: &str) -> (String, Vec<ToolCall>)
         ToolFormat::Llama3 => {
             let body = text.trim();
             let body = body.strip_prefix("<|python_tag|>").unwrap_or(body).trim();
+            let keys = argument_keys(format);
             let calls = match serde_json::from_str::<Value>(body) {
-                Ok(Value::Array(items)) => items.iter().map(llama3_call).collect(),
-                Ok(one @ Value::Object(_)) => llama3_call(&one).map(|c| vec![c]),
+                // Each of a list's calls as compact JSON text.
+                Ok(Value::Array(items)) => items
+                    .iter()
+                    .map(|item| call_of(&item.to_string(), keys))
+                    .collect(),
+                Ok(Value::Object(_)) => call_of(body, keys).map(|c| vec![c]),
                 _ => None,
             };
             match calls {
@@ -299,24 +307,34 @@ pub fn parse_calls_as(format: ToolFormat, text: &str) -> (String, Vec<ToolCall>)
     }
 }
 
-/// A Llama 3 call: `{"name": ..., "parameters": {...}}` (or `"arguments"`).
-fn llama3_call(value: &Value) -> Option<ToolCall> {
-    let arguments = value.get("parameters").or_else(|| value.get("arguments"));
-    call(value, arguments)
+/// The keys a call's arguments may be under, in `format`.
+fn argument_keys(format: ToolFormat) -> &'static [&'static str] {
+    match format {
+        ToolFormat::Hermes => &["arguments"],
+        ToolFormat::Llama3 => &["parameters", "arguments"],
+    }
 }
 
-/// A call from a JSON object's string `name` and its `arguments` (an object, or JSON text of
-/// one; none: `{}`), the arguments compacted to JSON text.
-fn call(value: &Value, arguments: Option<&Value>) -> Option<ToolCall> {
+/// A call from the text of a JSON object with a string `name` and its arguments under one of
+/// `keys` (an object, or JSON text of one; none: `{}`). The arguments are the object's text
+/// as the model wrote it (what a stream sends piece by piece).
+fn call_of(body: &str, keys: &[&str]) -> Option<ToolCall> {
+    let value: Value = serde_json::from_str(body).ok()?;
     let name = value.get("name")?.as_str()?.to_string();
-    let arguments = match arguments {
-        Some(args @ Value::Object(_)) => args.to_string(),
-        Some(Value::String(text)) => {
-            let parsed: Value = serde_json::from_str(text).ok()?;
-            parsed.is_object().then(|| parsed.to_string())?
-        }
+    let scan = stream::scan_call(body, keys)?;
+    let arguments = match scan.arguments {
         None => "{}".to_string(),
-        Some(_) => return None,
+        Some((start, end)) => {
+            let raw = &body[start..end?];
+            match serde_json::from_str::<Value>(raw).ok()? {
+                Value::Object(_) => raw.to_string(),
+                Value::String(text) => {
+                    let parsed: Value = serde_json::from_str(&text).ok()?;
+                    parsed.is_object().then(|| text.trim().to_string())?
+                }
+                _ => return None,
+            }
+        }
     };
     Some(ToolCall { name, arguments })
 }
@@ -334,7 +352,10 @@ pub fn parse_calls(text: &str) -> (String, Vec<ToolCall>) {
         let Some(end) = text[body_start..].find(CLOSE).map(|i| body_start + i) else {
             break;
         };
-        match call_of(text[body_start..end].trim()) {
+        match call_of(
+            text[body_start..end].trim(),
+            argument_keys(ToolFormat::Hermes),
+        ) {
             Some(call) => {
                 rest.push_str(&text[at..start]);
                 calls.push(call);
@@ -345,83 +366,6 @@ pub fn parse_calls(text: &str) -> (String, Vec<ToolCall>) {
     }
     rest.push_str(&text[at..]);
     (rest.trim().to_string(), calls)
-}
-
-fn call_of(body: &str) -> Option<ToolCall> {
-    let value: Value = serde_json::from_str(body).ok()?;
-    call(&value, value.get("arguments"))
-}
-
-/// Holds a streamed reply's text back from its first call on (calls are sent whole, when the
-/// reply ends); the text before it streams as it comes. Hermes: from the first `<tool_call>`,
-/// a tag split across tokens held until it is whole or not a tag; Llama 3: the whole reply
-/// when it opens with `{` or `[`.
-#[derive(Debug, Clone, Default)]
-pub struct ToolStream {
-    format: ToolFormat,
-    pending: String,
-    /// Whether a call has begun: everything from there is kept for the end.
-    calling: bool,
-    /// Llama 3: whether the reply's first character has been seen.
-    decided: bool,
-}
-
-impl ToolStream {
-    /// A stream of a reply whose calls are in `format`.
-    pub fn new(format: ToolFormat) -> Self {
-        ToolStream {
-            format,
-            ..ToolStream::default()
-        }
-    }
-
-    /// The next piece of the reply's text; returns the text that streams now.
-    pub fn push(&mut self, text: &str) -> String {
-        self.pending.push_str(text);
-        if self.calling {
-            return String::new();
-        }
-        if self.format == ToolFormat::Llama3 {
-            if !self.decided {
-                match self.pending.trim_start().chars().next() {
-                    None => return String::new(),
-                    Some(c) => {
-                        self.decided = true;
-                        self.calling = c == '{' || c == '[';
-                    }
-                }
-            }
-            return if self.calling {
-                String::new()
-            } else {
-                std::mem::take(&mut self.pending)
-            };
-        }
-        if let Some(at) = self.pending.find(OPEN) {
-            self.calling = true;
-            let out = self.pending[..at].to_string();
-            self.pending.drain(..at);
-            return out;
-        }
-        let keep = crate::reasoning::partial_tag(&self.pending, OPEN);
-        let cut = self.pending.len() - keep;
-        let out = self.pending[..cut].to_string();
-        self.pending.drain(..cut);
-        out
-    }
-
-    /// The end of the reply: the text still to send and the calls.
-    pub fn finish(&mut self) -> (String, Vec<ToolCall>) {
-        let rest = std::mem::take(&mut self.pending);
-        if !self.calling {
-            return (rest, Vec::new());
-        }
-        // Text after the calls (or the whole held text, when no call parses) still goes out.
-        match parse_calls_as(self.format, &rest) {
-            (text, calls) if !calls.is_empty() => (text, calls),
-            _ => (rest, Vec::new()),
-        }
-    }
 }
 
 /// A call's id, unique within the process (`call_` and 24 hexadecimal digits).
@@ -435,22 +379,34 @@ pub fn call_id() -> String {
     format!("call_{t:016x}{n:08x}")
 }
 
-/// The `tool_calls` of a message (or, with `index`es, of a streamed delta).
-pub fn calls_json(calls: &[ToolCall], streamed: bool) -> Value {
+/// The `tool_calls` of a message.
+pub fn calls_json(calls: &[ToolCall]) -> Value {
     Value::Array(
         calls
             .iter()
-            .enumerate()
-            .map(|(i, call)| {
-                let mut v = json!({
+            .map(|call| {
+                json!({
                     "id": call_id(),
                     "type": "function",
                     "function": {"name": call.name, "arguments": call.arguments},
-                });
-                if streamed {
-                    v["index"] = json!(i);
-                }
-                v
+                })
+            })
+            .collect(),
+    )
+}
+
+/// The `tool_calls` of a streamed delta: a call's first piece with its `id`, `type` and
+/// name, later pieces with `index` and arguments text only (OpenAI's shape).
+pub fn deltas_json(deltas: &[ToolDelta]) -> Value {
+    Value::Array(
+        deltas
+            .iter()
+            .map(|d| match &d.header {
+                Some((id, name)) => json!({
+                    "index": d.index, "id": id, "type": "function",
+                    "function": {"name": name, "arguments": d.arguments},
+                }),
+                None => json!({"index": d.index, "function": {"arguments": d.arguments}}),
             })
             .collect(),
     )
@@ -476,11 +432,11 @@ mod tests {
             [
                 ToolCall {
                     name: "a".into(),
-                    arguments: r#"{"x":1}"#.into()
+                    arguments: r#"{"x": 1}"#.into()
                 },
                 ToolCall {
                     name: "b".into(),
-                    arguments: r#"{"y":[2]}"#.into()
+                    arguments: r#"{"y": [2]}"#.into()
                 },
             ]
         );
@@ -508,7 +464,7 @@ mod tests {
             calls,
             [ToolCall {
                 name: "w".into(),
-                arguments: r#"{"city":"Oslo"}"#.into()
+                arguments: r#"{"city": "Oslo"}"#.into()
             }]
         );
         let (_, calls) = parse_calls_as(
@@ -526,16 +482,11 @@ mod tests {
                 (text.to_string(), Vec::new())
             );
         }
-        // Streamed: held whole when it opens with a brace, else streamed as it comes.
+        // Streamed: a reply that is prose streams as it comes.
         let mut s = ToolStream::new(ToolFormat::Llama3);
-        assert_eq!(s.push("  "), "");
-        assert_eq!(s.push("{\"name\": \"w\", "), "");
-        assert_eq!(s.push("\"parameters\": {}}"), "");
-        assert_eq!(s.finish().1.len(), 1);
-        let mut s = ToolStream::new(ToolFormat::Llama3);
-        assert_eq!(s.push(" It is"), " It is");
-        assert_eq!(s.push(" {sunny}"), " {sunny}");
-        assert_eq!(s.finish(), (String::new(), Vec::new()));
+        assert_eq!(s.push(" It is").content, " It is");
+        assert_eq!(s.push(" {sunny}").content, " {sunny}");
+        assert_eq!(s.finish(), StreamOut::default());
         // The format a template asks for.
         assert_eq!(
             ToolFormat::of_template("... <tool_call> ..."),
@@ -562,24 +513,6 @@ mod tests {
             grammar.starts_with("start: body") && grammar.contains("\"parameters\""),
             "{grammar}"
         );
-    }
-
-    #[test]
-    fn a_stream_holds_back_from_the_first_call() {
-        let mut s = ToolStream::default();
-        assert_eq!(s.push("Sure. <tool"), "Sure. ");
-        assert_eq!(s.push("_call>{\"name\": \"a\", "), "");
-        assert_eq!(s.push("\"arguments\": {}}</tool_call>"), "");
-        let (rest, calls) = s.finish();
-        assert_eq!((rest.as_str(), calls.len()), ("", 1));
-        let mut s = ToolStream::default();
-        assert_eq!(s.push("a <to"), "a ");
-        assert_eq!(s.push("y> b"), "<toy> b");
-        assert_eq!(s.finish(), (String::new(), Vec::new()));
-        // A block that does not parse goes out as it was written.
-        let mut s = ToolStream::default();
-        assert_eq!(s.push("x <tool_call>oops"), "x ");
-        assert_eq!(s.finish(), ("<tool_call>oops".to_string(), Vec::new()));
     }
 
     #[test]
