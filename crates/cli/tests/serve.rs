@@ -379,6 +379,20 @@ fn a_reply_that_opens_with_think_has_its_reasoning_split_out() {
     assert!(status.success(), "exit status {status:?}: {lines:?}");
 }
 
+/// Mistral v0.3's tool-calling turns, on SmolLM2's text: tools before the last user turn,
+/// calls as a list after `[TOOL_CALLS]`, ids checked as Mistral's template checks them.
+const MISTRAL_TEMPLATE: &str = "{%- for m in messages %}\
+    {%- if m.role == 'user' %}{% if tools and loop.last %}[AVAILABLE_TOOLS] {{ tools | tojson }}\
+    [/AVAILABLE_TOOLS]{% endif %}[INST] {{ m.content }}[/INST]\
+    {%- elif m.role == 'assistant' and m.tool_calls %}[TOOL_CALLS] [\
+    {%- for c in m.tool_calls %}{% if c.id is not defined or c.id | length != 9 %}\
+    {{ raise_exception('Tool call IDs should be alphanumeric strings with length 9!') }}{% endif %}\
+    {\"name\": \"{{ c.function.name }}\", \"arguments\": {{ c.function.arguments | tojson }}, \
+    \"id\": \"{{ c.id }}\"}{% if not loop.last %}, {% endif %}{% endfor %}]</s>\
+    {%- elif m.role == 'tool' %}[TOOL_RESULTS] {\"content\": {{ m.content | tojson }}, \
+    \"call_id\": \"{{ m.tool_call_id }}\"}[/TOOL_RESULTS]\
+    {%- else %}{{ m.content }}</s>{% endif %}{%- endfor %}";
+
 #[test]
 fn tool_calls_come_back_as_tool_calls() {
     let Some(model) = common::real_model() else {
@@ -504,6 +518,59 @@ fn tool_calls_come_back_as_tool_calls() {
     let arguments: Value =
         serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
     assert!(arguments["city"].is_string(), "{arguments}");
+    let (status, lines) = server.terminate();
+    assert!(status.success(), "exit status {status:?}: {lines:?}");
+
+    // A template in the style of Mistral v0.3's: the reply a list after `[TOOL_CALLS]`, and
+    // call ids that must be nine letters and digits when the call comes back.
+    let mistral = dir.path().join("mistral.jinja");
+    std::fs::write(&mistral, MISTRAL_TEMPLATE).expect("writing the template");
+    let server = Served::start(
+        &model,
+        &[
+            "-c",
+            "1024",
+            "-t",
+            "2",
+            "--chat-template-file",
+            mistral.to_str().unwrap(),
+        ],
+    );
+    let (status, reply) = server.post("/v1/chat/completions", &ask(json!({})));
+    assert_eq!(status, 200, "{reply}");
+    let call = &reply["choices"][0]["message"]["tool_calls"][0];
+    assert_eq!(call["function"]["name"], "get_weather", "{reply}");
+    let id = call["id"].as_str().unwrap();
+    assert!(
+        id.len() == 9 && id.chars().all(|c| c.is_ascii_alphanumeric()),
+        "{id}"
+    );
+    let (status, events) =
+        server.post_stream("/v1/chat/completions", &ask(json!({"stream": true})));
+    assert_eq!(status, 200);
+    let pieces: Vec<Value> = events
+        .iter()
+        .filter(|e| *e != "[DONE]")
+        .filter_map(|e| {
+            let chunk: Value = serde_json::from_str(e).unwrap();
+            chunk["choices"][0]["delta"]["tool_calls"][0]
+                .as_object()
+                .map(|d| Value::Object(d.clone()))
+        })
+        .collect();
+    assert!(pieces.len() > 3, "{pieces:?}");
+    let joined: String = pieces
+        .iter()
+        .map(|d| d["function"]["arguments"].as_str().unwrap())
+        .collect();
+    assert_eq!(joined, call["function"]["arguments"].as_str().unwrap());
+    let turn = json!({"messages": [
+        user,
+        {"role": "assistant", "content": null, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": id, "content": "Sunny, 21 C"},
+    ], "tools": tools, "max_tokens": 8, "temperature": 0});
+    let (status, next) = server.post("/v1/chat/completions", &turn);
+    assert_eq!(status, 200, "{next}");
     let (status, lines) = server.terminate();
     assert!(status.success(), "exit status {status:?}: {lines:?}");
 

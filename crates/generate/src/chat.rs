@@ -46,7 +46,10 @@ use minijinja::syntax::SyntaxConfig;
 use minijinja::{Environment, Error as JinjaError, Value};
 
 mod functions;
+mod markers;
 mod tojson;
+
+use markers::{CLOSE, OPEN};
 
 /// Why a chat template could not be compiled or rendered.
 #[derive(Debug, thiserror::Error)]
@@ -203,9 +206,6 @@ impl ChatPart {
 }
 
 const TEMPLATE_NAME: &str = "chat";
-/// Placeholder delimiters: private-use characters no tokenizer or user is expected to produce.
-const OPEN: char = '\u{F8F0}';
-const CLOSE: char = '\u{F8F1}';
 
 /// A compiled chat template.
 pub struct ChatTemplate {

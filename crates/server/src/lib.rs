@@ -45,6 +45,7 @@ pub mod request;
 pub mod response;
 mod routes;
 mod server;
+pub mod tool_stream;
 pub mod tools;
 
 pub use codec::TextCodec;

@@ -11,7 +11,8 @@ use serde_json::{Map, Value, json};
 use crate::codec::TextCodec;
 use crate::engine::{PromptToken, Update};
 use crate::reasoning::{Delta, ReasoningSplitter};
-use crate::tools::{ToolCall, ToolDelta, ToolFormat, ToolStream, calls_json, deltas_json};
+use crate::tool_stream::{ToolDelta, ToolStream, deltas_json};
+use crate::tools::{ToolCall, ToolFormat, calls_json};
 
 /// Seconds since the Unix epoch.
 pub fn now_seconds() -> u64 {

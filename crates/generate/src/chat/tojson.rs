@@ -16,6 +16,8 @@ use std::fmt::Write;
 use minijinja::value::{Kwargs, ValueKind};
 use minijinja::{Error, ErrorKind, Value};
 
+use super::markers::{CLOSE, OPEN};
+
 /// How one `tojson` call writes.
 struct Style {
     ensure_ascii: bool,
@@ -191,7 +193,7 @@ fn write_str(out: &mut String, s: &str, style: &Style) {
             c if (c as u32) < 0x20 => {
                 let _ = write!(out, "\\u{:04x}", c as u32);
             }
-            c if style.ensure_ascii && !c.is_ascii() && c != super::OPEN && c != super::CLOSE => {
+            c if style.ensure_ascii && !c.is_ascii() && c != OPEN && c != CLOSE => {
                 let mut units = [0u16; 2];
                 for unit in c.encode_utf16(&mut units) {
                     let _ = write!(out, "\\u{unit:04x}");

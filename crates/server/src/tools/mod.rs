@@ -21,8 +21,7 @@ use serde_json::{Map, Value, json};
 use crate::error::ApiError;
 use crate::fields::{Object, expected, field};
 
-mod stream;
-pub use stream::{StreamOut, ToolDelta, ToolStream};
+pub(crate) mod scan;
 
 /// The tag that opens a call.
 pub const OPEN: &str = "<tool_call>";
@@ -41,14 +40,22 @@ pub enum ToolFormat {
     /// them), as Llama 3.1-3.3's templates ask for (after `<|python_tag|>`, which decoding
     /// drops).
     Llama3,
+    /// The whole reply a JSON list of `{"name": ..., "arguments": {...}}` after the
+    /// `[TOOL_CALLS]` control token (which decoding drops), as Mistral's v0.3 templates (Mistral
+    /// 7B Instruct v0.3, Mixtral, Mistral Nemo) ask for; call ids are nine letters and digits,
+    /// which those templates check.
+    Mistral,
 }
 
 impl ToolFormat {
     /// The format a chat template's source asks for: Hermes where it writes `<tool_call>`,
-    /// Llama 3's where it asks for `"parameters"` or names `<|python_tag|>`, else Hermes.
+    /// Mistral's where it writes `[TOOL_CALLS]`, Llama 3's where it asks for `"parameters"` or
+    /// names `<|python_tag|>`, else Hermes.
     pub fn of_template(source: &str) -> Self {
         if source.contains(OPEN) {
             ToolFormat::Hermes
+        } else if source.contains("[TOOL_CALLS]") {
+            ToolFormat::Mistral
         } else if source.contains("<|python_tag|>")
             || source.contains("\"parameters\": dictionary of argument name")
         {
@@ -61,8 +68,34 @@ impl ToolFormat {
     /// The key a call's arguments go under.
     fn arguments_key(self) -> &'static str {
         match self {
-            ToolFormat::Hermes => "arguments",
+            ToolFormat::Hermes | ToolFormat::Mistral => "arguments",
             ToolFormat::Llama3 => "parameters",
+        }
+    }
+
+    /// A new call's id: OpenAI's `call_` and 24 hexadecimal digits, or for Mistral nine
+    /// letters and digits (its templates refuse any other).
+    pub fn call_id(self) -> String {
+        let id = call_id();
+        match self {
+            ToolFormat::Mistral => {
+                // The unique part of `call_id`, folded into nine base-62 digits.
+                let n = u64::from_str_radix(&id[5..], 16).unwrap_or(0)
+                    ^ u64::from_str_radix(&id[21..], 16)
+                        .unwrap_or(0)
+                        .rotate_left(40);
+                const DIGITS: &[u8] =
+                    b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+                let mut n = n;
+                (0..9)
+                    .map(|_| {
+                        let d = DIGITS[(n % 62) as usize] as char;
+                        n /= 62;
+                        d
+                    })
+                    .collect()
+            }
+            _ => id,
         }
     }
 }
@@ -96,6 +129,8 @@ pub struct Tools {
 /// One call the model made.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolCall {
+    /// Its id (see [`ToolFormat::call_id`]).
+    pub id: String,
     /// The function's name.
     pub name: String,
     /// Its arguments, as JSON text (OpenAI's `function.arguments`).
@@ -277,6 +312,10 @@ impl Tools {
             }
             // One object a reply (parallel calls are a Hermes feature here).
             ToolFormat::Llama3 => format!("start: body\nbody: %json {schema}\n"),
+            ToolFormat::Mistral => {
+                let more = if self.parallel { " (\", \" body)*" } else { "" };
+                format!("start: \"[\" body{more} \"]\"\nbody: %json {schema}\n")
+            }
         })
     }
 }
@@ -286,17 +325,20 @@ impl Tools {
 pub fn parse_calls_as(format: ToolFormat, text: &str) -> (String, Vec<ToolCall>) {
     match format {
         ToolFormat::Hermes => parse_calls(text),
-        ToolFormat::Llama3 => {
+        ToolFormat::Llama3 | ToolFormat::Mistral => {
             let body = text.trim();
-            let body = body.strip_prefix("<|python_tag|>").unwrap_or(body).trim();
-            let keys = argument_keys(format);
+            let body = ["<|python_tag|>", "[TOOL_CALLS]"]
+                .iter()
+                .fold(body, |b, tag| b.strip_prefix(tag).unwrap_or(b))
+                .trim();
             let calls = match serde_json::from_str::<Value>(body) {
-                // Each of a list's calls as compact JSON text.
-                Ok(Value::Array(items)) => items
-                    .iter()
-                    .map(|item| call_of(&item.to_string(), keys))
-                    .collect(),
-                Ok(Value::Object(_)) => call_of(body, keys).map(|c| vec![c]),
+                Ok(Value::Array(_)) => scan::list_items(body).and_then(|items| {
+                    items
+                        .into_iter()
+                        .map(|(start, end)| call_of(&body[start..end], format))
+                        .collect()
+                }),
+                Ok(Value::Object(_)) => call_of(body, format).map(|c| vec![c]),
                 _ => None,
             };
             match calls {
@@ -308,9 +350,9 @@ pub fn parse_calls_as(format: ToolFormat, text: &str) -> (String, Vec<ToolCall>)
 }
 
 /// The keys a call's arguments may be under, in `format`.
-fn argument_keys(format: ToolFormat) -> &'static [&'static str] {
+pub(crate) fn argument_keys(format: ToolFormat) -> &'static [&'static str] {
     match format {
-        ToolFormat::Hermes => &["arguments"],
+        ToolFormat::Hermes | ToolFormat::Mistral => &["arguments"],
         ToolFormat::Llama3 => &["parameters", "arguments"],
     }
 }
@@ -318,10 +360,11 @@ fn argument_keys(format: ToolFormat) -> &'static [&'static str] {
 /// A call from the text of a JSON object with a string `name` and its arguments under one of
 /// `keys` (an object, or JSON text of one; none: `{}`). The arguments are the object's text
 /// as the model wrote it (what a stream sends piece by piece).
-fn call_of(body: &str, keys: &[&str]) -> Option<ToolCall> {
+fn call_of(body: &str, format: ToolFormat) -> Option<ToolCall> {
+    let keys = argument_keys(format);
     let value: Value = serde_json::from_str(body).ok()?;
     let name = value.get("name")?.as_str()?.to_string();
-    let scan = stream::scan_call(body, keys)?;
+    let scan = scan::scan_call(body, keys)?;
     let arguments = match scan.arguments {
         None => "{}".to_string(),
         Some((start, end)) => {
@@ -336,7 +379,11 @@ fn call_of(body: &str, keys: &[&str]) -> Option<ToolCall> {
             }
         }
     };
-    Some(ToolCall { name, arguments })
+    Some(ToolCall {
+        id: format.call_id(),
+        name,
+        arguments,
+    })
 }
 
 /// Split a reply into its text and its calls: every `<tool_call>` block whose body is a JSON
@@ -352,10 +399,7 @@ pub fn parse_calls(text: &str) -> (String, Vec<ToolCall>) {
         let Some(end) = text[body_start..].find(CLOSE).map(|i| body_start + i) else {
             break;
         };
-        match call_of(
-            text[body_start..end].trim(),
-            argument_keys(ToolFormat::Hermes),
-        ) {
+        match call_of(text[body_start..end].trim(), ToolFormat::Hermes) {
             Some(call) => {
                 rest.push_str(&text[at..start]);
                 calls.push(call);
@@ -386,27 +430,10 @@ pub fn calls_json(calls: &[ToolCall]) -> Value {
             .iter()
             .map(|call| {
                 json!({
-                    "id": call_id(),
+                    "id": call.id,
                     "type": "function",
                     "function": {"name": call.name, "arguments": call.arguments},
                 })
-            })
-            .collect(),
-    )
-}
-
-/// The `tool_calls` of a streamed delta: a call's first piece with its `id`, `type` and
-/// name, later pieces with `index` and arguments text only (OpenAI's shape).
-pub fn deltas_json(deltas: &[ToolDelta]) -> Value {
-    Value::Array(
-        deltas
-            .iter()
-            .map(|d| match &d.header {
-                Some((id, name)) => json!({
-                    "index": d.index, "id": id, "type": "function",
-                    "function": {"name": name, "arguments": d.arguments},
-                }),
-                None => json!({"index": d.index, "function": {"arguments": d.arguments}}),
             })
             .collect(),
     )
@@ -420,6 +447,56 @@ mod tests {
         crate::fields::parse_object(text.as_bytes()).unwrap()
     }
 
+    fn named(calls: &[ToolCall]) -> Vec<(&str, &str)> {
+        calls
+            .iter()
+            .map(|c| (c.name.as_str(), c.arguments.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn mistral_replies_are_a_list_of_calls_with_nine_character_ids() {
+        let template = "{% if tools %}[AVAILABLE_TOOLS] {{ tools | tojson }}[/AVAILABLE_TOOLS]\
+                        {% endif %}... [TOOL_CALLS] {{ calls | tojson }}";
+        assert_eq!(ToolFormat::of_template(template), ToolFormat::Mistral);
+        let reply = r#" [{"name": "a", "arguments": {"x": 1}}, {"name": "b", "arguments": {}}]"#;
+        let (text, calls) = parse_calls_as(ToolFormat::Mistral, reply);
+        assert_eq!(text, "");
+        assert_eq!(named(&calls), [("a", r#"{"x": 1}"#), ("b", "{}")]);
+        let (_, shown) = parse_calls_as(ToolFormat::Mistral, &format!("[TOOL_CALLS]{reply}"));
+        assert_eq!(named(&shown), named(&calls));
+        let ids: std::collections::HashSet<String> =
+            (0..1000).map(|_| ToolFormat::Mistral.call_id()).collect();
+        assert_eq!(ids.len(), 1000);
+        assert!(
+            ids.iter()
+                .all(|id| id.len() == 9 && id.chars().all(|c| c.is_ascii_alphanumeric())),
+            "{ids:?}"
+        );
+        // Not calls: prose, a list of other things.
+        for text in ["Sunny.", "[1, 2]", r#"[{"name": "a", "arguments": {}}, 3]"#] {
+            assert_eq!(
+                parse_calls_as(ToolFormat::Mistral, text),
+                (text.to_string(), Vec::new())
+            );
+        }
+        let t = tools(&obj(
+            r#"{"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required"}"#,
+        ))
+        .unwrap()
+        .unwrap();
+        let mistral = Tools {
+            format: ToolFormat::Mistral,
+            ..t
+        };
+        let grammar = mistral.grammar().unwrap();
+        assert!(
+            grammar.starts_with("start: \"[\" body (\", \" body)* \"]\"")
+                && grammar.contains("\"arguments\""),
+            "{grammar}"
+        );
+    }
+
     #[test]
     fn calls_are_parsed_and_the_rest_is_text() {
         let (text, calls) = parse_calls(
@@ -428,18 +505,15 @@ mod tests {
         );
         assert_eq!(text, "");
         assert_eq!(
-            calls,
-            [
-                ToolCall {
-                    name: "a".into(),
-                    arguments: r#"{"x": 1}"#.into()
-                },
-                ToolCall {
-                    name: "b".into(),
-                    arguments: r#"{"y": [2]}"#.into()
-                },
-            ]
+            named(&calls),
+            [("a", r#"{"x": 1}"#), ("b", r#"{"y": [2]}"#)]
         );
+        assert!(
+            calls
+                .iter()
+                .all(|c| c.id.starts_with("call_") && c.id.len() == 29)
+        );
+        assert_ne!(calls[0].id, calls[1].id);
         // Not a call: a body that is not such an object, or a block left open.
         for text in [
             "<tool_call>not json</tool_call>",
@@ -460,13 +534,7 @@ mod tests {
             " {\"name\": \"w\", \"parameters\": {\"city\": \"Oslo\"}}",
         );
         assert_eq!(text, "");
-        assert_eq!(
-            calls,
-            [ToolCall {
-                name: "w".into(),
-                arguments: r#"{"city": "Oslo"}"#.into()
-            }]
-        );
+        assert_eq!(named(&calls), [("w", r#"{"city": "Oslo"}"#)]);
         let (_, calls) = parse_calls_as(
             ToolFormat::Llama3,
             r#"[{"name": "a", "parameters": {}}, {"name": "b", "arguments": {"x": 1}}]"#,
@@ -482,11 +550,6 @@ mod tests {
                 (text.to_string(), Vec::new())
             );
         }
-        // Streamed: a reply that is prose streams as it comes.
-        let mut s = ToolStream::new(ToolFormat::Llama3);
-        assert_eq!(s.push(" It is").content, " It is");
-        assert_eq!(s.push(" {sunny}").content, " {sunny}");
-        assert_eq!(s.finish(), StreamOut::default());
         // The format a template asks for.
         assert_eq!(
             ToolFormat::of_template("... <tool_call> ..."),

@@ -5,137 +5,13 @@
 //! same text a reply that is not streamed returns).
 //!
 //! The text of a call is read by a small scanner that knows where a (perhaps unfinished) JSON
-//! object's `name` and arguments lie ([`scan_call`]); nothing is sent for a call until it
+//! object's `name` and arguments lie (`tools::scan`); nothing is sent for a call until it
 //! can only be one.
 
-use super::{CLOSE, OPEN, ToolCall, ToolFormat, call_id, parse_calls_as};
+use serde_json::{Value, json};
 
-/// What a (perhaps unfinished) call object's text holds so far.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct CallScan {
-    /// The function's name, once its string is whole.
-    pub name: Option<String>,
-    /// Where the arguments value starts (its first byte) and, once whole, ends.
-    pub arguments: Option<(usize, Option<usize>)>,
-    /// Where the object ends (past its closing brace), once whole.
-    pub end: Option<usize>,
-}
-
-/// Where `text`'s call object (leading white space allowed) has its `name` string and the
-/// value under one of `keys`: `None` when the text cannot be the start of a JSON object.
-pub(crate) fn scan_call(text: &str, keys: &[&str]) -> Option<CallScan> {
-    let b = text.as_bytes();
-    let mut scan = CallScan::default();
-    let mut at = skip_ws(b, 0);
-    if at == b.len() {
-        return Some(scan);
-    }
-    if b[at] != b'{' {
-        return None;
-    }
-    at += 1;
-    loop {
-        at = skip_ws(b, at);
-        match b.get(at) {
-            None => return Some(scan),
-            Some(b'}') => {
-                scan.end = Some(at + 1);
-                return Some(scan);
-            }
-            Some(b'"') => {}
-            Some(_) => return None,
-        }
-        let Some(key_end) = skip_value(b, at)? else {
-            return Some(scan);
-        };
-        let key: String = serde_json::from_str(&text[at..key_end]).ok()?;
-        at = skip_ws(b, key_end);
-        match b.get(at) {
-            None => return Some(scan),
-            Some(b':') => at = skip_ws(b, at + 1),
-            Some(_) => return None,
-        }
-        if at == b.len() {
-            return Some(scan);
-        }
-        let value_end = skip_value(b, at)?;
-        if keys.contains(&key.as_str()) {
-            scan.arguments = Some((at, value_end));
-        } else if key == "name"
-            && let Some(end) = value_end
-            && b[at] == b'"'
-        {
-            scan.name = serde_json::from_str(&text[at..end]).ok();
-        }
-        let Some(end) = value_end else {
-            return Some(scan);
-        };
-        at = skip_ws(b, end);
-        match b.get(at) {
-            None => return Some(scan),
-            Some(b',') => at += 1,
-            Some(b'}') => {
-                scan.end = Some(at + 1);
-                return Some(scan);
-            }
-            Some(_) => return None,
-        }
-    }
-}
-
-fn skip_ws(b: &[u8], mut at: usize) -> usize {
-    while at < b.len() && b[at].is_ascii_whitespace() {
-        at += 1;
-    }
-    at
-}
-
-/// The end of the JSON value starting at `at`: `Some(Some(end))` when whole, `Some(None)`
-/// when the text stops inside it, `None` when it cannot be a value.
-fn skip_value(b: &[u8], at: usize) -> Option<Option<usize>> {
-    match b[at] {
-        b'"' | b'{' | b'[' => {
-            let mut depth = 0usize;
-            let mut in_string = false;
-            let mut i = at;
-            while i < b.len() {
-                let c = b[i];
-                if in_string {
-                    match c {
-                        b'\\' => i += 1,
-                        b'"' => {
-                            in_string = false;
-                            if depth == 0 {
-                                return Some(Some(i + 1));
-                            }
-                        }
-                        _ => {}
-                    }
-                } else {
-                    match c {
-                        b'"' => in_string = true,
-                        b'{' | b'[' => depth += 1,
-                        b'}' | b']' => {
-                            depth = depth.checked_sub(1)?;
-                            if depth == 0 {
-                                return Some(Some(i + 1));
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-                i += 1;
-            }
-            Some(None)
-        }
-        b'-' | b'0'..=b'9' | b't' | b'f' | b'n' => {
-            let end = (at..b.len())
-                .find(|&i| matches!(b[i], b',' | b'}' | b']') || b[i].is_ascii_whitespace());
-            Some(end)
-        }
-        _ => None,
-    }
-}
+use crate::tools::scan::{CallScan, scan_call, skip_ws};
+use crate::tools::{CLOSE, OPEN, ToolCall, ToolFormat, argument_keys, parse_calls_as};
 
 /// One streamed piece of a call: its header the first time, then arguments text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,20 +34,20 @@ pub struct StreamOut {
 }
 
 /// Where a stream is in the reply.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 enum Mode {
-    /// Plain text (Hermes: outside any block; Llama 3: the reply has not begun).
+    /// Plain text (Hermes: outside any block; JSON formats: the reply has not begun).
     #[default]
     Text,
-    /// Inside a `<tool_call>` block (Hermes) or a reply that opens with `{` (Llama 3).
+    /// Inside a `<tool_call>` block (Hermes) or a reply that opens with `{`.
     Call,
-    /// A Llama 3 reply that opens with `[`: held whole to the end.
-    Held,
-    /// A Llama 3 reply that is text.
+    /// A reply that opens with `[`: a list of calls, streamed one after another.
+    List,
+    /// A reply in a JSON format that is text.
     Prose,
 }
 
-/// The call being streamed: its index and how much of its arguments' text has gone out.
+/// The call being streamed: its index and how far into the body its arguments have gone out.
 #[derive(Debug, Clone, Copy)]
 struct Open {
     index: usize,
@@ -188,8 +64,10 @@ pub struct ToolStream {
     mode: Mode,
     /// Text not yet placed.
     pending: String,
-    /// The current call's text (a block's body, or a Llama 3 reply).
+    /// The current call's text (a block's body, or a JSON format's whole reply).
     body: String,
+    /// A list's current item: where it starts in `body`.
+    item: usize,
     /// The call of `body` whose header has gone out.
     open: Option<Open>,
     /// Calls begun.
@@ -212,7 +90,7 @@ impl ToolStream {
     }
 
     fn keys(&self) -> &'static [&'static str] {
-        super::argument_keys(self.format)
+        argument_keys(self.format)
     }
 
     /// The next piece of the reply's text.
@@ -221,7 +99,7 @@ impl ToolStream {
         let mut out = StreamOut::default();
         match self.format {
             ToolFormat::Hermes => self.hermes(&mut out),
-            ToolFormat::Llama3 => self.llama3(&mut out),
+            ToolFormat::Llama3 | ToolFormat::Mistral => self.json_reply(&mut out),
         }
         out
     }
@@ -237,83 +115,110 @@ impl ToolStream {
 
     fn hermes(&mut self, out: &mut StreamOut) {
         loop {
-            match self.mode {
-                Mode::Call => {
-                    self.body.push_str(&std::mem::take(&mut self.pending));
-                    let Some(end) = self.body.find(CLOSE) else {
-                        self.progress(out);
-                        return;
-                    };
-                    self.pending = self.body[end + CLOSE.len()..].to_string();
-                    self.body.truncate(end);
-                    self.close_call(out);
-                    self.mode = Mode::Text;
-                }
-                _ => {
-                    if let Some(at) = self.pending.find(OPEN) {
-                        let before = self.pending[..at].to_string();
-                        self.text(&before, out);
-                        self.pending.drain(..at + OPEN.len());
-                        self.begun = true;
-                        self.mode = Mode::Call;
-                        continue;
-                    }
-                    let keep = crate::reasoning::partial_tag(&self.pending, OPEN);
-                    let cut = self.pending.len() - keep;
-                    let text = self.pending[..cut].to_string();
-                    self.pending.drain(..cut);
-                    self.text(&text, out);
+            if self.mode == Mode::Call {
+                self.body.push_str(&std::mem::take(&mut self.pending));
+                let Some(end) = self.body.find(CLOSE) else {
+                    self.progress(0, out);
                     return;
-                }
+                };
+                self.pending = self.body[end + CLOSE.len()..].to_string();
+                self.body.truncate(end);
+                self.close_call(out);
+                self.mode = Mode::Text;
+                continue;
             }
+            if let Some(at) = self.pending.find(OPEN) {
+                let before = self.pending[..at].to_string();
+                self.text(&before, out);
+                self.pending.drain(..at + OPEN.len());
+                self.begun = true;
+                self.mode = Mode::Call;
+                continue;
+            }
+            let keep = crate::reasoning::partial_tag(&self.pending, OPEN);
+            let cut = self.pending.len() - keep;
+            let text = self.pending[..cut].to_string();
+            self.pending.drain(..cut);
+            self.text(&text, out);
+            return;
         }
     }
 
-    fn llama3(&mut self, out: &mut StreamOut) {
-        if let Mode::Text = self.mode {
+    /// Llama 3 and Mistral: the whole reply is a call, a list of calls, or text.
+    fn json_reply(&mut self, out: &mut StreamOut) {
+        if self.mode == Mode::Text {
             match self.pending.trim_start().chars().next() {
                 None => return,
-                Some('{') => {
-                    self.begun = true;
-                    self.mode = Mode::Call;
+                Some('{') => self.mode = Mode::Call,
+                Some('[') => {
+                    self.mode = Mode::List;
+                    self.item = self.pending.find('[').map_or(0, |at| at + 1);
                 }
-                Some('[') => self.mode = Mode::Held,
                 Some(_) => self.mode = Mode::Prose,
             }
+            self.begun = self.mode != Mode::Prose;
         }
+        let pending = std::mem::take(&mut self.pending);
         match self.mode {
             Mode::Call => {
-                self.body.push_str(&std::mem::take(&mut self.pending));
-                self.progress(out);
+                self.body.push_str(&pending);
+                self.progress(0, out);
             }
-            Mode::Prose => {
-                let text = std::mem::take(&mut self.pending);
-                self.text(&text, out);
+            Mode::List => {
+                self.body.push_str(&pending);
+                self.list(out);
             }
-            _ => {}
+            _ => self.text(&pending, out),
         }
     }
 
-    /// The current call's body has grown: its header once the name is whole and the
-    /// arguments (an object) have begun, then the arguments' new text.
-    fn progress(&mut self, out: &mut StreamOut) {
-        let Some(scan) = scan_call(&self.body, self.keys()) else {
-            return;
-        };
-        let (Some(name), Some((start, end))) = (scan.name, scan.arguments) else {
-            return;
-        };
-        if self.body.as_bytes()[start] != b'{' {
-            return; // arguments as JSON text in a string: sent whole at the block's end
+    /// A list's items as they come: each a call streamed as it is written.
+    fn list(&mut self, out: &mut StreamOut) {
+        loop {
+            let b = self.body.as_bytes();
+            let at = skip_ws(b, self.item);
+            match b.get(at) {
+                None | Some(b']') => return,
+                Some(b',') => {
+                    self.item = at + 1;
+                    continue;
+                }
+                Some(_) => self.item = at,
+            }
+            let Some(scan) = self.progress(self.item, out) else {
+                return;
+            };
+            let Some(end) = scan.end else {
+                return;
+            };
+            let (start, end) = (self.item, self.item + end);
+            self.close_item(start, end, out);
+            self.item = end;
         }
-        let end = end.unwrap_or(self.body.len());
+    }
+
+    /// The call starting at `base` in the body has grown: its header once the name is whole
+    /// and the arguments (an object) have begun, then the arguments' new text. Returns what
+    /// its text holds.
+    fn progress(&mut self, base: usize, out: &mut StreamOut) -> Option<CallScan> {
+        let scan = scan_call(&self.body[base..], self.keys())?;
+        let (Some(name), Some((start, end))) = (scan.name.clone(), scan.arguments) else {
+            return Some(scan);
+        };
+        if self.body.as_bytes()[base + start] != b'{' {
+            return Some(scan); // arguments as JSON text in a string: sent whole at the end
+        }
+        let end = base + end.unwrap_or(self.body.len() - base);
         let header = match self.open {
             Some(_) => None,
             None => {
                 let index = self.calls;
                 self.calls += 1;
-                self.open = Some(Open { index, sent: start });
-                Some((call_id(), name))
+                self.open = Some(Open {
+                    index,
+                    sent: base + start,
+                });
+                Some((self.format.call_id(), name))
             }
         };
         let open = self.open.as_mut().expect("opened above");
@@ -325,45 +230,78 @@ impl ToolStream {
             });
             open.sent = end;
         }
+        Some(scan)
+    }
+
+    /// The open call's arguments to their end (as far as `body[base..]` holds them).
+    fn close_open(&mut self, base: usize, out: &mut StreamOut) -> bool {
+        let Some(open) = self.open.take() else {
+            return false;
+        };
+        let end = scan_call(&self.body[base..], self.keys())
+            .and_then(|s| s.arguments)
+            .and_then(|(_, end)| end)
+            .map(|end| base + end);
+        if let Some(end) = end.filter(|&end| end > open.sent) {
+            out.calls.push(ToolDelta {
+                index: open.index,
+                header: None,
+                arguments: self.body[open.sent..end].to_string(),
+            });
+        }
+        true
+    }
+
+    /// Whole calls, not streamed before, as deltas.
+    fn whole_calls(&mut self, calls: Vec<ToolCall>, out: &mut StreamOut) {
+        for ToolCall {
+            id,
+            name,
+            arguments,
+        } in calls
+        {
+            out.calls.push(ToolDelta {
+                index: self.calls,
+                header: Some((id, name)),
+                arguments,
+            });
+            self.calls += 1;
+        }
+    }
+
+    /// A list's item `body[start..end]` is whole.
+    fn close_item(&mut self, start: usize, end: usize, out: &mut StreamOut) {
+        if self.close_open(start, out) {
+            return;
+        }
+        // Not streamed (its arguments JSON text in a string): whole, if it is a call.
+        let item = self.body[start..end].to_string();
+        if let (_, calls) = parse_calls_as(self.format, &item)
+            && !calls.is_empty()
+        {
+            self.whole_calls(calls, out);
+        }
     }
 
     /// The current call's body is whole (its block closed, or the reply ended): the rest of
     /// a streamed call, a whole call not streamed yet, or, when it is not a call, its text.
     fn close_call(&mut self, out: &mut StreamOut) {
-        let body = std::mem::take(&mut self.body);
-        if let Some(open) = self.open.take() {
-            let end = scan_call(&body, self.keys())
-                .and_then(|s| s.arguments)
-                .and_then(|(_, end)| end);
-            if let Some(end) = end.filter(|&end| end > open.sent) {
-                out.calls.push(ToolDelta {
-                    index: open.index,
-                    header: None,
-                    arguments: body[open.sent..end].to_string(),
-                });
-            }
+        if self.close_open(0, out) {
+            self.body.clear();
             return;
         }
-        let (text, calls) = match self.format {
-            ToolFormat::Hermes => parse_calls_as(self.format, &format!("{OPEN}{body}{CLOSE}")),
-            ToolFormat::Llama3 => parse_calls_as(self.format, &body),
+        let body = std::mem::take(&mut self.body);
+        let whole = match self.format {
+            ToolFormat::Hermes => format!("{OPEN}{body}{CLOSE}"),
+            _ => body,
         };
+        let (text, calls) = parse_calls_as(self.format, &whole);
         if calls.is_empty() {
-            match self.format {
-                ToolFormat::Hermes => self.after.push_str(&format!("{OPEN}{body}{CLOSE}")),
-                ToolFormat::Llama3 => self.after.push_str(&body),
-            }
+            self.after.push_str(&whole);
             return;
         }
         self.after.push_str(&text);
-        for ToolCall { name, arguments } in calls {
-            out.calls.push(ToolDelta {
-                index: self.calls,
-                header: Some((call_id(), name)),
-                arguments,
-            });
-            self.calls += 1;
-        }
+        self.whole_calls(calls, out);
     }
 
     /// The end of the reply: what is still to send.
@@ -373,7 +311,7 @@ impl ToolStream {
         match self.mode {
             Mode::Call => {
                 self.body.push_str(&rest);
-                if self.open.is_some() || self.format == ToolFormat::Llama3 {
+                if self.open.is_some() || self.format != ToolFormat::Hermes {
                     self.close_call(&mut out);
                 } else {
                     // A block left open that never became a call: its text.
@@ -381,9 +319,15 @@ impl ToolStream {
                     self.after.push_str(&std::mem::take(&mut self.body));
                 }
             }
-            Mode::Held => {
-                self.body = rest;
-                self.close_call(&mut out);
+            Mode::List => {
+                self.body.push_str(&rest);
+                if self.calls == 0 {
+                    // No item streamed: the whole reply, as a reply not streamed reads it.
+                    self.close_call(&mut out);
+                } else {
+                    let item = self.item;
+                    self.close_open(item, &mut out);
+                }
             }
             _ => self.text(&rest, &mut out),
         }
@@ -403,52 +347,31 @@ impl ToolStream {
     }
 }
 
+/// The `tool_calls` of a streamed delta: a call's first piece with its `id`, `type` and
+/// name, later pieces with `index` and arguments text only (OpenAI's shape).
+pub fn deltas_json(deltas: &[ToolDelta]) -> Value {
+    Value::Array(
+        deltas
+            .iter()
+            .map(|d| match &d.header {
+                Some((id, name)) => json!({
+                    "index": d.index, "id": id, "type": "function",
+                    "function": {"name": name, "arguments": d.arguments},
+                }),
+                None => json!({"index": d.index, "function": {"arguments": d.arguments}}),
+            })
+            .collect(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    #[test]
-    fn the_scanner_finds_the_name_and_the_arguments_of_unfinished_calls() {
-        let keys = &["arguments"];
-        let whole = r#" {"name": "w", "arguments": {"city": "Os}lo", "n": [1, {"k": 2}]}}"#;
-        let scan = scan_call(whole, keys).unwrap();
-        assert_eq!(scan.name.as_deref(), Some("w"));
-        let (start, end) = scan.arguments.unwrap();
-        assert_eq!(
-            &whole[start..end.unwrap()],
-            r#"{"city": "Os}lo", "n": [1, {"k": 2}]}"#
-        );
-        assert_eq!(scan.end, Some(whole.len()));
-        // Every prefix: a name only once its string is whole, the arguments from their brace.
-        for cut in 0..whole.len() {
-            let scan = scan_call(&whole[..cut], keys).unwrap();
-            assert_eq!(scan.name.is_some(), cut >= 13, "{cut}");
-            assert_eq!(scan.arguments.is_some(), cut > 28, "{cut}");
-            assert_eq!(scan.end, None);
-            if let Some((start, None)) = scan.arguments {
-                assert_eq!(start, 28);
-            }
-        }
-        for not_a_call in [
-            "x",
-            "[1]",
-            r#"{"name" 1}"#,
-            r#"{"a": 1 2}"#,
-            r#"{3: 1}"#,
-            "{]",
-        ] {
-            assert_eq!(scan_call(not_a_call, keys), None, "{not_a_call}");
-        }
-        let escaped = r#"{"name": "a\"b", "arguments": {"q": "\"}"}}"#;
-        let scan = scan_call(escaped, keys).unwrap();
-        assert_eq!(scan.name.as_deref(), Some("a\"b"));
-        assert_eq!(scan.end, Some(escaped.len()));
-    }
-
     /// Replies of each format: text around calls, two calls, arguments as JSON text, a block
     /// that is not a call, a block left open, a Llama 3 list and prose.
-    const REPLIES: [(ToolFormat, &str); 8] = [
+    const REPLIES: [(ToolFormat, &str); 10] = [
         (
             ToolFormat::Hermes,
             "Sure. <tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\": \"Oslo\", \
@@ -477,6 +400,12 @@ mod tests {
             "[{\"name\": \"a\", \"parameters\": {}}, {\"name\": \"b\", \"arguments\": {\"x\": 1}}]",
         ),
         (ToolFormat::Llama3, "It is {sunny}."),
+        (
+            ToolFormat::Mistral,
+            " [{\"name\": \"a\", \"arguments\": {\"x\": [1, \"]\"]}}, {\"name\": \"b\", \
+             \"arguments\": \"{}\"}, {\"arguments\": {\"z\": null}, \"name\": \"c\"}]",
+        ),
+        (ToolFormat::Mistral, "[1, 2]"),
     ];
 
     /// The reply streamed in `pieces`: its text, and each call's name and joined arguments.
@@ -492,7 +421,7 @@ mod tests {
                 match d.header {
                     Some((id, name)) => {
                         assert_eq!(d.index, calls.len(), "calls open in order");
-                        assert!(id.starts_with("call_"));
+                        assert_eq!(id.len(), format.call_id().len(), "{id}");
                         calls.push((name, d.arguments));
                     }
                     None => calls[d.index].1.push_str(&d.arguments),
@@ -550,6 +479,29 @@ mod tests {
         let second: Vec<&ToolDelta> = pieces.iter().filter(|d| d.index == 1).collect();
         assert_eq!(second.len(), 1);
         assert_eq!(s.finish().content, "\n done"); // "Sure. \n done" in all, as not streamed
+    }
+
+    #[test]
+    fn a_list_streams_each_call_before_the_next_begins() {
+        let (format, reply) = REPLIES[8];
+        let mut s = ToolStream::new(format);
+        let mut seen = Vec::new();
+        for (at, c) in reply.char_indices() {
+            for d in s.push(&c.to_string()).calls {
+                seen.push((at, d));
+            }
+        }
+        let second = reply.find("\"b\"").unwrap();
+        let first: Vec<usize> = seen
+            .iter()
+            .filter(|(_, d)| d.index == 0)
+            .map(|(at, _)| *at)
+            .collect();
+        assert!(
+            first.len() > 5 && first.iter().all(|&at| at < second),
+            "{seen:?}"
+        );
+        assert!(s.finish().calls.is_empty());
     }
 
     proptest! {
