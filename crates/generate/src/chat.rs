@@ -286,7 +286,7 @@ impl ChatTemplate {
         env.add_function("strftime_now", functions::strftime_now);
         env.add_filter("tojson", tojson::tojson);
         let source = source.into();
-        env.add_template_owned(TEMPLATE_NAME, source.clone())
+        env.add_template_owned(TEMPLATE_NAME, functions::without_generation_tags(&source))
             .map_err(ChatError::Compile)?;
         Ok(ChatTemplate {
             env,
@@ -761,5 +761,19 @@ mod tests {
         assert_eq!(contents, ["<|im_end|>"]);
         let joined: String = parts.iter().map(ChatPart::text).collect();
         assert_eq!(joined, python);
+    }
+
+    /// SmolLM3's and TRL-trained templates mark the assistant's text with
+    /// `transformers`' `{% generation %}` block.
+    #[test]
+    fn generation_blocks_render_their_text() {
+        let template = ChatTemplate::new(
+            "{% for m in messages %}{% if m.role == 'assistant' %}<a>\n{%- generation -%}\n\
+             {{ m.content }}{% endgeneration %}</a>{% else %}{{ m.content }}{% endif %}{% endfor %}",
+        )
+        .unwrap();
+        let messages = [ChatMessage::user("Hi"), ChatMessage::assistant("Hello")];
+        assert_eq!(template.render(&messages, false).unwrap(), "Hi<a>Hello</a>");
+        assert!(template.source().contains("{%- generation -%}"));
     }
 }

@@ -1,9 +1,49 @@
-//! The functions Hugging Face `transformers` gives chat templates: `raise_exception` and
-//! `strftime_now`.
+//! What Hugging Face `transformers` gives chat templates beside Jinja: the functions
+//! `raise_exception` and `strftime_now`, and the `{% generation %}` block (its
+//! `AssistantTracker` extension marks the assistant's text for training masks; rendering,
+//! it is a block that writes its body, here an `{% if true %}`).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use minijinja::{Error as JinjaError, ErrorKind, Value};
+
+/// `source` with every `{% generation %}` and `{% endgeneration %}` tag (any white-space
+/// control marks kept) as `{% if true %}` and `{% endif %}`, which minijinja compiles.
+pub(super) fn without_generation_tags(source: &str) -> String {
+    let mut out = String::with_capacity(source.len());
+    let mut rest = source;
+    while let Some(open) = rest.find("{%") {
+        let Some(len) = rest[open..].find("%}") else {
+            break;
+        };
+        let tag = &rest[open + 2..open + len];
+        let inner = tag.trim_matches(|c: char| c == '-' || c == '+' || c.is_whitespace());
+        let word = match inner {
+            "generation" => "if true",
+            "endgeneration" => "endif",
+            _ => {
+                out.push_str(&rest[..open + len + 2]);
+                rest = &rest[open + len + 2..];
+                continue;
+            }
+        };
+        let lead = if tag.starts_with(['-', '+']) {
+            &tag[..1]
+        } else {
+            ""
+        };
+        let trail = if tag.ends_with(['-', '+']) {
+            &tag[tag.len() - 1..]
+        } else {
+            ""
+        };
+        out.push_str(&rest[..open]);
+        out.push_str(&format!("{{%{lead} {word} {trail}%}}"));
+        rest = &rest[open + len + 2..];
+    }
+    out.push_str(rest);
+    out
+}
 
 /// `raise_exception(message)`: the render fails with `message`.
 pub(super) fn raise_exception(message: String) -> Result<Value, JinjaError> {
@@ -97,6 +137,17 @@ fn strftime(format: &str, unix_secs: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn generation_blocks_become_plain_blocks() {
+        assert_eq!(
+            without_generation_tags(
+                "a{% generation %}b{%- endgeneration -%} c {%+generation%}{% if x %}{% endif %}"
+            ),
+            "a{% if true %}b{%- endif -%} c {%+ if true %}{% if x %}{% endif %}"
+        );
+        assert_eq!(without_generation_tags("{{ x }} {% y"), "{{ x }} {% y");
+    }
 
     #[test]
     fn strftime_formats_dates() {
