@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, anyhow};
-use kindle_generate::chat::{ChatMessage, ChatPart, ChatTemplate, TemplateVars};
+use kindle_generate::chat::{ChatEnding, ChatMessage, ChatPart, ChatTemplate, TemplateVars};
 use kindle_tokenizer::Tokenizer;
 
 /// The chat template a run uses: the model's, or a file's (`--chat-template-file`), with
@@ -108,8 +108,25 @@ pub fn encode_chat_with(
     add_generation_prompt: bool,
     vars: &TemplateVars,
 ) -> Result<Vec<u32>> {
+    let ending = if add_generation_prompt {
+        ChatEnding::Prompt
+    } else {
+        ChatEnding::Closed
+    };
+    encode_chat_ending(tokenizer, template, messages, ending, vars)
+}
+
+/// [`encode_chat_with`] ending as `ending` says (a server request's `add_generation_prompt`
+/// and `continue_final_message`).
+pub fn encode_chat_ending(
+    tokenizer: &Tokenizer,
+    template: &ChatTemplate,
+    messages: &[ChatMessage],
+    ending: ChatEnding,
+    vars: &TemplateVars,
+) -> Result<Vec<u32>> {
     let parts = template
-        .render_parts_with(messages, add_generation_prompt, vars)
+        .render_parts_ending(messages, ending, vars)
         .context("rendering the chat template")?;
     let bos = tokenizer.bos_id().filter(|_| tokenizer.add_bos());
     let segments: Vec<(&str, bool)> = parts

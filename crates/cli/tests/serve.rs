@@ -341,6 +341,30 @@ fn a_reply_that_opens_with_think_has_its_reasoning_split_out() {
         content.push_str(delta["content"].as_str().unwrap_or(""));
     }
     assert_eq!((reasoning.as_str(), content.as_str()), (thought, answer));
+
+    // A prefilled reply (`continue_final_message`): the model goes on from the assistant's
+    // words; one prefilled inside `<think>` goes on inside the reasoning.
+    let prefill = |content: &str| {
+        json!({"messages": [{"role": "user", "content": "What is the capital of France?"},
+                            {"role": "assistant", "content": content}],
+               "continue_final_message": true, "max_tokens": 6, "temperature": 0,
+               "ignore_eos": true})
+    };
+    let (status, continued) =
+        server.post("/v1/chat/completions", &prefill("The capital of France is"));
+    assert_eq!(status, 200, "{continued}");
+    let text = continued["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap();
+    assert!(text.starts_with(" Paris"), "{continued}");
+    let (status, thinking) = server.post("/v1/chat/completions", &prefill("<think>\nLet me"));
+    assert_eq!(status, 200, "{thinking}");
+    let message = &thinking["choices"][0]["message"];
+    assert!(message["content"].is_null(), "{thinking}");
+    assert!(
+        !message["reasoning_content"].as_str().unwrap().is_empty(),
+        "{thinking}"
+    );
     let (status, lines) = server.terminate();
     assert!(status.success(), "exit status {status:?}: {lines:?}");
 

@@ -1,6 +1,6 @@
 //! [`TextCodec`]: the server's view of the tokenizer and chat template.
 
-use kindle_generate::chat::{ChatMessage, TemplateVars};
+use kindle_generate::chat::{ChatEnding, ChatMessage, TemplateVars};
 use kindle_generate::{BoxError, TokenDecoder};
 use kindle_sampling::LogitsConstraint;
 
@@ -15,13 +15,14 @@ pub trait TextCodec: TokenDecoder + Send + Sync + 'static {
     /// The ids of a plain-text prompt (special-token text not parsed; BOS as the vocabulary
     /// asks).
     fn encode(&self, text: &str) -> Result<Vec<u32>, BoxError>;
-    /// The ids of a conversation rendered with the model's chat template, the assistant's
-    /// generation prompt added, with the request's extra template variables (`vars`, from
-    /// `chat_template_kwargs`, over the server's defaults); message contents are never parsed
-    /// for special tokens.
+    /// The ids of a conversation rendered with the model's chat template, ending as `ending`
+    /// says (the assistant's generation prompt added, unless a request asks otherwise), with
+    /// the request's extra template variables (`vars`, from `chat_template_kwargs`, over the
+    /// server's defaults); message contents are never parsed for special tokens.
     fn encode_chat(
         &self,
         messages: &[ChatMessage],
+        ending: ChatEnding,
         vars: &TemplateVars,
     ) -> Result<Vec<u32>, BoxError>;
     /// Whether the chat template reads the variable `name` (a request's `tools` are refused

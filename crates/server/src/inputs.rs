@@ -1,7 +1,7 @@
 //! The conversation inputs of a request: a completions request's prompts (texts or token
 //! ids), a chat request's messages and its extra chat-template variables.
 
-use kindle_generate::chat::{ChatMessage, TemplateVars};
+use kindle_generate::chat::{ChatEnding, ChatMessage, TemplateVars};
 use serde_json::Value;
 
 use crate::error::ApiError;
@@ -78,6 +78,25 @@ pub fn template_vars(object: &Object) -> Result<TemplateVars, ApiError> {
         Some(Value::Object(vars)) => TemplateVars::from_json(vars)
             .map_err(|e| ApiError::invalid(KEY, format!("Invalid '{KEY}': {e}."))),
         Some(other) => Err(expected(KEY, "an object", other)),
+    }
+}
+
+/// Where the rendered conversation ends: `add_generation_prompt` (default true) and
+/// `continue_final_message` (default false: true continues the last message's content, a
+/// prefilled reply; vLLM's and `transformers`' names), which cannot both be true.
+pub fn chat_ending(object: &Object) -> Result<ChatEnding, ApiError> {
+    let prompt = crate::fields::boolean(object, "add_generation_prompt")?;
+    let continues = crate::fields::boolean(object, "continue_final_message")?.unwrap_or(false);
+    match (prompt, continues) {
+        (Some(true), true) => Err(ApiError::invalid(
+            "continue_final_message",
+            "Cannot set both 'continue_final_message' and 'add_generation_prompt' to true: \
+             continuing the final message leaves its turn open (set 'add_generation_prompt' \
+             to false).",
+        )),
+        (_, true) => Ok(ChatEnding::Continue),
+        (Some(false), false) => Ok(ChatEnding::Closed),
+        (None | Some(true), false) => Ok(ChatEnding::Prompt),
     }
 }
 

@@ -40,6 +40,7 @@ mod fields;
 pub mod guided;
 pub mod inputs;
 mod metrics;
+mod prompts;
 pub mod reasoning;
 pub mod request;
 pub mod response;

@@ -172,6 +172,12 @@ pub(crate) fn partial_tag(text: &str, tag: &str) -> usize {
         .unwrap_or(0)
 }
 
+/// Whether `text` (a prefilled reply) ends inside a reasoning block: it opens one after the
+/// last it closes.
+pub fn ends_inside(text: &str) -> bool {
+    text.rfind(OPEN) > text.rfind(CLOSE)
+}
+
 /// A whole reply split: its reasoning (`None` when it has none) and its answer. A reply cut
 /// off inside its reasoning has all of it as reasoning and an empty answer.
 pub fn split(text: &str, in_reasoning: bool) -> (Option<String>, String) {
@@ -190,6 +196,14 @@ mod tests {
 
     #[test]
     fn replies_with_and_without_reasoning() {
+        for (prefill, inside) in [
+            ("<think>\nhmm", true),
+            ("<think>a</think> b", false),
+            ("<think>a</think><think>", true),
+            ("plain", false),
+        ] {
+            assert_eq!(ends_inside(prefill), inside, "{prefill}");
+        }
         for (text, in_reasoning, want) in [
             ("<think>a</think>b", false, (Some("a"), "b")),
             ("  <think>a</think>", false, (Some("a"), "")),

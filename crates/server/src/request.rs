@@ -99,12 +99,20 @@ fn refuse_unsupported(object: &Object) -> Result<(), ApiError> {
 pub fn generation_params(object: &Object, chat: bool) -> Result<GenerationParams, ApiError> {
     refuse_unsupported(object)?;
     let model = string(object, "model")?.map(str::to_string);
-    if !chat && field(object, "chat_template_kwargs").is_some() {
-        return Err(ApiError::invalid(
-            "chat_template_kwargs",
-            "'chat_template_kwargs' is a field of /v1/chat/completions; completions render no \
-             chat template.",
-        ));
+    for key in [
+        "chat_template_kwargs",
+        "add_generation_prompt",
+        "continue_final_message",
+    ] {
+        if !chat && field(object, key).is_some() {
+            return Err(ApiError::invalid(
+                key,
+                format!(
+                    "'{key}' is a field of /v1/chat/completions; completions render no chat \
+                     template."
+                ),
+            ));
+        }
     }
     let reasoning = match string(object, "reasoning_format")? {
         None => None,

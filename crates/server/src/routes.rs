@@ -16,7 +16,6 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use kindle_generate::GenerationConfig;
-use kindle_generate::chat::TemplateVars;
 use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use tower_http::cors::{AllowOrigin, Any, CorsLayer};
@@ -27,8 +26,8 @@ use crate::codec::TextCodec;
 use crate::config::ServerConfig;
 use crate::engine::{Command, EngineHandle, Job, Update};
 use crate::error::ApiError;
-use crate::inputs::{PromptInput, messages, prompts, template_vars};
 use crate::metrics::Metrics;
+use crate::prompts::{Encoded, encode_prompts};
 use crate::reasoning::ReasoningFormat;
 use crate::request::{GenerationParams, Object, generation_params, integer, parse_object, string};
 use crate::response::{
@@ -376,95 +375,6 @@ async fn chat_completions<C: TextCodec>(
     generation(state, headers, body, Endpoint::Chat).await
 }
 
-/// The request's prompts: each one's ids, checked against the vocabulary and the context,
-/// and its text (as given, or decoded from the ids given; for `echo`).
-fn encode_prompts<C: TextCodec>(
-    state: &AppState<C>,
-    object: &Object,
-    endpoint: Endpoint,
-    tools: Option<&crate::tools::Tools>,
-) -> Result<(Vec<Vec<u32>>, Vec<String>), ApiError> {
-    let mut texts = Vec::new();
-    let (param, encoded) = match endpoint {
-        Endpoint::Chat => {
-            let messages = messages(object)?;
-            let mut vars = template_vars(object)?;
-            if let Some(tools) = tools.filter(|t| t.parses()) {
-                if !state.codec.template_uses("tools") {
-                    return Err(ApiError::invalid(
-                        "tools",
-                        "This model's chat template does not render tools (it never reads \
-                         'tools'): serve it with a --chat-template-file that does.",
-                    ));
-                }
-                let given = TemplateVars::from_json(&tools.template_vars())
-                    .map_err(|e| ApiError::invalid("tools", e.to_string()))?;
-                vars = vars.overridden_by(&given);
-            }
-            let ids = state.codec.encode_chat(&messages, &vars).map_err(|e| {
-                ApiError::invalid(
-                    "messages",
-                    format!("Could not apply the chat template: {e}"),
-                )
-            })?;
-            ("messages", vec![ids])
-        }
-        Endpoint::Completions => {
-            let mut all = Vec::new();
-            for input in prompts(object)? {
-                all.push(match input {
-                    PromptInput::Ids(ids) => {
-                        texts.push(state.codec.decode(&ids).map_err(|e| {
-                            ApiError::invalid(
-                                "prompt",
-                                format!("Could not decode the prompt's token ids: {e}"),
-                            )
-                        })?);
-                        ids
-                    }
-                    PromptInput::Text(text) => {
-                        let ids = state.codec.encode(&text).map_err(|e| {
-                            ApiError::invalid(
-                                "prompt",
-                                format!("Could not tokenize the prompt: {e}"),
-                            )
-                        })?;
-                        texts.push(text);
-                        ids
-                    }
-                });
-            }
-            ("prompt", all)
-        }
-    };
-    let vocab = state.codec.vocab_size();
-    for ids in &encoded {
-        if ids.is_empty() {
-            return Err(ApiError::invalid(
-                param,
-                format!("Invalid value for '{param}': the prompt has no tokens."),
-            ));
-        }
-        if let Some(&id) = ids.iter().find(|&&id| id as usize >= vocab) {
-            return Err(ApiError::invalid(
-                param,
-                format!(
-                    "Invalid value for '{param}': token id {id} is out of range for a vocabulary \
-                     of {vocab}."
-                ),
-            ));
-        }
-        if ids.len() >= state.config.context {
-            return Err(ApiError::context_length(
-                ids.len(),
-                state.config.context,
-                param,
-            ));
-        }
-    }
-    Ok((encoded, texts))
-}
-
 /// One engine job per choice of each prompt; `index` = prompt × n + choice.
 fn jobs<C: TextCodec>(
     state: &AppState<C>,
@@ -573,7 +483,17 @@ async fn generation<C: TextCodec>(
         }
     }
     check_model(&state, params.model.as_deref())?;
-    let (prompts, texts) = encode_prompts(&state, &object, endpoint, params.tools.as_ref())?;
+    let Encoded {
+        ids: prompts,
+        texts,
+        continued,
+    } = encode_prompts(
+        state.codec.as_ref(),
+        state.config.context,
+        &object,
+        endpoint,
+        params.tools.as_ref(),
+    )?;
     let parse_tools = params
         .tools
         .as_ref()
@@ -582,7 +502,12 @@ async fn generation<C: TextCodec>(
     // A chat reply's reasoning split out, starting inside it when the prompt opened it.
     let reasoning = (endpoint == Endpoint::Chat
         && params.reasoning.unwrap_or(state.config.reasoning_format) == ReasoningFormat::Deepseek)
-        .then(|| opens_reasoning(state.codec.as_ref(), &prompts[0]));
+        .then(|| {
+            opens_reasoning(state.codec.as_ref(), &prompts[0])
+                || continued
+                    .as_deref()
+                    .is_some_and(crate::reasoning::ends_inside)
+        });
     let prompt_count = prompts.len();
     // `n` beyond what may ever wait is refused rather than queued forever.
     if integer(&object, "n", 1, crate::request::MAX_N)?.is_some()

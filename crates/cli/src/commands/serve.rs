@@ -11,14 +11,14 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use kindle_cli::chat::encode_chat_with;
+use kindle_cli::chat::encode_chat_ending;
 use kindle_cli::engine::{ContextMode, parse_bytes};
 use kindle_cli::plan::{
     ContextSettings, GenerationSettings, ModelSettings, PromptEncoding, PromptSettings, RunPlan,
     RunSettings, SamplingSettings,
 };
 use kindle_constrain::{Constrainer, ConstraintSpec};
-use kindle_generate::chat::{ChatMessage, ChatTemplate, TemplateVars};
+use kindle_generate::chat::{ChatEnding, ChatMessage, ChatTemplate, TemplateVars};
 use kindle_generate::{BoxError, TokenDecoder};
 use kindle_model::{EngineOptions, RowArithmetic};
 use kindle_sampling::LogitsConstraint;
@@ -228,13 +228,14 @@ impl TextCodec for ServeCodec {
     fn encode_chat(
         &self,
         messages: &[ChatMessage],
+        ending: ChatEnding,
         vars: &TemplateVars,
     ) -> Result<Vec<u32>, BoxError> {
-        Ok(encode_chat_with(
+        Ok(encode_chat_ending(
             &self.tokenizer,
             &self.template,
             messages,
-            true,
+            ending,
             vars,
         )?)
     }

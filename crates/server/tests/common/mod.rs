@@ -12,7 +12,7 @@ use http_body_util::{BodyExt, Full as FullBody, StreamBody};
 use hyper::body::{Bytes, Frame, Incoming};
 use hyper_util::rt::TokioIo;
 use kindle_blocks::BlockManager;
-use kindle_generate::chat::{ChatMessage, ChatTemplate, TemplateVars};
+use kindle_generate::chat::{ChatEnding, ChatMessage, ChatPart, ChatTemplate, TemplateVars};
 use kindle_generate::{
     BlockStats, BoxError, GenerationConfig, LanguageModel, ModelCache, PagedModel, Session,
     TokenDecoder, generate_to_end,
@@ -89,14 +89,18 @@ impl TextCodec for Letters {
     fn encode_chat(
         &self,
         messages: &[ChatMessage],
+        ending: ChatEnding,
         vars: &TemplateVars,
     ) -> Result<Vec<u32>, BoxError> {
         // `role:content` lines, then `assistant:` and, when a request sets it, its `style`.
         let template = ChatTemplate::new(
-            "{% for m in messages %}{{ m.role }}:{{ m.content }}\n{% endfor %}assistant:\
-             {% if style is defined %}{{ style }} {% endif %}",
+            "{% for m in messages %}{{ m.role }}:{{ m.content }}\n{% endfor %}\
+             {% if add_generation_prompt %}assistant:\
+             {% if style is defined %}{{ style }} {% endif %}{% endif %}",
         )?;
-        Ok(Letters::ids(&template.render_with(messages, true, vars)?)?)
+        let parts = template.render_parts_ending(messages, ending, vars)?;
+        let text: String = parts.iter().map(ChatPart::text).collect();
+        Ok(Letters::ids(&text)?)
     }
     fn token_text(&self, id: u32) -> String {
         char_of(id).map_or_else(|| "<eos>".to_string(), String::from)

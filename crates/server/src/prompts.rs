@@ -1,0 +1,115 @@
+//! A generation request's prompts as token ids: a chat's messages through the chat template
+//! (with the request's variables and tools, ending as it asks), or a completion's prompts,
+//! each checked against the vocabulary and the context.
+
+use kindle_generate::chat::{ChatEnding, TemplateVars};
+
+use crate::codec::TextCodec;
+use crate::error::ApiError;
+use crate::inputs::{PromptInput, chat_ending, messages, prompts, template_vars};
+use crate::request::Object;
+use crate::response::Endpoint;
+
+/// A request's prompts, encoded.
+pub(crate) struct Encoded {
+    /// Each prompt's ids, checked against the vocabulary and the context.
+    pub ids: Vec<Vec<u32>>,
+    /// Each prompt's text (as given, or decoded from the ids given; for `echo`).
+    pub texts: Vec<String>,
+    /// For a chat whose final message is continued, that message's content.
+    pub continued: Option<String>,
+}
+
+/// The request's prompts (see [`Encoded`]).
+pub(crate) fn encode_prompts<C: TextCodec>(
+    codec: &C,
+    context: usize,
+    object: &Object,
+    endpoint: Endpoint,
+    tools: Option<&crate::tools::Tools>,
+) -> Result<Encoded, ApiError> {
+    let mut texts = Vec::new();
+    let mut continued = None;
+    let (param, encoded) = match endpoint {
+        Endpoint::Chat => {
+            let messages = messages(object)?;
+            let ending = chat_ending(object)?;
+            if ending == ChatEnding::Continue {
+                continued = messages.last().map(|m| m.content.clone());
+            }
+            let mut vars = template_vars(object)?;
+            if let Some(tools) = tools.filter(|t| t.parses()) {
+                if !codec.template_uses("tools") {
+                    return Err(ApiError::invalid(
+                        "tools",
+                        "This model's chat template does not render tools (it never reads \
+                         'tools'): serve it with a --chat-template-file that does.",
+                    ));
+                }
+                let given = TemplateVars::from_json(&tools.template_vars())
+                    .map_err(|e| ApiError::invalid("tools", e.to_string()))?;
+                vars = vars.overridden_by(&given);
+            }
+            let ids = codec.encode_chat(&messages, ending, &vars).map_err(|e| {
+                ApiError::invalid(
+                    "messages",
+                    format!("Could not apply the chat template: {e}"),
+                )
+            })?;
+            ("messages", vec![ids])
+        }
+        Endpoint::Completions => {
+            let mut all = Vec::new();
+            for input in prompts(object)? {
+                all.push(match input {
+                    PromptInput::Ids(ids) => {
+                        texts.push(codec.decode(&ids).map_err(|e| {
+                            ApiError::invalid(
+                                "prompt",
+                                format!("Could not decode the prompt's token ids: {e}"),
+                            )
+                        })?);
+                        ids
+                    }
+                    PromptInput::Text(text) => {
+                        let ids = codec.encode(&text).map_err(|e| {
+                            ApiError::invalid(
+                                "prompt",
+                                format!("Could not tokenize the prompt: {e}"),
+                            )
+                        })?;
+                        texts.push(text);
+                        ids
+                    }
+                });
+            }
+            ("prompt", all)
+        }
+    };
+    let vocab = codec.vocab_size();
+    for ids in &encoded {
+        if ids.is_empty() {
+            return Err(ApiError::invalid(
+                param,
+                format!("Invalid value for '{param}': the prompt has no tokens."),
+            ));
+        }
+        if let Some(&id) = ids.iter().find(|&&id| id as usize >= vocab) {
+            return Err(ApiError::invalid(
+                param,
+                format!(
+                    "Invalid value for '{param}': token id {id} is out of range for a vocabulary \
+                     of {vocab}."
+                ),
+            ));
+        }
+        if ids.len() >= context {
+            return Err(ApiError::context_length(ids.len(), context, param));
+        }
+    }
+    Ok(Encoded {
+        ids: encoded,
+        texts,
+        continued,
+    })
+}
