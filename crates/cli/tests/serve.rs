@@ -603,6 +603,11 @@ fn tool_calls_come_back_as_tool_calls() {
     let (status, refused) = server.post("/v1/chat/completions", &ask(json!({})));
     assert_eq!(status, 400, "{refused}");
     assert_eq!(refused["error"]["param"], "tools");
+    // So are documents.
+    let body = json!({"messages": [user], "documents": [{"text": "Paris is sunny."}]});
+    let (status, refused) = server.post("/v1/chat/completions", &body);
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(refused["error"]["param"], "documents");
     let (status, lines) = server.terminate();
     assert!(status.success(), "exit status {status:?}: {lines:?}");
 }

@@ -81,6 +81,25 @@ pub fn template_vars(object: &Object) -> Result<TemplateVars, ApiError> {
     }
 }
 
+/// `documents` (vLLM's and `apply_chat_template`'s name): texts for a retrieval-augmented
+/// template (Command R, Granite), a list of objects such as `{"title": ..., "text": ...}`;
+/// none when absent.
+pub fn documents(object: &Object) -> Result<Option<Value>, ApiError> {
+    const KEY: &str = "documents";
+    match field(object, KEY) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Array(items)) => match items.iter().position(|d| !d.is_object()) {
+            None => Ok(Some(Value::Array(items.clone()))),
+            Some(i) => Err(expected(
+                &format!("{KEY}[{i}]"),
+                "an object such as {\"title\": ..., \"text\": ...}",
+                &items[i],
+            )),
+        },
+        Some(other) => Err(expected(KEY, "an array of objects", other)),
+    }
+}
+
 /// Where the rendered conversation ends: `add_generation_prompt` (default true) and
 /// `continue_final_message` (default false: true continues the last message's content, a
 /// prefilled reply; vLLM's and `transformers`' names), which cannot both be true.

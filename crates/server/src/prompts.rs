@@ -6,7 +6,7 @@ use kindle_generate::chat::{ChatEnding, TemplateVars};
 
 use crate::codec::TextCodec;
 use crate::error::ApiError;
-use crate::inputs::{PromptInput, chat_ending, messages, prompts, template_vars};
+use crate::inputs::{PromptInput, chat_ending, documents, messages, prompts, template_vars};
 use crate::request::Object;
 use crate::response::Endpoint;
 
@@ -48,6 +48,21 @@ pub(crate) fn encode_prompts<C: TextCodec>(
                 }
                 let given = TemplateVars::from_json(&tools.template_vars())
                     .map_err(|e| ApiError::invalid("tools", e.to_string()))?;
+                vars = vars.overridden_by(&given);
+            }
+            if let Some(documents) = documents(object)? {
+                if !codec.template_uses("documents") {
+                    return Err(ApiError::invalid(
+                        "documents",
+                        "This model's chat template does not render documents (it never reads \
+                         'documents'): put them in a message, or serve it with a \
+                         --chat-template-file that does.",
+                    ));
+                }
+                let mut given = serde_json::Map::new();
+                given.insert("documents".into(), documents);
+                let given = TemplateVars::from_json(&given)
+                    .map_err(|e| ApiError::invalid("documents", e.to_string()))?;
                 vars = vars.overridden_by(&given);
             }
             let ids = codec.encode_chat(&messages, ending, &vars).map_err(|e| {

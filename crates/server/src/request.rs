@@ -103,6 +103,7 @@ pub fn generation_params(object: &Object, chat: bool) -> Result<GenerationParams
         "chat_template_kwargs",
         "add_generation_prompt",
         "continue_final_message",
+        "documents",
     ] {
         if !chat && field(object, key).is_some() {
             return Err(ApiError::invalid(

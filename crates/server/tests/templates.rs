@@ -118,3 +118,40 @@ async fn a_final_message_is_continued_as_a_prefilled_reply() {
     }
     server.stop().await;
 }
+
+/// `documents` reach a retrieval template (the fake's `doc:` lines); bad ones are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn documents_reach_the_template() {
+    let server = TestServer::start(config(), Duration::ZERO).await;
+    let ask = |documents: Value| {
+        json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
+               "temperature": 0, "documents": documents})
+    };
+    let (status, reply) = server
+        .post(
+            "/v1/chat/completions",
+            &ask(json!([{"title": "a", "text": "paris"}, {"text": "rome"}])),
+        )
+        .await;
+    assert_eq!(status, 200, "{reply}");
+    // "doc:paris\ndoc:rome\n" before "user:hi\nassistant:".
+    assert_eq!(reply["usage"]["prompt_tokens"], 19 + 18);
+    for (url, body, param) in [
+        ("/v1/chat/completions", ask(json!("paris")), "documents"),
+        (
+            "/v1/chat/completions",
+            ask(json!([{"text": "a"}, 3])),
+            "documents[1]",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "a", "documents": []}),
+            "documents",
+        ),
+    ] {
+        let (status, error) = server.post(url, &body).await;
+        assert_eq!(status, 400, "{body}: {error}");
+        assert_eq!(error["error"]["param"], param, "{error}");
+    }
+    server.stop().await;
+}

@@ -82,7 +82,18 @@ impl Letters {
     }
 }
 
+/// The fake's chat template: a `doc:` line per document when a request sends them,
+/// `role:content` lines, then `assistant:` and, when a request sets it, its `style`.
+pub const FAKE_TEMPLATE: &str = "{% if documents is defined %}{% for d in documents %}\
+    doc:{{ d.text }}\n{% endfor %}{% endif %}\
+    {% for m in messages %}{{ m.role }}:{{ m.content }}\n{% endfor %}\
+    {% if add_generation_prompt %}assistant:\
+    {% if style is defined %}{{ style }} {% endif %}{% endif %}";
+
 impl TextCodec for Letters {
+    fn template_uses(&self, name: &str) -> bool {
+        ChatTemplate::new(FAKE_TEMPLATE).is_ok_and(|t| t.mentions(name))
+    }
     fn encode(&self, text: &str) -> Result<Vec<u32>, BoxError> {
         Ok(Letters::ids(text)?)
     }
@@ -92,12 +103,7 @@ impl TextCodec for Letters {
         ending: ChatEnding,
         vars: &TemplateVars,
     ) -> Result<Vec<u32>, BoxError> {
-        // `role:content` lines, then `assistant:` and, when a request sets it, its `style`.
-        let template = ChatTemplate::new(
-            "{% for m in messages %}{{ m.role }}:{{ m.content }}\n{% endfor %}\
-             {% if add_generation_prompt %}assistant:\
-             {% if style is defined %}{{ style }} {% endif %}{% endif %}",
-        )?;
+        let template = ChatTemplate::new(FAKE_TEMPLATE)?;
         let parts = template.render_parts_ending(messages, ending, vars)?;
         let text: String = parts.iter().map(ChatPart::text).collect();
         Ok(Letters::ids(&text)?)
