@@ -97,10 +97,10 @@ unsafe fn quants_vl(at: *const u8, qh: __m256i, c: usize) -> (__m256i, __m256i) 
 }
 
 /// The 8-bit kernel, once per instruction set: `avx2` (`maddubs` + `madd`), `vnni` (AVX-VNNI
-/// `vpdpbusd`; the integer sums are the same) and `avx512` (`vnni` with AVX-512VL's 32
-/// registers and bit selects).
+/// `vpdpbusd`; the integer sums are the same) and `avx512` (`vpdpbusd` in its AVX-512 VNNI
+/// encoding, with AVX-512VL's 32 registers and bit selects).
 macro_rules! q5_q8_kernel {
-    ($name:ident, $features:tt, $vnni:expr, $quants:ident) => {
+    ($name:ident, $features:tt, $vnni:expr, $dpbusd:ident, $quants:ident) => {
         /// A `Q5_1` group (or another format `F` of its form: `Q5_0`, `Q5_K`, see
         /// `super::columns`) times `JN` rows of 8-bit activation blocks; the eight results of
         /// activation row `j` to `out[j]` in the lane order [`super::packed::LANE_ROWS`].
@@ -122,7 +122,7 @@ macro_rules! q5_q8_kernel {
             let mut acc_min = [_mm256_setzero_ps(); JN];
             for_each_column::<F>(0..nb, |b| {
                 // SAFETY: block column `b` lies within the group; activation block `b`
-                // exists; the VNNI branch runs only in the instances with AVX-VNNI.
+                // exists; the VNNI branch runs only in the instances with a `vpdpbusd`.
                 unsafe {
                     let (at, d, m) = column::<F>(w, b, &mut sb);
                     let qh = _mm256_loadu_si256(at as *const __m256i);
@@ -142,8 +142,8 @@ macro_rules! q5_q8_kernel {
                                 )
                             });
                             if $vnni {
-                                sums[j][0] = _mm256_dpbusd_avx_epi32(sums[j][0], lo, y[0]);
-                                sums[j][1] = _mm256_dpbusd_avx_epi32(sums[j][1], hi, y[1]);
+                                sums[j][0] = $dpbusd(sums[j][0], lo, y[0]);
+                                sums[j][1] = $dpbusd(sums[j][1], hi, y[1]);
                             } else {
                                 let p = _mm256_add_epi16(
                                     _mm256_maddubs_epi16(lo, y[0]),
@@ -175,12 +175,26 @@ macro_rules! q5_q8_kernel {
     };
 }
 
-q5_q8_kernel!(q5_q8, "avx2,fma,f16c", false, quants);
-q5_q8_kernel!(q5_q8_vnni, "avx2,fma,f16c,avxvnni", true, quants);
+q5_q8_kernel!(
+    q5_q8,
+    "avx2,fma,f16c",
+    false,
+    _mm256_dpbusd_avx_epi32,
+    quants
+);
+q5_q8_kernel!(
+    q5_q8_vnni,
+    "avx2,fma,f16c,avxvnni",
+    true,
+    _mm256_dpbusd_avx_epi32,
+    quants
+);
+// `vpdpbusd` in its AVX-512 encoding (VNNI with VL): Zen 4 has it and not AVX-VNNI's.
 q5_q8_kernel!(
     q5_q8_avx512,
-    "avx2,fma,f16c,avxvnni,avx512f,avx512vl",
+    "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
     true,
+    _mm256_dpbusd_epi32,
     quants_vl
 );
 

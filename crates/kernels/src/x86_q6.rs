@@ -156,10 +156,10 @@ unsafe fn quants_vl(at: *const u8, top: [__m256i; 2], c: usize) -> (__m256i, __m
 }
 
 /// The 8-bit kernel, once per instruction set: `avx2` (`maddubs` + `madd`), `vnni` (AVX-VNNI
-/// `vpdpbusd`; the integer sums are the same) and `avx512` (`vnni` with AVX-512VL's 32
-/// registers and bit selects).
+/// `vpdpbusd`; the integer sums are the same) and `avx512` (`vpdpbusd` in its AVX-512 VNNI
+/// encoding, with AVX-512VL's 32 registers and bit selects).
 macro_rules! q6_q8_kernel {
-    ($name:ident, $features:tt, $vnni:expr, $quants:ident) => {
+    ($name:ident, $features:tt, $vnni:expr, $dpbusd:ident, $quants:ident) => {
         /// A packed `Q6_K` group times `JN` rows of 8-bit activation blocks; the eight
         /// results of activation row `j` to `out[j]` in the lane order
         /// [`super::packed::LANE_ROWS`].
@@ -180,7 +180,7 @@ macro_rules! q6_q8_kernel {
             let mut acc = [_mm256_setzero_ps(); JN];
             for_each_column(nb, |b| {
                 // SAFETY: block column `b` lies within the group; activation block `b` and
-                // its sums exist; the VNNI branch runs only in the instances with AVX-VNNI.
+                // its sums exist; the VNNI branch runs only in the instances with a `vpdpbusd`.
                 unsafe {
                     let (at, d_lo, d_hi) = column(w, b, &mut d);
                     let top = top_bits(at);
@@ -200,7 +200,7 @@ macro_rules! q6_q8_kernel {
                             });
                             for (h, v) in [lo, hi].into_iter().enumerate() {
                                 if $vnni {
-                                    sums[j][h] = _mm256_dpbusd_avx_epi32(sums[j][h], v, y[h]);
+                                    sums[j][h] = $dpbusd(sums[j][h], v, y[h]);
                                 } else if c % 2 == 0 {
                                     first[j][h] = _mm256_maddubs_epi16(v, y[h]);
                                 } else {
@@ -235,12 +235,26 @@ macro_rules! q6_q8_kernel {
     };
 }
 
-q6_q8_kernel!(q6_q8, "avx2,fma,f16c", false, quants);
-q6_q8_kernel!(q6_q8_vnni, "avx2,fma,f16c,avxvnni", true, quants);
+q6_q8_kernel!(
+    q6_q8,
+    "avx2,fma,f16c",
+    false,
+    _mm256_dpbusd_avx_epi32,
+    quants
+);
+q6_q8_kernel!(
+    q6_q8_vnni,
+    "avx2,fma,f16c,avxvnni",
+    true,
+    _mm256_dpbusd_avx_epi32,
+    quants
+);
+// `vpdpbusd` in its AVX-512 encoding (VNNI with VL): Zen 4 has it and not AVX-VNNI's.
 q6_q8_kernel!(
     q6_q8_avx512,
-    "avx2,fma,f16c,avxvnni,avx512f,avx512vl",
+    "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
     true,
+    _mm256_dpbusd_epi32,
     quants_vl
 );
 
