@@ -237,6 +237,25 @@ fn bench_json_rows() {
             row["peak_rss_bytes"].as_u64().unwrap() > 90 << 20,
             "the weights are mapped"
         );
+        // What the figures were taken on: the CPU's instruction sets and the kernels' level,
+        // AVX-512 exactly where the CPU has all that its kernels use.
+        let cpu = row["cpu"].as_str().unwrap();
+        assert!(cpu.contains("avx2"), "{cpu}");
+        let lacks: Vec<&str> = cpu.split("; no ").nth(1).unwrap_or("").split(' ').collect();
+        let avx512 = [
+            "avx2",
+            "fma",
+            "f16c",
+            "avx512f",
+            "avx512bw",
+            "avx512vl",
+            "avx512_vnni",
+        ]
+        .iter()
+        .all(|f| !lacks.contains(f));
+        if std::env::var_os("KINDLE_SIMD").is_none() {
+            assert_eq!(row["simd"] == "AVX-512", avx512, "{row}");
+        }
     }
 }
 

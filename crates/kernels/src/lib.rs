@@ -113,7 +113,7 @@ pub use gemm::GEMM_MIN_ROWS as PREFILL_ROWS;
 pub use pool::default_threads;
 
 pub use q8::{BlockQ8, quantize_row_q8};
-pub use simd::{cpu_runs_avx512, simd_cap_name, simd_level};
+pub use simd::{cpu_runs_avx512, cpu_summary, simd_cap_name, simd_level};
 
 /// Why a [`QuantMatrix`] could not be built.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]

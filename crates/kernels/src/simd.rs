@@ -104,6 +104,55 @@ pub fn simd_level() -> &'static str {
         Simd::Scalar => "portable scalar",
     }
 }
+/// The CPU for people, as a benchmark prints it beside its figures: the model name, family
+/// and model from Linux's `/proc/cpuinfo` (where there is one), and which of the instruction
+/// sets the kernels' levels use it has and lacks.
+///
+/// ```
+/// let cpu = kindle_kernels::cpu_summary();
+/// assert!(cpu.contains("avx2") || !cfg!(target_arch = "x86_64"), "{cpu}");
+/// ```
+pub fn cpu_summary() -> String {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let field = |key: &str| {
+        info.lines()
+            .find(|l| l.split(':').next().is_some_and(|k| k.trim() == key))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+    };
+    let mut out = field("model name").unwrap_or_else(|| std::env::consts::ARCH.to_string());
+    if let (Some(family), Some(model)) = (field("cpu family"), field("model")) {
+        out.push_str(&format!(" (family {family}, model {model})"));
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        let features = [
+            ("avx2", is_x86_feature_detected!("avx2")),
+            ("fma", is_x86_feature_detected!("fma")),
+            ("f16c", is_x86_feature_detected!("f16c")),
+            ("avx_vnni", is_x86_feature_detected!("avxvnni")),
+            ("avx512f", is_x86_feature_detected!("avx512f")),
+            ("avx512bw", is_x86_feature_detected!("avx512bw")),
+            ("avx512vl", is_x86_feature_detected!("avx512vl")),
+            ("avx512_vnni", is_x86_feature_detected!("avx512vnni")),
+        ];
+        let list = |has: bool| {
+            features
+                .iter()
+                .filter(|&&(_, h)| h == has)
+                .map(|&(name, _)| name)
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let (has, lacks) = (list(true), list(false));
+        out.push_str(&format!(": {has}"));
+        if !lacks.is_empty() {
+            out.push_str(&format!("; no {lacks}"));
+        }
+    }
+    out
+}
+
 /// The SIMD level `KINDLE_SIMD` caps the kernels at (`avx512`, `vnni`, `avx2` or `scalar`):
 /// `Ok(None)` when it is unset, an error naming the value when it is none of those. A cap
 /// above what the CPU runs has no effect. For measuring a narrower CPU's kernels on a wider

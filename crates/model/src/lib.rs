@@ -25,8 +25,8 @@ pub use device::{DeviceError, DeviceKind, Dtype, OpenDevice};
 pub use engine::{Engine, EngineCache, EngineOptions};
 pub use error::ModelError;
 pub use kindle_kernels::{
-    ActivationFormat, KernelOptions, Kernels, RowArithmetic, gatherings, read_bandwidth,
-    set_gathering, simd_cap_name, simd_level,
+    ActivationFormat, KernelOptions, Kernels, RowArithmetic, cpu_summary, gatherings,
+    read_bandwidth, set_gathering, simd_cap_name, simd_level,
 };
 pub use kindle_kv_cache::{
     KvCache, KvCacheConfig, KvStore, KvType, SlidingWindowCache, WINDOW_SLACK, ring_slots,

@@ -244,8 +244,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     "dtype": args.device.dtype.name(),
                     "kv_type": args.device.kv_type.to_string(),
                     "threads": t,
-                    // The kernels' SIMD level (`KINDLE_SIMD` may cap it).
+                    // The kernels' SIMD level (`KINDLE_SIMD` may cap it) and the CPU.
                     "simd": kindle_model::simd_level(),
+                    "cpu": kindle_model::cpu_summary(),
                     "test": test,
                     "n_tokens": n,
                     "n_depth": depth,
@@ -358,6 +359,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     r["peak_rss_bytes"].as_f64().unwrap_or(0.0) / (1 << 20) as f64,
                 )?;
             }
+            // As llama-bench ends its table with its build: what the figures were taken on.
+            writeln!(
+                stdout,
+                "\ncpu: {}; kernels: {}",
+                kindle_model::cpu_summary(),
+                kindle_model::simd_level()
+            )?;
         }
     }
     // On standard error, so the table stays llama-bench's.
