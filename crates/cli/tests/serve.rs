@@ -17,6 +17,48 @@ const PROMPTS: [&str; 4] = [
 ];
 const MAX_TOKENS: usize = 24;
 
+/// `kindle serve` on `model` with the chat template `source`, written as `name` in `dir`.
+fn serve_with_template(
+    model: &std::path::Path,
+    dir: &std::path::Path,
+    name: &str,
+    source: &str,
+    context: &str,
+) -> Served {
+    let path = dir.join(name);
+    std::fs::write(&path, source).expect("writing the template");
+    let template = path.to_str().unwrap();
+    Served::start(
+        model,
+        &["-c", context, "-t", "2", "--chat-template-file", template],
+    )
+}
+
+/// The first tool call's deltas in a streamed chat reply to `body`, and the reply's chunks.
+fn streamed_call(server: &Served, body: &Value) -> (Vec<Value>, Vec<Value>) {
+    let (status, events) = server.post_stream("/v1/chat/completions", body);
+    assert_eq!(status, 200);
+    let chunks: Vec<Value> = events
+        .iter()
+        .filter(|e| *e != "[DONE]")
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    let pieces = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"].get("tool_calls"))
+        .map(|calls| calls[0].clone())
+        .collect();
+    (pieces, chunks)
+}
+
+/// Joined arguments of a call's streamed deltas.
+fn joined_arguments(pieces: &[Value]) -> String {
+    pieces
+        .iter()
+        .map(|d| d["function"]["arguments"].as_str().unwrap())
+        .collect()
+}
+
 /// `kindle generate`'s greedy text for `prompt` (`--chat`: as a user message).
 fn generate(prompt: &str, chat: bool) -> String {
     let model = common::model_path();
@@ -371,23 +413,13 @@ fn a_reply_that_opens_with_think_has_its_reasoning_split_out() {
     // A template whose prompt opens the reasoning (as DeepSeek-R1's does): the reply starts
     // inside it, and one cut off before `</think>` is all reasoning.
     let dir = tempfile::tempdir().expect("a scratch directory");
-    let template = dir.path().join("r1.jinja");
-    std::fs::write(
-        &template,
+    let server = serve_with_template(
+        &model,
+        dir.path(),
+        "r1.jinja",
         "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n\
          {% endfor %}<|im_start|>assistant\n<think>\n",
-    )
-    .expect("writing the template");
-    let server = Served::start(
-        &model,
-        &[
-            "-c",
-            "512",
-            "-t",
-            "2",
-            "--chat-template-file",
-            template.to_str().unwrap(),
-        ],
+        "512",
     );
     let body = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6,
                       "temperature": 0, "ignore_eos": true});
@@ -423,18 +455,12 @@ fn tool_calls_come_back_as_tool_calls() {
         return; // KINDLE_SKIP_REAL_MODEL=1
     };
     let dir = tempfile::tempdir().expect("a scratch directory");
-    let template = dir.path().join("tools.jinja");
-    std::fs::write(&template, common::server::TOOLS_TEMPLATE).expect("writing the template");
-    let server = Served::start(
+    let server = serve_with_template(
         &model,
-        &[
-            "-c",
-            "1024",
-            "-t",
-            "2",
-            "--chat-template-file",
-            template.to_str().unwrap(),
-        ],
+        dir.path(),
+        "tools.jinja",
+        common::server::TOOLS_TEMPLATE,
+        "1024",
     );
     let tools = json!([{"type": "function", "function": {
         "name": "get_weather",
@@ -468,30 +494,17 @@ fn tool_calls_come_back_as_tool_calls() {
 
     // Streamed: the call's name in its first tool_calls delta, then its arguments piece by
     // piece as they are written, adding up to the same call; then the finish reason.
-    let (status, events) =
-        server.post_stream("/v1/chat/completions", &ask(json!({"stream": true})));
-    assert_eq!(status, 200);
-    let chunks: Vec<Value> = events
-        .iter()
-        .filter(|e| *e != "[DONE]")
-        .map(|e| serde_json::from_str(e).unwrap())
-        .collect();
-    let streamed: Vec<&Value> = chunks
-        .iter()
-        .filter_map(|c| c["choices"][0]["delta"].get("tool_calls"))
-        .map(|calls| &calls[0])
-        .collect();
+    let (streamed, chunks) = streamed_call(&server, &ask(json!({"stream": true})));
     assert!(streamed.len() > 3, "{chunks:?}");
     assert_eq!(streamed[0]["function"]["name"], "get_weather");
     assert_eq!(streamed[0]["type"], "function");
     assert!(streamed[0]["id"].as_str().unwrap().starts_with("call_"));
     assert!(streamed.iter().all(|d| d["index"] == 0));
     assert!(streamed[1..].iter().all(|d| d.get("id").is_none()));
-    let joined: String = streamed
-        .iter()
-        .map(|d| d["function"]["arguments"].as_str().unwrap())
-        .collect();
-    assert_eq!(joined, call["function"]["arguments"].as_str().unwrap());
+    assert_eq!(
+        joined_arguments(&streamed),
+        call["function"]["arguments"].as_str().unwrap()
+    );
     assert_eq!(
         chunks.last().unwrap()["choices"][0]["finish_reason"],
         "tool_calls"
@@ -513,25 +526,15 @@ fn tool_calls_come_back_as_tool_calls() {
     assert!(status.success(), "exit status {status:?}: {lines:?}");
 
     // A template that asks for Llama 3's format: the whole reply one JSON call.
-    let llama = dir.path().join("llama3.jinja");
-    std::fs::write(
-        &llama,
+    let server = serve_with_template(
+        &model,
+        dir.path(),
+        "llama3.jinja",
         "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if tools and loop.last %}\
          Respond in the format {\"name\": function name, \"parameters\": dictionary of \
          argument name and its value}. Functions:\n{% for t in tools %}{{ t | tojson }}\n\
          {% endfor %}{% endif %}{{ m.content }}<|im_end|>\n{% endfor %}<|im_start|>assistant\n",
-    )
-    .expect("writing the template");
-    let server = Served::start(
-        &model,
-        &[
-            "-c",
-            "1024",
-            "-t",
-            "2",
-            "--chat-template-file",
-            llama.to_str().unwrap(),
-        ],
+        "1024",
     );
     let (status, reply) = server.post("/v1/chat/completions", &ask(json!({})));
     assert_eq!(status, 200, "{reply}");
@@ -547,18 +550,12 @@ fn tool_calls_come_back_as_tool_calls() {
 
     // A template in the style of Mistral v0.3's: the reply a list after `[TOOL_CALLS]`, and
     // call ids that must be nine letters and digits when the call comes back.
-    let mistral = dir.path().join("mistral.jinja");
-    std::fs::write(&mistral, MISTRAL_TEMPLATE).expect("writing the template");
-    let server = Served::start(
+    let server = serve_with_template(
         &model,
-        &[
-            "-c",
-            "1024",
-            "-t",
-            "2",
-            "--chat-template-file",
-            mistral.to_str().unwrap(),
-        ],
+        dir.path(),
+        "mistral.jinja",
+        MISTRAL_TEMPLATE,
+        "1024",
     );
     let (status, reply) = server.post("/v1/chat/completions", &ask(json!({})));
     assert_eq!(status, 200, "{reply}");
@@ -569,25 +566,12 @@ fn tool_calls_come_back_as_tool_calls() {
         id.len() == 9 && id.chars().all(|c| c.is_ascii_alphanumeric()),
         "{id}"
     );
-    let (status, events) =
-        server.post_stream("/v1/chat/completions", &ask(json!({"stream": true})));
-    assert_eq!(status, 200);
-    let pieces: Vec<Value> = events
-        .iter()
-        .filter(|e| *e != "[DONE]")
-        .filter_map(|e| {
-            let chunk: Value = serde_json::from_str(e).unwrap();
-            chunk["choices"][0]["delta"]["tool_calls"][0]
-                .as_object()
-                .map(|d| Value::Object(d.clone()))
-        })
-        .collect();
+    let (pieces, _) = streamed_call(&server, &ask(json!({"stream": true})));
     assert!(pieces.len() > 3, "{pieces:?}");
-    let joined: String = pieces
-        .iter()
-        .map(|d| d["function"]["arguments"].as_str().unwrap())
-        .collect();
-    assert_eq!(joined, call["function"]["arguments"].as_str().unwrap());
+    assert_eq!(
+        joined_arguments(&pieces),
+        call["function"]["arguments"].as_str().unwrap()
+    );
     let turn = json!({"messages": [
         user,
         {"role": "assistant", "content": null, "tool_calls": [call]},
