@@ -507,7 +507,8 @@ impl ChatTemplate {
     /// )?
     /// .with_protected_texts(["<|end|>"])?;
     /// let messages = [ChatMessage::user("Hi"), ChatMessage::assistant("Well, ")];
-    /// let parts = template.render_parts_ending(&messages, ChatEnding::Continue, &Default::default())?;
+    /// let parts =
+    ///     template.render_parts_ending(&messages, ChatEnding::Continue, &Default::default())?;
     /// assert_eq!(parts, [ChatPart::Template("<|user|>Hi<|end|><|assistant|>Well,".into())]);
     /// # Ok::<(), kindle_generate::chat::ChatError>(())
     /// ```
