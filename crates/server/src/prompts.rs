@@ -39,31 +39,18 @@ pub(crate) fn encode_prompts<C: TextCodec>(
             }
             let mut vars = template_vars(object)?;
             if let Some(tools) = tools.filter(|t| t.parses()) {
-                if !codec.template_uses("tools") {
-                    return Err(ApiError::invalid(
-                        "tools",
-                        "This model's chat template does not render tools (it never reads \
-                         'tools'): serve it with a --chat-template-file that does.",
-                    ));
-                }
-                let given = TemplateVars::from_json(&tools.template_vars())
-                    .map_err(|e| ApiError::invalid("tools", e.to_string()))?;
-                vars = vars.overridden_by(&given);
+                vars = with_request_vars(codec, vars, "tools", &tools.template_vars(), "")?;
             }
             if let Some(documents) = documents(object)? {
-                if !codec.template_uses("documents") {
-                    return Err(ApiError::invalid(
-                        "documents",
-                        "This model's chat template does not render documents (it never reads \
-                         'documents'): put them in a message, or serve it with a \
-                         --chat-template-file that does.",
-                    ));
-                }
                 let mut given = serde_json::Map::new();
                 given.insert("documents".into(), documents);
-                let given = TemplateVars::from_json(&given)
-                    .map_err(|e| ApiError::invalid("documents", e.to_string()))?;
-                vars = vars.overridden_by(&given);
+                vars = with_request_vars(
+                    codec,
+                    vars,
+                    "documents",
+                    &given,
+                    "put them in a message, or ",
+                )?;
             }
             let ids = codec.encode_chat(&messages, ending, &vars).map_err(|e| {
                 ApiError::invalid(
@@ -127,4 +114,28 @@ pub(crate) fn encode_prompts<C: TextCodec>(
         texts,
         continued,
     })
+}
+
+/// `vars` with a request's own template variables `given` (its `tools`, its `documents`) set
+/// over them; refused, naming `name`, when the chat template never reads `name` (rather than
+/// ignored), `instead` saying what else to do.
+fn with_request_vars<C: TextCodec>(
+    codec: &C,
+    vars: TemplateVars,
+    name: &str,
+    given: &serde_json::Map<String, serde_json::Value>,
+    instead: &str,
+) -> Result<TemplateVars, ApiError> {
+    if !codec.template_uses(name) {
+        return Err(ApiError::invalid(
+            name,
+            format!(
+                "This model's chat template does not render {name} (it never reads \
+                 '{name}'): {instead}serve it with a --chat-template-file that does."
+            ),
+        ));
+    }
+    let given =
+        TemplateVars::from_json(given).map_err(|e| ApiError::invalid(name, e.to_string()))?;
+    Ok(vars.overridden_by(&given))
 }

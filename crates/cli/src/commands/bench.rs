@@ -164,6 +164,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
         );
     }
     let mut rows: Vec<Value> = Vec::new();
+    // What every figure is taken on (read once: `/proc/cpuinfo` and the feature checks).
+    let cpu = kindle_model::cpu_summary();
     for &t in &threads {
         // The same weights, multiplied on `t` threads from now on.
         let kernels = model.llama.kernels().with_threads(t);
@@ -246,7 +248,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     "threads": t,
                     // The kernels' SIMD level (`KINDLE_SIMD` may cap it) and the CPU.
                     "simd": kindle_model::simd_level(),
-                    "cpu": kindle_model::cpu_summary(),
+                    "cpu": cpu,
                     "test": test,
                     "n_tokens": n,
                     "n_depth": depth,
@@ -363,7 +365,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             writeln!(
                 stdout,
                 "\ncpu: {}; kernels: {}",
-                kindle_model::cpu_summary(),
+                cpu,
                 kindle_model::simd_level()
             )?;
         }

@@ -65,37 +65,30 @@ impl ToolFormat {
         }
     }
 
-    /// The key a call's arguments go under.
+    /// The key a call's arguments go under (the first the parser reads).
     fn arguments_key(self) -> &'static str {
-        match self {
-            ToolFormat::Hermes | ToolFormat::Mistral => "arguments",
-            ToolFormat::Llama3 => "parameters",
-        }
+        argument_keys(self)[0]
     }
 
     /// A new call's id: OpenAI's `call_` and 24 hexadecimal digits, or for Mistral nine
     /// letters and digits (its templates refuse any other).
     pub fn call_id(self) -> String {
-        let id = call_id();
+        let (t, n) = id_parts();
         match self {
             ToolFormat::Mistral => {
-                // The unique part of `call_id`, folded into nine base-62 digits.
-                let n = u64::from_str_radix(&id[5..], 16).unwrap_or(0)
-                    ^ u64::from_str_radix(&id[21..], 16)
-                        .unwrap_or(0)
-                        .rotate_left(40);
+                // The clock and the counter mixed, as nine base-62 digits.
                 const DIGITS: &[u8] =
                     b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
-                let mut n = n;
+                let mut x = t ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
                 (0..9)
                     .map(|_| {
-                        let d = DIGITS[(n % 62) as usize] as char;
-                        n /= 62;
+                        let d = DIGITS[(x % 62) as usize] as char;
+                        x /= 62;
                         d
                     })
                     .collect()
             }
-            _ => id,
+            _ => openai_id(t, n),
         }
     }
 }
@@ -412,14 +405,19 @@ pub fn parse_calls(text: &str) -> (String, Vec<ToolCall>) {
     (rest.trim().to_string(), calls)
 }
 
-/// A call's id, unique within the process (`call_` and 24 hexadecimal digits).
-pub fn call_id() -> String {
+/// What makes a call id unique: the clock (nanoseconds) and a process-wide counter.
+fn id_parts() -> (u64, u64) {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
+    (t, n)
+}
+
+/// OpenAI's form of an id, unique within the process: `call_` and 24 hexadecimal digits.
+fn openai_id(t: u64, n: u64) -> String {
     format!("call_{t:016x}{n:08x}")
 }
 
