@@ -120,6 +120,15 @@ fn chain_hash(parent: u64, tokens: &[u32]) -> u64 {
     hasher.finish()
 }
 
+/// The index key of a companion of `owner` ([`BlockManager::publish_companion`]); its entry
+/// names the owner, so a match is exact.
+fn companion_key((block, generation): (usize, u64)) -> u64 {
+    chain_hash(
+        block as u64 ^ 0x9E37_79B9_7F4A_7C15,
+        &[generation as u32, (generation >> 32) as u32],
+    )
+}
+
 impl BlockManager {
     /// A pool of `n_blocks` free blocks of `block_size` tokens.
     pub fn new(n_blocks: usize, block_size: usize) -> Result<Self, BlockError> {
@@ -319,6 +328,54 @@ impl BlockManager {
         added
     }
 
+    /// `block`'s generation: bumped each time it is unpublished (its contents about to change
+    /// or be evicted), so that `(block, generation)` names what a published block holds.
+    pub fn generation(&self, block: usize) -> u64 {
+        self.generation[block]
+    }
+
+    /// Publish `block` as the **companion** of `owner` (a block and its [`generation`] in
+    /// another manager: the same tokens, kept apart, as a sliding-window layer's blocks are
+    /// kept apart from the global layers'), instead of by tokens: [`match_companion`] finds it
+    /// while it is published (held, or cached until evicted). A block already published, or an
+    /// owner that already has a companion, is left as it is; returns whether `block` was
+    /// published. A manager's blocks are published either by tokens or as companions, not both.
+    ///
+    /// [`generation`]: Self::generation
+    /// [`match_companion`]: Self::match_companion
+    pub fn publish_companion(&mut self, block: usize, owner: (usize, u64)) -> bool {
+        let key = companion_key(owner);
+        if self.published[block].is_some() || self.index.contains_key(&key) {
+            return false;
+        }
+        let entry = Entry {
+            block,
+            parent: Some(owner),
+            tokens: Box::default(),
+        };
+        self.index.insert(key, entry);
+        self.published[block] = Some(key);
+        true
+    }
+
+    /// Whether `owner` has a published companion ([`publish_companion`](Self::publish_companion)).
+    pub fn has_companion(&self, owner: (usize, u64)) -> bool {
+        self.index
+            .get(&companion_key(owner))
+            .is_some_and(|e| e.parent == Some(owner))
+    }
+
+    /// `owner`'s published companion, now held once more by the caller; `None` if it has none.
+    pub fn match_companion(&mut self, owner: (usize, u64)) -> Option<usize> {
+        let block = self
+            .index
+            .get(&companion_key(owner))
+            .filter(|e| e.parent == Some(owner))?
+            .block;
+        self.retain(block);
+        Some(block)
+    }
+
     /// The published blocks holding `tokens`' first full blocks, at most `max_blocks` of
     /// them, each now held once more by the caller (release them with the sequence).
     pub fn match_prefix(&mut self, tokens: &[u32], max_blocks: usize) -> Vec<usize> {
@@ -409,6 +466,25 @@ mod tests {
         m.publish(&a, &[5, 6, 3, 4]);
         assert_eq!(m.match_prefix(&[5, 6, 3, 4], 2), a);
         assert!(m.match_prefix(&[1, 2, 3, 4], 2).is_empty());
+    }
+
+    #[test]
+    fn a_companion_is_found_by_its_owner_until_evicted() {
+        let mut m = BlockManager::new(2, 4).unwrap();
+        let a = m.allocate(2).unwrap();
+        assert!(m.publish_companion(a[0], (7, 0)));
+        assert!(!m.publish_companion(a[1], (7, 0)), "one companion an owner");
+        assert!(!m.publish_companion(a[0], (8, 0)), "published already");
+        assert!(m.publish_companion(a[1], (7, 1)));
+        assert!(m.has_companion((7, 0)) && !m.has_companion((8, 0)));
+        m.release_all(&a);
+        assert_eq!(m.stats().cached, 2);
+        // Held again by a match; the other one is evicted by the next allocation.
+        assert_eq!(m.match_companion((7, 1)), Some(a[1]));
+        assert_eq!(m.allocate(1).unwrap(), vec![a[0]]);
+        assert!(!m.has_companion((7, 0)));
+        assert_eq!(m.match_companion((7, 0)), None);
+        assert_eq!(m.generation(a[0]), 1);
     }
 
     #[test]

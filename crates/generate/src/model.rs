@@ -89,9 +89,15 @@ pub use kindle_blocks::BlockStats;
 /// running sequence never runs out; blocks of finished sequences that were
 /// [published](Self::publish) stay cached for later prompts until the pool needs the room.
 pub trait PagedModel: LanguageModel {
-    /// Make the pool: `blocks` blocks of `block_size` tokens (caches of an earlier pool keep
-    /// theirs until dropped).
-    fn open_pool(&mut self, blocks: usize, block_size: usize) -> Result<(), Self::Error>;
+    /// Make the pool: `blocks` blocks of `block_size` tokens, for at most `sequences` caches
+    /// at once (a model whose local layers keep only their window sizes their blocks by it;
+    /// caches of an earlier pool keep theirs until dropped).
+    fn open_pool(
+        &mut self,
+        blocks: usize,
+        block_size: usize,
+        sequences: usize,
+    ) -> Result<(), Self::Error>;
 
     /// A cache from the pool for a sequence starting with `prompt`, for up to `capacity`
     /// tokens: it already holds the prompt's longest published prefix of whole blocks (never

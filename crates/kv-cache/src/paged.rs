@@ -8,7 +8,7 @@ use burn::tensor::TensorData;
 use kindle_blocks::{BlockError, BlockManager, BlockStats};
 
 use crate::host::PoolBuffer;
-use crate::{HostKvLayer, KvCacheConfig, KvCacheError, KvStore, KvType};
+use crate::{HostKvLayer, KvCacheConfig, KvCacheError, KvStore, KvType, WINDOW_SLACK};
 
 /// Key/value storage for many sequences: every layer has one pool of `n_blocks` blocks of
 /// `block_size` tokens in host memory, stored as f32, f16 or int8, and each sequence (a
@@ -54,11 +54,27 @@ pub struct PagedPool {
     config: KvCacheConfig,
     kv_type: KvType,
     block_size: usize,
-    manager: Mutex<BlockManager>,
-    /// Per layer: keys, values.
+    books: Mutex<Books>,
+    /// Per layer: keys, values (a local layer's in blocks of the local group).
     layers: Vec<[PoolBuffer; 2]>,
+    /// Per layer: its sliding window (a local layer), or `None` (a global one).
+    windows: Vec<Option<usize>>,
+    /// The widest window of a local layer; 0 without local layers.
+    window: usize,
     device: Device,
 }
+
+/// The bookkeeping of a pool's two groups of blocks: the global layers' (by tokens, with
+/// prefix caching) and, with local layers, theirs (each block the companion of the global
+/// block of the same positions).
+#[derive(Debug)]
+struct Books {
+    global: BlockManager,
+    local: Option<BlockManager>,
+}
+
+/// A block-table entry of a local layer whose positions fell out of every window.
+const NONE: usize = usize::MAX;
 
 impl std::fmt::Debug for PagedPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -97,44 +113,100 @@ impl PagedPool {
         block_size: usize,
         device: &Device,
     ) -> Result<Arc<Self>, KvCacheError> {
-        if n_blocks == 0 || block_size == 0 {
-            return Err(KvCacheError::BadPool {
-                n_blocks,
-                block_size,
-            });
+        Self::with_windows(config, kv_type, (n_blocks, block_size), &[], 0, device)
+    }
+
+    /// A pool whose layers with `windows[l] = Some(w)` attend only to the last `w` positions
+    /// (local layers, as Gemma-3's): they keep their blocks in a second group of
+    /// `local_blocks` blocks, and a sequence holds only those of its last `w +`
+    /// [`WINDOW_SLACK`] positions (and of the pass it writes: such a sequence's passes take at
+    /// most `WINDOW_SLACK + 1` tokens, [`KvStore::max_pass`]). The global layers keep
+    /// `n_blocks` blocks as [`new`](Self::new) does. A local block leaving every window stays
+    /// cached if it was published (as the companion of the global block of the same
+    /// positions), so that a prompt reusing a prefix finds the window before its end: a prefix
+    /// is reused only as far as the local layers still have that window (vLLM's rule for
+    /// sliding-window layers). [`local_blocks_for`](Self::local_blocks_for) sizes the group.
+    ///
+    /// Errors: [`KvCacheError::BadPool`] for no blocks, or local layers with no local blocks.
+    pub fn with_windows(
+        config: KvCacheConfig,
+        kv_type: KvType,
+        (n_blocks, block_size): (usize, usize),
+        windows: &[Option<usize>],
+        local_blocks: usize,
+        device: &Device,
+    ) -> Result<Arc<Self>, KvCacheError> {
+        let windows: Vec<Option<usize>> = (0..config.n_layers)
+            .map(|l| windows.get(l).copied().flatten().filter(|&w| w > 0))
+            .collect();
+        let window = windows.iter().flatten().copied().max().unwrap_or(0);
+        let bad = |n_blocks| KvCacheError::BadPool {
+            n_blocks,
+            block_size,
+        };
+        if n_blocks == 0 || block_size == 0 || (window > 0 && local_blocks == 0) {
+            return Err(bad(if n_blocks == 0 { 0 } else { local_blocks }));
         }
-        let vectors = n_blocks
-            .checked_mul(block_size)
-            .and_then(|v| v.checked_mul(config.n_kv_heads))
-            .ok_or(KvCacheError::BadPool {
-                n_blocks,
-                block_size,
-            })?;
-        let layers = (0..config.n_layers)
-            .map(|_| {
+        let vectors = |blocks: usize| {
+            blocks
+                .checked_mul(block_size)
+                .and_then(|v| v.checked_mul(config.n_kv_heads))
+                .ok_or(bad(blocks))
+        };
+        let layers = windows
+            .iter()
+            .map(|w| {
+                let n = vectors(if w.is_some() { local_blocks } else { n_blocks })?;
                 Ok([
-                    PoolBuffer::zeros(kv_type, vectors, config.head_dim)?,
-                    PoolBuffer::zeros(kv_type, vectors, config.head_dim)?,
+                    PoolBuffer::zeros(kv_type, n, config.head_dim)?,
+                    PoolBuffer::zeros(kv_type, n, config.head_dim)?,
                 ])
             })
             .collect::<Result<_, KvCacheError>>()?;
         // After the storage: a pool too large for the machine fails there, as an error,
         // before the bookkeeping's vectors (written when made) are asked for.
-        let manager = BlockManager::new(n_blocks, block_size).map_err(block_error)?;
+        let global = BlockManager::new(n_blocks, block_size).map_err(block_error)?;
+        let local = if window > 0 {
+            Some(BlockManager::new(local_blocks, block_size).map_err(block_error)?)
+        } else {
+            None
+        };
         Ok(Arc::new(PagedPool {
             config,
             kv_type,
             block_size,
-            manager: Mutex::new(manager),
+            books: Mutex::new(Books { global, local }),
             layers,
+            windows,
+            window,
             device: device.clone(),
         }))
     }
 
-    fn manager(&self) -> MutexGuard<'_, BlockManager> {
-        // The manager's state is consistent between calls: a panic elsewhere does not
-        // poison it.
-        self.manager.lock().unwrap_or_else(|e| e.into_inner())
+    /// Local blocks enough for `sequences` sequences at once, each holding its window and
+    /// the most one pass and one rollback add ([`PagedCache`] keeps no more), and as many
+    /// again for published ones to stay cached between requests; at most `n_blocks` (what
+    /// the global layers have). 0 without local layers.
+    pub fn local_blocks_for(
+        windows: &[Option<usize>],
+        block_size: usize,
+        sequences: usize,
+        n_blocks: usize,
+    ) -> usize {
+        let window = windows.iter().flatten().copied().max().unwrap_or(0);
+        if window == 0 || block_size == 0 {
+            return 0;
+        }
+        let per_sequence = (window + 2 * WINDOW_SLACK + 1).div_ceil(block_size) + 2;
+        per_sequence
+            .saturating_mul(sequences.max(1))
+            .saturating_mul(2)
+            .min(n_blocks)
+    }
+
+    fn books(&self) -> MutexGuard<'_, Books> {
+        // The books are consistent between calls: a panic elsewhere does not poison them.
+        self.books.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Tokens per block.
@@ -147,19 +219,37 @@ impl PagedPool {
         self.kv_type
     }
 
-    /// Where the blocks are (used, cached, free).
+    /// Where the blocks of the global layers are (used, cached, free): every layer's,
+    /// without local layers.
     pub fn stats(&self) -> BlockStats {
-        self.manager().stats()
+        self.books().global.stats()
     }
 
-    /// Bytes of one block over all layers, keys and values.
-    pub fn bytes_per_block(&self) -> usize {
-        self.config.bytes_per_token_as(self.kv_type) * self.block_size
+    /// Where the local layers' blocks are; `None` without local layers.
+    pub fn local_stats(&self) -> Option<BlockStats> {
+        self.books().local.as_ref().map(BlockManager::stats)
+    }
+
+    /// Each layer's sliding window (`None`: a global layer).
+    pub fn windows(&self) -> &[Option<usize>] {
+        &self.windows
+    }
+
+    /// Bytes of one block of the global layers and of one of the local layers (0 without
+    /// them), keys and values.
+    pub fn bytes_per_block(&self) -> (usize, usize) {
+        let per_layer = self.config.bytes_per_token_as(self.kv_type) / self.config.n_layers.max(1)
+            * self.block_size;
+        let local = self.windows.iter().filter(|w| w.is_some()).count();
+        (per_layer * (self.windows.len() - local), per_layer * local)
     }
 
     /// Bytes of the whole pool (allocated; resident only as blocks are written).
     pub fn bytes(&self) -> usize {
-        self.bytes_per_block() * self.manager().n_blocks()
+        let (global, local) = self.bytes_per_block();
+        let books = self.books();
+        global * books.global.n_blocks()
+            + local * books.local.as_ref().map_or(0, BlockManager::n_blocks)
     }
 
     /// An empty cache for up to `capacity` tokens, its blocks reserved now.
@@ -188,15 +278,39 @@ impl PagedPool {
                 capacity,
             });
         }
-        let mut manager = self.manager();
+        let mut books = self.books();
+        let Books { global, local } = &mut *books;
         let reusable = prompt.len().saturating_sub(1) / self.block_size;
-        let mut blocks = manager.match_prefix(prompt, reusable);
-        let fresh = manager.blocks_for(capacity).saturating_sub(blocks.len());
-        match manager.allocate(fresh) {
+        let mut blocks = global.match_prefix(prompt, reusable);
+        // Local layers: as far as they still have the window before the reused prefix's end.
+        let mut table = Vec::new();
+        if let Some(local) = local {
+            let window_of =
+                |n: usize| (n * self.block_size).saturating_sub(self.window) / self.block_size..n;
+            let owners: Vec<(usize, u64)> =
+                blocks.iter().map(|&b| (b, global.generation(b))).collect();
+            let mut n = blocks.len();
+            while n > 0 && !window_of(n).all(|i| local.has_companion(owners[i])) {
+                n -= 1;
+            }
+            global.release_all(&blocks[n..]);
+            blocks.truncate(n);
+            table = vec![NONE; n];
+            for i in window_of(n) {
+                table[i] = local
+                    .match_companion(owners[i])
+                    .expect("checked above, under the same lock");
+            }
+        }
+        let fresh = global.blocks_for(capacity).saturating_sub(blocks.len());
+        match global.allocate(fresh) {
             Ok(more) => {
                 let len = blocks.len() * self.block_size;
                 blocks.extend(more);
-                drop(manager);
+                if local.is_some() {
+                    table.resize(blocks.len(), NONE);
+                }
+                drop(books);
                 let cache = PagedCache {
                     pool: Arc::clone(self),
                     config: KvCacheConfig {
@@ -204,12 +318,23 @@ impl PagedPool {
                         ..self.config
                     },
                     blocks,
+                    local: table,
                     len,
                 };
                 Ok((cache, len))
             }
             Err(e) => {
-                manager.release_all(&blocks);
+                global.release_all(&blocks);
+                if let Some(local) = local {
+                    local.release_all(
+                        table
+                            .iter()
+                            .copied()
+                            .filter(|&b| b != NONE)
+                            .collect::<Vec<_>>()
+                            .as_slice(),
+                    );
+                }
                 Err(block_error(e))
             }
         }
@@ -217,16 +342,54 @@ impl PagedPool {
 
     /// Index `cache`'s full blocks, which hold `tokens` (at least the cache's length of
     /// them; those past it are ignored), so that later prompts starting with the same tokens
-    /// reuse them. Returns how many blocks were newly indexed.
+    /// reuse them; with local layers, each full block's local block (while the cache holds
+    /// it) becomes the companion of the global block of the same positions. Returns how many
+    /// global blocks were newly indexed.
     pub fn publish(&self, cache: &PagedCache, tokens: &[u32]) -> usize {
         let held = &tokens[..cache.len.min(tokens.len())];
-        self.manager().publish(&cache.blocks, held)
+        let mut books = self.books();
+        let Books { global, local } = &mut *books;
+        let added = global.publish(&cache.blocks, held);
+        if let Some(local) = local {
+            let full = held.len() / self.block_size;
+            for (&g, &l) in cache.blocks[..full].iter().zip(&cache.local) {
+                if l != NONE && global.is_published(g) && !local.is_published(l) {
+                    local.publish_companion(l, (g, global.generation(g)));
+                }
+            }
+        }
+        added
     }
 
     /// Vector index of `head` at `position` of a sequence whose table is `blocks`.
     pub(crate) fn vector(&self, blocks: &[usize], head: usize, position: usize) -> usize {
         let bs = self.block_size;
         (blocks[position / bs] * self.config.n_kv_heads + head) * bs + position % bs
+    }
+
+    /// Copy the keys and values of block `from` into block `to` (held alone) for every
+    /// local layer (`local`) or every global one.
+    fn copy_block(&self, local: bool, from: usize, to: usize) {
+        let (h, bs, d) = (
+            self.config.n_kv_heads,
+            self.block_size,
+            self.config.head_dim,
+        );
+        let mut scratch = Vec::new();
+        let group = self.layers.iter().zip(&self.windows);
+        for (buffers, _) in group.filter(|(_, w)| w.is_some() == local) {
+            for buffer in buffers {
+                for v in 0..h * bs {
+                    // SAFETY: `to` is held by the caller alone and nothing reads it; `from`
+                    // is only read.
+                    let x = unsafe { buffer.get() }
+                        .read(from * h * bs + v, 1, d, &mut scratch)
+                        .to_vec();
+                    // SAFETY: as above.
+                    unsafe { buffer.get_mut() }.write(to * h * bs + v, &x);
+                }
+            }
+        }
     }
 
     pub(crate) fn buffers(&self, layer: usize) -> Result<&[PoolBuffer; 2], KvCacheError> {
@@ -243,7 +406,11 @@ pub struct PagedCache {
     pool: Arc<PagedPool>,
     /// The pool's shape with this cache's capacity.
     config: KvCacheConfig,
+    /// The global layers' blocks (every layer's, without local layers).
     blocks: Vec<usize>,
+    /// With local layers, theirs: as many entries as `blocks`, [`NONE`] where no window
+    /// reaches any more (empty without local layers).
+    local: Vec<usize>,
     len: usize,
 }
 
@@ -251,6 +418,7 @@ impl std::fmt::Debug for PagedCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PagedCache")
             .field("blocks", &self.blocks)
+            .field("local", &self.local)
             .field("len", &self.len)
             .field("capacity", &self.config.capacity)
             .finish()
@@ -259,8 +427,17 @@ impl std::fmt::Debug for PagedCache {
 
 impl Drop for PagedCache {
     fn drop(&mut self) {
-        self.pool.manager().release_all(&self.blocks);
+        let mut books = self.pool.books();
+        books.global.release_all(&self.blocks);
+        if let Some(local) = &mut books.local {
+            local.release_all(&held(&self.local));
+        }
     }
+}
+
+/// The blocks a local table holds (its entries but [`NONE`]), in position order.
+fn held(table: &[usize]) -> Vec<usize> {
+    table.iter().copied().filter(|&b| b != NONE).collect()
 }
 
 impl PagedCache {
@@ -276,62 +453,128 @@ impl PagedCache {
 
     /// Make every block that positions `len..end` fall in this cache's own: a block shared
     /// with another cache is copied to a new one, a published block held alone leaves the
-    /// index (its contents are about to change). All or nothing.
+    /// index (its contents are about to change); a local layers' block that is missing is
+    /// taken from the pool. All or nothing.
     fn make_writable(&mut self, end: usize) -> Result<(), KvCacheError> {
         let bs = self.pool.block_size;
-        let (first, last) = (self.len / bs, end.div_ceil(bs).min(self.blocks.len()));
-        let mut manager = self.pool.manager();
-        let shared: Vec<usize> = (first..last)
-            .filter(|&i| manager.refcount(self.blocks[i]) > 1)
-            .collect();
-        let mut copies = manager.allocate(shared.len()).map_err(block_error)?;
-        for i in first..last {
-            let old = self.blocks[i];
-            if shared.contains(&i) {
-                let new = copies.pop().expect("one copy per shared block");
-                self.copy_block(old, new);
-                manager.release(old);
-                self.blocks[i] = new;
-            } else if manager.is_published(old) {
-                manager.unpublish(old);
-            }
+        let span = self.len / bs..end.div_ceil(bs).min(self.blocks.len());
+        let pool = Arc::clone(&self.pool);
+        let mut books = pool.books();
+        let Books { global, local } = &mut *books;
+        let global_copies = Self::plan_writes(global, &self.blocks, span.clone(), 0)?;
+        let local_copies = match local {
+            Some(local) => Some(Self::plan_writes(local, &self.local, span.clone(), 1)?),
+            None => None,
+        };
+        // Both groups have their blocks: nothing can fail from here on.
+        Self::write_plan(
+            global,
+            &mut self.blocks,
+            span.clone(),
+            global_copies,
+            |from, to| pool.copy_block(false, from, to),
+        );
+        if let (Some(local), Some(copies)) = (local, local_copies) {
+            Self::write_plan(local, &mut self.local, span, copies, |from, to| {
+                pool.copy_block(true, from, to)
+            });
         }
         Ok(())
     }
 
-    /// Copy every layer's keys and values of block `from` into block `to` (held alone).
-    fn copy_block(&self, from: usize, to: usize) {
-        let (h, bs, d) = (
-            self.config.n_kv_heads,
-            self.pool.block_size,
-            self.config.head_dim,
-        );
-        let mut scratch = Vec::new();
-        for buffers in &self.pool.layers {
-            for buffer in buffers {
-                for v in 0..h * bs {
-                    // SAFETY: `to` is held by this cache alone and nothing reads it; `from`
-                    // is only read.
-                    let x = unsafe { buffer.get() }
-                        .read(from * h * bs + v, 1, d, &mut scratch)
-                        .to_vec();
-                    // SAFETY: as above.
-                    unsafe { buffer.get_mut() }.write(to * h * bs + v, &x);
+    /// The blocks `manager` gives for writing entries `span` of `table`: one for each entry
+    /// held with another cache (or, with `missing` 1, missing), allocated now.
+    fn plan_writes(
+        manager: &mut BlockManager,
+        table: &[usize],
+        span: std::ops::Range<usize>,
+        missing: usize,
+    ) -> Result<Vec<usize>, KvCacheError> {
+        let needed: usize = span
+            .map(|i| match table[i] {
+                NONE => missing,
+                b => usize::from(manager.refcount(b) > 1),
+            })
+            .sum();
+        manager.allocate(needed).map_err(block_error)
+    }
+
+    /// Carry out [`plan_writes`](Self::plan_writes)' plan: a shared entry is copied (`copy`)
+    /// into a new block, a missing one takes a new block, a published one held alone leaves
+    /// the index.
+    fn write_plan(
+        manager: &mut BlockManager,
+        table: &mut [usize],
+        span: std::ops::Range<usize>,
+        mut fresh: Vec<usize>,
+        copy: impl Fn(usize, usize),
+    ) {
+        for i in span {
+            let old = table[i];
+            if old == NONE {
+                table[i] = fresh.pop().expect("one block per missing entry");
+            } else if manager.refcount(old) > 1 {
+                let new = fresh.pop().expect("one copy per shared block");
+                copy(old, new);
+                manager.release(old);
+                table[i] = new;
+            } else if manager.is_published(old) {
+                manager.unpublish(old);
+            }
+        }
+        debug_assert!(fresh.is_empty());
+    }
+
+    /// Release the local blocks of positions no window reaches any more, nor a rollback
+    /// right after the next pass ([`KvStore::max_pass`]): those before the last `window +`
+    /// [`WINDOW_SLACK`] positions. Published ones stay cached for prompts that reuse them.
+    fn release_behind(&mut self) {
+        let keep = self.pool.window + WINDOW_SLACK;
+        let behind = self.len.saturating_sub(keep) / self.pool.block_size;
+        self.release_local(0..behind);
+    }
+
+    /// Release the local blocks of table entries `range` (those held).
+    fn release_local(&mut self, range: std::ops::Range<usize>) {
+        let mut books = self.pool.books();
+        if let Some(local) = &mut books.local {
+            let end = range.end.min(self.local.len());
+            for entry in &mut self.local[range.start.min(end)..end] {
+                if *entry != NONE {
+                    local.release(std::mem::replace(entry, NONE));
                 }
             }
         }
     }
 
+    /// Whether the local layers hold the window before position `len` (every position a
+    /// query at `len` or later may see).
+    fn holds_window_before(&self, len: usize) -> bool {
+        let bs = self.pool.block_size;
+        self.local.is_empty()
+            || self.local[len.saturating_sub(self.pool.window) / bs..len.div_ceil(bs)]
+                .iter()
+                .all(|&b| b != NONE)
+    }
+
     /// The f32 keys and values of positions `0..n` of `layer`, `[1, n_kv_heads, n, head_dim]`.
+    /// A local layer's positions no window reaches any more are zeros (the attention masks
+    /// them).
     fn gather(&self, layer: usize, n: usize) -> Result<(Tensor<4>, Tensor<4>), KvCacheError> {
         let buffers = self.pool.buffers(layer)?;
+        let table = self.table(layer);
         let (h, d) = (self.config.n_kv_heads, self.config.head_dim);
+        let bs = self.pool.block_size;
         let mut scratch = Vec::new();
         let mut out = [Vec::with_capacity(h * n * d), Vec::with_capacity(h * n * d)];
         for (buffer, out) in buffers.iter().zip(&mut out) {
             for head in 0..h {
                 for p in 0..n {
-                    let v = self.pool.vector(&self.blocks, head, p);
+                    if table[p / bs] == NONE {
+                        out.resize(out.len() + d, 0.0);
+                        continue;
+                    }
+                    let v = self.pool.vector(table, head, p);
                     // SAFETY: reads only; this thread runs the pass.
                     out.extend_from_slice(unsafe { buffer.get() }.read(v, 1, d, &mut scratch));
                 }
@@ -364,7 +607,26 @@ impl KvStore for PagedCache {
                 capacity: self.config.capacity,
             });
         }
+        if adding > self.max_pass() {
+            return Err(KvCacheError::PassTooLong {
+                adding,
+                most: self.max_pass(),
+            });
+        }
+        if !self.local.is_empty() {
+            self.release_behind();
+        }
         self.make_writable(self.len + adding)
+    }
+
+    /// Unlimited without local layers; with them `WINDOW_SLACK + 1`, as a ring's: what a
+    /// sequence holds of the local layers stays bounded (the model splits longer passes).
+    fn max_pass(&self) -> usize {
+        if self.local.is_empty() {
+            usize::MAX
+        } else {
+            WINDOW_SLACK + 1
+        }
     }
 
     fn update(
@@ -431,38 +693,64 @@ impl KvStore for PagedCache {
 
     fn truncate(&mut self, len: usize) {
         // The blocks stay reserved for the capacity; those rewritten are made private by the
-        // next `prepare`.
-        self.len = self.len.min(len);
+        // next `prepare`. Further back than the local layers still hold their window (more
+        // than `WINDOW_SLACK` positions after a pass), the cache empties, as a ring does.
+        let len = self.len.min(len);
+        self.len = if self.holds_window_before(len) {
+            len
+        } else {
+            0
+        };
+        // Local blocks of positions past the length are written again when reached.
+        self.release_local(self.len.div_ceil(self.pool.block_size)..usize::MAX);
     }
 
     fn reset(&mut self) {
         self.len = 0;
+        self.release_local(0..usize::MAX);
     }
 
     fn fork(&self) -> Self {
-        let mut manager = self.pool.manager();
+        let mut books = self.pool.books();
         for &block in &self.blocks {
-            manager.retain(block);
+            books.global.retain(block);
+        }
+        if let Some(local) = &mut books.local {
+            for block in held(&self.local) {
+                local.retain(block);
+            }
         }
         PagedCache {
             pool: Arc::clone(&self.pool),
             config: self.config,
             blocks: self.blocks.clone(),
+            local: self.local.clone(),
             len: self.len,
         }
     }
 
+    /// The blocks it holds now: all of the global layers' (reserved for its capacity) and
+    /// the local layers' of its window.
     fn bytes(&self) -> usize {
-        self.blocks.len() * self.pool.bytes_per_block()
+        let (global, local) = self.pool.bytes_per_block();
+        self.blocks.len() * global + held(&self.local).len() * local
     }
 }
 
 impl PagedCache {
+    /// The block table `layer` reads: the local one for a local layer.
+    fn table(&self, layer: usize) -> &[usize] {
+        match self.pool.windows.get(layer) {
+            Some(Some(_)) => &self.local,
+            _ => &self.blocks,
+        }
+    }
+
     fn host_view(&mut self, layer: usize) -> Result<HostKvLayer<'_>, KvCacheError> {
         let buffers = self.pool.buffers(layer)?;
         Ok(HostKvLayer::paged(
             buffers,
-            &self.blocks,
+            self.table(layer),
             self.pool.block_size,
             layer,
             &self.config,

@@ -248,14 +248,24 @@ impl LanguageModel for Engine {
 impl PagedModel for Engine {
     /// A pool in host memory stored as the engine's KV type; on a GPU device the Burn path
     /// gathers each sequence's keys and values from it for every layer (correct, not fast:
-    /// paged attention on the GPU is not written yet).
-    fn open_pool(&mut self, blocks: usize, block_size: usize) -> Result<(), ModelError> {
+    /// paged attention on the GPU is not written yet). Local layers (Gemma-3's) keep blocks
+    /// of their own, enough for `sequences` windows and as many cached
+    /// ([`PagedPool::local_blocks_for`]).
+    fn open_pool(
+        &mut self,
+        blocks: usize,
+        block_size: usize,
+        sequences: usize,
+    ) -> Result<(), ModelError> {
         let config = self.llama.config().kv_cache_config(0);
-        let pool = PagedPool::new(
+        let windows = self.llama.layer_windows();
+        let local = PagedPool::local_blocks_for(&windows, block_size, sequences, blocks);
+        let pool = PagedPool::with_windows(
             config,
             self.kv_type,
-            blocks,
-            block_size,
+            (blocks, block_size),
+            &windows,
+            local,
             &self.llama.device(),
         )?;
         self.pool = Some(pool);

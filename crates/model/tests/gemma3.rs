@@ -400,3 +400,77 @@ fn the_loader_reads_gemma3_and_refuses_a_file_without_its_window() {
         "{message}"
     );
 }
+
+/// A paged pool (`kindle serve`'s) whose local layers keep only their window: a prompt longer
+/// than a pass, decoding past the window and the slack, and a second prompt reusing the first
+/// one's published blocks give the logits of a cache holding every position, bit for bit; the
+/// local layers hold no more than a window, a pass and a rollback.
+#[test]
+fn a_paged_pool_keeps_only_the_local_layers_windows() {
+    use kindle_kernels::{KernelOptions, Kernels, RowArithmetic};
+    use kindle_kv_cache::PagedPool;
+    // One arithmetic for every row, as `kindle serve` loads its model.
+    let model = tiny_gemma3(6, Some(6), 3).with_kernels(Kernels::new(KernelOptions {
+        arithmetic: RowArithmetic::Decode,
+        ..KernelOptions::default()
+    }));
+    let windows = model.layer_windows();
+    assert_eq!(windows.iter().flatten().count(), 4);
+    let block_size = 16;
+    let capacity = 3 * WINDOW_SLACK;
+    let n_blocks = 4 * capacity / block_size;
+    let local_blocks = PagedPool::local_blocks_for(&windows, block_size, 2, n_blocks);
+    let per_sequence = (6 + 2 * WINDOW_SLACK + 1).div_ceil(block_size) + 2;
+    assert_eq!(local_blocks, 4 * per_sequence);
+    for kv_type in [KvType::F32, KvType::Int8] {
+        let config = model.config().kv_cache_config(0);
+        let pool = PagedPool::with_windows(
+            config,
+            kv_type,
+            (n_blocks, block_size),
+            &windows,
+            local_blocks,
+            &model.device(),
+        )
+        .unwrap();
+        let full = || {
+            KvCache::with_type(
+                model.config().kv_cache_config(capacity),
+                kv_type,
+                &model.device(),
+            )
+        };
+        let prompt = tokens(51, WINDOW_SLACK + 40, VOCAB);
+        let (mut paged, reused) = pool.cache_for(&prompt, capacity).unwrap();
+        assert_eq!(reused, 0);
+        let mut whole = full();
+        let a = model.forward(&prompt, &mut whole, LogitsFor::Last).unwrap();
+        let b = model.forward(&prompt, &mut paged, LogitsFor::Last).unwrap();
+        assert_eq!(a, b, "{kv_type}: prompt");
+        let mut held = prompt.clone();
+        let mut next = argmax(&a).unwrap();
+        for step in 0..WINDOW_SLACK + 100 {
+            let a = model.forward(&[next], &mut whole, LogitsFor::Last).unwrap();
+            let b = model.forward(&[next], &mut paged, LogitsFor::Last).unwrap();
+            assert_eq!(a, b, "{kv_type}: step {step}");
+            held.push(next);
+            next = argmax(&a).unwrap();
+            let local = pool.local_stats().unwrap();
+            assert!(local.used <= per_sequence, "{kv_type}: {local:?}");
+        }
+        pool.publish(&paged, &held);
+        drop(paged);
+
+        // The conversation goes on: its whole history reused, the local windows with it.
+        let mut second = held.clone();
+        second.extend(tokens(52, 30, VOCAB));
+        let (mut paged, reused) = pool.cache_for(&second, capacity).unwrap();
+        assert_eq!(reused, held.len() / block_size * block_size);
+        let mut whole = full();
+        let a = model.forward(&second, &mut whole, LogitsFor::Last).unwrap();
+        let b = model
+            .forward(&second[reused..], &mut paged, LogitsFor::Last)
+            .unwrap();
+        assert_eq!(a, b, "{kv_type}: after a reused history");
+    }
+}

@@ -185,19 +185,21 @@ impl EngineHandle {
     }
 }
 
-/// Make `model`'s KV pool of `blocks` blocks of `block_size` tokens, unless it has that pool
-/// already ([`run`](crate::run) makes it before binding its address).
+/// Make `model`'s KV pool of `blocks` blocks of `block_size` tokens for `sequences`
+/// sequences at once, unless it has that pool already ([`run`](crate::run) makes it before
+/// binding its address).
 pub fn open_pool<M: PagedModel>(
     model: &mut M,
     blocks: usize,
     block_size: usize,
+    sequences: usize,
 ) -> Result<(), ServerError> {
     let open = model.pool_stats();
     if open.is_some_and(|s| s.total == blocks && s.block_size == block_size && s.used == 0) {
         return Ok(());
     }
     model
-        .open_pool(blocks, block_size)
+        .open_pool(blocks, block_size, sequences)
         .map_err(|e| ServerError::Pool {
             blocks,
             block_size,
@@ -217,7 +219,12 @@ where
     M: PagedModel + Send + 'static,
     C: TextCodec,
 {
-    open_pool(&mut model, options.pool_blocks, options.block_size)?;
+    open_pool(
+        &mut model,
+        options.pool_blocks,
+        options.block_size,
+        options.parallel,
+    )?;
     metrics.set_blocks(model.pool_stats().unwrap_or_default());
     let (commands, receiver) = std::sync::mpsc::channel();
     let thread = std::thread::Builder::new()

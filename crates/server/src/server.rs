@@ -148,7 +148,12 @@ where
     C: TextCodec,
 {
     config.validate()?;
-    engine::open_pool(&mut model, config.pool_blocks(), config.block_size)?;
+    engine::open_pool(
+        &mut model,
+        config.pool_blocks(),
+        config.block_size,
+        config.parallel,
+    )?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

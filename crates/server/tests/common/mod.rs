@@ -286,7 +286,7 @@ impl LanguageModel for HashModel {
 }
 
 impl PagedModel for HashModel {
-    fn open_pool(&mut self, blocks: usize, block_size: usize) -> Result<(), CacheFull> {
+    fn open_pool(&mut self, blocks: usize, block_size: usize, _: usize) -> Result<(), CacheFull> {
         let manager = BlockManager::new(blocks, block_size).map_err(|_| CacheFull)?;
         self.pool = Some(Arc::new(Mutex::new(manager)));
         Ok(())
