@@ -118,4 +118,11 @@ pub trait PagedModel: LanguageModel {
 
     /// Where the pool's blocks are; `None` before [`open_pool`](Self::open_pool).
     fn pool_stats(&self) -> Option<BlockStats>;
+
+    /// Where the blocks of the pool's local layers (those attending to a sliding window,
+    /// kept apart: each sequence holds only its window of them) are; `None` for a model
+    /// without such layers (the default) or before [`open_pool`](Self::open_pool).
+    fn local_pool_stats(&self) -> Option<BlockStats> {
+        None
+    }
 }

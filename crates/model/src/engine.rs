@@ -297,4 +297,8 @@ impl PagedModel for Engine {
     fn pool_stats(&self) -> Option<BlockStats> {
         self.pool.as_ref().map(|p| p.stats())
     }
+
+    fn local_pool_stats(&self) -> Option<BlockStats> {
+        self.pool.as_ref().and_then(|p| p.local_stats())
+    }
 }

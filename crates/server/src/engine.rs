@@ -226,6 +226,7 @@ where
         options.parallel,
     )?;
     metrics.set_blocks(model.pool_stats().unwrap_or_default());
+    metrics.set_local_blocks(model.local_pool_stats());
     let (commands, receiver) = std::sync::mpsc::channel();
     let thread = std::thread::Builder::new()
         .name("kindle-engine".into())
@@ -339,6 +340,7 @@ impl<M: PagedModel, C: TextCodec> Engine<M, C> {
             if let Some(stats) = self.model.pool_stats() {
                 self.metrics.set_blocks(stats);
             }
+            self.metrics.set_local_blocks(self.model.local_pool_stats());
         }
     }
 

@@ -86,6 +86,8 @@ pub struct Metrics {
     pub prefix_hit_tokens: AtomicU64,
     /// Where the paged KV pool's blocks are (set by the engine after each step).
     blocks: Mutex<BlockStats>,
+    /// Where its local layers' blocks are, for a model with sliding-window layers.
+    local_blocks: Mutex<Option<BlockStats>>,
     requests: Mutex<BTreeMap<u16, u64>>,
     ttft: Mutex<Histogram>,
     per_token: Mutex<Histogram>,
@@ -105,6 +107,7 @@ impl Default for Metrics {
             prefix_hits: AtomicU64::new(0),
             prefix_hit_tokens: AtomicU64::new(0),
             blocks: Mutex::new(BlockStats::default()),
+            local_blocks: Mutex::new(None),
             requests: Mutex::new(BTreeMap::new()),
             ttft: Mutex::new(Histogram::new(&TTFT_BUCKETS)),
             per_token: Mutex::new(Histogram::new(&TOKEN_BUCKETS)),
@@ -116,6 +119,13 @@ impl Metrics {
     /// Record where the KV pool's blocks are.
     pub fn set_blocks(&self, stats: BlockStats) {
         if let Ok(mut blocks) = self.blocks.lock() {
+            *blocks = stats;
+        }
+    }
+
+    /// Record where the KV pool's local layers' blocks are (`None`: no such layers).
+    pub fn set_local_blocks(&self, stats: Option<BlockStats>) {
+        if let Ok(mut blocks) = self.local_blocks.lock() {
             *blocks = stats;
         }
     }
@@ -208,6 +218,32 @@ impl Metrics {
                 blocks.block_size as u64,
             ),
         ]);
+        // A model with sliding-window layers: their blocks, a group of their own.
+        let local = self.local_blocks.lock().ok().and_then(|b| *b);
+        let gauges = gauges.chain(local.into_iter().flat_map(|b| {
+            [
+                (
+                    "kindle_kv_local_blocks_total",
+                    "Blocks of the sliding-window layers (each sequence holds those of its window).",
+                    b.total as u64,
+                ),
+                (
+                    "kindle_kv_local_blocks_used",
+                    "Sliding-window layers' blocks held by running sequences.",
+                    b.used as u64,
+                ),
+                (
+                    "kindle_kv_local_blocks_cached",
+                    "Sliding-window layers' blocks held by none, kept for the prefix cache.",
+                    b.cached as u64,
+                ),
+                (
+                    "kindle_kv_local_blocks_free",
+                    "Sliding-window layers' blocks holding nothing.",
+                    b.free as u64,
+                ),
+            ]
+        }));
         for (name, help, value) in gauges {
             let _ = writeln!(
                 out,
@@ -278,5 +314,34 @@ impl Metrics {
             );
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The local layers' block gauges appear for a model that has such layers, only then.
+    #[test]
+    fn local_block_gauges_only_with_local_layers() {
+        let metrics = Metrics::default();
+        assert!(!metrics.render().contains("kindle_kv_local_blocks"));
+        let stats = BlockStats {
+            block_size: 16,
+            total: 134,
+            used: 3,
+            cached: 5,
+            free: 126,
+        };
+        metrics.set_local_blocks(Some(stats));
+        let text = metrics.render();
+        for line in [
+            "kindle_kv_local_blocks_total 134",
+            "kindle_kv_local_blocks_used 3",
+            "kindle_kv_local_blocks_cached 5",
+            "kindle_kv_local_blocks_free 126",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+        }
     }
 }

@@ -19,7 +19,7 @@ use kindle_cli::plan::{
 };
 use kindle_constrain::{Constrainer, ConstraintSpec};
 use kindle_generate::chat::{ChatEnding, ChatMessage, ChatTemplate, TemplateVars};
-use kindle_generate::{BoxError, TokenDecoder};
+use kindle_generate::{BoxError, PagedModel, TokenDecoder};
 use kindle_model::{EngineOptions, RowArithmetic};
 use kindle_sampling::LogitsConstraint;
 use kindle_server::reasoning::ReasoningFormat;
@@ -65,7 +65,8 @@ pub struct ServeArgs {
     pub no_prefix_cache: bool,
     /// Tokens of KV storage in the paged pool that all sequences share [default: --parallel
     /// x --ctx-size]; a request waits until the pool can hold its prompt plus its max_tokens.
-    /// Memory is taken as blocks are first used
+    /// Memory is taken as blocks are first used. A model's sliding-window layers (Gemma-3's)
+    /// keep blocks of their own, each sequence only those of its window
     #[arg(long = "kv-pool", value_name = "TOKENS")]
     pub kv_pool: Option<usize>,
     /// Tokens per KV block (the prefix cache's granularity)
@@ -143,10 +144,22 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let addr = SocketAddr::new(args.host, args.port);
     let (parallel, context) = (config.parallel, config.context);
     let (pool, block) = (config.pool_tokens(), config.block_size);
-    kindle_server::run(addr, plan.engine, codec, config, |addr| {
+    // The pool now (`run` keeps it), to say what its sliding-window layers hold.
+    let mut engine = plan.engine;
+    kindle_server::engine::open_pool(&mut engine, config.pool_blocks(), block, parallel)?;
+    let local = engine
+        .local_pool_stats()
+        .map(|s| {
+            format!(
+                ", its sliding-window layers {} tokens",
+                s.total * s.block_size
+            )
+        })
+        .unwrap_or_default();
+    kindle_server::run(addr, engine, codec, config, |addr| {
         eprintln!(
             "kindle: serving {} on http://{addr} ({parallel} parallel sequences, context {context}, \
-             KV pool {pool} tokens in blocks of {block})",
+             KV pool {pool} tokens in blocks of {block}{local})",
             addr.ip()
         );
     })

@@ -25,6 +25,8 @@ pub struct Served {
     child: Child,
     /// `127.0.0.1:PORT`.
     pub addr: String,
+    /// The line it printed its address in.
+    pub banner: String,
     /// What it printed to standard error (behind a lock so that request threads can share a
     /// `&Served`).
     stderr: Mutex<mpsc::Receiver<String>>,
@@ -64,6 +66,7 @@ impl Served {
                         return Served {
                             child,
                             addr: addr.to_string(),
+                            banner: line.clone(),
                             stderr: Mutex::new(rx),
                         };
                     }
