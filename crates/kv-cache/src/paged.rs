@@ -326,14 +326,7 @@ impl PagedPool {
             Err(e) => {
                 global.release_all(&blocks);
                 if let Some(local) = local {
-                    local.release_all(
-                        table
-                            .iter()
-                            .copied()
-                            .filter(|&b| b != NONE)
-                            .collect::<Vec<_>>()
-                            .as_slice(),
-                    );
+                    local.release_all(&held(&table));
                 }
                 Err(block_error(e))
             }
@@ -463,7 +456,13 @@ impl PagedCache {
         let Books { global, local } = &mut *books;
         let global_copies = Self::plan_writes(global, &self.blocks, span.clone(), 0)?;
         let local_copies = match local {
-            Some(local) => Some(Self::plan_writes(local, &self.local, span.clone(), 1)?),
+            Some(local) => match Self::plan_writes(local, &self.local, span.clone(), 1) {
+                Ok(copies) => Some(copies),
+                Err(e) => {
+                    global.release_all(&global_copies);
+                    return Err(e);
+                }
+            },
             None => None,
         };
         // Both groups have their blocks: nothing can fail from here on.

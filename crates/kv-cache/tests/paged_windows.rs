@@ -298,3 +298,27 @@ fn local_layers_need_local_blocks() {
     assert_eq!(plain.cache(16).unwrap().max_pass(), usize::MAX);
     assert_eq!(PagedPool::local_blocks_for(&[None, None], BLOCK, 4, 16), 0);
 }
+
+#[test]
+fn a_pass_the_local_group_cannot_hold_changes_nothing() {
+    // 11 local blocks; a sequence of 38 tokens holds 10, and its fork shares them.
+    let pool = pool(100, 11);
+    let mut a = pool.cache(48).unwrap();
+    let mut held = Vec::new();
+    feed(&mut a, &mut held, &ids(7, 38)).unwrap();
+    let mut b = a.fork();
+    let (global, local) = (pool.stats(), pool.local_stats().unwrap());
+    assert_eq!(local.used, 10);
+    // Writing positions 38..44 copies two shared global blocks and needs two local ones
+    // (a copy of the shared one and a new one): one is free, so nothing is taken.
+    let mut held_b = held.clone();
+    let err = feed(&mut b, &mut held_b, &[1, 2, 3, 4, 5, 6]).unwrap_err();
+    assert!(matches!(err, KvCacheError::OutOfBlocks { .. }), "{err}");
+    assert_eq!((pool.stats(), pool.local_stats().unwrap()), (global, local));
+    check(&mut b, &held, "the fork, unchanged");
+    // With its original gone, the fork has room.
+    drop(a);
+    let mut held_b = held.clone();
+    feed(&mut b, &mut held_b, &[1, 2, 3, 4, 5, 6]).unwrap();
+    check(&mut b, &held_b, "the fork, written");
+}
