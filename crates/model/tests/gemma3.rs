@@ -473,4 +473,30 @@ fn a_paged_pool_keeps_only_the_local_layers_windows() {
             .unwrap();
         assert_eq!(a, b, "{kv_type}: after a reused history");
     }
+
+    // The Burn path (a GPU's) reads the same pool: the positions no window reaches are zeros
+    // that its masks leave out.
+    let config = model.config().kv_cache_config(0);
+    let pool = PagedPool::with_windows(
+        config,
+        KvType::F32,
+        (n_blocks, block_size),
+        &windows,
+        local_blocks,
+        &model.device(),
+    )
+    .unwrap();
+    let mut paged = pool.cache(capacity).unwrap();
+    let mut whole = KvCache::new(model.config().kv_cache_config(capacity), &model.device());
+    let mut worst = 0f32;
+    for chunk in tokens(53, 2 * WINDOW_SLACK + 100, VOCAB).chunks(97) {
+        let a = burn_logits(&model, chunk, &mut whole, LogitsFor::Last);
+        let b = burn_logits(&model, chunk, &mut paged, LogitsFor::Last);
+        worst = worst.max(max_diff(&a, &b));
+    }
+    assert!(
+        worst < 1e-4,
+        "Burn path, paged against whole cache: {worst}"
+    );
+    assert!(pool.local_stats().unwrap().used <= per_sequence);
 }
