@@ -11,12 +11,12 @@ use crate::{HostKvLayer, KvCache, KvCacheConfig, KvCacheError, KvStore, KvType};
 /// The first `keep` tokens (the prompt's start, the attention sinks) are never discarded.
 /// When `T` new tokens do not fit, [`prepare`](KvStore::prepare) discards half of the other
 /// tokens, oldest first (more if `T` needs it), moves the rest down, and re-rotates their keys
-/// by minus the number discarded ([`k_shift`]), as llama.cpp's context shift does. Positions
-/// therefore stay contiguous: [`len`](KvStore::len) is again the RoPE position of the next
-/// token. The first layer then holds exactly what a fresh run over the kept tokens would have
-/// cached (up to rounding); deeper layers keep keys and values computed while the discarded
-/// tokens were still in view, so the model's output approximates a fresh run, as llama.cpp's
-/// does (`kindle-model`'s `tests/sliding_window.rs` checks both).
+/// by minus the number discarded ([`k_shift`](crate::shift::k_shift)), as llama.cpp's
+/// context shift does. Positions therefore stay contiguous: [`len`](KvStore::len) is again the
+/// RoPE position of the next token. The first layer then holds exactly what a fresh run over
+/// the kept tokens would have cached (up to rounding); deeper layers keep keys and values
+/// computed while the discarded tokens were still in view, so the model's output approximates
+/// a fresh run, as llama.cpp's does (`kindle-model`'s `tests/sliding_window.rs` checks both).
 ///
 /// [`truncate`](KvStore::truncate) is in terms of current positions; discarded tokens cannot
 /// be rolled back to.
