@@ -230,11 +230,6 @@ impl PagedPool {
         self.books().local.as_ref().map(BlockManager::stats)
     }
 
-    /// Each layer's sliding window (`None`: a global layer).
-    pub fn windows(&self) -> &[Option<usize>] {
-        &self.windows
-    }
-
     /// Bytes of one block of the global layers and of one of the local layers (0 without
     /// them), keys and values.
     pub fn bytes_per_block(&self) -> (usize, usize) {
@@ -527,10 +522,20 @@ impl PagedCache {
     /// Release the local blocks of positions no window reaches any more, nor a rollback
     /// right after the next pass ([`KvStore::max_pass`]): those before the last `window +`
     /// [`WINDOW_SLACK`] positions. Published ones stay cached for prompts that reuse them.
+    /// The held entries are one run (none before a reused prefix's window, none past the
+    /// length), so only the end of that run below `behind` is visited, and the pool is not
+    /// locked on a step that gives nothing back.
     fn release_behind(&mut self) {
         let keep = self.pool.window + WINDOW_SLACK;
-        let behind = self.len.saturating_sub(keep) / self.pool.block_size;
-        self.release_local(0..behind);
+        let behind = (self.len.saturating_sub(keep) / self.pool.block_size).min(self.local.len());
+        let held = self.local[..behind]
+            .iter()
+            .rev()
+            .take_while(|&&b| b != NONE)
+            .count();
+        if held > 0 {
+            self.release_local(behind - held..behind);
+        }
     }
 
     /// Release the local blocks of table entries `range` (those held).
