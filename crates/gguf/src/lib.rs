@@ -198,7 +198,7 @@ mod tests {
         let values = [1.0f32, -2.5, 3.25, 0.0, 7.0, -0.125];
         let bytes = GgufWriter::new()
             .tensor_f32("w", &[3, 2], &values)
-            .tensor("q", &[256], GgmlType::Q3_K, vec![0; 110])
+            .tensor("q", &[256], GgmlType::Q8_K, vec![0; 292])
             .to_bytes();
         let file = GgufFile::from_bytes(bytes).unwrap();
         assert_eq!(file.dequantize("w").unwrap(), values);
@@ -209,7 +209,7 @@ mod tests {
         let err = file.dequantize("q").unwrap_err();
         assert!(matches!(err, GgufError::Quant { .. }), "{err:?}");
         let msg = err.to_string();
-        assert!(msg.contains("`q`") && msg.contains("Q3_K"), "{msg}");
+        assert!(msg.contains("`q`") && msg.contains("Q8_K"), "{msg}");
     }
 
     #[test]

@@ -26,6 +26,11 @@ fn matrix(ty: GgmlType, rows: usize, cols: usize) -> QuantMatrix {
         let b = &mut bytes[start..];
         match ty {
             GgmlType::Q6_K => b[208..210].copy_from_slice(&scale),
+            GgmlType::Q3_K => b[108..110].copy_from_slice(&scale),
+            GgmlType::Q2_K => {
+                b[80..82].copy_from_slice(&scale);
+                b[82..84].copy_from_slice(&scale);
+            }
             GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => {
                 b[0..2].copy_from_slice(&scale);
                 b[2..4].copy_from_slice(&scale);
@@ -107,7 +112,13 @@ fn same_shape(c: &mut Criterion) {
         GgmlType::Q5_0,
         GgmlType::Q5_1,
     ];
-    let k = [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K];
+    let k = [
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+    ];
     for (rows, cols) in [(576, 1536), (640, 2048), (2048, 640)] {
         let types = if cols % 256 == 0 {
             legacy.iter().chain(&k).copied().collect::<Vec<_>>()

@@ -4,7 +4,7 @@ use super::packed::{self, GROUP, Packing};
 use super::q8::BlockQ8;
 use super::scalar;
 pub(crate) use super::simd::Simd;
-use kindle_gguf::quant::{self, GgmlType};
+use kindle_gguf::quant::GgmlType;
 
 /// The activations of one product, in the forms the kernels read.
 pub(crate) struct Activations<'a> {
@@ -204,6 +204,7 @@ impl Kernel {
             let out = &mut out[(r - start) * m..(r - start + 1) * m];
             if let Kernel::F32 { ty, simd } = self
                 && !fused_f32(ty)
+                && !(super::low_k::low_k(ty) && simd.any())
             {
                 // Dequantise the row once (an aligned `F32` row is read in place) and reuse
                 // it for every activation row.
@@ -211,8 +212,7 @@ impl Kernel {
                     Some(dense) => dense,
                     None => {
                         buf.resize(acts.cols, 0.0);
-                        quant::dequantize(ty, row, &mut buf)
-                            .expect("shape checked at construction");
+                        super::low_k::dequantize(ty, simd, row, &mut buf);
                         Dense::F32(&buf[..])
                     }
                 };
@@ -564,6 +564,9 @@ fn dot_fused_f32(ty: GgmlType, simd: Simd, row: &[u8], x: &[f32]) -> f32 {
                 _ => super::x86::dot_q8_0_f32(row, x),
             };
         }
+    }
+    if super::low_k::low_k(ty) {
+        return super::low_k::dot_f32(ty, simd, row, x);
     }
     let _ = simd;
     scalar::dot_blocks_f32(ty, row, x)

@@ -70,6 +70,7 @@ mod gather;
 mod gemm;
 #[cfg(test)]
 mod gemm_tests;
+mod low_k;
 mod packed;
 mod pool;
 #[cfg(target_arch = "x86_64")]
@@ -213,7 +214,7 @@ pub fn supports(ty: GgmlType) -> bool {
     use GgmlType::*;
     matches!(
         ty,
-        F32 | F16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q5_K | Q6_K
+        F32 | F16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K
     )
 }
 

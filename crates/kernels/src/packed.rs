@@ -420,7 +420,7 @@ pub(crate) fn dequantize_row(
         }
         None => &data[r * row_bytes..(r + 1) * row_bytes],
     };
-    kindle_gguf::quant::dequantize(ty, row, out).expect("shape checked at construction");
+    super::low_k::dequantize(ty, super::simd::Simd::detect(), row, out);
 }
 
 /// Row `r` of a packed `Q6_K` matrix dequantised into `out` straight from the packed layout

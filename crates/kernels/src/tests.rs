@@ -53,6 +53,11 @@ fn random_bytes(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8
                         put(2, rng.float() * 0.1);
                     }
                     GgmlType::Q6_K => put(208, rng.float() * 0.01),
+                    GgmlType::Q2_K => {
+                        put(80, rng.float() * 0.01);
+                        put(82, rng.float() * 0.01);
+                    }
+                    GgmlType::Q3_K => put(108, rng.float() * 0.01),
                     _ => unreachable!(),
                 }
                 bytes.extend(b);
@@ -62,7 +67,7 @@ fn random_bytes(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8
     }
 }
 
-pub(super) const TYPES: [GgmlType; 10] = [
+pub(super) const TYPES: [GgmlType; 12] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::Q4_0,
@@ -70,6 +75,8 @@ pub(super) const TYPES: [GgmlType; 10] = [
     GgmlType::Q5_0,
     GgmlType::Q5_1,
     GgmlType::Q8_0,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
@@ -372,8 +379,8 @@ fn construction_checks_the_shape() {
         Err(KernelError::PartialBlock { .. })
     ));
     assert!(matches!(
-        QuantMatrix::new(GgmlType::Q2_K, 1, 256, bytes),
-        Err(KernelError::UnsupportedType(GgmlType::Q2_K))
+        QuantMatrix::new(GgmlType::Q8_K, 1, 256, bytes),
+        Err(KernelError::UnsupportedType(GgmlType::Q8_K))
     ));
     assert!(QuantMatrix::new(GgmlType::Q4_1, 1, 32, WeightBytes::owned(vec![0; 20])).is_ok());
 }
@@ -515,13 +522,22 @@ fn first_mismatch(
 
 const K_TYPES: [GgmlType; 3] = [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K];
 
+/// The K-quants with and without 8-bit kernels (`Q2_K` and `Q3_K` take the `f32` ones).
+const ALL_K_TYPES: [GgmlType; 5] = [
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+];
+
 #[test]
 fn k_quant_kernels_match_the_reference_on_odd_shapes() {
     // Odd row counts, activation batches of 1, 3 and 17 (the kernels take four at a time),
     // rows of one to six super-blocks; f32 activations to 1e-5 of sum |w| |x| (the products
     // are exact, only the order of the f32 sums differs), 8-bit ones to their rounding bound.
     let mut rng = Rng(0x6b71);
-    for ty in K_TYPES {
+    for ty in ALL_K_TYPES {
         for (rows, cols) in [(1, 256), (7, 768), (33, 1536), (3, 512)] {
             let w = random_matrix(ty, rows, cols, &mut rng);
             for m in [1, 3, 17] {
@@ -566,11 +582,11 @@ fn k_quant_int8_kernels_run_on_8_bit_activations() {
 #[test]
 fn a_wrong_sub_block_scale_is_caught() {
     // Planted error: the kernels run on a copy of the matrix with one sub-block scale changed
-    // (Q4_K/Q5_K: the 6-bit scale of sub-block 5, packed in two places; Q6_K: the i8 scale of
-    // the 16 values 176..192), checked against the reference of the original. The check
+    // (Q4_K/Q5_K: the 6-bit scale of sub-block 5, packed in two places; Q2_K, Q3_K, Q6_K: the
+    // scale of the 16 values 176..192), checked against the reference of the original. The check
     // must fail for every kernel, and pass on the original.
     let mut rng = Rng(4242);
-    for ty in K_TYPES {
+    for ty in ALL_K_TYPES {
         let (rows, cols) = (5, 512);
         // The file's bytes (`Q4_K` is repacked at load).
         let mut bytes = random_bytes(ty, rows, cols, &mut rng);
@@ -579,6 +595,10 @@ fn a_wrong_sub_block_scale_is_caught() {
         let block = &mut bytes[2 * row_bytes + ty.type_size()..];
         match ty {
             GgmlType::Q6_K => block[192 + 11] = block[192 + 11].wrapping_add(40),
+            // Sub-block 11's scale: `Q2_K` the low nibble of byte 11; `Q3_K` its low four
+            // bits in the high nibble of scales byte 3.
+            GgmlType::Q2_K => block[11] ^= 0x08,
+            GgmlType::Q3_K => block[96 + 3] ^= 0x80,
             // Sub-block 5's scale: low four bits in byte 4 + 9, top two in byte 4 + 1.
             _ => block[4 + 1] ^= 0x80,
         }
@@ -594,6 +614,8 @@ fn a_wrong_sub_block_scale_is_caught() {
                 (ActivationFormat::Int8, 0.01),
             ] {
                 let kernel = Kernel::select_simd(ty, format, simd);
+                // `Q2_K` and `Q3_K` have no 8-bit kernels: they run the `f32` ones.
+                let tol = if kernel.int8() { tol } else { 1e-5 };
                 assert!(first_mismatch(&w, &w, kernel, &x, 1, tol).is_none());
                 assert!(
                     first_mismatch(&bad, &w, kernel, &x, 1, tol).is_some(),
@@ -607,7 +629,7 @@ fn a_wrong_sub_block_scale_is_caught() {
 #[test]
 fn k_quant_batches_give_the_bits_of_single_rows() {
     let mut rng = Rng(31);
-    for ty in K_TYPES {
+    for ty in ALL_K_TYPES {
         // Three super-blocks: 24 block columns, three chunks of the AVX-512 `f32` kernels.
         let (rows, cols) = (11, 768);
         let w = random_matrix(ty, rows, cols, &mut rng);

@@ -56,6 +56,40 @@ fn host_and_burn_paths_agree_for_every_kv_type() {
 }
 
 #[test]
+fn low_bit_k_quant_weights_give_the_logits_of_their_decoded_values() {
+    // `Q2_K` and `Q3_K` feed-forward up projections (rows of one 256-value super-block): the
+    // host path's AVX2 kernels and the Burn path agree, and both give the logits of the same
+    // model with the matrix stored as the `f32` values ggml's decoder gives (the dense
+    // kernels): the same products, summed in another order.
+    for up in [GgmlType::Q2_K, GgmlType::Q3_K] {
+        let shape = |dense_up| TinyShape {
+            d: 256,
+            dense_up,
+            ..TinyShape::default()
+        };
+        let model = tiny_quantized_shaped(false, up, 96, shape(false));
+        let dense = tiny_quantized_shaped(false, up, 96, shape(true));
+        for prompt_len in [5, 20] {
+            let prompt = tokens(prompt_len as u64, prompt_len, 96);
+            let label = format!("{up:?}, {prompt_len}-token prompt");
+            check_paths(&model, &prompt, 12, 2e-3, || model.new_cache(40), &label);
+            let (mut a, mut b) = (model.new_cache(40), dense.new_cache(40));
+            let mut next = prompt.clone();
+            for step in 0..8 {
+                let got = model.forward(&next, &mut a, LogitsFor::All).unwrap();
+                let want = dense.forward(&next, &mut b, LogitsFor::All).unwrap();
+                let diff = max_diff(&got, &want);
+                assert!(
+                    diff < 1e-4,
+                    "{label}, step {step}: {diff} from the decoded weights"
+                );
+                next = vec![kindle_sampling::logprobs::argmax(&want[want.len() - 96..]).unwrap()];
+            }
+        }
+    }
+}
+
+#[test]
 fn host_and_burn_paths_agree_through_sliding_window_shifts() {
     let model = tiny_model(true);
     for kv_type in [KvType::F32, KvType::F16, KvType::Int8] {
@@ -314,6 +348,7 @@ fn wide_heads_keep_their_bits_between_prefill_tiles_and_decode() {
             heads: 2,
             kv_heads: 1,
             window,
+            dense_up: false,
         };
         let kernels = |threads| {
             Kernels::new(KernelOptions {

@@ -4,12 +4,13 @@
 //! a whole number of blocks. [`dequantize`] turns the bytes of whole blocks into `f32` values.
 //!
 //! The types live in [`GgmlType`]; the block decoders by family in `legacy` (the 32-value
-//! `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0` blocks) and `kquants` (the 256-value `Q4_K`, `Q5_K` and `Q6_K`
-//! super-blocks), all re-exported here.
+//! `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0` blocks), `kquants` (the 256-value `Q4_K`, `Q5_K`
+//! and `Q6_K` super-blocks) and `low_k` (the 256-value `Q2_K` and `Q3_K`), all re-exported here.
 
 mod ggml_type;
 mod kquants;
 mod legacy;
+mod low_k;
 mod quantize;
 #[cfg(test)]
 mod tests;
@@ -25,6 +26,10 @@ pub use legacy::{
     BLOCK_Q4_0_BYTES, BLOCK_Q4_1_BYTES, BLOCK_Q5_0_BYTES, BLOCK_Q5_1_BYTES, BLOCK_Q8_0_BYTES, QK32,
     dequantize_block_q4_0, dequantize_block_q4_1, dequantize_block_q5_0, dequantize_block_q5_1,
     dequantize_block_q8_0,
+};
+pub use low_k::{
+    BLOCK_Q2_K_BYTES, BLOCK_Q3_K_BYTES, dequantize_block_q2_k, dequantize_block_q3_k,
+    unpack_scales_q3_k,
 };
 pub use quantize::{QUANTIZE_TYPES, quantize};
 
@@ -96,6 +101,8 @@ pub fn dequantize(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<(), Quan
         Q4_K => for_each_block(data, out, dequantize_block_q4_k),
         Q5_K => for_each_block(data, out, dequantize_block_q5_k),
         Q6_K => for_each_block(data, out, dequantize_block_q6_k),
+        Q2_K => for_each_block(data, out, dequantize_block_q2_k),
+        Q3_K => for_each_block(data, out, dequantize_block_q3_k),
         _ => return Err(QuantError::Unsupported(ty)),
     }
     Ok(())

@@ -25,7 +25,8 @@ pub fn values(seed: u64, n: usize, scale: f32) -> Vec<f32> {
         .collect()
 }
 
-/// `w` (`[rows, cols]`) encoded as GGUF `ty` blocks (F32, F16 or Q8_0).
+/// `w` (`[rows, cols]`) encoded as GGUF `ty` blocks (F32, F16 or Q8_0; for Q2_K and Q3_K,
+/// blocks of about `w`'s size but not its values).
 pub fn encode(ty: GgmlType, w: &[f32]) -> Vec<u8> {
     match ty {
         GgmlType::F32 => w.iter().flat_map(|v| v.to_le_bytes()).collect(),
@@ -44,6 +45,28 @@ pub fn encode(ty: GgmlType, w: &[f32]) -> Vec<u8> {
                 bytes
             })
             .collect(),
+        // No quantizer here: whole super-blocks of bytes drawn from `w`'s bits, with factors
+        // that keep the values about `w`'s size (`Q3_K`: `d * (scale - 32) * q` reaches
+        // `128 d`; `Q2_K`: `d * scale * q - dmin * min` spans `45 d + 15 dmin`).
+        GgmlType::Q2_K | GgmlType::Q3_K => {
+            let amax = w.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let size = ty.type_size();
+            let mut bytes: Vec<u8> = (0..w.len() / 256 * size)
+                .map(|i| (w[(i * 7) % w.len()].to_bits() >> 7) as u8)
+                .collect();
+            for block in bytes.chunks_exact_mut(size) {
+                let (at, d) = if ty == GgmlType::Q3_K {
+                    (108, amax / 128.0)
+                } else {
+                    (80, amax / 60.0)
+                };
+                block[at..at + 2].copy_from_slice(&f16::from_f32(d).to_bits().to_le_bytes());
+                if ty == GgmlType::Q2_K {
+                    block[82..84].copy_from_slice(&f16::from_f32(d).to_bits().to_le_bytes());
+                }
+            }
+            bytes
+        }
         other => panic!("no encoder for {other:?}"),
     }
 }
@@ -122,6 +145,10 @@ pub struct TinyShape {
     pub kv_heads: usize,
     /// The sliding window of the local layers, if any.
     pub window: Option<usize>,
+    /// Whether a `Q2_K` or `Q3_K` `w_up` is stored as the `f32` values its blocks decode to
+    /// (by `kindle_gguf::quant::dequantize`, ggml's decoder): the same model for the dense
+    /// kernels.
+    pub dense_up: bool,
 }
 
 impl Default for TinyShape {
@@ -131,6 +158,7 @@ impl Default for TinyShape {
             heads: 4,
             kv_heads: 2,
             window: None,
+            dense_up: false,
         }
     }
 }
@@ -142,6 +170,7 @@ pub fn tiny_quantized_shaped(tied: bool, up: GgmlType, context: usize, shape: Ti
         heads,
         kv_heads,
         window,
+        dense_up,
     } = shape;
     let config = LlamaConfig::new(96, d, 2, heads, kv_heads, 96)
         .with_tied_embeddings(tied)
@@ -153,7 +182,15 @@ pub fn tiny_quantized_shaped(tied: bool, up: GgmlType, context: usize, shape: Ti
     let mut linear = |rows: usize, cols: usize, ty: GgmlType| {
         seed += 1;
         let w = values(seed, rows * cols, 1.0 / (cols as f32).sqrt() * 1.5);
-        let m = QuantMatrix::new(ty, rows, cols, WeightBytes::owned(encode(ty, &w))).unwrap();
+        let bytes = encode(ty, &w);
+        let m = if dense_up && matches!(ty, GgmlType::Q2_K | GgmlType::Q3_K) {
+            let mut decoded = vec![0f32; rows * cols];
+            kindle_gguf::quant::dequantize(ty, &bytes, &mut decoded).unwrap();
+            let dense = WeightBytes::owned(encode(GgmlType::F32, &decoded));
+            QuantMatrix::new(GgmlType::F32, rows, cols, dense).unwrap()
+        } else {
+            QuantMatrix::new(ty, rows, cols, WeightBytes::owned(bytes)).unwrap()
+        };
         QLinear::quantized(m)
     };
     let norm = |seed: u64| {
