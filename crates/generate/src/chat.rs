@@ -60,6 +60,12 @@ pub enum ChatError {
     /// Rendering failed, or the template called `raise_exception`.
     #[error("rendering the chat template failed")]
     Render(#[source] JinjaError),
+    /// Rendering ran more than [`TEMPLATE_FUEL`] template instructions: a loop that does not
+    /// end soon (a template can come from any model file, and a server renders it per request).
+    #[error(
+        "the chat template ran more than {TEMPLATE_FUEL} instructions without finishing (a loop          too long for a prompt); is the template from a trusted model file?"
+    )]
+    OutOfFuel,
     /// Extra template variables that are not a JSON object of new names.
     #[error("chat template variables: {0}")]
     Variables(String),
@@ -70,6 +76,11 @@ pub enum ChatError {
     #[error("cannot continue the final message: {0}")]
     Continue(String),
 }
+
+/// The template instructions one render may run (minijinja's fuel). A long conversation with
+/// tools renders in well under a million; a template that loops past this is stopped with
+/// [`ChatError::OutOfFuel`] (after about a second at most) instead of hanging.
+pub const TEMPLATE_FUEL: u64 = 20_000_000;
 
 /// Variables every render sets itself; [`TemplateVars`] may not name them.
 pub const BUILT_IN_VARIABLES: [&str; 4] = [
@@ -297,6 +308,7 @@ impl ChatTemplate {
             .build()
             .map_err(ChatError::Compile)?;
         env.set_syntax(syntax);
+        env.set_fuel(Some(TEMPLATE_FUEL));
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", functions::raise_exception);
         env.add_function("strftime_now", functions::strftime_now);
@@ -598,7 +610,10 @@ impl ChatTemplate {
         self.env
             .get_template(TEMPLATE_NAME)
             .and_then(|t| t.render(Value::from(ctx)))
-            .map_err(ChatError::Render)
+            .map_err(|e| match e.kind() {
+                minijinja::ErrorKind::OutOfFuel => ChatError::OutOfFuel,
+                _ => ChatError::Render(e),
+            })
     }
 }
 

@@ -583,3 +583,27 @@ fn penalty_processors_are_usable_directly() {
     processors::apply_penalties(&mut row, &[0, 1, 1], 2.0, 0.0, 0.0).unwrap();
     assert_eq!(row, [0.5, -2.0, 2.0]);
 }
+
+#[test]
+fn a_temperature_too_small_to_divide_by_is_greedy() {
+    // `l / t` passes `f32::MAX` for these: the sampler must not tie every positive logit
+    // (each would be clamped to the largest `f32` and drawn uniformly).
+    let logits = [3.0f32, 9.5, -2.0, 9.25, 0.5, 7.0];
+    for t in [1e-39f32, 1e-38, 1e-37, f32::MIN_POSITIVE] {
+        for seed in 0..20 {
+            let mut s = build(SamplerConfig {
+                temperature: t,
+                seed: Some(seed),
+                ..SamplerConfig::neutral()
+            });
+            let token = s.sample(&mut logits.clone(), &[]).unwrap();
+            assert_eq!(token, 1, "t = {t:e}, seed {seed}");
+        }
+    }
+    // A small temperature that divides still samples from the quotients (here: the best).
+    let mut s = build(SamplerConfig {
+        temperature: 1e-30,
+        ..SamplerConfig::neutral()
+    });
+    assert_eq!(s.sample(&mut logits.clone(), &[]).unwrap(), 1);
+}

@@ -287,3 +287,28 @@ fn a_final_message_is_continued_where_its_content_ends() {
         assert!(matches!(e, ChatError::Continue(_)), "{e}");
     }
 }
+
+#[test]
+fn a_template_that_loops_too_long_is_stopped_with_a_clear_error() {
+    // 10^10 iterations: without a bound the render never ends (a server would hang).
+    let looping = ChatTemplate::new(
+        "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let err = looping
+        .render(&[ChatMessage::user("hi")], true)
+        .unwrap_err();
+    assert!(matches!(err, ChatError::OutOfFuel), "{err:?}");
+    assert!(err.to_string().contains("instructions"), "{err}");
+    assert!(started.elapsed().as_secs() < 30, "{:?}", started.elapsed());
+    // A long conversation is nowhere near the bound.
+    let chatml = ChatTemplate::new(
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}",
+    )
+    .unwrap();
+    let messages: Vec<ChatMessage> = (0..20_000)
+        .map(|i| ChatMessage::user(format!("m{i}")))
+        .collect();
+    assert!(chatml.render(&messages, true).is_ok());
+}

@@ -135,12 +135,25 @@ pub(crate) fn xtc(ws: &mut WorkSet<'_>, rng: &mut ChaCha8Rng, probability: f32, 
 }
 
 /// Temperature: divide the logits by `t`; `t == 0` keeps only the best token; `t == 1` is a
-/// no-op.
+/// no-op. A `t` so small that a logit over `t` passes `f32`'s range (below about `1e-37`) is
+/// greedy too: there, any two different logits' probabilities differ by more than
+/// `e^(10^30)`, so the distribution is the best token's (the quotients, clamped to the
+/// largest `f32`, would instead tie every positive logit).
 pub(crate) fn temperature(ws: &mut WorkSet<'_>, t: f32) {
     if t == 1.0 {
         return;
     }
-    if t == 0.0 {
+    // Only a logit past `f32::MAX * t` overflows: look for one where `t` is small (at
+    // `t >= 1e-3` that is a logit past 1e35, which no model gives).
+    let mut largest = 0f32;
+    if t < 1e-3 {
+        ws.for_each(|_, l| {
+            if l.is_finite() {
+                largest = largest.max(l.abs());
+            }
+        });
+    }
+    if t == 0.0 || !(largest / t).is_finite() {
         let _ = ws.collapse_to_best();
         return;
     }
