@@ -230,6 +230,21 @@ fn structured_output_fields_constrain_the_answer() {
     let text = out["choices"][0]["message"]["content"].as_str().unwrap();
     assert_eq!(text.len(), 3, "{text}");
 
+    // Constraints no text can meet: the grammar engine says so as the answer begins, a 400
+    // with its words (a 500 before), and the server goes on.
+    for unmet in [
+        serde_json::json!({"guided_grammar": "start: start"}),
+        serde_json::json!({"guided_json": {"$ref": "#"}}),
+    ] {
+        let (status, out) = ask(unmet.clone());
+        assert_eq!(status, 400, "{unmet}: {out}");
+        assert_eq!(out["error"]["type"], "invalid_request_error", "{out}");
+        let message = out["error"]["message"].as_str().unwrap();
+        assert!(message.contains("constraint cannot be met: "), "{message}");
+    }
+    let (status, out) = ask(serde_json::json!({"guided_choice": ["red", "green"]}));
+    assert_eq!(status, 200, "{out}");
+
     let (status, out) = ask(
         serde_json::json!({"response_format": {"type": "json_schema", "json_schema": {"name": "bad", "schema": {"type": "strange"}}}}),
     );

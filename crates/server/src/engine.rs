@@ -140,12 +140,15 @@ pub enum Update {
         /// Generated tokens (an end-of-generation token included).
         completion_tokens: usize,
     },
-    /// The choice failed (a model error: never the request's fault, which is checked before).
+    /// The choice failed: a model error, or (`request`) the request's output constraint
+    /// could not be met (a grammar no text satisfies, or one its engine refuses as it runs).
     Error {
         /// The choice index.
         index: usize,
         /// What went wrong.
         message: String,
+        /// Whether the request is at fault (a 400, not a 500).
+        request: bool,
     },
 }
 
@@ -454,6 +457,7 @@ impl<M: PagedModel, C: TextCodec> Engine<M, C> {
                     let _ = job.events.send(Update::Error {
                         index: job.index,
                         message,
+                        request: false,
                     });
                 }
             }
@@ -568,6 +572,7 @@ impl<M: PagedModel, C: TextCodec> Engine<M, C> {
                     let _ = r.events.send(Update::Error {
                         index: r.index,
                         message: format!("the model failed: {error}"),
+                        request: false,
                     });
                     r.finished = true;
                 }
@@ -622,6 +627,7 @@ fn score_chunk<M: PagedModel, C: TextCodec>(
                 let _ = r.events.send(Update::Error {
                     index: r.index,
                     message: format!("the model failed: {error}"),
+                    request: false,
                 });
                 r.finished = true;
                 return;
@@ -670,9 +676,18 @@ fn deliver<M: PagedModel, C: TextCodec>(
             send_event(r, event, trace, metrics);
         }
         Err(error) => {
+            // The error and what it says of its cause (a grammar engine's words).
+            let mut message = error.to_string();
+            let mut source = std::error::Error::source(&error);
+            while let Some(cause) = source {
+                message = format!("{message}: {cause}");
+                source = cause.source();
+            }
+            let request = matches!(error, kindle_generate::GenerateError::Constraint { .. });
             let _ = r.events.send(Update::Error {
                 index: r.index,
-                message: error.to_string(),
+                message,
+                request,
             });
             r.finished = true;
         }

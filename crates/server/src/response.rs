@@ -669,9 +669,18 @@ impl<C: TextCodec> ChunkWriter<C> {
                 };
                 vec![self.chunk(index, "", Value::Null, Some(reason))]
             }
-            Update::Error { message, .. } => vec![sse(&json!({
-                "error": {"message": message, "type": "server_error", "param": null, "code": null}
-            }))],
+            Update::Error {
+                message, request, ..
+            } => {
+                let kind = if request {
+                    "invalid_request_error"
+                } else {
+                    "server_error"
+                };
+                vec![sse(&json!({
+                    "error": {"message": message, "type": kind, "param": null, "code": null}
+                }))]
+            }
         }
     }
 

@@ -646,7 +646,15 @@ async fn collect(
                 }
                 done += 1;
             }
-            Some(Update::Error { message, .. }) => return Err(ApiError::internal(message)),
+            Some(Update::Error {
+                message, request, ..
+            }) => {
+                return Err(if request {
+                    ApiError::bad_request(format!("The output constraint cannot be met: {message}"))
+                } else {
+                    ApiError::internal(message)
+                });
+            }
             None => return Err(ApiError::draining()),
         }
     }
