@@ -287,6 +287,38 @@ fn bad_context_sizes() {
 }
 
 #[test]
+fn bad_thread_counts() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
+    assert_bad_flags(&["-n", "4", "-t", "0"], &["--threads must be at least 1"]);
+    // Past the pool's bound: a clear error, not an abort spawning 100,000 threads.
+    assert_bad_flags(&["-n", "4", "-t", "100000"], &["--threads 100000", "512"]);
+    let model = common::model_path();
+    let model = model.to_str().expect("UTF-8 model path");
+    assert_fails(
+        &["serve", "-m", model, "--port", "0", "-t", "100000"],
+        None,
+        &["--threads 100000", "512"],
+    );
+    assert_fails(
+        &[
+            "bench",
+            "-m",
+            model,
+            "-p",
+            "0",
+            "-n",
+            "1",
+            "--threads-list",
+            "1,100000",
+        ],
+        None,
+        &["--threads-list 100000", "512"],
+    );
+}
+
+#[test]
 fn bad_max_time() {
     if common::real_model().is_none() {
         return; // KINDLE_SKIP_REAL_MODEL=1

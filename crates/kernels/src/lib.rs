@@ -111,7 +111,7 @@ pub use gather::{gatherings, set_gathering};
 /// [`RowArithmetic`]). Below it a row has the bits it has alone; from it on, the bits it has
 /// in any such prefill.
 pub use gemm::GEMM_MIN_ROWS as PREFILL_ROWS;
-pub use pool::default_threads;
+pub use pool::{MAX_THREADS, default_threads};
 
 pub use q8::{BlockQ8, quantize_row_q8};
 pub use simd::{cpu_runs_avx512, cpu_summary, simd_cap_name, simd_level};

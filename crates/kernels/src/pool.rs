@@ -80,6 +80,7 @@ pub(crate) struct Pool {
 
 impl Pool {
     fn new(threads: usize) -> Pool {
+        let threads = threads.min(MAX_THREADS);
         let shared = Arc::new(Shared {
             state: AtomicU64::new(0),
             job: UnsafeCell::new(None),
@@ -275,15 +276,19 @@ pub(crate) fn shared(threads: usize) -> Arc<Pool> {
     pool
 }
 
-/// `KINDLE_THREADS` when set, else the physical cores (distinct `(package, core)` pairs in
-/// Linux's sysfs topology), else the available parallelism.
+/// The most kernel threads a pool runs (llama.cpp's `GGML_MAX_N_THREADS` too): a larger
+/// count is refused where it is given (`-t`), and capped here.
+pub const MAX_THREADS: usize = 512;
+
+/// `KINDLE_THREADS` when set (at most [`MAX_THREADS`]), else the physical cores (distinct
+/// `(package, core)` pairs in Linux's sysfs topology), else the available parallelism.
 pub fn default_threads() -> usize {
     if let Some(n) = std::env::var("KINDLE_THREADS")
         .ok()
         .and_then(|v| v.trim().parse::<usize>().ok())
         .filter(|&n| n > 0)
     {
-        return n;
+        return n.min(MAX_THREADS);
     }
     let logical = std::thread::available_parallelism().map_or(1, |n| n.get());
     #[cfg(target_os = "linux")]

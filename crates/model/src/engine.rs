@@ -63,12 +63,17 @@ impl EngineOptions {
         }
     }
 
-    /// Check the options that need no device (threads at least 1).
+    /// Check the options that need no device (threads from 1 to [`kindle_kernels::MAX_THREADS`]).
     pub fn validate(&self) -> Result<(), ModelError> {
-        if self.threads == Some(0) {
-            return Err(ModelError::Option("--threads must be at least 1".into()));
+        match self.threads {
+            Some(0) => Err(ModelError::Option("--threads must be at least 1".into())),
+            Some(n) if n > kindle_kernels::MAX_THREADS => Err(ModelError::Option(format!(
+                "--threads {n} is more than {} (this machine runs {} at once)",
+                kindle_kernels::MAX_THREADS,
+                std::thread::available_parallelism().map_or(1, |p| p.get())
+            ))),
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     /// The CPU kernels' options: thread count and activation format (the model loaded with

@@ -25,7 +25,7 @@ pub use device::{DeviceError, DeviceKind, Dtype, OpenDevice};
 pub use engine::{Engine, EngineCache, EngineOptions};
 pub use error::ModelError;
 pub use kindle_kernels::{
-    ActivationFormat, KernelOptions, Kernels, RowArithmetic, cpu_summary, gatherings,
+    ActivationFormat, KernelOptions, Kernels, MAX_THREADS, RowArithmetic, cpu_summary, gatherings,
     read_bandwidth, set_gathering, simd_cap_name, simd_level,
 };
 pub use kindle_kv_cache::{

@@ -118,6 +118,16 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if args.thread_counts.contains(&0) {
         bail!("thread counts must be at least 1");
     }
+    if let Some(n) = args
+        .thread_counts
+        .iter()
+        .find(|&&n| n > kindle_model::MAX_THREADS)
+    {
+        bail!(
+            "--threads-list {n} is more than {} threads",
+            kindle_model::MAX_THREADS
+        );
+    }
     if args.prompt.iter().chain(&args.generate).all(|&n| n == 0) {
         bail!("nothing to time: every -p and -n length is 0 (give a prompt or generation length)");
     }
