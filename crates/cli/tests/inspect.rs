@@ -249,3 +249,27 @@ fn a_malformed_file_is_still_an_error() {
         "nothing is shown of a malformed file"
     );
 }
+
+#[test]
+fn a_context_whose_cache_does_not_fit_in_memory_addresses_is_refused() {
+    let dir = scratch();
+    let path = dir.path().join("good.gguf");
+    std::fs::write(&path, tiny_model(&[])).expect("writing a tiny model");
+    let run = |context: &str| {
+        Command::new(env!("CARGO_BIN_EXE_kindle"))
+            .args(["inspect", "--json", "--context", context, "-m"])
+            .arg(&path)
+            .output()
+            .expect("running kindle")
+    };
+    // It printed a wrapped byte count before.
+    let out = run("18446744073709551615");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--context 18446744073709551615") && stderr.contains("address"),
+        "{stderr}"
+    );
+    let out = run("4096");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -193,23 +193,29 @@ impl KvCacheConfig {
     }
 
     /// Bytes the whole preallocated f32 cache takes:
-    /// `2 x layers x kv_heads x head_dim x capacity x 4`, with no other overhead.
+    /// `2 x layers x kv_heads x head_dim x capacity x 4`, with no other overhead
+    /// (`usize::MAX` where that does not fit).
     pub fn bytes(&self) -> usize {
-        self.bytes_per_token() * self.capacity
+        self.bytes_per_token().saturating_mul(self.capacity)
     }
 
-    /// Bytes the whole preallocated cache takes stored as `kv_type`.
+    /// Bytes the whole preallocated cache takes stored as `kv_type` (`usize::MAX` where
+    /// that does not fit).
     pub fn bytes_as(&self, kv_type: KvType) -> usize {
-        self.bytes_per_token_as(kv_type) * self.capacity
+        self.bytes_per_token_as(kv_type)
+            .saturating_mul(self.capacity)
     }
 
     /// Bytes of a [`KvCache::with_windows`] cache stored as `kv_type`: each layer's positions
-    /// ([`ring_slots`]) times its bytes per position.
+    /// ([`ring_slots`]) times its bytes per position (`usize::MAX` where that does not fit).
     pub fn bytes_with_windows(&self, kv_type: KvType, windows: &[Option<usize>]) -> usize {
         let per_slot = 2 * self.n_kv_heads * kv_type.bytes_per_head(self.head_dim);
         (0..self.n_layers)
-            .map(|l| ring_slots(windows.get(l).copied().flatten(), self.capacity) * per_slot)
-            .sum()
+            .map(|l| {
+                ring_slots(windows.get(l).copied().flatten(), self.capacity)
+                    .saturating_mul(per_slot)
+            })
+            .fold(0usize, usize::saturating_add)
     }
 
     /// Check that `keys` and `values` are `[1, n_kv_heads, T, head_dim]` and return `T`.

@@ -509,15 +509,16 @@ async fn generation<C: TextCodec>(
                     .is_some_and(crate::reasoning::ends_inside)
         });
     let prompt_count = prompts.len();
-    // `n` beyond what may ever wait is refused rather than queued forever.
-    if integer(&object, "n", 1, crate::request::MAX_N)?.is_some()
-        && prompt_count * params.n > state.config.parallel + state.config.queue
-    {
+    // More choices than the server runs and queues are refused (whether they come from `n`
+    // or from a list of prompts), rather than admitted only while the server is idle.
+    let choices = prompt_count * params.n;
+    if choices > state.config.parallel + state.config.queue {
+        let given_n = integer(&object, "n", 1, crate::request::MAX_N)?.is_some();
         return Err(ApiError::invalid(
-            "n",
+            if given_n { "n" } else { "prompt" },
             format!(
-                "'n' of {} for {prompt_count} prompt(s) is more than this server runs and queues \
-                 ({} + {}).",
+                "{prompt_count} prompt(s) with 'n' of {} make {choices} choices, more than this \
+                 server runs and queues ({} + {}; its --parallel and --queue).",
                 params.n, state.config.parallel, state.config.queue
             ),
         ));

@@ -127,6 +127,17 @@ async fn each_invalid_field_is_a_400_naming_it() {
         ("/v1/completions", json!({"prompt": "a", "n": 0}), "n"),
         ("/v1/completions", json!({"prompt": "a", "n": 1000}), "n"),
         ("/v1/completions", json!({"prompt": "a", "n": 100}), "n"),
+        // As many choices from a list of prompts, with `n` or without it.
+        (
+            "/v1/completions",
+            json!({"prompt": vec!["a"; 100], "n": 1}),
+            "n",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": vec!["a"; 100]}),
+            "prompt",
+        ),
         (
             "/v1/completions",
             json!({"prompt": "a", "stop": ["a", "b", "c", "d", "e"]}),

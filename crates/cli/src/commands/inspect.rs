@@ -61,6 +61,14 @@ pub fn run(args: InspectArgs) -> Result<()> {
     let file = engine::open_file_with(&path, args.model.quantize)?;
     let config = LlamaConfig::from_gguf(&file);
     let problems = load_problems(&file);
+    if let (Ok(c), Some(ctx)) = (&config, args.context)
+        && c.kv_cache_config(1)
+            .bytes_per_token()
+            .checked_mul(ctx)
+            .is_none()
+    {
+        bail!("--context {ctx}: its KV cache would be more bytes than this machine can address");
+    }
     let kv = config.as_ref().ok().map(|c| {
         let per_token = c.kv_cache_config(1).bytes_per_token();
         let ctx = args.context.unwrap_or(c.context_length);
