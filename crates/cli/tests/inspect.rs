@@ -271,5 +271,9 @@ fn a_context_whose_cache_does_not_fit_in_memory_addresses_is_refused() {
         "{stderr}"
     );
     let out = run("4096");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -52,6 +52,9 @@ pub struct GenerationParams {
     /// lookup (n-grams up to the first, at most the second tokens a step). The output is what
     /// the request gives without it.
     pub lookup: Option<Lookup>,
+    /// `dry_sequence_breakers` as texts (each stands for the last token of its encoding,
+    /// resolved with the vocabulary); `None`: llama.cpp's defaults where DRY is on.
+    pub dry_breakers: Option<Vec<String>>,
 }
 
 /// Prompt-lookup drafting for one request (see [`GenerationParams::lookup`]).
@@ -240,6 +243,7 @@ pub fn generation_params(object: &Object, chat: bool) -> Result<GenerationParams
         ));
     }
     let lookup = lookup(object, trace)?;
+    let dry_breakers = dry_breakers(object)?;
     Ok(GenerationParams {
         model,
         max_tokens,
@@ -257,6 +261,7 @@ pub fn generation_params(object: &Object, chat: bool) -> Result<GenerationParams
         tools,
         echo,
         lookup,
+        dry_breakers,
     })
 }
 
@@ -396,9 +401,14 @@ fn sampler_config(object: &Object) -> Result<SamplerConfig, ApiError> {
             config.penalty_last_n = -1;
         }
     }
+    if let Some(n) = integer(object, "repeat_last_n", -1, i64::from(u32::MAX))? {
+        // llama-server's window of `repeat_penalty` (-1: the whole context).
+        config.penalty_last_n = n;
+    }
     if let Some(n) = integer(object, "min_tokens", 0, i64::from(u32::MAX))? {
         config.min_tokens = n as usize;
     }
+    llama_cpp_samplers(object, &mut config)?;
     if let Some(seed) = field(object, "seed") {
         let seed = seed
             .as_u64()
@@ -411,6 +421,64 @@ fn sampler_config(object: &Object) -> Result<SamplerConfig, ApiError> {
         config.order = order;
     }
     Ok(config)
+}
+
+/// The samplers llama-server takes beyond OpenAI's, with its names, ranges and defaults:
+/// `mirostat` (0, 1, 2) with `mirostat_tau` and `mirostat_eta`; `top_n_sigma` (negative:
+/// off); `xtc_probability` and `xtc_threshold`; `dry_multiplier`, `dry_base`,
+/// `dry_allowed_length` and `dry_penalty_last_n` (`dry_sequence_breakers`: [`dry_breakers`]).
+fn llama_cpp_samplers(object: &Object, config: &mut SamplerConfig) -> Result<(), ApiError> {
+    use kindle_sampling::Mirostat;
+    let f = |x: f64| x as f32;
+    let tau = f(number(object, "mirostat_tau", f64::MIN_POSITIVE, 1e6)?.unwrap_or(5.0));
+    let eta = f(number(object, "mirostat_eta", f64::MIN_POSITIVE, 1e6)?.unwrap_or(0.1));
+    config.mirostat = match integer(object, "mirostat", 0, 2)? {
+        Some(1) => Mirostat::V1 { tau, eta },
+        Some(2) => Mirostat::V2 { tau, eta },
+        _ => Mirostat::Off,
+    };
+    if let Some(sigma) = number(object, "top_n_sigma", -1e6, 1e6)? {
+        config.top_n_sigma = f(sigma);
+    }
+    if let Some(p) = number(object, "xtc_probability", 0.0, 1.0)? {
+        config.xtc_probability = f(p);
+    }
+    if let Some(t) = number(object, "xtc_threshold", 0.0, 1.0)? {
+        config.xtc_threshold = f(t);
+    }
+    if let Some(m) = number(object, "dry_multiplier", 0.0, 1e6)? {
+        config.dry.multiplier = f(m);
+    }
+    if let Some(b) = number(object, "dry_base", 1.0, 1e6)? {
+        config.dry.base = f(b);
+    }
+    if let Some(n) = integer(object, "dry_allowed_length", 0, i64::from(u32::MAX))? {
+        config.dry.allowed_length = n as usize;
+    }
+    if let Some(n) = integer(object, "dry_penalty_last_n", -1, i64::from(u32::MAX))? {
+        config.dry.penalty_last_n = n;
+    }
+    Ok(())
+}
+
+/// `dry_sequence_breakers`: a list of texts (llama-server's form), or absent.
+fn dry_breakers(object: &Object) -> Result<Option<Vec<String>>, ApiError> {
+    let Some(value) = field(object, "dry_sequence_breakers") else {
+        return Ok(None);
+    };
+    let texts = value.as_array().and_then(|items| {
+        items
+            .iter()
+            .map(|v| v.as_str().filter(|s| !s.is_empty()).map(String::from))
+            .collect::<Option<Vec<_>>>()
+    });
+    texts.map(Some).ok_or_else(|| {
+        expected(
+            "dry_sequence_breakers",
+            "an array of non-empty strings",
+            value,
+        )
+    })
 }
 
 /// `logit_bias`: `{"token id": bias}`, bias in `[-100, 100]`; -100 bans the token.
@@ -551,6 +619,39 @@ mod tests {
             generation_params(&obj(r#"{"echo":true,"max_tokens":0,"logprobs":1}"#), false).unwrap();
         assert!(p.echo);
         assert_eq!((p.max_tokens, p.logprobs), (Some(0), Some(1)));
+    }
+
+    #[test]
+    fn llama_server_samplers_reach_the_sampler() {
+        use kindle_sampling::Mirostat;
+        let p = generation_params(
+            &obj(
+                r#"{"mirostat":2,"mirostat_tau":3.5,"mirostat_eta":0.2,"top_n_sigma":1.5,
+                   "xtc_probability":0.5,"xtc_threshold":0.2,"dry_multiplier":0.8,
+                   "dry_base":2,"dry_allowed_length":3,"dry_penalty_last_n":64,
+                   "dry_sequence_breakers":["\n","ab"],"repeat_penalty":1.1,
+                   "repeat_last_n":32}"#,
+            ),
+            false,
+        )
+        .unwrap();
+        let s = &p.sampler;
+        assert_eq!(s.mirostat, Mirostat::V2 { tau: 3.5, eta: 0.2 });
+        assert_eq!(
+            (s.top_n_sigma, s.xtc_probability, s.xtc_threshold),
+            (1.5, 0.5, 0.2)
+        );
+        assert_eq!((s.dry.multiplier, s.dry.base), (0.8, 2.0));
+        assert_eq!((s.dry.allowed_length, s.dry.penalty_last_n), (3, 64));
+        assert_eq!(
+            p.dry_breakers,
+            Some(vec!["\n".to_string(), "ab".to_string()])
+        );
+        assert_eq!((s.repetition_penalty, s.penalty_last_n), (1.1, 32));
+        let p = generation_params(&obj(r#"{"mirostat":1}"#), false).unwrap();
+        assert_eq!(p.sampler.mirostat, Mirostat::V1 { tau: 5.0, eta: 0.1 });
+        let p = generation_params(&obj(r#"{"mirostat":0}"#), false).unwrap();
+        assert_eq!((p.sampler.mirostat, p.dry_breakers), (Mirostat::Off, None));
     }
 
     #[test]

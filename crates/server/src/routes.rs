@@ -401,6 +401,7 @@ fn jobs<C: TextCodec>(
     let eog = state.codec.eog_ids();
     let mut base = params.sampler.clone();
     base.eog_ids = eog.clone();
+    base.dry.sequence_breakers = dry_breaker_ids(state.codec.as_ref(), params, &base)?;
     base.validate().map_err(sampling_error)?;
     let default_max = match endpoint {
         Endpoint::Completions => 16,
@@ -454,9 +455,52 @@ fn jobs<C: TextCodec>(
     Ok(out)
 }
 
+/// llama.cpp's default DRY sequence breakers.
+const DEFAULT_DRY_BREAKERS: [&str; 4] = ["\n", ":", "\"", "*"];
+
+/// The DRY breakers' token ids: the last token of each text's encoding (the request's, each of
+/// which must encode, or llama.cpp's defaults that do), none while DRY is off.
+fn dry_breaker_ids<C: TextCodec>(
+    codec: &C,
+    params: &GenerationParams,
+    config: &kindle_sampling::SamplerConfig,
+) -> Result<Vec<u32>, ApiError> {
+    // What `encode` adds to any text (a BOS) is not the text's.
+    let added = codec.encode("").map_or(0, |ids| ids.len());
+    let last = |text: &str| {
+        let ids = codec.encode(text).ok()?;
+        ids.get(added..).and_then(|own| own.last().copied())
+    };
+    let mut ids = Vec::new();
+    match &params.dry_breakers {
+        Some(texts) => {
+            for text in texts {
+                ids.push(last(text).ok_or_else(|| {
+                    ApiError::invalid(
+                        "dry_sequence_breakers",
+                        format!("Invalid value in 'dry_sequence_breakers': {text:?} encodes to no token."),
+                    )
+                })?);
+            }
+        }
+        None => ids.extend(DEFAULT_DRY_BREAKERS.iter().filter_map(|text| last(text))),
+    }
+    if !config.dry.is_enabled() {
+        ids.clear();
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    Ok(ids)
+}
+
 fn sampling_error(error: kindle_sampling::SamplingError) -> ApiError {
     let param = match &error {
-        kindle_sampling::SamplingError::InvalidParameter { name, .. } => *name,
+        // The request's names where the sampler's differ.
+        kindle_sampling::SamplingError::InvalidParameter { name, .. } => match *name {
+            "repetition_penalty" => "repeat_penalty",
+            "penalty_last_n" => "repeat_last_n",
+            name => name,
+        },
         _ => "sampling",
     };
     ApiError::invalid(param, format!("Invalid sampling parameter: {error}"))

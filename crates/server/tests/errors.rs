@@ -124,6 +124,77 @@ async fn each_invalid_field_is_a_400_naming_it() {
             json!({"prompt": "a", "max_tokens": -3}),
             "max_tokens",
         ),
+        // llama-server's samplers.
+        (
+            "/v1/completions",
+            json!({"prompt": "a", "mirostat": 3}),
+            "mirostat",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "a", "mirostat": 2, "mirostat_tau": -1}),
+            "mirostat_tau",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "a", "mirostat_eta": "fast"}),
+            "mirostat_eta",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "a", "xtc_probability": 1.5}),
+            "xtc_probability",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "a", "xtc_threshold": -0.5}),
+            "xtc_threshold",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "a", "top_n_sigma": "wide"}),
+            "top_n_sigma",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "a", "dry_multiplier": -1}),
+            "dry_multiplier",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "a", "dry_base": 0.5}),
+            "dry_base",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "a", "dry_allowed_length": -2}),
+            "dry_allowed_length",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "a", "dry_penalty_last_n": -5}),
+            "dry_penalty_last_n",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "a", "dry_sequence_breakers": [1, 2]}),
+            "dry_sequence_breakers",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "a", "dry_sequence_breakers": [""]}),
+            "dry_sequence_breakers",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "a", "repeat_last_n": -2}),
+            "repeat_last_n",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "a", "repeat_penalty": 1e-300}),
+            "repeat_penalty",
+        ),
         ("/v1/completions", json!({"prompt": "a", "n": 0}), "n"),
         ("/v1/completions", json!({"prompt": "a", "n": 1000}), "n"),
         ("/v1/completions", json!({"prompt": "a", "n": 100}), "n"),
