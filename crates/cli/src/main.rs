@@ -100,7 +100,24 @@ fn main() {
             .map_err(Into::into),
     };
     if let Err(error) = result {
-        eprintln!("kindle: error: {error:#}");
+        eprintln!("kindle: error: {}", describe(&error));
         std::process::exit(1);
     }
+}
+
+/// `error` and its causes joined by `: `, leaving out a cause its context already says (an
+/// error whose message quotes its source would otherwise print it twice).
+fn describe(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let part = cause.to_string();
+        if part.is_empty() || text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
 }

@@ -269,6 +269,7 @@ fn bad_stop_tokens() {
         &["--stop-token", "49152", "vocabulary of 49152"],
     );
     assert_bad_flags(&["-n", "4", "--stop-token", "-1"], &["--stop-token"]);
+    assert_bad_flags(&["-n", "4", "--stop", ""], &["--stop \"\" is empty"]);
 }
 
 #[test]

@@ -239,5 +239,10 @@ fn bad_input_is_named() {
         assert!(!out.status.success(), "{args:?} succeeded");
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        // An error that quotes its cause does not print it twice.
+        let line = stderr.lines().last().unwrap_or_default();
+        let said = line.trim_start_matches("kindle: error: ");
+        let tail = said.rsplit(": ").next().unwrap_or_default();
+        assert_eq!(said.matches(tail).count(), 1, "{args:?}: {stderr}");
     }
 }

@@ -59,7 +59,8 @@ impl Score {
 /// reused) and holds `ids` afterwards.
 ///
 /// Errors: [`GenerateError::TooFewTokens`] under 2 ids, [`GenerateError::PromptTooLong`] beyond
-/// the usable context, [`GenerateError::TokenOutOfVocab`], or a model error.
+/// the usable context, [`GenerateError::TokenOutOfVocab`], [`GenerateError::Sampling`] for a
+/// NaN or `+inf` logit (at the position it scores), or a model error.
 pub fn score<M: LanguageModel>(
     model: &M,
     session: &mut Session<M>,
@@ -84,6 +85,18 @@ pub fn score<M: LanguageModel>(
     let mut positions = Vec::with_capacity(ids.len() - 1);
     let mut total = 0f64;
     for (pos, row) in logits.chunks_exact(vocab).take(ids.len() - 1).enumerate() {
+        // A NaN or `+inf` logit (a broken model file) has no log-softmax: say so, as
+        // generation does, rather than report a NaN perplexity.
+        if let Some((index, &value)) = row
+            .iter()
+            .enumerate()
+            .find(|(_, v)| v.is_nan() || **v == f32::INFINITY)
+        {
+            return Err(GenerateError::Sampling {
+                step: pos,
+                source: kindle_sampling::SamplingError::NonFiniteLogit { index, value },
+            });
+        }
         let (scored, lp) = scored(row, pos, ids[pos + 1], top_n);
         total += lp;
         positions.push(scored);

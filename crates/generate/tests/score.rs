@@ -83,3 +83,20 @@ fn score_clears_the_session_and_checks_inputs() {
         })
     ));
 }
+
+#[test]
+fn a_nan_logit_is_an_error_naming_it_not_a_nan_perplexity() {
+    let mut model = model();
+    model.table[2][1] = f32::NAN;
+    let mut session = Session::new(&model, 16).unwrap();
+    // Rows of tokens 0 and 1 are fine; token 2's row (position 2) has the NaN.
+    let err = score(&model, &mut session, &[0, 1, 2, 3], 1).unwrap_err();
+    assert!(
+        matches!(err, GenerateError::Sampling { step: 2, .. }),
+        "{err:?}"
+    );
+    assert!(format!("{:?}", err).contains("NonFiniteLogit"), "{err:?}");
+    // `-inf` masks a token: still scored.
+    model.table[2][1] = f32::NEG_INFINITY;
+    assert!(score(&model, &mut session, &[0, 1, 2, 3], 1).is_ok());
+}

@@ -258,12 +258,12 @@ pub enum GgufError {
         name: String,
     },
     /// A tensor could not be dequantised.
-    #[error("cannot dequantize tensor `{tensor}`: {source}")]
+    #[error("cannot dequantize tensor `{tensor}`: {reason}")]
     Quant {
         /// The tensor.
         tensor: String,
-        /// Why.
-        source: QuantError,
+        /// Why (in the message: not a `source`, which error chains would print twice).
+        reason: QuantError,
     },
 }
 

@@ -245,9 +245,9 @@ impl GgufFile {
     /// Errors name the tensor when it is missing or its type cannot be dequantised.
     pub fn dequantize(&self, name: &str) -> Result<Vec<f32>, GgufError> {
         let info = self.require_tensor(name)?;
-        let quant_err = |source| GgufError::Quant {
+        let quant_err = |reason| GgufError::Quant {
             tensor: name.to_owned(),
-            source,
+            reason,
         };
         if !info.ty.can_dequantize() {
             return Err(quant_err(crate::quant::QuantError::Unsupported(info.ty)));

@@ -229,14 +229,14 @@ pub enum HfError {
     #[error(transparent)]
     Gguf(#[from] GgufError),
     /// Quantising or dequantising a tensor failed.
-    #[error("tensor `{tensor}` as {ty}: {source}")]
+    #[error("tensor `{tensor}` as {ty}: {reason}")]
     Quant {
         /// The tensor.
         tensor: String,
         /// The GGML type.
         ty: GgmlType,
-        /// The error.
-        source: QuantError,
+        /// The error (in the message, not a `source` that error chains print again).
+        reason: QuantError,
     },
     /// The tokenizer files cannot be converted.
     #[error("tokenizer: {0}")]

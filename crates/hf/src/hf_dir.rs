@@ -205,10 +205,10 @@ impl HfDir {
                 None => GgmlType::F32,
             }
         };
-        let bytes = quantize(ty, &values).map_err(|source| HfError::Quant {
+        let bytes = quantize(ty, &values).map_err(|reason| HfError::Quant {
             tensor: gguf.to_owned(),
             ty,
-            source,
+            reason,
         })?;
         Ok((ty, dims, bytes))
     }

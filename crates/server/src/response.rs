@@ -128,6 +128,16 @@ pub fn trace_json<C: TextCodec>(codec: &C, trace: &TraceSummary) -> Value {
     })
 }
 
+/// How far token `id` moves a completion's `text_offset`: its text's length, or nothing for a
+/// token the text leaves out (a control token, which decoding skips).
+fn token_width<C: TextCodec + ?Sized>(codec: &C, id: u32) -> usize {
+    if codec.decode(&[id]).is_ok_and(|t| !t.is_empty()) {
+        codec.token_text(id).len()
+    } else {
+        0
+    }
+}
+
 /// Token logprobs in the endpoint's shape: completions' parallel arrays (`tokens`,
 /// `token_logprobs`, `top_logprobs`, `text_offset`, offsets counted from `offset`) or chat's
 /// `content` list.
@@ -146,7 +156,7 @@ pub fn logprobs_json<C: TextCodec>(
             for token in tokens {
                 let text = codec.token_text(token.id);
                 offsets.push(offset);
-                offset += text.len();
+                offset += token_width(codec, token.id);
                 texts.push(text);
                 logprobs.push(json!(token.logprob));
                 if token.logprob.is_none() {
@@ -499,7 +509,7 @@ impl<C: TextCodec> ChunkWriter<C> {
             self.offsets[index],
         );
         for token in tokens {
-            self.offsets[index] += self.codec.token_text(token.id).len();
+            self.offsets[index] += token_width(self.codec.as_ref(), token.id);
         }
         value
     }

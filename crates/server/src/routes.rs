@@ -305,10 +305,7 @@ async fn tokenize<C: TextCodec>(
         .codec
         .encode(text)
         .map_err(|e| ApiError::invalid(key, format!("Could not tokenize the text: {e}")))?;
-    let with_pieces = object
-        .get("with_pieces")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
+    let with_pieces = crate::request::boolean(&object, "with_pieces")?.unwrap_or(false);
     let tokens_json: Vec<Value> = if with_pieces {
         tokens
             .iter()
@@ -345,10 +342,17 @@ async fn detokenize<C: TextCodec>(
                     })
             })
             .collect::<Result<Vec<u32>, _>>()?,
-        _ => {
+        None | Some(Value::Null) => {
             return Err(ApiError::invalid(
                 "tokens",
                 "Missing required parameter: 'tokens' (an array of token ids).",
+            ));
+        }
+        Some(other) => {
+            return Err(crate::request::expected(
+                "tokens",
+                "an array of token ids",
+                other,
             ));
         }
     };

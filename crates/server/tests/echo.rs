@@ -311,3 +311,24 @@ async fn prompt_logprobs_score_the_prompt_of_both_endpoints() {
     assert_eq!(body["error"]["param"], "prompt_logprobs");
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_token_in_an_echoed_prompt_takes_no_room_in_the_text() {
+    // `<eos>` decodes to nothing (the text leaves control tokens out): its offset is where the
+    // next token starts, and the offsets stay within the text (they ran 5 past it before).
+    let server = TestServer::start(config(), Duration::ZERO).await;
+    let body = json!({"prompt": [common::EOS, 1, 2, common::EOS, 3], "max_tokens": 0,
+                      "echo": true, "logprobs": 1});
+    let (status, body) = server.post("/v1/completions", &body).await;
+    assert_eq!(status, 200, "{body}");
+    let choice = &body["choices"][0];
+    assert_eq!(choice["text"], "abc");
+    let lp = &choice["logprobs"];
+    assert_eq!(
+        lp["tokens"],
+        json!(["<eos>", "a", "b", "<eos>", "c"]),
+        "{lp}"
+    );
+    assert_eq!(lp["text_offset"], json!([0, 0, 1, 2, 2]), "{lp}");
+    server.stop().await;
+}

@@ -369,6 +369,12 @@ async fn each_invalid_field_is_a_400_naming_it() {
         ),
         ("/tokenize", json!({"content": 5}), "content"),
         ("/detokenize", json!({"tokens": [1, -1]}), "tokens"),
+        ("/detokenize", json!({"tokens": "1"}), "tokens"),
+        (
+            "/tokenize",
+            json!({"content": "a", "with_pieces": "yes"}),
+            "with_pieces",
+        ),
     ];
     for (path, body, param) in cases {
         let (status, answer) = server.post(path, &body).await;

@@ -406,6 +406,9 @@ impl GenerationSettings {
         if let Some(id) = self.stop_tokens.iter().find(|&&id| id as usize >= vocab) {
             bail!("--stop-token {id} is out of range for a vocabulary of {vocab} tokens");
         }
+        if self.stop_strings.iter().any(String::is_empty) {
+            bail!("--stop \"\" is empty: a stop string needs at least one character");
+        }
         let mut config = GenerationConfig::default()
             .with_max_new_tokens(self.max_tokens)
             .with_eog_token_ids(tokenizer.eog_ids().iter().copied())
