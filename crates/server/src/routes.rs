@@ -222,8 +222,13 @@ async fn models<C: TextCodec>(State(state): State<Shared<C>>) -> Response {
 
 async fn model<C: TextCodec>(
     State(state): State<Shared<C>>,
-    Path(name): Path<String>,
+    name: Result<Path<String>, axum::extract::rejection::PathRejection>,
 ) -> Result<Response, ApiError> {
+    // A name that is not UTF-8 once its percent-escapes are decoded is answered in the
+    // API's error shape, naming the problem (axum's own rejection is a bare text).
+    let Path(name) = name.map_err(|e| {
+        ApiError::bad_request(format!("The model name in the path is not valid: {e}."))
+    })?;
     check_model(&state, Some(&name))?;
     Ok(json_response(model_object(&state)))
 }
@@ -247,15 +252,16 @@ fn check_model<C: TextCodec>(state: &AppState<C>, model: Option<&str>) -> Result
 
 /// The JSON object of a request: content type checked, body read within its limit.
 async fn read_json(headers: &HeaderMap, body: Body, limit: usize) -> Result<Object, ApiError> {
+    // A header that is not visible ASCII is named as the bytes it is (not as none).
     let content_type = headers
         .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok());
-    let is_json = content_type.is_some_and(|t| {
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let is_json = content_type.as_deref().is_some_and(|t| {
         let essence = t.split(';').next().unwrap_or("").trim();
         essence.eq_ignore_ascii_case("application/json")
     });
     if !is_json {
-        return Err(ApiError::unsupported_media_type(content_type));
+        return Err(ApiError::unsupported_media_type(content_type.as_deref()));
     }
     let bytes: Bytes = axum::body::to_bytes(body, limit)
         .await

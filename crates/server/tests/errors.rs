@@ -466,6 +466,17 @@ async fn unknown_model_is_404() {
     assert_eq!(error["param"], "model");
     let (status, _) = server.get("/v1/models/gpt-4").await;
     assert_eq!(status, 404);
+    // A name that is not UTF-8: a 400 in the API's shape, naming the path.
+    let (status, answer) = server.get("/v1/models/%FF%FE").await;
+    assert_eq!(status, 400, "{answer}");
+    let answer: Value = serde_json::from_str(&answer).expect("a JSON error");
+    assert!(
+        error_of(&answer)["message"]
+            .as_str()
+            .unwrap()
+            .contains("model name in the path"),
+        "{answer}"
+    );
     server.stop().await;
 }
 
