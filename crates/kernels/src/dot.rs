@@ -82,7 +82,9 @@ impl Kernel {
         let int8_type = matches!(
             ty,
             GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q5_1
-        ) || ((k_quant(ty) || matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K))
+        ) || ((k_quant(ty)
+            || super::low_k::low_k(ty)
+            || matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K))
             && simd.any());
         if format == super::ActivationFormat::Int8 && int8_type {
             Kernel::Int8 { ty, simd }
@@ -529,6 +531,9 @@ fn fused_f32(ty: GgmlType) -> bool {
 /// One weight row (whole blocks of `ty`) times one quantized activation row.
 #[inline]
 fn dot_q8(ty: GgmlType, simd: Simd, row: &[u8], y: &[BlockQ8]) -> f32 {
+    if let Some(dot) = super::low_k::dot_q8(ty, simd, row, y) {
+        return dot;
+    }
     #[cfg(target_arch = "x86_64")]
     if simd.any() && !q5(ty) {
         // SAFETY: a SIMD level is only chosen when AVX2, FMA and F16C were detected.

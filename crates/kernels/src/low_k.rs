@@ -8,6 +8,7 @@
 
 use kindle_gguf::quant::{self, GgmlType};
 
+use super::q8::BlockQ8;
 use super::simd::Simd;
 
 /// Whether `ty` is decoded here.
@@ -72,11 +73,38 @@ pub(crate) fn dot_f32(ty: GgmlType, simd: Simd, row: &[u8], x: &[f32]) -> f32 {
     super::scalar::dot_blocks_f32(ty, row, x)
 }
 
+/// One `Q2_K` or `Q3_K` row times one row of 8-bit activations (32-value blocks: a block
+/// meets the 32 quants of one bit pair of a half), with AVX2 (`maddubs`, then `madd` with the
+/// 16-value scales); `None` without it (the caller runs the `f32` kernel).
+pub(crate) fn dot_q8(ty: GgmlType, simd: Simd, row: &[u8], y: &[BlockQ8]) -> Option<f32> {
+    #[cfg(target_arch = "x86_64")]
+    if simd.any() && low_k(ty) {
+        let blocks = y.len() / 8;
+        assert!(
+            y.len() == blocks * 8 && row.len() == blocks * ty.type_size(),
+            "{ty}: {} bytes for {} activation blocks",
+            row.len(),
+            y.len()
+        );
+        // SAFETY: as in [`dequantize`].
+        return Some(unsafe {
+            match ty {
+                GgmlType::Q2_K => x86::dot_q2_k_q8(row, y),
+                _ => x86::dot_q3_k_q8(row, y),
+            }
+        });
+    }
+    let _ = (ty, simd, row, y);
+    None
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
 
     use kindle_gguf::quant::{BLOCK_Q2_K_BYTES, BLOCK_Q3_K_BYTES, QK_K, unpack_scales_q3_k};
+
+    use super::BlockQ8;
 
     fn f16(lo: u8, hi: u8) -> f32 {
         half::f16::from_bits(u16::from_le_bytes([lo, hi])).to_f32()
@@ -293,6 +321,95 @@ mod x86 {
             }
         }
         hsum(_mm256_add_ps(acc[0], acc[1]))
+    }
+
+    /// Two 16-bit factors, `a` in the low eight lanes (the first 16 quants' products) and
+    /// `b` in the high eight.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    fn pair16(a: i16, b: i16) -> __m256i {
+        _mm256_setr_m128i(_mm_set1_epi16(a), _mm_set1_epi16(b))
+    }
+
+    /// A `Q2_K` row times 8-bit activations (see [`super::dot_q8`]): per block,
+    /// `d * dy * sum(scale * q * qy) - dmin * dy * sum(min * qy)` over its two 16s.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `row` holds `y.len() / 8` whole blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn dot_q2_k_q8(row: &[u8], y: &[BlockQ8]) -> f32 {
+        let (three, ones) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1));
+        let (mut acc, mut acc_min) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        for (b, ys) in row.chunks_exact(BLOCK_Q2_K_BYTES).zip(y.chunks_exact(8)) {
+            let (d, dmin) = (f16(b[80], b[81]), f16(b[82], b[83]));
+            for half in 0..2 {
+                // SAFETY: bytes 16..80 of the block are its quants.
+                let qs = unsafe { _mm256_loadu_si256(b.as_ptr().add(16 + 32 * half) as *const _) };
+                for j in 0..4 {
+                    let q = _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * j)), three);
+                    let s = 8 * half + 2 * j as usize;
+                    let yb = &ys[4 * half + j as usize];
+                    // SAFETY: a block's 32 quants.
+                    let qy = unsafe { _mm256_loadu_si256(yb.qs.as_ptr() as *const _) };
+                    let sc = pair16(i16::from(b[s] & 15), i16::from(b[s + 1] & 15));
+                    let mn = pair16(i16::from(b[s] >> 4), i16::from(b[s + 1] >> 4));
+                    let dots = _mm256_madd_epi16(_mm256_maddubs_epi16(q, qy), sc);
+                    let sums = _mm256_madd_epi16(_mm256_maddubs_epi16(ones, qy), mn);
+                    acc = _mm256_fmadd_ps(_mm256_set1_ps(d * yb.d), _mm256_cvtepi32_ps(dots), acc);
+                    acc_min = _mm256_fmadd_ps(
+                        _mm256_set1_ps(dmin * yb.d),
+                        _mm256_cvtepi32_ps(sums),
+                        acc_min,
+                    );
+                }
+            }
+        }
+        hsum(acc) - hsum(acc_min)
+    }
+
+    /// A `Q3_K` row times 8-bit activations (see [`super::dot_q8`]): per block,
+    /// `d * dy * sum((scale - 32) * q * qy)` over its two 16s (`maddubs` of `|q|` and `qy`
+    /// with `q`'s sign).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `row` holds `y.len() / 8` whole blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn dot_q3_k_q8(row: &[u8], y: &[BlockQ8]) -> f32 {
+        let (three, four) = (_mm256_set1_epi8(3), _mm256_set1_epi8(4));
+        let mut acc = _mm256_setzero_ps();
+        for (b, ys) in row.chunks_exact(BLOCK_Q3_K_BYTES).zip(y.chunks_exact(8)) {
+            let d = f16(b[108], b[109]);
+            let mut scales = [0i8; 16];
+            // SAFETY: `scales` holds 16 bytes.
+            unsafe {
+                _mm_storeu_si128(scales.as_mut_ptr() as *mut _, q3_k_scales(&b[96..108]));
+            }
+            // SAFETY: bytes 0..32 are the high bits, 32..96 the low ones.
+            let hmask = unsafe { _mm256_loadu_si256(b.as_ptr() as *const _) };
+            let mut bit = _mm256_set1_epi8(1);
+            for half in 0..2 {
+                // SAFETY: as above.
+                let qs = unsafe { _mm256_loadu_si256(b.as_ptr().add(32 + 32 * half) as *const _) };
+                for j in 0..4 {
+                    let low =
+                        _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * j)), three);
+                    let clear =
+                        _mm256_cmpeq_epi8(_mm256_and_si256(hmask, bit), _mm256_setzero_si256());
+                    bit = _mm256_add_epi8(bit, bit);
+                    let q = _mm256_sub_epi8(low, _mm256_and_si256(clear, four));
+                    let s = 8 * half + 2 * j as usize;
+                    let yb = &ys[4 * half + j as usize];
+                    // SAFETY: a block's 32 quants.
+                    let qy = unsafe { _mm256_loadu_si256(yb.qs.as_ptr() as *const _) };
+                    let products =
+                        _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(qy, q));
+                    let sc = pair16(i16::from(scales[s]), i16::from(scales[s + 1]));
+                    let dots = _mm256_madd_epi16(products, sc);
+                    acc = _mm256_fmadd_ps(_mm256_set1_ps(d * yb.d), _mm256_cvtepi32_ps(dots), acc);
+                }
+            }
+        }
+        hsum(acc)
     }
 
     /// A `Q3_K` row: `(d * (scale - 32)) * q` per 16 values, `q` in `-4..4`.

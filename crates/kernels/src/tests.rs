@@ -520,10 +520,8 @@ fn first_mismatch(
     })
 }
 
-const K_TYPES: [GgmlType; 3] = [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K];
-
-/// The K-quants with and without 8-bit kernels (`Q2_K` and `Q3_K` take the `f32` ones).
-const ALL_K_TYPES: [GgmlType; 5] = [
+/// The K-quants.
+const K_TYPES: [GgmlType; 5] = [
     GgmlType::Q2_K,
     GgmlType::Q3_K,
     GgmlType::Q4_K,
@@ -537,7 +535,7 @@ fn k_quant_kernels_match_the_reference_on_odd_shapes() {
     // rows of one to six super-blocks; f32 activations to 1e-5 of sum |w| |x| (the products
     // are exact, only the order of the f32 sums differs), 8-bit ones to their rounding bound.
     let mut rng = Rng(0x6b71);
-    for ty in ALL_K_TYPES {
+    for ty in K_TYPES {
         for (rows, cols) in [(1, 256), (7, 768), (33, 1536), (3, 512)] {
             let w = random_matrix(ty, rows, cols, &mut rng);
             for m in [1, 3, 17] {
@@ -582,11 +580,11 @@ fn k_quant_int8_kernels_run_on_8_bit_activations() {
 #[test]
 fn a_wrong_sub_block_scale_is_caught() {
     // Planted error: the kernels run on a copy of the matrix with one sub-block scale changed
-    // (Q4_K/Q5_K: the 6-bit scale of sub-block 5, packed in two places; Q2_K, Q3_K, Q6_K: the
-    // scale of the 16 values 176..192), checked against the reference of the original. The check
+    // (Q4_K/Q5_K: the 6-bit scale of sub-block 5, packed in two places; Q3_K, Q6_K: the
+    // scale of the 16 values 176..192; Q2_K: the mins of values 160..192), checked against the reference of the original. The check
     // must fail for every kernel, and pass on the original.
     let mut rng = Rng(4242);
-    for ty in ALL_K_TYPES {
+    for ty in K_TYPES {
         let (rows, cols) = (5, 512);
         // The file's bytes (`Q4_K` is repacked at load).
         let mut bytes = random_bytes(ty, rows, cols, &mut rng);
@@ -595,9 +593,13 @@ fn a_wrong_sub_block_scale_is_caught() {
         let block = &mut bytes[2 * row_bytes + ty.type_size()..];
         match ty {
             GgmlType::Q6_K => block[192 + 11] = block[192 + 11].wrapping_add(40),
-            // Sub-block 11's scale: `Q2_K` the low nibble of byte 11; `Q3_K` its low four
-            // bits in the high nibble of scales byte 3.
-            GgmlType::Q2_K => block[11] ^= 0x08,
+            // `Q2_K`: the mins of sub-blocks 10 and 11 (values 160..192; the high nibbles of
+            // bytes 10 and 11: this block's `dmin` is its larger factor). `Q3_K`: sub-block
+            // 11's scale's low four bits, in the high nibble of scales byte 3.
+            GgmlType::Q2_K => {
+                block[10] ^= 0x80;
+                block[11] ^= 0x80;
+            }
             GgmlType::Q3_K => block[96 + 3] ^= 0x80,
             // Sub-block 5's scale: low four bits in byte 4 + 9, top two in byte 4 + 1.
             _ => block[4 + 1] ^= 0x80,
@@ -614,7 +616,7 @@ fn a_wrong_sub_block_scale_is_caught() {
                 (ActivationFormat::Int8, 0.01),
             ] {
                 let kernel = Kernel::select_simd(ty, format, simd);
-                // `Q2_K` and `Q3_K` have no 8-bit kernels: they run the `f32` ones.
+                // Without SIMD `Q2_K` and `Q3_K` have no 8-bit kernels: they run `f32` ones.
                 let tol = if kernel.int8() { tol } else { 1e-5 };
                 assert!(first_mismatch(&w, &w, kernel, &x, 1, tol).is_none());
                 assert!(
@@ -629,7 +631,7 @@ fn a_wrong_sub_block_scale_is_caught() {
 #[test]
 fn k_quant_batches_give_the_bits_of_single_rows() {
     let mut rng = Rng(31);
-    for ty in ALL_K_TYPES {
+    for ty in K_TYPES {
         // Three super-blocks: 24 block columns, three chunks of the AVX-512 `f32` kernels.
         let (rows, cols) = (11, 768);
         let w = random_matrix(ty, rows, cols, &mut rng);
