@@ -323,12 +323,32 @@ mod x86 {
         hsum(_mm256_add_ps(acc[0], acc[1]))
     }
 
-    /// Two 16-bit factors, `a` in the low eight lanes (the first 16 quants' products) and
-    /// `b` in the high eight.
+    /// The shuffles that take, from a vector whose two 128-bit lanes both hold eight 16-bit
+    /// scales, scale `2k` into every 16-bit lane of the low half and `2k + 1` into the high
+    /// half (`k` in `0..4`): the factors of one group of 32 quants' two 16s.
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
-    fn pair16(a: i16, b: i16) -> __m256i {
-        _mm256_setr_m128i(_mm_set1_epi16(a), _mm_set1_epi16(b))
+    fn pair_shuffles() -> [__m256i; 4] {
+        std::array::from_fn(|k| {
+            let word = |i: usize| (0x0100 + 0x0202 * i as i32) as i16;
+            _mm256_setr_m128i(_mm_set1_epi16(word(2 * k)), _mm_set1_epi16(word(2 * k + 1)))
+        })
+    }
+
+    /// Sixteen 16-bit scales as the two vectors [`pair_shuffles`] reads: scales `0..8` in
+    /// both lanes, then `8..16`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    fn halves16(scales: __m128i, signed: bool) -> [__m256i; 2] {
+        let wide = if signed {
+            _mm256_cvtepi8_epi16(scales)
+        } else {
+            _mm256_cvtepu8_epi16(scales)
+        };
+        [
+            _mm256_permute4x64_epi64::<0b01_00_01_00>(wide),
+            _mm256_permute4x64_epi64::<0b11_10_11_10>(wide),
+        ]
     }
 
     /// A `Q2_K` row times 8-bit activations (see [`super::dot_q8`]): per block,
@@ -338,33 +358,49 @@ mod x86 {
     /// AVX2, FMA and F16C; `row` holds `y.len() / 8` whole blocks.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn dot_q2_k_q8(row: &[u8], y: &[BlockQ8]) -> f32 {
-        let (three, ones) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1));
-        let (mut acc, mut acc_min) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let (three, ones, nibble) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1), _mm_set1_epi8(15));
+        let shuffles = pair_shuffles();
+        // A chain of sums for each bit pair (one chain would wait on its latency).
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut acc_min = [_mm256_setzero_ps(); 4];
         for (b, ys) in row.chunks_exact(BLOCK_Q2_K_BYTES).zip(y.chunks_exact(8)) {
             let (d, dmin) = (f16(b[80], b[81]), f16(b[82], b[83]));
+            // SAFETY: bytes 0..16 of the block are its scales and mins.
+            let packed = unsafe { _mm_loadu_si128(b.as_ptr() as *const _) };
+            let scales = halves16(_mm_and_si128(packed, nibble), false);
+            let mins = halves16(_mm_and_si128(_mm_srli_epi16::<4>(packed), nibble), false);
             for half in 0..2 {
                 // SAFETY: bytes 16..80 of the block are its quants.
                 let qs = unsafe { _mm256_loadu_si256(b.as_ptr().add(16 + 32 * half) as *const _) };
                 for j in 0..4 {
-                    let q = _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * j)), three);
-                    let s = 8 * half + 2 * j as usize;
-                    let yb = &ys[4 * half + j as usize];
+                    let q = _mm256_and_si256(
+                        _mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * j as i32)),
+                        three,
+                    );
+                    let yb = &ys[4 * half + j];
                     // SAFETY: a block's 32 quants.
                     let qy = unsafe { _mm256_loadu_si256(yb.qs.as_ptr() as *const _) };
-                    let sc = pair16(i16::from(b[s] & 15), i16::from(b[s + 1] & 15));
-                    let mn = pair16(i16::from(b[s] >> 4), i16::from(b[s + 1] >> 4));
+                    let sc = _mm256_shuffle_epi8(scales[half], shuffles[j]);
+                    let mn = _mm256_shuffle_epi8(mins[half], shuffles[j]);
                     let dots = _mm256_madd_epi16(_mm256_maddubs_epi16(q, qy), sc);
                     let sums = _mm256_madd_epi16(_mm256_maddubs_epi16(ones, qy), mn);
-                    acc = _mm256_fmadd_ps(_mm256_set1_ps(d * yb.d), _mm256_cvtepi32_ps(dots), acc);
-                    acc_min = _mm256_fmadd_ps(
+                    acc[j] =
+                        _mm256_fmadd_ps(_mm256_set1_ps(d * yb.d), _mm256_cvtepi32_ps(dots), acc[j]);
+                    acc_min[j] = _mm256_fmadd_ps(
                         _mm256_set1_ps(dmin * yb.d),
                         _mm256_cvtepi32_ps(sums),
-                        acc_min,
+                        acc_min[j],
                     );
                 }
             }
         }
-        hsum(acc) - hsum(acc_min)
+        let sum = |v: &[__m256; 4]| {
+            hsum(_mm256_add_ps(
+                _mm256_add_ps(v[0], v[1]),
+                _mm256_add_ps(v[2], v[3]),
+            ))
+        };
+        sum(&acc) - sum(&acc_min)
     }
 
     /// A `Q3_K` row times 8-bit activations (see [`super::dot_q8`]): per block,
@@ -376,14 +412,11 @@ mod x86 {
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn dot_q3_k_q8(row: &[u8], y: &[BlockQ8]) -> f32 {
         let (three, four) = (_mm256_set1_epi8(3), _mm256_set1_epi8(4));
-        let mut acc = _mm256_setzero_ps();
+        let shuffles = pair_shuffles();
+        let mut acc = [_mm256_setzero_ps(); 4];
         for (b, ys) in row.chunks_exact(BLOCK_Q3_K_BYTES).zip(y.chunks_exact(8)) {
             let d = f16(b[108], b[109]);
-            let mut scales = [0i8; 16];
-            // SAFETY: `scales` holds 16 bytes.
-            unsafe {
-                _mm_storeu_si128(scales.as_mut_ptr() as *mut _, q3_k_scales(&b[96..108]));
-            }
+            let scales = halves16(q3_k_scales(&b[96..108]), true);
             // SAFETY: bytes 0..32 are the high bits, 32..96 the low ones.
             let hmask = unsafe { _mm256_loadu_si256(b.as_ptr() as *const _) };
             let mut bit = _mm256_set1_epi8(1);
@@ -391,25 +424,30 @@ mod x86 {
                 // SAFETY: as above.
                 let qs = unsafe { _mm256_loadu_si256(b.as_ptr().add(32 + 32 * half) as *const _) };
                 for j in 0..4 {
-                    let low =
-                        _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * j)), three);
+                    let low = _mm256_and_si256(
+                        _mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * j as i32)),
+                        three,
+                    );
                     let clear =
                         _mm256_cmpeq_epi8(_mm256_and_si256(hmask, bit), _mm256_setzero_si256());
                     bit = _mm256_add_epi8(bit, bit);
                     let q = _mm256_sub_epi8(low, _mm256_and_si256(clear, four));
-                    let s = 8 * half + 2 * j as usize;
-                    let yb = &ys[4 * half + j as usize];
+                    let yb = &ys[4 * half + j];
                     // SAFETY: a block's 32 quants.
                     let qy = unsafe { _mm256_loadu_si256(yb.qs.as_ptr() as *const _) };
                     let products =
                         _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(qy, q));
-                    let sc = pair16(i16::from(scales[s]), i16::from(scales[s + 1]));
+                    let sc = _mm256_shuffle_epi8(scales[half], shuffles[j]);
                     let dots = _mm256_madd_epi16(products, sc);
-                    acc = _mm256_fmadd_ps(_mm256_set1_ps(d * yb.d), _mm256_cvtepi32_ps(dots), acc);
+                    acc[j] =
+                        _mm256_fmadd_ps(_mm256_set1_ps(d * yb.d), _mm256_cvtepi32_ps(dots), acc[j]);
                 }
             }
         }
-        hsum(acc)
+        hsum(_mm256_add_ps(
+            _mm256_add_ps(acc[0], acc[1]),
+            _mm256_add_ps(acc[2], acc[3]),
+        ))
     }
 
     /// A `Q3_K` row: `(d * (scale - 32)) * q` per 16 values, `q` in `-4..4`.
