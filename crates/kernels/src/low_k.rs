@@ -24,13 +24,7 @@ pub(crate) fn low_k(ty: GgmlType) -> bool {
 pub(crate) fn dequantize(ty: GgmlType, simd: Simd, row: &[u8], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if simd.any() && low_k(ty) {
-        let blocks = out.len() / quant::QK_K;
-        assert!(
-            out.len() == blocks * quant::QK_K && row.len() == blocks * ty.type_size(),
-            "{ty}: {} bytes for {} values",
-            row.len(),
-            out.len()
-        );
+        assert_whole_blocks(ty, row, out.len());
         // SAFETY: a SIMD level is only chosen where AVX2, FMA and F16C were detected; the
         // sizes were checked.
         unsafe {
@@ -54,13 +48,7 @@ pub(crate) fn dequantize(ty: GgmlType, simd: Simd, row: &[u8], out: &mut [f32]) 
 pub(crate) fn dot_f32(ty: GgmlType, simd: Simd, row: &[u8], x: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if simd.any() && low_k(ty) {
-        let blocks = x.len() / quant::QK_K;
-        assert!(
-            x.len() == blocks * quant::QK_K && row.len() == blocks * ty.type_size(),
-            "{ty}: {} bytes for {} values",
-            row.len(),
-            x.len()
-        );
+        assert_whole_blocks(ty, row, x.len());
         // SAFETY: as in [`dequantize`].
         return unsafe {
             match ty {
@@ -75,17 +63,12 @@ pub(crate) fn dot_f32(ty: GgmlType, simd: Simd, row: &[u8], x: &[f32]) -> f32 {
 
 /// One `Q2_K` or `Q3_K` row times one row of 8-bit activations (32-value blocks: a block
 /// meets the 32 quants of one bit pair of a half), with AVX2 (`maddubs`, then `madd` with the
-/// 16-value scales); `None` without it (the caller runs the `f32` kernel).
+/// 16-value scales); `None` without it ([`Kernel::select`](super::dot::Kernel::select) gives
+/// these types 8-bit kernels only where AVX2 runs).
 pub(crate) fn dot_q8(ty: GgmlType, simd: Simd, row: &[u8], y: &[BlockQ8]) -> Option<f32> {
     #[cfg(target_arch = "x86_64")]
     if simd.any() && low_k(ty) {
-        let blocks = y.len() / 8;
-        assert!(
-            y.len() == blocks * 8 && row.len() == blocks * ty.type_size(),
-            "{ty}: {} bytes for {} activation blocks",
-            row.len(),
-            y.len()
-        );
+        assert_whole_blocks(ty, row, 32 * y.len());
         // SAFETY: as in [`dequantize`].
         return Some(unsafe {
             match ty {
@@ -96,6 +79,18 @@ pub(crate) fn dot_q8(ty: GgmlType, simd: Simd, row: &[u8], y: &[BlockQ8]) -> Opt
     }
     let _ = (ty, simd, row, y);
     None
+}
+
+/// Panics unless `row` is whole super-blocks of `ty` holding `values` values (what the SIMD
+/// kernels' unchecked loads rely on).
+#[cfg(target_arch = "x86_64")]
+fn assert_whole_blocks(ty: GgmlType, row: &[u8], values: usize) {
+    let blocks = values / quant::QK_K;
+    assert!(
+        values == blocks * quant::QK_K && row.len() == blocks * ty.type_size(),
+        "{ty}: {} bytes for {values} values",
+        row.len()
+    );
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -263,7 +258,7 @@ mod x86 {
     }
 
     /// The sixteen 6-bit scales of a `Q3_K` block's 12 `scales` bytes, minus 32, as bytes:
-    /// [`unpack_scales_q3_k`](kindle_gguf::quant::unpack_scales_q3_k) a word at a time, as
+    /// [`unpack_scales_q3_k`] a word at a time, as
     /// ggml's `dequantize_row_q3_K` does.
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]

@@ -61,7 +61,7 @@ fn q5_quants(qh: [u8; 4], qs: &[u8]) -> [u8; QK32] {
 }
 
 /// Dequantise one `Q5_0` block: `out[j] = (q[j] - 16) * d` with the 5-bit quants of
-/// [`q5_quants`].
+/// `q5_quants`.
 #[inline]
 pub fn dequantize_block_q5_0(block: &[u8; BLOCK_Q5_0_BYTES], out: &mut [f32; QK32]) {
     let [d0, d1, h0, h1, h2, h3, qs @ ..] = block;
@@ -72,7 +72,7 @@ pub fn dequantize_block_q5_0(block: &[u8; BLOCK_Q5_0_BYTES], out: &mut [f32; QK3
 }
 
 /// Dequantise one `Q5_1` block: `out[j] = q[j] * d + m` with the 5-bit quants of
-/// [`q5_quants`].
+/// `q5_quants`.
 #[inline]
 pub fn dequantize_block_q5_1(block: &[u8; BLOCK_Q5_1_BYTES], out: &mut [f32; QK32]) {
     let [d0, d1, m0, m1, h0, h1, h2, h3, qs @ ..] = block;
