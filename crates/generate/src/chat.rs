@@ -63,7 +63,8 @@ pub enum ChatError {
     /// Rendering ran more than [`TEMPLATE_FUEL`] template instructions: a loop that does not
     /// end soon (a template can come from any model file, and a server renders it per request).
     #[error(
-        "the chat template ran more than {TEMPLATE_FUEL} instructions without finishing (a loop          too long for a prompt); is the template from a trusted model file?"
+        "the chat template ran more than {TEMPLATE_FUEL} instructions without finishing (a loop \
+         too long for a prompt); is the template from a trusted model file?"
     )]
     OutOfFuel,
     /// Extra template variables that are not a JSON object of new names.
