@@ -213,7 +213,9 @@ pub fn quantize_type(name: &str) -> Result<GgmlType> {
         .into_iter()
         .find(|t| t.name().eq_ignore_ascii_case(name))
         .with_context(|| {
-            format!("{name}: not a type kindle quantizes to (f32, f16, q8_0, q4_0, q4_1)")
+            format!(
+                "{name}: not a type kindle quantizes to (f32, f16, q8_0, q4_0, q4_1, q3_k, q2_k)"
+            )
         })
 }
 
@@ -239,9 +241,14 @@ pub fn requantize(file: &GgufFile, ty: GgmlType, all: bool) -> Result<GgufWriter
         let values = file
             .dequantize(&info.name)
             .with_context(|| format!("reading tensor {}", info.name))?;
-        let to = if info.dims.len() >= 2 && (info.dims[0] as usize).is_multiple_of(ty.block_size())
-        {
+        // Rows that are not whole blocks of `ty` take llama-quantize's fallback for it where
+        // they are whole 32-value blocks (`Q4_0` for the K-quants), else `F32`.
+        let matrix = info.dims.len() >= 2;
+        let whole = |t: GgmlType| (info.dims[0] as usize).is_multiple_of(t.block_size());
+        let to = if matrix && whole(ty) {
             ty
+        } else if matrix && ty.block_size() == 256 && whole(GgmlType::Q4_0) {
+            GgmlType::Q4_0
         } else {
             GgmlType::F32
         };

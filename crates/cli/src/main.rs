@@ -39,7 +39,7 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Show a model's metadata, tensors and KV-cache size.
     Inspect(inspect::InspectArgs),
-    /// Re-encode a GGUF model's weight matrices (f32, f16, q8_0, q4_0, q4_1), keeping its
+    /// Re-encode a GGUF model's weight matrices (f32, f16, q8_0, q4_0, q4_1, q3_k, q2_k), keeping its
     /// metadata and tokenizer (to make a draft model, for instance)
     Quantize(quantize::QuantizeArgs),
     /// Convert a GGUF file to a Hugging Face directory (safetensors, config.json,

@@ -304,8 +304,52 @@ fn quantize_keeps_metadata_and_refuses_unknown_types() {
             model.to_str().unwrap(),
             to.to_str().unwrap(),
             "--type",
-            "q3_k",
+            "q5_k",
         ],
         "not a type kindle quantizes to",
     );
+}
+
+#[test]
+fn quantize_writes_q3_k_and_q2_k_with_llama_quantizes_fallback() {
+    let Some(model) = common::real_model() else {
+        return;
+    };
+    for ty in ["q3_k", "q2_k"] {
+        let to = tmp_dir().join(format!("smol-{ty}.gguf"));
+        let args = [
+            "quantize",
+            model.to_str().unwrap(),
+            to.to_str().unwrap(),
+            "--type",
+            ty,
+        ];
+        let out = kindle(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // SmolLM2's 1536-wide feed-forward down projections hold whole super-blocks; its
+        // 576-wide matrices take Q4_0, as llama-quantize gives them.
+        let out = kindle(&["inspect", "-m", to.to_str().unwrap()]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        let down = text
+            .lines()
+            .find(|l| l.contains("blk.0.ffn_down.weight"))
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(down.contains(&ty.to_uppercase()), "{down}");
+        let up = text
+            .lines()
+            .find(|l| l.contains("blk.0.ffn_up.weight"))
+            .unwrap();
+        assert!(up.contains("Q4_0"), "{up}");
+        let out = kindle(&["generate", "-m", to.to_str().unwrap(), "-n", "4", "Hello"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!out.stdout.is_empty());
+    }
 }

@@ -15,7 +15,8 @@ pub struct QuantizeArgs {
     pub input: PathBuf,
     /// The GGUF file to write
     pub output: PathBuf,
-    /// The type of the weight matrices: f32, f16, q8_0, q4_0 or q4_1
+    /// The type of the weight matrices: f32, f16, q8_0, q4_0, q4_1, q3_k or q2_k (K-quant rows
+    /// that are not whole 256-value super-blocks take q4_0, as llama-quantize does)
     #[arg(long = "type", value_name = "TYPE")]
     pub ty: String,
 }

@@ -1,17 +1,20 @@
 //! Quantisation of `f32` values to the types `kindle quantize` writes, following ggml's
 //! reference functions (`quantize_row_q4_0_ref`, `quantize_row_q4_1_ref`,
 //! `quantize_row_q8_0_ref`, and the `f16` conversion, round to nearest even) operation by
-//! operation, so the bytes are those ggml writes (without FMA contraction).
+//! operation, so the bytes are those ggml writes (without FMA contraction); `Q3_K` and `Q2_K`
+//! in `quantize_low_k.rs`.
 
-use super::{GgmlType, QK32, QuantError};
+use super::{GgmlType, QK_K, QK32, QuantError};
 
 /// The types [`quantize`] can produce.
-pub const QUANTIZE_TYPES: [GgmlType; 5] = [
+pub const QUANTIZE_TYPES: [GgmlType; 7] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::Q8_0,
     GgmlType::Q4_0,
     GgmlType::Q4_1,
+    GgmlType::Q3_K,
+    GgmlType::Q2_K,
 ];
 
 /// Encode `values` as `ty`: whole blocks (`values.len()` a multiple of `ty.block_size()`, else
@@ -48,6 +51,12 @@ pub fn quantize(ty: GgmlType, values: &[f32]) -> Result<Vec<u8>, QuantError> {
         GgmlType::F16 => values.iter().for_each(|v| out.extend_from_slice(&f16(*v))),
         GgmlType::Q8_0 => values.chunks_exact(QK32).for_each(|b| q8_0(b, &mut out)),
         GgmlType::Q4_0 => values.chunks_exact(QK32).for_each(|b| q4_0(b, &mut out)),
+        GgmlType::Q3_K => values
+            .chunks_exact(QK_K)
+            .for_each(|b| super::quantize_low_k::q3_k(b, &mut out)),
+        GgmlType::Q2_K => values
+            .chunks_exact(QK_K)
+            .for_each(|b| super::quantize_low_k::q2_k(b, &mut out)),
         _ => values.chunks_exact(QK32).for_each(|b| q4_1(b, &mut out)),
     }
     Ok(out)
@@ -123,7 +132,12 @@ mod tests {
     /// fixed points), and the error is within half a step.
     #[test]
     fn round_trips_and_error_bounds() {
-        for ty in QUANTIZE_TYPES {
+        // The K-quants search their scales (requantising is not a fixed point); they are
+        // checked against ggml's own quantizer (`tests/ggml_low_k.rs`).
+        for ty in QUANTIZE_TYPES
+            .into_iter()
+            .filter(|t| t.block_size() == 32 || t.block_size() == 1)
+        {
             let x = values(32 * 64, 7);
             let bytes = quantize(ty, &x).unwrap();
             assert_eq!(bytes.len(), x.len() / ty.block_size() * ty.type_size());
