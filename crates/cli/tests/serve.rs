@@ -610,3 +610,28 @@ fn tool_calls_come_back_as_tool_calls() {
     let (status, lines) = server.terminate();
     assert!(status.success(), "exit status {status:?}: {lines:?}");
 }
+
+#[test]
+fn a_chat_template_that_loops_is_a_400_and_the_server_goes_on() {
+    let Some(model) = common::real_model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
+    // 10^10 iterations: it froze the server before templates ran on a budget.
+    let looping =
+        "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}";
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    let server = serve_with_template(&model, dir.path(), "loop.jinja", looping, "512");
+    let body = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4});
+    let (status, out) = server.post("/v1/chat/completions", &body);
+    assert_eq!(status, 400, "{out}");
+    let message = out["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("instructions without finishing"),
+        "{message}"
+    );
+    let (status, _) = server.get("/health");
+    assert_eq!(status, 200);
+    assert!(completion(&server, "The capital of France is").contains("Paris"));
+    let (status, _) = server.terminate();
+    assert!(status.success());
+}

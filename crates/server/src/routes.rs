@@ -537,17 +537,24 @@ async fn generation<C: TextCodec>(
         }
     }
     check_model(&state, params.model.as_deref())?;
+    // Rendering a chat template (up to its fuel: a fraction of a second for one that loops)
+    // and tokenizing long prompts is CPU work: on a blocking thread, not the handlers' one.
+    let object = Arc::new(object);
+    let (codec, context, tools) = (
+        Arc::clone(&state.codec),
+        state.config.context,
+        params.tools.clone(),
+    );
+    let request = Arc::clone(&object);
     let Encoded {
         ids: prompts,
         texts,
         continued,
-    } = encode_prompts(
-        state.codec.as_ref(),
-        state.config.context,
-        &object,
-        endpoint,
-        params.tools.as_ref(),
-    )?;
+    } = tokio::task::spawn_blocking(move || {
+        encode_prompts(codec.as_ref(), context, &request, endpoint, tools.as_ref())
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("encoding the prompts failed: {e}")))??;
     let parse_tools = params
         .tools
         .as_ref()

@@ -244,13 +244,10 @@ impl TextCodec for ServeCodec {
         ending: ChatEnding,
         vars: &TemplateVars,
     ) -> Result<Vec<u32>, BoxError> {
-        Ok(encode_chat_ending(
-            &self.tokenizer,
-            &self.template,
-            messages,
-            ending,
-            vars,
-        )?)
+        // The whole chain in the text: the server quotes it to the client, and the reason is
+        // in the causes (a template out of fuel, a `raise_exception` message).
+        encode_chat_ending(&self.tokenizer, &self.template, messages, ending, vars)
+            .map_err(|e| format!("{e:#}").into())
     }
 
     fn template_uses(&self, name: &str) -> bool {
