@@ -105,6 +105,28 @@ mod x86 {
         half::f16::from_bits(u16::from_le_bytes([lo, hi])).to_f32()
     }
 
+    /// Bit pair `j` (bits `2j..2j + 2`) of each of the 32 bytes `qs`: the 2-bit quants of one
+    /// bit pair of a half.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    fn bit_pair(qs: __m256i, j: usize) -> __m256i {
+        let shifted = _mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * j as i32));
+        _mm256_and_si256(shifted, _mm256_set1_epi8(3))
+    }
+
+    /// `Q3_K`'s 32 quants (`-4..4`) of bit pair `j` of half `half`: the low bits, less 4 where
+    /// the high bit (bit `4 half + j` of `hmask`) is clear.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    fn q3_quants(qs: __m256i, hmask: __m256i, half: usize, j: usize) -> __m256i {
+        let bit = _mm256_set1_epi8(1 << (4 * half + j));
+        let clear = _mm256_cmpeq_epi8(_mm256_and_si256(hmask, bit), _mm256_setzero_si256());
+        _mm256_sub_epi8(
+            bit_pair(qs, j),
+            _mm256_and_si256(clear, _mm256_set1_epi8(4)),
+        )
+    }
+
     /// The 32 quants of bit pair `j` of a half as four vectors of eight `f32` times their
     /// sub-blocks' factors (`scale[0]` for the first 16, `scale[1]` for the others), less
     /// `min` (the same for both halves' 16 when zero), stored at `out`.
@@ -132,7 +154,6 @@ mod x86 {
     /// AVX2, FMA and F16C; `row` holds `out.len() / 256` whole blocks.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn q2_k(row: &[u8], out: &mut [f32]) {
-        let three = _mm256_set1_epi8(3);
         for (b, o) in row
             .chunks_exact(BLOCK_Q2_K_BYTES)
             .zip(out.chunks_exact_mut(QK_K))
@@ -142,19 +163,12 @@ mod x86 {
                 // SAFETY: bytes 16..80 of the block are its quants.
                 let qs = unsafe { _mm256_loadu_si256(b.as_ptr().add(16 + 32 * half) as *const _) };
                 for j in 0..4 {
-                    let q = _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * j)), three);
-                    let s = 8 * half + 2 * j as usize;
+                    let q = bit_pair(qs, j);
+                    let s = 8 * half + 2 * j;
                     let scale = [d * f32::from(b[s] & 15), d * f32::from(b[s + 1] & 15)];
                     let min = [dmin * f32::from(b[s] >> 4), dmin * f32::from(b[s + 1] >> 4)];
                     // SAFETY: values `128 half + 32 j ..` lie within the block's 256.
-                    unsafe {
-                        store(
-                            q,
-                            scale,
-                            min,
-                            o.as_mut_ptr().add(128 * half + 32 * j as usize),
-                        )
-                    };
+                    unsafe { store(q, scale, min, o.as_mut_ptr().add(128 * half + 32 * j)) };
                 }
             }
         }
@@ -232,7 +246,7 @@ mod x86 {
     /// AVX2, FMA and F16C; `row` holds `x.len() / 256` whole blocks.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn dot_q2_k(row: &[u8], x: &[f32]) -> f32 {
-        let (three, nibble) = (_mm256_set1_epi8(3), _mm_set1_epi8(15));
+        let nibble = _mm_set1_epi8(15);
         let mut acc = [_mm256_setzero_ps(); 2];
         let mut acc_min = [_mm256_setzero_ps(); 2];
         for (b, xs) in row.chunks_exact(BLOCK_Q2_K_BYTES).zip(x.chunks_exact(QK_K)) {
@@ -245,9 +259,9 @@ mod x86 {
                 // SAFETY: bytes 16..80 of the block are its quants.
                 let qs = unsafe { _mm256_loadu_si256(b.as_ptr().add(16 + 32 * half) as *const _) };
                 for j in 0..4 {
-                    let q = _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * j)), three);
-                    let s = 8 * half + 2 * j as usize;
-                    let at = xs.as_ptr().wrapping_add(128 * half + 32 * j as usize);
+                    let q = bit_pair(qs, j);
+                    let s = 8 * half + 2 * j;
+                    let at = xs.as_ptr().wrapping_add(128 * half + 32 * j);
                     let factors = ([scale[s], scale[s + 1]], [min[s], min[s + 1]]);
                     // SAFETY: values `128 half + 32 j ..` lie within the block's 256.
                     unsafe { dot32::<true>(q, at, factors.0, factors.1, &mut acc, &mut acc_min) };
@@ -288,27 +302,19 @@ mod x86 {
     /// AVX2, FMA and F16C; `row` holds `x.len() / 256` whole blocks.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn dot_q3_k(row: &[u8], x: &[f32]) -> f32 {
-        let (three, four) = (_mm256_set1_epi8(3), _mm256_set1_epi8(4));
         let mut acc = [_mm256_setzero_ps(); 2];
         let mut unused = [_mm256_setzero_ps(); 2];
         for (b, xs) in row.chunks_exact(BLOCK_Q3_K_BYTES).zip(x.chunks_exact(QK_K)) {
             let scale = times::<true>(q3_k_scales(&b[96..108]), f16(b[108], b[109]));
             // SAFETY: bytes 0..32 are the high bits, 32..96 the low ones.
             let hmask = unsafe { _mm256_loadu_si256(b.as_ptr() as *const _) };
-            // The high bit of the quants of bit pair `j` of half `half`: bit `4 half + j`.
-            let mut bit = _mm256_set1_epi8(1);
             for half in 0..2 {
                 // SAFETY: as above.
                 let qs = unsafe { _mm256_loadu_si256(b.as_ptr().add(32 + 32 * half) as *const _) };
                 for j in 0..4 {
-                    let low =
-                        _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * j)), three);
-                    let clear =
-                        _mm256_cmpeq_epi8(_mm256_and_si256(hmask, bit), _mm256_setzero_si256());
-                    bit = _mm256_add_epi8(bit, bit);
-                    let q = _mm256_sub_epi8(low, _mm256_and_si256(clear, four));
-                    let s = 8 * half + 2 * j as usize;
-                    let at = xs.as_ptr().wrapping_add(128 * half + 32 * j as usize);
+                    let q = q3_quants(qs, hmask, half, j);
+                    let s = 8 * half + 2 * j;
+                    let at = xs.as_ptr().wrapping_add(128 * half + 32 * j);
                     let factors = [scale[s], scale[s + 1]];
                     // SAFETY: values `128 half + 32 j ..` lie within the block's 256.
                     unsafe { dot32::<false>(q, at, factors, [0.0; 2], &mut acc, &mut unused) };
@@ -353,7 +359,7 @@ mod x86 {
     /// AVX2, FMA and F16C; `row` holds `y.len() / 8` whole blocks.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn dot_q2_k_q8(row: &[u8], y: &[BlockQ8]) -> f32 {
-        let (three, ones, nibble) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1), _mm_set1_epi8(15));
+        let (ones, nibble) = (_mm256_set1_epi8(1), _mm_set1_epi8(15));
         let shuffles = pair_shuffles();
         // A chain of sums for each bit pair (one chain would wait on its latency).
         let mut acc = [_mm256_setzero_ps(); 4];
@@ -368,10 +374,7 @@ mod x86 {
                 // SAFETY: bytes 16..80 of the block are its quants.
                 let qs = unsafe { _mm256_loadu_si256(b.as_ptr().add(16 + 32 * half) as *const _) };
                 for j in 0..4 {
-                    let q = _mm256_and_si256(
-                        _mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * j as i32)),
-                        three,
-                    );
+                    let q = bit_pair(qs, j);
                     let yb = &ys[4 * half + j];
                     // SAFETY: a block's 32 quants.
                     let qy = unsafe { _mm256_loadu_si256(yb.qs.as_ptr() as *const _) };
@@ -406,7 +409,6 @@ mod x86 {
     /// AVX2, FMA and F16C; `row` holds `y.len() / 8` whole blocks.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn dot_q3_k_q8(row: &[u8], y: &[BlockQ8]) -> f32 {
-        let (three, four) = (_mm256_set1_epi8(3), _mm256_set1_epi8(4));
         let shuffles = pair_shuffles();
         let mut acc = [_mm256_setzero_ps(); 4];
         for (b, ys) in row.chunks_exact(BLOCK_Q3_K_BYTES).zip(y.chunks_exact(8)) {
@@ -414,19 +416,11 @@ mod x86 {
             let scales = halves16(q3_k_scales(&b[96..108]), true);
             // SAFETY: bytes 0..32 are the high bits, 32..96 the low ones.
             let hmask = unsafe { _mm256_loadu_si256(b.as_ptr() as *const _) };
-            let mut bit = _mm256_set1_epi8(1);
             for half in 0..2 {
                 // SAFETY: as above.
                 let qs = unsafe { _mm256_loadu_si256(b.as_ptr().add(32 + 32 * half) as *const _) };
                 for j in 0..4 {
-                    let low = _mm256_and_si256(
-                        _mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * j as i32)),
-                        three,
-                    );
-                    let clear =
-                        _mm256_cmpeq_epi8(_mm256_and_si256(hmask, bit), _mm256_setzero_si256());
-                    bit = _mm256_add_epi8(bit, bit);
-                    let q = _mm256_sub_epi8(low, _mm256_and_si256(clear, four));
+                    let q = q3_quants(qs, hmask, half, j);
                     let yb = &ys[4 * half + j];
                     // SAFETY: a block's 32 quants.
                     let qy = unsafe { _mm256_loadu_si256(yb.qs.as_ptr() as *const _) };
@@ -451,7 +445,6 @@ mod x86 {
     /// AVX2, FMA and F16C; `row` holds `out.len() / 256` whole blocks.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn q3_k(row: &[u8], out: &mut [f32]) {
-        let (three, four) = (_mm256_set1_epi8(3), _mm256_set1_epi8(4));
         for (b, o) in row
             .chunks_exact(BLOCK_Q3_K_BYTES)
             .zip(out.chunks_exact_mut(QK_K))
@@ -464,23 +457,11 @@ mod x86 {
                 // SAFETY: as above.
                 let qs = unsafe { _mm256_loadu_si256(b.as_ptr().add(32 + 32 * half) as *const _) };
                 for j in 0..4 {
-                    let low =
-                        _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * j)), three);
-                    let bit = _mm256_set1_epi8(1 << (4 * half as i32 + j));
-                    let clear =
-                        _mm256_cmpeq_epi8(_mm256_and_si256(hmask, bit), _mm256_setzero_si256());
-                    let q = _mm256_sub_epi8(low, _mm256_and_si256(clear, four));
-                    let s = 8 * half + 2 * j as usize;
+                    let q = q3_quants(qs, hmask, half, j);
+                    let s = 8 * half + 2 * j;
                     let scale = [d * f32::from(scales[s]), d * f32::from(scales[s + 1])];
                     // SAFETY: values `128 half + 32 j ..` lie within the block's 256.
-                    unsafe {
-                        store(
-                            q,
-                            scale,
-                            [0.0; 2],
-                            o.as_mut_ptr().add(128 * half + 32 * j as usize),
-                        )
-                    };
+                    unsafe { store(q, scale, [0.0; 2], o.as_mut_ptr().add(128 * half + 32 * j)) };
                 }
             }
         }
