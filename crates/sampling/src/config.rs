@@ -68,6 +68,10 @@ pub struct DryConfig {
     pub sequence_breakers: Vec<u32>,
 }
 
+/// llama.cpp's default DRY sequence breakers, as texts (each stands for the last token of its
+/// encoding; a caller with a tokenizer turns them into [`DryConfig::sequence_breakers`]).
+pub const DEFAULT_DRY_BREAKERS: [&str; 4] = ["\n", ":", "\"", "*"];
+
 impl Default for DryConfig {
     fn default() -> Self {
         DryConfig {

@@ -80,7 +80,7 @@ mod sampler;
 mod select;
 mod trace;
 
-pub use config::{DryConfig, Mirostat, PenaltyScope, SamplerConfig};
+pub use config::{DEFAULT_DRY_BREAKERS, DryConfig, Mirostat, PenaltyScope, SamplerConfig};
 pub use constraint::{ConstraintError, ConstraintStats, LogitsConstraint};
 pub use error::SamplingError;
 pub use order::{HF_ORDER, LLAMA_CPP_ORDER, OrderPreset, Stage, format_order, parse_order};

@@ -465,9 +465,6 @@ fn jobs<C: TextCodec>(
     Ok(out)
 }
 
-/// llama.cpp's default DRY sequence breakers.
-const DEFAULT_DRY_BREAKERS: [&str; 4] = ["\n", ":", "\"", "*"];
-
 /// The DRY breakers' token ids: the last token of each text's encoding (the request's, each of
 /// which must encode, or llama.cpp's defaults that do), none while DRY is off.
 fn dry_breaker_ids<C: TextCodec>(
@@ -493,7 +490,11 @@ fn dry_breaker_ids<C: TextCodec>(
                 })?);
             }
         }
-        None => ids.extend(DEFAULT_DRY_BREAKERS.iter().filter_map(|text| last(text))),
+        None => ids.extend(
+            kindle_sampling::DEFAULT_DRY_BREAKERS
+                .iter()
+                .filter_map(|text| last(text)),
+        ),
     }
     if !config.dry.is_enabled() {
         ids.clear();

@@ -302,7 +302,7 @@ impl Default for SamplingSettings {
 }
 
 /// llama.cpp's default DRY sequence breakers.
-pub const DEFAULT_DRY_BREAKERS: [&str; 4] = ["\n", ":", "\"", "*"];
+pub use kindle_sampling::DEFAULT_DRY_BREAKERS;
 
 impl SamplingSettings {
     /// The validated sampler configuration for a model whose end-of-generation ids are
