@@ -7,8 +7,9 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use kindle_generate::TokenDecoder;
+use kindle_gguf::mix::{FileType, ModelFacts};
 use kindle_gguf::quant::{GgmlType, QUANTIZE_TYPES, quantize};
-use kindle_gguf::{ALIGNMENT_KEY, GgufFile, GgufWriter};
+use kindle_gguf::{ALIGNMENT_KEY, GgufFile, GgufWriter, MetadataValue};
 use kindle_model::{
     ActivationFormat, DeviceKind, Dtype, Engine, EngineOptions, KvType, LlamaConfig,
 };
@@ -195,7 +196,7 @@ pub fn open_file_with(path: &Path, quantize: Option<GgmlType>) -> Result<GgufFil
     let file = GgufFile::open(path).with_context(|| format!("reading {}", path.display()))?;
     match quantize {
         None => Ok(file),
-        Some(ty) => requantize(&file, ty, false)
+        Some(ty) => requantize(&file, Scheme::Pure(ty), false)
             .and_then(|writer| Ok(GgufFile::from_bytes(writer.to_bytes())?))
             .with_context(|| {
                 format!(
@@ -207,55 +208,134 @@ pub fn open_file_with(path: &Path, quantize: Option<GgmlType>) -> Result<GgufFil
     }
 }
 
-/// The types `--quantize` and `kindle quantize` write.
+/// The types `--quantize` and `kindle convert --type` write (every one of [`QUANTIZE_TYPES`]).
 pub fn quantize_type(name: &str) -> Result<GgmlType> {
     QUANTIZE_TYPES
         .into_iter()
         .find(|t| t.name().eq_ignore_ascii_case(name))
         .with_context(|| {
+            let names: Vec<String> = QUANTIZE_TYPES
+                .iter()
+                .map(|t| t.name().to_ascii_lowercase())
+                .collect();
             format!(
-                "{name}: not a type kindle quantizes to (f32, f16, q8_0, q4_0, q4_1, q3_k, q2_k)"
+                "{name}: not a type kindle quantizes to ({})",
+                names.join(", ")
             )
         })
 }
 
-/// `file` with its weight matrices encoded as `ty`: every two-dimensional tensor whose rows
-/// are whole blocks of `ty` (the others, norms and biases among them, as `f32`), every
-/// metadata entry kept. With `all`, quantized matrices are re-encoded too (`kindle quantize`);
+/// The file types `kindle quantize --type` writes: llama-quantize's names ([`FileType`]).
+pub fn file_type(name: &str) -> Result<FileType> {
+    FileType::parse(name).with_context(|| {
+        let names: Vec<String> = FileType::ALL
+            .iter()
+            .map(|t| t.name().to_ascii_lowercase())
+            .collect();
+        format!(
+            "{name}: not a type kindle quantizes to ({}; q3_k, q4_k and q5_k are the _m mixtures, \
+             as in llama-quantize)",
+            names.join(", ")
+        )
+    })
+}
+
+/// How [`requantize`] picks each matrix's type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scheme {
+    /// Every quantizable matrix this type (`--quantize`, `kindle quantize --pure`), or
+    /// llama-quantize's fallback where its rows are not whole blocks of it.
+    Pure(GgmlType),
+    /// llama-quantize's mixture for a file type (`kindle quantize --type q4_k_m`): some
+    /// matrices get more bits (`kindle_gguf::mix`).
+    Mix(FileType),
+}
+
+/// `file` with its weight matrices encoded as `scheme` says: the tensors llama-quantize
+/// quantizes (matrices named `*weight`, not norms; `kindle_gguf::mix::is_quantizable`), every
+/// other tensor and every metadata entry kept as they are. A matrix already of its new type is
+/// copied. With `all`, quantized matrices are re-encoded too (`kindle quantize`, which also
+/// sets `general.file_type` and `general.quantization_version` as llama-quantize does);
 /// without, only dense ones (`f32`, `f16`, `bf16`: `--quantize`).
-pub fn requantize(file: &GgufFile, ty: GgmlType, all: bool) -> Result<GgufWriter> {
+pub fn requantize(file: &GgufFile, scheme: Scheme, all: bool) -> Result<GgufWriter> {
+    let (ftype, pure) = match scheme {
+        Scheme::Pure(ty) => (
+            FileType::of_type(ty).with_context(|| format!("{ty}: no file type has it"))?,
+            true,
+        ),
+        Scheme::Mix(ftype) => (ftype, false),
+    };
+    let facts = ModelFacts::of(file).context("reading the model's architecture")?;
+    let types = kindle_gguf::mix::tensor_types(ftype, pure, &facts, file.tensors());
+    // llama-quantize stamps the file type and ggml's quantization version.
+    let stamp = |key: &str| match key {
+        FILE_TYPE_KEY if all => Some(MetadataValue::U32(ftype.id())),
+        QUANTIZATION_VERSION_KEY if all => Some(MetadataValue::U32(QUANTIZATION_VERSION)),
+        _ => None,
+    };
     let mut writer = GgufWriter::new();
     for (key, value) in file.metadata() {
-        writer = writer.metadata(key.clone(), value.clone());
+        let value = stamp(key).unwrap_or_else(|| value.clone());
+        writer = writer.metadata(key.clone(), value);
+    }
+    for key in [QUANTIZATION_VERSION_KEY, FILE_TYPE_KEY] {
+        if let (None, Some(value)) = (file.get(key), stamp(key)) {
+            writer = writer.metadata(key, value);
+        }
     }
     if file.get(ALIGNMENT_KEY).is_none() {
         writer = writer.alignment(file.alignment());
     }
-    for info in file.tensors() {
+    for (info, to) in file.tensors().iter().zip(types) {
         let dense = matches!(info.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
-        if !all && !dense {
+        let keep = match to {
+            None => true,
+            Some(to) => to == info.ty || (!all && !dense),
+        };
+        if keep {
             let bytes = file.tensor_bytes(info).to_vec();
             writer = writer.tensor(info.name.clone(), &info.dims, info.ty, bytes);
             continue;
         }
+        let to = to.expect("kept above when None");
         let values = file
             .dequantize(&info.name)
             .with_context(|| format!("reading tensor {}", info.name))?;
-        // Rows that are not whole blocks of `ty` take llama-quantize's fallback for it where
-        // they are whole 32-value blocks (`Q4_0` for the K-quants), else `F32`.
-        let matrix = info.dims.len() >= 2;
-        let whole = |t: GgmlType| (info.dims[0] as usize).is_multiple_of(t.block_size());
-        let to = if matrix && whole(ty) {
-            ty
-        } else if matrix && ty.block_size() == 256 && whole(GgmlType::Q4_0) {
-            GgmlType::Q4_0
-        } else {
-            GgmlType::F32
-        };
-        let bytes = quantize(to, &values).with_context(|| format!("quantizing {}", info.name))?;
+        let bytes = quantize_rows(to, &values, info.dims[0] as usize)
+            .with_context(|| format!("quantizing {}", info.name))?;
         writer = writer.tensor(info.name.clone(), &info.dims, to, bytes);
     }
     Ok(writer)
+}
+
+/// `general.file_type`: llama.cpp's `llama_ftype` of the file.
+const FILE_TYPE_KEY: &str = "general.file_type";
+/// `general.quantization_version`: llama-quantize writes ggml's `GGML_QNT_VERSION`, 2.
+const QUANTIZATION_VERSION_KEY: &str = "general.quantization_version";
+const QUANTIZATION_VERSION: u32 = 2;
+
+/// [`quantize`] on every core: the rows (`ncols` values each) split into one run per thread
+/// (the blocks are independent, so the bytes are those of one call).
+fn quantize_rows(ty: GgmlType, values: &[f32], ncols: usize) -> Result<Vec<u8>> {
+    let rows = values.len() / ncols.max(1);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(rows.max(1));
+    if threads < 2 || values.len() < 1 << 16 {
+        return Ok(quantize(ty, values)?);
+    }
+    let per = rows.div_ceil(threads) * ncols;
+    let parts = std::thread::scope(|scope| {
+        let handles: Vec<_> = values
+            .chunks(per)
+            .map(|part| scope.spawn(move || quantize(ty, part)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a quantizing thread panicked"))
+            .collect::<Result<Vec<_>, _>>()
+    })?;
+    Ok(parts.concat())
 }
 
 /// Open a model file (or Hugging Face directory) and build its tokenizer.

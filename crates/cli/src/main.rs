@@ -39,8 +39,9 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Show a model's metadata, tensors and KV-cache size.
     Inspect(inspect::InspectArgs),
-    /// Re-encode a GGUF model's weight matrices (f32, f16, q8_0, q4_0, q4_1, q3_k, q2_k), keeping its
-    /// metadata and tokenizer (to make a draft model, for instance)
+    /// Re-encode a GGUF model's weight matrices as llama-quantize does (q4_k_m, q5_k_m, q6_k,
+    /// q8_0, q4_0, f16, ...: the same types and bytes), keeping its metadata and tokenizer (to
+    /// make a draft model, for instance)
     Quantize(quantize::QuantizeArgs),
     /// Convert a GGUF file to a Hugging Face directory (safetensors, config.json,
     /// tokenizer.json) or a Hugging Face directory to a GGUF file

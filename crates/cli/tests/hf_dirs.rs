@@ -85,7 +85,7 @@ fn an_f32_hf_directory_gives_the_logits_of_the_gguf_file_it_came_from() {
     // The same weights as an f32 GGUF file: the dequantised Q4_1 values, which the HF
     // directory holds exactly.
     let gguf_f32 = GgufFile::from_bytes(
-        engine::requantize(&gguf, GgmlType::F32, true)
+        engine::requantize(&gguf, engine::Scheme::Pure(GgmlType::F32), true)
             .unwrap()
             .to_bytes(),
     )
@@ -373,7 +373,7 @@ fn gemma3_as_an_hf_directory_runs_as_the_gguf_file() {
     // The f32 directory holds the dequantised weights exactly: the same logits as the same
     // values in an f32 GGUF file, bit for bit; the Q4_K/Q5_0/Q6_K/Q8_0 file's within rounding.
     let gguf_f32 = GgufFile::from_bytes(
-        engine::requantize(&gguf, GgmlType::F32, true)
+        engine::requantize(&gguf, engine::Scheme::Pure(GgmlType::F32), true)
             .unwrap()
             .to_bytes(),
     )

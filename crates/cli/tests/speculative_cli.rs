@@ -304,14 +304,14 @@ fn quantize_keeps_metadata_and_refuses_unknown_types() {
             model.to_str().unwrap(),
             to.to_str().unwrap(),
             "--type",
-            "q5_k",
+            "iq4_xs",
         ],
         "not a type kindle quantizes to",
     );
 }
 
 #[test]
-fn quantize_writes_q3_k_and_q2_k_with_llama_quantizes_fallback() {
+fn quantize_pure_writes_q3_k_and_q2_k_with_llama_quantizes_fallback() {
     let Some(model) = common::real_model() else {
         return;
     };
@@ -323,6 +323,7 @@ fn quantize_writes_q3_k_and_q2_k_with_llama_quantizes_fallback() {
             to.to_str().unwrap(),
             "--type",
             ty,
+            "--pure",
         ];
         let out = kindle(&args);
         assert!(

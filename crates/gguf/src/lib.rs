@@ -29,6 +29,7 @@
 mod error;
 mod layout;
 mod metadata;
+pub mod mix;
 mod parse;
 pub mod quant;
 mod reader;

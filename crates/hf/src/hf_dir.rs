@@ -108,8 +108,11 @@ impl HfDir {
             return Err(HfError::Unsupported {
                 key: "tensor type".into(),
                 reason: format!(
-                    "{} is not a type kindle quantizes to (f32, f16, q8_0, q4_0, q4_1)",
-                    t.name()
+                    "{} is not a type kindle quantizes to ({})",
+                    t.name(),
+                    QUANTIZE_TYPES
+                        .map(|t| t.name().to_ascii_lowercase())
+                        .join(", ")
                 ),
             });
         }
@@ -199,8 +202,8 @@ impl HfDir {
             GgmlType::F32
         } else {
             match target {
-                Some(t) if dims[0].is_multiple_of(t.block_size() as u64) => t,
-                Some(_) => GgmlType::F32,
+                // Rows that are not whole blocks: llama-quantize's fallback type.
+                Some(t) => kindle_gguf::mix::fallback(t, dims[0]),
                 None if info.dtype == Dtype::F16 => GgmlType::F16,
                 None => GgmlType::F32,
             }
@@ -229,15 +232,10 @@ impl HfDir {
     }
 }
 
-/// llama.cpp's `LlamaFileType` of a weight type.
+/// llama.cpp's `LlamaFileType` of a weight type (a K-quant's `_M` mixture's, as llama-quantize
+/// names a file of one type).
 fn file_type(t: GgmlType) -> u32 {
-    match t {
-        GgmlType::F16 => 1,
-        GgmlType::Q4_0 => 2,
-        GgmlType::Q4_1 => 3,
-        GgmlType::Q8_0 => 7,
-        _ => 0,
-    }
+    kindle_gguf::mix::FileType::of_type(t).map_or(0, |f| f.id())
 }
 
 /// Sort key of a GGUF tensor: embeddings, then blocks in order, then the output.

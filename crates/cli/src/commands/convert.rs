@@ -1,7 +1,7 @@
 //! `kindle convert IN OUT --to hf|gguf`: a GGUF file to a Hugging Face directory (weights
 //! dequantised to f32, f16 or bf16; config.json; tokenizer.json and the chat template) and a
-//! Hugging Face directory to a GGUF file (f32, f16, q8_0, q4_0 or q4_1 weight matrices,
-//! the tokenizer in the metadata), both through [`kindle_hf`]. The written GGUF is read back
+//! Hugging Face directory to a GGUF file (f32, f16 or one quantized type for the weight
+//! matrices, the tokenizer in the metadata), both through [`kindle_hf`]. The written GGUF is read back
 //! and checked; nothing is overwritten without `--force`.
 
 use std::path::{Path, PathBuf};
@@ -44,8 +44,9 @@ pub struct ConvertArgs {
     /// --to hf: the weights' dtype
     #[arg(long, value_enum, default_value = "f32")]
     pub dtype: Dtype,
-    /// --to gguf: the weight matrices' type (f32, f16, q8_0, q4_0, q4_1) [default: as
-    /// stored: f32 and f16 stay, bf16 becomes f32]
+    /// --to gguf: the weight matrices' type (f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k,
+    /// q3_k, q4_k, q5_k, q6_k; rows that are not whole blocks take llama-quantize's fallback)
+    /// [default: as stored: f32 and f16 stay, bf16 becomes f32]
     #[arg(long = "type", value_name = "TYPE")]
     pub ty: Option<String>,
     /// Replace an existing output

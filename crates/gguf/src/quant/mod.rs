@@ -12,6 +12,7 @@ mod kquants;
 mod legacy;
 mod low_k;
 mod quantize;
+mod quantize_k;
 mod quantize_low_k;
 #[cfg(test)]
 mod tests;

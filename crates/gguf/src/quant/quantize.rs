@@ -1,20 +1,25 @@
 //! Quantisation of `f32` values to the types `kindle quantize` writes, following ggml's
-//! reference functions (`quantize_row_q4_0_ref`, `quantize_row_q4_1_ref`,
-//! `quantize_row_q8_0_ref`, and the `f16` conversion, round to nearest even) operation by
-//! operation, so the bytes are those ggml writes (without FMA contraction); `Q3_K` and `Q2_K`
-//! in `quantize_low_k.rs`.
+//! reference functions (`quantize_row_q8_0_ref`, `quantize_row_q4_0_ref`, `_q4_1_ref`,
+//! `_q5_0_ref`, `_q5_1_ref`, and the `f16` conversion, round to nearest even) operation by
+//! operation, so the bytes are those ggml writes (`tests/ggml_quantizers.rs`); `Q3_K` and
+//! `Q2_K` in `quantize_low_k.rs`, `Q4_K`, `Q5_K` and `Q6_K` in `quantize_k.rs`.
 
 use super::{GgmlType, QK_K, QK32, QuantError};
 
 /// The types [`quantize`] can produce.
-pub const QUANTIZE_TYPES: [GgmlType; 7] = [
+pub const QUANTIZE_TYPES: [GgmlType; 12] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::Q8_0,
     GgmlType::Q4_0,
     GgmlType::Q4_1,
-    GgmlType::Q3_K,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
     GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
 ];
 
 /// Encode `values` as `ty`: whole blocks (`values.len()` a multiple of `ty.block_size()`, else
@@ -51,6 +56,17 @@ pub fn quantize(ty: GgmlType, values: &[f32]) -> Result<Vec<u8>, QuantError> {
         GgmlType::F16 => values.iter().for_each(|v| out.extend_from_slice(&f16(*v))),
         GgmlType::Q8_0 => values.chunks_exact(QK32).for_each(|b| q8_0(b, &mut out)),
         GgmlType::Q4_0 => values.chunks_exact(QK32).for_each(|b| q4_0(b, &mut out)),
+        GgmlType::Q5_0 => values.chunks_exact(QK32).for_each(|b| q5_0(b, &mut out)),
+        GgmlType::Q5_1 => values.chunks_exact(QK32).for_each(|b| q5_1(b, &mut out)),
+        GgmlType::Q4_K => values
+            .chunks_exact(QK_K)
+            .for_each(|b| super::quantize_k::q4_k(b, &mut out)),
+        GgmlType::Q5_K => values
+            .chunks_exact(QK_K)
+            .for_each(|b| super::quantize_k::q5_k(b, &mut out)),
+        GgmlType::Q6_K => values
+            .chunks_exact(QK_K)
+            .for_each(|b| super::quantize_k::q6_k(b, &mut out)),
         GgmlType::Q3_K => values
             .chunks_exact(QK_K)
             .for_each(|b| super::quantize_low_k::q3_k(b, &mut out)),
@@ -111,6 +127,50 @@ fn q4_1(x: &[f32], out: &mut Vec<u8>) {
         let q1 = ((x1 + 0.5) as i8).min(15) as u8;
         out.push(q0 | (q1 << 4));
     }
+}
+
+/// `Q5_0`: `d = max / -16` (the value of largest magnitude, signed), levels `0..=31` as four low
+/// bits in `qs` and the fifth bits in the 32-bit `qh`.
+fn q5_0(x: &[f32], out: &mut Vec<u8>) {
+    let (mut amax, mut max) = (0.0f32, 0.0f32);
+    for &v in x {
+        if amax < v.abs() {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    let d = max / -16.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let level = |v: f32| ((v * id + 16.5) as i8).min(31) as u8;
+    push_five_bit_levels(&f16(d), x, level, out);
+}
+
+/// `Q5_1`: `d = (max - min) / 31`, `m = min`, levels `0..=31` as in `Q5_0`.
+fn q5_1(x: &[f32], out: &mut Vec<u8>) {
+    let (mut min, mut max) = (f32::MAX, -f32::MAX);
+    for &v in x {
+        min = min.min(v);
+        max = max.max(v);
+    }
+    let d = (max - min) / 31.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let level = |v: f32| ((v - min) * id + 0.5) as u8;
+    let [d0, d1] = f16(d);
+    let [m0, m1] = f16(min);
+    push_five_bit_levels(&[d0, d1, m0, m1], x, level, out);
+}
+
+/// A `Q5` block: `head` (its factors), then `qh` (bit 4 of value `j` in bit `j`), then `qs`
+/// (values `j` and `j + 16` in the low and high nibbles of byte `j`).
+fn push_five_bit_levels(head: &[u8], x: &[f32], level: impl Fn(f32) -> u8, out: &mut Vec<u8>) {
+    let levels: [u8; QK32] = std::array::from_fn(|j| level(x[j]));
+    let qh = levels
+        .iter()
+        .enumerate()
+        .fold(0u32, |qh, (j, &l)| qh | u32::from((l & 0x10) >> 4) << j);
+    out.extend_from_slice(head);
+    out.extend_from_slice(&qh.to_le_bytes());
+    out.extend((0..QK32 / 2).map(|j| (levels[j] & 0x0F) | ((levels[j + QK32 / 2] & 0x0F) << 4)));
 }
 
 #[cfg(test)]

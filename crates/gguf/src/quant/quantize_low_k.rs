@@ -1,22 +1,23 @@
 //! `Q3_K` and `Q2_K` quantisation, following ggml's `quantize_row_q3_K_ref` and
 //! `quantize_row_q2_K_ref` (with `make_q3_quants` and `make_qkx2_quants`) operation by
-//! operation. ggml's build contracts `a * b + c` into fused multiply-adds (GCC's default for C
-//! with FMA enabled); the expressions it contracts are written here with `mul_add`, so the
-//! bytes are the ones that build writes (`tests/ggml_low_k.rs` checks them against it).
+//! operation. ggml compiles these in `libggml-base`, for the baseline x86-64 (SSE2, no fused
+//! multiply-adds: its disassembly has none), so each product is rounded before its sum, as
+//! plain Rust arithmetic does; the bytes are the ones `llama-quantize` writes
+//! (`tests/ggml_low_k.rs` checks them against that library).
 
 use super::f16_le;
 use super::kquants::QK_K;
 
 /// ggml's `GROUP_MAX_EPS`: a group whose largest magnitude is below it quantises to zeros.
-const GROUP_MAX_EPS: f32 = 1e-15;
+pub(super) const GROUP_MAX_EPS: f32 = 1e-15;
 
 /// ggml's `nearest_int`: round half to even through the `1.5 * 2^23` trick (`|x| < 2^22`).
-fn nearest_int(x: f32) -> i32 {
+pub(super) fn nearest_int(x: f32) -> i32 {
     let v = x + 12_582_912.0;
     (v.to_bits() & 0x007f_ffff) as i32 - 0x0040_0000
 }
 
-fn f16(v: f32) -> [u8; 2] {
+pub(super) fn f16(v: f32) -> [u8; 2] {
     half::f16::from_f32(v).to_le_bytes()
 }
 
@@ -40,21 +41,21 @@ fn make_q3_quants(x: &[f32], nmax: i32, levels: &mut [i8]) -> f32 {
         let q = nearest_int(iscale * v).clamp(-nmax, nmax - 1);
         *l = q as i8;
         let w = v * v;
-        sumlx = (w * v).mul_add(q as f32, sumlx);
-        suml2 = (w * q as f32).mul_add(q as f32, suml2);
+        sumlx += w * v * q as f32;
+        suml2 += w * q as f32 * q as f32;
     }
     for _ in 0..5 {
         let mut changed = 0;
         for (l, &v) in levels.iter_mut().zip(x) {
             let w = v * v;
             let old = f32::from(*l);
-            let slx = (-(w * v)).mul_add(old, sumlx);
+            let slx = sumlx - w * v * old;
             if slx > 0.0 {
-                let sl2 = (-(w * old)).mul_add(old, suml2);
+                let sl2 = suml2 - w * old * old;
                 let new = nearest_int(v * sl2 / slx).clamp(-nmax, nmax - 1);
                 if new != i32::from(*l) {
-                    let slx = (w * v).mul_add(new as f32, slx);
-                    let sl2 = (w * new as f32).mul_add(new as f32, sl2);
+                    let slx = slx + w * v * new as f32;
+                    let sl2 = sl2 + w * new as f32 * new as f32;
                     if sl2 > 0.0 && slx * slx * suml2 > sumlx * sumlx * sl2 {
                         *l = new as i8;
                         sumlx = slx;
@@ -138,16 +139,34 @@ fn push_two_bit_quants(levels: &[i8; QK_K], out: &mut Vec<u8>) {
     }
 }
 
-/// `make_qkx2_quants(n, nmax, x, weights, L, &the_min, Laux, rmin, rdelta, nstep, use_mad =
-/// true)`: the levels `L` and `(scale, -min)` of an affine group, searched over `nstep + 1`
-/// scales around the range's.
-fn make_qkx2_quants(
+/// How [`make_qkx2_quants`] searches: `nstep + 1` scales from `(nmax + rmin) / range` in steps
+/// of `rdelta / range`, each one's error the weighted absolute (`use_mad`) or squared
+/// difference.
+#[derive(Clone, Copy)]
+pub(super) struct Search {
+    pub rmin: f32,
+    pub rdelta: f32,
+    pub nstep: i32,
+    pub use_mad: bool,
+}
+
+/// `make_qkx2_quants(n, nmax, x, weights, L, &the_min, Laux, rmin, rdelta, nstep, use_mad)`:
+/// the levels `L` and `(scale, -min)` of an affine group (at most 32 values), searched over
+/// `nstep + 1` scales around the range's.
+pub(super) fn make_qkx2_quants(
     x: &[f32],
     weights: &[f32],
     nmax: i32,
-    (rmin, rdelta, nstep): (f32, f32, i32),
+    search: Search,
     levels: &mut [u8],
 ) -> (f32, f32) {
+    let Search {
+        rmin,
+        rdelta,
+        nstep,
+        use_mad,
+    } = search;
+    debug_assert!(nstep >= 1 && x.len() <= 32);
     let (mut min, mut max) = (x[0], x[0]);
     let mut sum_w = weights[0];
     let mut sum_x = sum_w * x[0];
@@ -159,7 +178,7 @@ fn make_qkx2_quants(
             max = v;
         }
         sum_w += w;
-        sum_x = w.mul_add(v, sum_x);
+        sum_x += w * v;
     }
     if min > 0.0 {
         min = 0.0;
@@ -176,31 +195,32 @@ fn make_qkx2_quants(
             .iter()
             .zip(x.iter().zip(weights))
             .fold(0f32, |sum, (&l, (&v, &w))| {
-                let diff = (scale.mul_add(f32::from(l), min) - v).abs();
-                w.mul_add(diff, sum)
+                let diff = scale * f32::from(l) + min - v;
+                let diff = if use_mad { diff.abs() } else { diff * diff };
+                sum + w * diff
             })
     };
     for (l, &v) in levels.iter_mut().zip(x) {
         *l = nearest_int(iscale * (v - min)).clamp(0, nmax) as u8;
     }
     let mut best_error = error(scale, min, levels);
-    let mut aux = [0u8; 16];
+    let mut aux = [0u8; 32];
     let aux = &mut aux[..x.len()];
     for is in 0..=nstep {
-        iscale = (rdelta.mul_add(is as f32, rmin) + nmax_f) / (max - min);
+        iscale = (rmin + rdelta * is as f32 + nmax_f) / (max - min);
         let (mut sum_l, mut sum_l2, mut sum_xl) = (0f32, 0f32, 0f32);
         for ((a, &v), &w) in aux.iter_mut().zip(x).zip(weights) {
             let l = nearest_int(iscale * (v - min)).clamp(0, nmax);
             *a = l as u8;
             let l = l as f32;
-            sum_l = w.mul_add(l, sum_l);
-            sum_l2 = (w * l).mul_add(l, sum_l2);
-            sum_xl = (w * l).mul_add(v, sum_xl);
+            sum_l += w * l;
+            sum_l2 += w * l * l;
+            sum_xl += w * l * v;
         }
-        let d = sum_w.mul_add(sum_l2, -(sum_l * sum_l));
+        let d = sum_w * sum_l2 - sum_l * sum_l;
         if d > 0.0 {
-            let mut this_scale = (-sum_x).mul_add(sum_l, sum_w * sum_xl) / d;
-            let mut this_min = sum_l2.mul_add(sum_x, -(sum_l * sum_xl)) / d;
+            let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / d;
+            let mut this_min = (sum_l2 * sum_x - sum_l * sum_xl) / d;
             if this_min > 0.0 {
                 this_min = 0.0;
                 this_scale = sum_xl / sum_l2;
@@ -226,7 +246,12 @@ pub(super) fn q2_k(x: &[f32], out: &mut Vec<u8>) {
     for j in 0..16 {
         let group = &x[16 * j..16 * j + 16];
         let weights: [f32; 16] = std::array::from_fn(|l| group[l].abs());
-        let search = (-0.5, 0.1, 15);
+        let search = Search {
+            rmin: -0.5,
+            rdelta: 0.1,
+            nstep: 15,
+            use_mad: true,
+        };
         let found = make_qkx2_quants(group, &weights, 3, search, &mut levels[16 * j..16 * j + 16]);
         (scales[j], mins[j]) = found;
         max_scale = max_scale.max(scales[j]);

@@ -1,0 +1,157 @@
+//! `kindle quantize` against `llama-quantize` on the real models: for seven file types of
+//! SmolLM2 (the K-quant mixtures `Q4_K_M`, `Q5_K_M`, `Q3_K_M`, `Q4_K_S`, `Q2_K`, and `Q6_K`,
+//! `Q5_0`) and two of Gemma-3 (`Q4_K_M`, `Q2_K`: its 640-wide matrices and four query heads a
+//! key head take other branches), every tensor has llama-quantize's type and llama-quantize's
+//! bytes (their sha256 in `testdata/reference/llama-quantize-*.json`, written by
+//! `llama_quantize_digests.py` beside them from llama-quantize's own files), and
+//! `general.file_type` is its.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use kindle_gguf::GgufFile;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+fn reference(model: &str) -> Value {
+    let path = format!(
+        "{}/../../testdata/reference/llama-quantize-{model}.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    serde_json::from_str(&text).expect("the reference is JSON")
+}
+
+/// `(name, type, sha256 of the bytes)` of every tensor of `file`, by name.
+fn digests(file: &GgufFile) -> Vec<(String, String, String)> {
+    let mut out: Vec<_> = file
+        .tensors()
+        .iter()
+        .map(|t| {
+            let digest = Sha256::digest(file.tensor_bytes(t));
+            let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+            (t.name.clone(), t.ty.name().to_string(), hex)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The tensors of `got` that differ from the reference's `want`, named.
+fn differences(got: &[(String, String, String)], want: &Value) -> Vec<String> {
+    let want = want.as_array().expect("tensors");
+    let mut out = Vec::new();
+    if got.len() != want.len() {
+        out.push(format!(
+            "{} tensors, llama-quantize wrote {}",
+            got.len(),
+            want.len()
+        ));
+    }
+    for ((name, ty, sha), w) in got.iter().zip(want) {
+        let field = |key: &str| w[key].as_str().expect("a string field");
+        let (wname, wty, wsha) = (field("name"), field("type"), field("sha256"));
+        if wname != name {
+            out.push(format!("tensor {name}, llama-quantize has {wname}"));
+        } else if wty != ty {
+            out.push(format!("{name}: {ty}, llama-quantize chose {wty}"));
+        } else if wsha != sha {
+            out.push(format!("{name} ({ty}): other bytes than llama-quantize's"));
+        }
+    }
+    out
+}
+
+fn quantize(model: &Path, out: &Path, ftype: &str) {
+    let run = Command::new(env!("CARGO_BIN_EXE_kindle"))
+        .args(["quantize", model.to_str().unwrap(), out.to_str().unwrap()])
+        .args(["--type", &ftype.to_ascii_lowercase()])
+        .output()
+        .expect("running kindle");
+    assert!(
+        run.status.success(),
+        "kindle quantize --type {ftype}: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+}
+
+/// Every file type of `reference` made from `model` by `kindle quantize`, against it.
+fn check_against(model: &Path, reference: &Value, count: usize) {
+    let files = reference["files"].as_object().expect("files");
+    assert_eq!(files.len(), count, "file types in the reference");
+    let dir = tempfile::tempdir().unwrap();
+    let mut failures = Vec::new();
+    for (ftype, want) in files {
+        let out = dir.path().join(format!("{ftype}.gguf"));
+        quantize(model, &out, ftype);
+        let file = GgufFile::open(&out).unwrap();
+        let id = file.get_u64("general.file_type").unwrap();
+        if Some(id) != want["file_type"].as_u64() {
+            failures.push(format!("{ftype}: general.file_type {id}"));
+        }
+        for d in differences(&digests(&file), &want["tensors"]) {
+            failures.push(format!("{ftype}: {d}"));
+        }
+        std::fs::remove_file(&out).unwrap();
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn quantize_writes_llama_quantize_s_smollm2_files() {
+    let Some(model) = common::real_model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
+    check_against(&model, &reference("smollm2"), 7);
+}
+
+#[test]
+fn quantize_writes_llama_quantize_s_gemma3_files() {
+    let Some(model) = common::gemma3_model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
+    check_against(&model, &reference("gemma3"), 2);
+}
+
+/// The comparison above can fail: the `--pure` file (every matrix `Q4_K` or its fallback) is
+/// named as another choice of types, and a file whose bytes differ (the source itself, against
+/// its own types) as other bytes.
+#[test]
+fn a_different_file_is_caught() {
+    let Some(model) = common::real_model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
+    let reference = reference("smollm2");
+    let want = &reference["files"]["Q4_K_M"]["tensors"];
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("pure.gguf");
+    let run = Command::new(env!("CARGO_BIN_EXE_kindle"))
+        .args(["quantize", model.to_str().unwrap(), out.to_str().unwrap()])
+        .args(["--type", "q4_k_m", "--pure"])
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let pure = differences(&digests(&GgufFile::open(&out).unwrap()), want);
+    assert!(
+        pure.iter()
+            .any(|d| d.contains("token_embd.weight: Q5_0, llama-quantize chose Q8_0")),
+        "{pure:?}"
+    );
+    assert!(
+        pure.iter()
+            .any(|d| d.contains("blk.0.ffn_down.weight: Q4_K, llama-quantize chose Q6_K"))
+    );
+    // The Q4_1 file's tensors under the Q4_K_M file's types: the same names, other bytes.
+    let mut source = digests(&GgufFile::open(&model).unwrap());
+    for ((_, ty, _), w) in source.iter_mut().zip(want.as_array().unwrap()) {
+        *ty = w["type"].as_str().unwrap().to_string();
+    }
+    let other = differences(&source, want);
+    assert!(other.iter().any(|d| d.contains("other bytes")), "{other:?}");
+}

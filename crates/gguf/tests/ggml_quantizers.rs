@@ -1,0 +1,97 @@
+//! `kindle quantize`'s encoders against ggml itself: `testdata/reference/ggml-quantizers.json`
+//! holds the blocks ggml's `quantize_row_<type>_ref` (what `llama-quantize` runs without an
+//! importance matrix) made of eight kinds of rows (`ggml_quantizers.py` beside it wrote the file
+//! through ctypes). kindle must write the same bytes.
+
+use kindle_gguf::quant::{GgmlType, quantize};
+use serde_json::Value;
+
+fn reference() -> Value {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../testdata/reference/ggml-quantizers.json"
+    );
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    serde_json::from_str(&text).expect("the reference is JSON")
+}
+
+fn hex(text: &Value) -> Vec<u8> {
+    let text = text.as_str().expect("a hex string");
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+fn rows(reference: &Value) -> Vec<Vec<f32>> {
+    let rows = reference["rows"].as_array().expect("rows");
+    rows.iter()
+        .map(|row| {
+            let row = row.as_array().expect("a row of f32 bits");
+            row.iter()
+                .map(|v| f32::from_bits(v.as_u64().expect("u32") as u32))
+                .collect()
+        })
+        .collect()
+}
+
+const TYPES: [(&str, GgmlType); 8] = [
+    ("Q8_0", GgmlType::Q8_0),
+    ("Q4_0", GgmlType::Q4_0),
+    ("Q4_1", GgmlType::Q4_1),
+    ("Q5_0", GgmlType::Q5_0),
+    ("Q5_1", GgmlType::Q5_1),
+    ("Q4_K", GgmlType::Q4_K),
+    ("Q5_K", GgmlType::Q5_K),
+    ("Q6_K", GgmlType::Q6_K),
+];
+
+/// The blocks of `got` that differ from `want`'s, as (row, block) pairs.
+fn differing_blocks(ty: GgmlType, got: &[u8], want: &[u8]) -> Vec<usize> {
+    let size = ty.type_size();
+    got.chunks(size)
+        .zip(want.chunks(size))
+        .enumerate()
+        .filter(|(_, (g, w))| g != w)
+        .map(|(b, _)| b)
+        .collect()
+}
+
+#[test]
+fn every_type_quantizes_to_ggml_s_bytes() {
+    let reference = reference();
+    let rows = rows(&reference);
+    assert_eq!(rows.len(), 8, "eight kinds of rows");
+    let mut failures = Vec::new();
+    for (name, ty) in TYPES {
+        let blocks = reference["types"][name]
+            .as_array()
+            .expect("blocks of each row");
+        for (r, (row, want)) in rows.iter().zip(blocks).enumerate() {
+            let want = hex(want);
+            let got = quantize(ty, row).unwrap();
+            assert_eq!(got.len(), want.len(), "{name} row {r}: byte count");
+            let differ = differing_blocks(ty, &got, &want);
+            if !differ.is_empty() {
+                failures.push(format!("{name} row {r}: blocks {differ:?} differ"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The comparison above can fail: one changed bit in one block is named, and only that block.
+#[test]
+fn a_changed_block_is_caught() {
+    let reference = reference();
+    let rows = rows(&reference);
+    for (name, ty) in TYPES {
+        let want = hex(&reference["types"][name][0]);
+        let mut got = quantize(ty, &rows[0]).unwrap();
+        assert!(differing_blocks(ty, &got, &want).is_empty(), "{name}");
+        // A quant byte near the end of the second block.
+        let at = 2 * ty.type_size() - 3;
+        got[at] ^= 0x01;
+        assert_eq!(differing_blocks(ty, &got, &want), [1], "{name}");
+    }
+}
