@@ -1,5 +1,6 @@
-//! Structured output fields: OpenAI's `response_format` (`json_object`, `json_schema`) and
-//! vLLM's `guided_json`, `guided_regex`, `guided_choice`, `guided_grammar`.
+//! Structured output fields: OpenAI's `response_format` (`json_object`, `json_schema`),
+//! vLLM's `guided_json`, `guided_regex`, `guided_choice`, `guided_grammar`, and llama-server's
+//! `json_schema` and `response_format` with a `schema`.
 
 use serde_json::{Map, Value};
 
@@ -28,14 +29,15 @@ pub fn guided(object: &Map<String, Value>) -> Result<Option<(Guided, &'static st
     {
         found.push((spec, "response_format"));
     }
-    if let Some(value) = object.get("guided_json").filter(|v| !v.is_null()) {
-        let schema = match value {
-            Value::String(text) => serde_json::from_str(text).map_err(|e| {
-                ApiError::invalid("guided_json", format!("'guided_json' is not JSON: {e}"))
-            })?,
-            other => other.clone(),
-        };
-        found.push((Guided::JsonSchema(schema), "guided_json"));
+    for key in ["guided_json", "json_schema"] {
+        if let Some(value) = object.get(key).filter(|v| !v.is_null()) {
+            let schema = match value {
+                Value::String(text) => serde_json::from_str(text)
+                    .map_err(|e| ApiError::invalid(key, format!("'{key}' is not JSON: {e}")))?,
+                other => other.clone(),
+            };
+            found.push((Guided::JsonSchema(schema), key));
+        }
     }
     if let Some(value) = object.get("guided_regex").filter(|v| !v.is_null()) {
         let rx = value
@@ -79,14 +81,19 @@ pub fn guided(object: &Map<String, Value>) -> Result<Option<(Guided, &'static st
 }
 
 /// `response_format`: `{"type": "text"}` (no constraint), `{"type": "json_object"}` or
-/// `{"type": "json_schema", "json_schema": {"name": .., "schema": {..}}}`.
+/// `{"type": "json_schema", "json_schema": {"name": .., "schema": {..}}}`; as llama-server,
+/// either JSON type with a `schema` beside `type` is that schema.
 fn response_format(value: &Value) -> Result<Option<Guided>, ApiError> {
     let invalid = |message: &str| ApiError::invalid("response_format", message);
     let object = value
         .as_object()
         .ok_or_else(|| invalid("'response_format' must be an object."))?;
+    let schema = object.get("schema").filter(|v| !v.is_null());
     match object.get("type").and_then(Value::as_str) {
         Some("text") => Ok(None),
+        Some("json_object" | "json_schema") if schema.is_some() => {
+            Ok(schema.cloned().map(Guided::JsonSchema))
+        }
         Some("json_object") => Ok(Some(Guided::JsonObject)),
         Some("json_schema") => {
             let schema = object
@@ -110,6 +117,25 @@ mod tests {
 
     fn parse(value: Value) -> Result<Option<(Guided, &'static str)>, ApiError> {
         guided(value.as_object().unwrap())
+    }
+
+    /// llama-server's forms: a top-level `json_schema`, and `response_format` with the schema
+    /// beside its type.
+    #[test]
+    fn llama_server_forms() {
+        let schema = json!({"type": "object", "required": ["a"]});
+        assert_eq!(
+            parse(json!({"json_schema": schema})).unwrap(),
+            Some((Guided::JsonSchema(schema.clone()), "json_schema"))
+        );
+        for ty in ["json_object", "json_schema"] {
+            assert_eq!(
+                parse(json!({"response_format": {"type": ty, "schema": schema}})).unwrap(),
+                Some((Guided::JsonSchema(schema.clone()), "response_format"))
+            );
+        }
+        let both = parse(json!({"json_schema": schema, "guided_json": schema})).unwrap_err();
+        assert!(both.message.contains("cannot be combined"), "{both:?}");
     }
 
     #[test]

@@ -48,8 +48,9 @@ mod routes;
 mod server;
 pub mod tool_stream;
 pub mod tools;
+mod utility;
 
-pub use codec::TextCodec;
+pub use codec::{Encoding, TextCodec};
 pub use config::ServerConfig;
 pub use error::{ApiError, ServerError};
 pub use guided::Guided;

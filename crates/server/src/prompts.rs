@@ -4,7 +4,7 @@
 
 use kindle_generate::chat::{ChatEnding, TemplateVars};
 
-use crate::codec::TextCodec;
+use crate::codec::{Encoding, TextCodec};
 use crate::error::ApiError;
 use crate::inputs::{PromptInput, chat_ending, documents, messages, prompts, template_vars};
 use crate::request::Object;
@@ -74,7 +74,9 @@ pub(crate) fn encode_prompts<C: TextCodec>(
                         ids
                     }
                     PromptInput::Text(text) => {
-                        let ids = codec.encode(&text).map_err(|e| {
+                        // As llama-server and vLLM: special-token text in a prompt is the
+                        // special token (a prompt formatted by hand for a chat model).
+                        let ids = codec.encode(&text, Encoding::PROMPT).map_err(|e| {
                             ApiError::invalid(
                                 "prompt",
                                 format!("Could not tokenize the prompt: {e}"),

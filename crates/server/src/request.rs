@@ -86,6 +86,20 @@ fn refuse_unsupported(object: &Object) -> Result<(), ApiError> {
             "'best_of' larger than 'n' is not supported.",
         ));
     }
+    if let Some(Value::Array(modalities)) = field(object, "modalities")
+        && modalities.iter().any(|m| m.as_str() != Some("text"))
+    {
+        return Err(ApiError::invalid(
+            "modalities",
+            "Only text output is supported: 'modalities' may hold only \"text\".",
+        ));
+    }
+    if field(object, "audio").is_some() {
+        return Err(ApiError::invalid(
+            "audio",
+            "Audio output is not supported ('audio').",
+        ));
+    }
     if let Some(Value::Array(items)) = field(object, "functions")
         && !items.is_empty()
     {
@@ -146,9 +160,24 @@ pub fn generation_params(object: &Object, chat: bool) -> Result<GenerationParams
     // With `echo`, `max_tokens` 0 asks for the prompt alone (scoring it, as evaluation
     // harnesses do).
     let least = i64::from(!echo);
+    // llama-server's `n_predict` (-1: no limit but the context) wins over `max_tokens`, as
+    // there; OpenAI's newer `max_completion_tokens` over both.
+    let n_predict = match integer(object, "n_predict", -1, i64::MAX)? {
+        Some(-1) => Some(i64::MAX),
+        Some(n) if n < least => {
+            return Err(ApiError::invalid(
+                "n_predict",
+                format!("Invalid value for 'n_predict': {n} (at least {least}, or -1)."),
+            ));
+        }
+        other => other,
+    };
     let max_tokens = match integer(object, "max_completion_tokens", least, i64::MAX)? {
         Some(n) => Some(n),
-        None => integer(object, "max_tokens", least, i64::MAX)?,
+        None => match n_predict {
+            Some(n) => Some(n),
+            None => integer(object, "max_tokens", least, i64::MAX)?,
+        },
     }
     .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
     let n = integer(object, "n", 1, MAX_N)?.unwrap_or(1) as usize;
@@ -532,6 +561,33 @@ mod tests {
 
     fn obj(json: &str) -> Object {
         parse_object(json.as_bytes()).unwrap()
+    }
+
+    /// llama-server's `n_predict` is the token limit (over `max_tokens`; -1: no limit), and
+    /// audio output is refused.
+    #[test]
+    fn n_predict_and_modalities() {
+        let limit = |text: &str| generation_params(&obj(text), false).map(|p| p.max_tokens);
+        assert_eq!(limit(r#"{"n_predict":3}"#).unwrap(), Some(3));
+        assert_eq!(limit(r#"{"n_predict":3,"max_tokens":9}"#).unwrap(), Some(3));
+        assert_eq!(
+            limit(r#"{"n_predict":-1}"#).unwrap(),
+            Some(i64::MAX as usize)
+        );
+        assert_eq!(
+            limit(r#"{"max_completion_tokens":5,"n_predict":3}"#).unwrap(),
+            Some(5)
+        );
+        for bad in [r#"{"n_predict":-2}"#, r#"{"n_predict":0}"#] {
+            let err = limit(bad).unwrap_err();
+            assert_eq!(err.param.as_deref(), Some("n_predict"), "{err:?}");
+        }
+        let chat = |text: &str| generation_params(&obj(text), true);
+        assert!(chat(r#"{"modalities":["text"]}"#).is_ok());
+        let err = chat(r#"{"modalities":["text","audio"]}"#).unwrap_err();
+        assert_eq!(err.param.as_deref(), Some("modalities"), "{err:?}");
+        let err = chat(r#"{"audio":{"voice":"alloy","format":"wav"}}"#).unwrap_err();
+        assert_eq!(err.param.as_deref(), Some("audio"), "{err:?}");
     }
 
     #[test]

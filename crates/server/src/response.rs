@@ -132,9 +132,43 @@ pub fn trace_json<C: TextCodec>(codec: &C, trace: &TraceSummary) -> Value {
 /// token the text leaves out (a control token, which decoding skips).
 fn token_width<C: TextCodec + ?Sized>(codec: &C, id: u32) -> usize {
     if codec.decode(&[id]).is_ok_and(|t| !t.is_empty()) {
-        codec.token_text(id).len()
+        // Its bytes: a piece of a character adds its own, not U+FFFD's three.
+        codec.token_bytes(id).len()
     } else {
         0
+    }
+}
+
+/// Drop the tokens of `choice` whose text begins past its text: a stop string cut them off
+/// (llama-server reports no probabilities for a stop string's tokens, and their
+/// `text_offset`s would point past the text).
+pub fn trim_to_text<C: TextCodec + ?Sized>(codec: &C, choice: &mut Choice) {
+    let mut at = 0;
+    let keep = choice
+        .tokens
+        .iter()
+        .take_while(|t| {
+            let start = at;
+            at += token_width(codec, t.id);
+            start < choice.text.len()
+        })
+        .count();
+    choice.tokens.truncate(keep);
+}
+
+/// A token as completions' `logprobs` name it: its text, or OpenAI's `bytes:\xf0\x9f` for a
+/// token that is part of a multi-byte character.
+fn completion_token<C: TextCodec + ?Sized>(codec: &C, id: u32) -> String {
+    match String::from_utf8(codec.token_bytes(id)) {
+        Ok(text) => text,
+        Err(bytes) => {
+            let hex: String = bytes
+                .as_bytes()
+                .iter()
+                .map(|b| format!("\\x{b:02x}"))
+                .collect();
+            format!("bytes:{hex}")
+        }
     }
 }
 
@@ -154,20 +188,23 @@ pub fn logprobs_json<C: TextCodec>(
             let mut tops = Vec::new();
             let mut offsets = Vec::new();
             for token in tokens {
-                let text = codec.token_text(token.id);
                 offsets.push(offset);
                 offset += token_width(codec, token.id);
-                texts.push(text);
+                texts.push(completion_token(codec, token.id));
                 logprobs.push(json!(token.logprob));
-                if token.logprob.is_none() {
+                let Some(logprob) = token.logprob else {
                     tops.push(Value::Null);
                     continue;
-                }
-                let top: Map<String, Value> = token
+                };
+                let mut top: Map<String, Value> = token
                     .top
                     .iter()
-                    .map(|&(id, lp)| (codec.token_text(id), json!(lp)))
+                    .map(|&(id, lp)| (completion_token(codec, id), json!(lp)))
                     .collect();
+                // OpenAI: "the API will always return the logprob of the sampled token, so
+                // there may be up to logprobs+1 elements".
+                top.entry(completion_token(codec, token.id))
+                    .or_insert(json!(logprob));
                 tops.push(Value::Object(top));
             }
             let mut value = json!({
@@ -190,10 +227,14 @@ pub fn logprobs_json<C: TextCodec>(
         }
         Endpoint::Chat => {
             // Chat reports no prompt tokens: every logprob is a number.
+            // `bytes`: the token's own bytes, which joined give the text where a character
+            // spans tokens (each token's text alone has U+FFFD there).
             let entry = |id: u32, logprob: Option<f32>| {
-                let text = codec.token_text(id);
-                let bytes: Vec<u8> = text.as_bytes().to_vec();
-                json!({"token": text, "logprob": logprob, "bytes": bytes})
+                json!({
+                    "token": codec.token_text(id),
+                    "logprob": logprob,
+                    "bytes": codec.token_bytes(id),
+                })
             };
             let content: Vec<Value> = tokens
                 .iter()
@@ -310,7 +351,10 @@ pub fn body<C: TextCodec>(codec: &C, meta: &ResponseMeta, choices: &[Choice], n:
                             message["content"] = Value::Null;
                         }
                         message["tool_calls"] = calls_json(&choice.tool_calls);
-                        finish = json!("tool_calls");
+                        // A reply the token limit cut says so (OpenAI's "length").
+                        if finish != json!("length") {
+                            finish = json!("tool_calls");
+                        }
                     }
                     json!({
                         "index": index,
@@ -672,10 +716,10 @@ impl<C: TextCodec> ChunkWriter<C> {
                     self.usage.prompt_tokens += prompt_tokens;
                 }
                 self.usage.completion_tokens += completion_tokens;
-                let reason = if self.called[index] {
-                    "tool_calls"
-                } else {
-                    finish_reason(reason)
+                let reason = match finish_reason(reason) {
+                    "length" => "length",
+                    _ if self.called[index] => "tool_calls",
+                    other => other,
                 };
                 vec![self.chunk(index, "", Value::Null, Some(reason))]
             }

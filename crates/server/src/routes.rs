@@ -22,14 +22,14 @@ use tower_http::cors::{AllowOrigin, Any, CorsLayer};
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::RequestBodyTimeoutLayer;
 
-use crate::codec::TextCodec;
+use crate::codec::{Encoding, TextCodec};
 use crate::config::ServerConfig;
 use crate::engine::{Command, EngineHandle, Job, Update};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::prompts::{Encoded, encode_prompts};
 use crate::reasoning::ReasoningFormat;
-use crate::request::{GenerationParams, Object, generation_params, integer, parse_object, string};
+use crate::request::{GenerationParams, Object, generation_params, integer, parse_object};
 use crate::response::{
     Choice, ChunkWriter, Endpoint, ResponseMeta, TokenReport, body as response_body, finish_reason,
 };
@@ -50,7 +50,7 @@ pub struct AppState<C: TextCodec> {
     pub started: u64,
 }
 
-type Shared<C> = Arc<AppState<C>>;
+pub(crate) type Shared<C> = Arc<AppState<C>>;
 
 /// The application: every endpoint and the middleware.
 pub fn router<C: TextCodec>(state: Shared<C>) -> Router {
@@ -62,8 +62,13 @@ pub fn router<C: TextCodec>(state: Shared<C>) -> Router {
         .route("/v1/models/{model}", get(model::<C>))
         .route("/health", get(health::<C>))
         .route("/metrics", get(metrics::<C>))
-        .route("/tokenize", post(tokenize::<C>))
-        .route("/detokenize", post(detokenize::<C>))
+        .route("/tokenize", post(crate::utility::tokenize::<C>))
+        .route("/detokenize", post(crate::utility::detokenize::<C>))
+        .route("/props", get(crate::utility::props::<C>))
+        // llama-server's and vLLM's paths without `/v1`.
+        .route("/completions", post(completions::<C>))
+        .route("/chat/completions", post(chat_completions::<C>))
+        .route("/models", get(models::<C>))
         .route("/", get(playground))
         .fallback(unknown_endpoint)
         .layer(middleware::from_fn_with_state(
@@ -233,7 +238,7 @@ async fn model<C: TextCodec>(
     Ok(json_response(model_object(&state)))
 }
 
-fn json_response(value: Value) -> Response {
+pub(crate) fn json_response(value: Value) -> Response {
     (
         [(header::CONTENT_TYPE, "application/json")],
         value.to_string(),
@@ -251,7 +256,11 @@ fn check_model<C: TextCodec>(state: &AppState<C>, model: Option<&str>) -> Result
 }
 
 /// The JSON object of a request: content type checked, body read within its limit.
-async fn read_json(headers: &HeaderMap, body: Body, limit: usize) -> Result<Object, ApiError> {
+pub(crate) async fn read_json(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<Object, ApiError> {
     // A header that is not visible ASCII is named as the bytes it is (not as none).
     let content_type = headers
         .get(header::CONTENT_TYPE)
@@ -292,81 +301,6 @@ fn body_error(error: &axum::Error, limit: usize) -> ApiError {
     } else {
         ApiError::bad_request(format!("Could not read the request body: {text}"))
     }
-}
-
-async fn tokenize<C: TextCodec>(
-    State(state): State<Shared<C>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Result<Response, ApiError> {
-    let object = read_json(&headers, body, state.config.max_body_bytes).await?;
-    let key = if object.contains_key("content") {
-        "content"
-    } else {
-        "prompt"
-    };
-    let text = string(&object, key)?
-        .ok_or_else(|| ApiError::invalid("content", "Missing required parameter: 'content'."))?;
-    let tokens = state
-        .codec
-        .encode(text)
-        .map_err(|e| ApiError::invalid(key, format!("Could not tokenize the text: {e}")))?;
-    let with_pieces = crate::request::boolean(&object, "with_pieces")?.unwrap_or(false);
-    let tokens_json: Vec<Value> = if with_pieces {
-        tokens
-            .iter()
-            .map(|&id| json!({"id": id, "piece": state.codec.token_text(id)}))
-            .collect()
-    } else {
-        tokens.iter().map(|&id| json!(id)).collect()
-    };
-    Ok(json_response(json!({
-        "tokens": tokens_json,
-        "count": tokens.len(),
-        "max_model_len": state.config.context,
-    })))
-}
-
-async fn detokenize<C: TextCodec>(
-    State(state): State<Shared<C>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Result<Response, ApiError> {
-    let object = read_json(&headers, body, state.config.max_body_bytes).await?;
-    let ids = match object.get("tokens") {
-        Some(Value::Array(items)) => items
-            .iter()
-            .map(|v| {
-                v.as_u64()
-                    .and_then(|id| u32::try_from(id).ok())
-                    .filter(|&id| (id as usize) < state.codec.vocab_size())
-                    .ok_or_else(|| {
-                        ApiError::invalid(
-                            "tokens",
-                            format!("Invalid value for 'tokens': {v} is not a token id."),
-                        )
-                    })
-            })
-            .collect::<Result<Vec<u32>, _>>()?,
-        None | Some(Value::Null) => {
-            return Err(ApiError::invalid(
-                "tokens",
-                "Missing required parameter: 'tokens' (an array of token ids).",
-            ));
-        }
-        Some(other) => {
-            return Err(crate::request::expected(
-                "tokens",
-                "an array of token ids",
-                other,
-            ));
-        }
-    };
-    let text = state
-        .codec
-        .decode(&ids)
-        .map_err(|e| ApiError::invalid("tokens", format!("Could not decode the tokens: {e}")))?;
-    Ok(json_response(json!({ "content": text })))
 }
 
 async fn completions<C: TextCodec>(
@@ -472,11 +406,9 @@ fn dry_breaker_ids<C: TextCodec>(
     params: &GenerationParams,
     config: &kindle_sampling::SamplerConfig,
 ) -> Result<Vec<u32>, ApiError> {
-    // What `encode` adds to any text (a BOS) is not the text's.
-    let added = codec.encode("").map_or(0, |ids| ids.len());
     let last = |text: &str| {
-        let ids = codec.encode(text).ok()?;
-        ids.get(added..).and_then(|own| own.last().copied())
+        let ids = codec.encode(text, Encoding::TEXT).ok()?;
+        ids.last().copied()
     };
     let mut ids = Vec::new();
     match &params.dry_breakers {
@@ -616,6 +548,7 @@ async fn generation<C: TextCodec>(
     } else {
         let mut choices = collect(receiver, total).await?;
         for (index, choice) in choices.iter_mut().enumerate() {
+            crate::response::trim_to_text(state.codec.as_ref(), choice);
             if let Some(prompt) = echo.get(index / params.n.max(1)) {
                 choice.text.insert_str(0, prompt);
                 // With logprobs, the prompt's tokens open the choice's (as many alternatives

@@ -313,6 +313,10 @@ impl ToolStream {
                 self.body.push_str(&rest);
                 if self.open.is_some() || self.format != ToolFormat::Hermes {
                     self.close_call(&mut out);
+                } else if self.calls > 0 {
+                    // A further call the token limit cut: dropped, as a reply not streamed
+                    // drops it.
+                    self.body.clear();
                 } else {
                     // A block left open that never became a call: its text.
                     self.after.push_str(OPEN);
@@ -429,6 +433,32 @@ mod tests {
             }
         }
         (text, calls)
+    }
+
+    /// A further call the token limit cut after a whole one is dropped, streamed or not (no
+    /// `<tool_call>` markup in the content); alone, an unfinished block stays text.
+    #[test]
+    fn a_cut_second_call_is_dropped() {
+        let reply = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>\n<tool_call>\n{\"";
+        let (text, calls) = whole(ToolFormat::Hermes, reply);
+        assert_eq!(text, "");
+        assert_eq!(calls.len(), 1);
+        for cut in [1, 7, 40, reply.len() - 2] {
+            let (a, b) = reply.split_at(cut);
+            assert_eq!(
+                stream(ToolFormat::Hermes, &[a, b]),
+                (text.clone(), calls.clone())
+            );
+        }
+        let alone = "Let me look. <tool_call>\n{\"na";
+        assert_eq!(
+            whole(ToolFormat::Hermes, alone),
+            (alone.to_string(), vec![])
+        );
+        assert_eq!(
+            stream(ToolFormat::Hermes, &[alone]),
+            (alone.to_string(), vec![])
+        );
     }
 
     fn whole(format: ToolFormat, reply: &str) -> (String, Vec<(String, String)>) {

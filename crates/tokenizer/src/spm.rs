@@ -308,6 +308,12 @@ impl Spm {
     /// unused and undefined tokens are never rendered. Bytes that are not valid UTF-8 (a
     /// character whose byte tokens are not all there) become U+FFFD.
     pub(crate) fn decode(&self, ids: &[u32], render_special: bool) -> String {
+        String::from_utf8_lossy(&self.decode_bytes(ids, render_special)).into_owned()
+    }
+
+    /// [`decode`](Self::decode)'s bytes, before they are read as UTF-8 (a byte-fallback piece
+    /// of a character alone is not valid UTF-8).
+    pub(crate) fn decode_bytes(&self, ids: &[u32], render_special: bool) -> Vec<u8> {
         let mut bytes = Vec::with_capacity(ids.len() * 4);
         let mut strip_space = self.add_space_prefix;
         for &id in ids {
@@ -318,7 +324,7 @@ impl Spm {
             }
             strip_space = false;
         }
-        String::from_utf8_lossy(&bytes).into_owned()
+        bytes
     }
 
     /// `token_to_piece` for one id (in range: checked by the caller).

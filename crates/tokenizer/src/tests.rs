@@ -213,3 +213,29 @@ fn inner_supports_streaming_decode() {
     }
     assert_eq!(out, text);
 }
+
+/// GPT-2's byte-level alphabet read back: printable bytes are themselves, the others the
+/// characters from U+0100 in byte order (`Ġ` a space, `Ċ` a newline), every byte once.
+#[test]
+fn byte_level_pieces_give_their_bytes() {
+    assert_eq!(super::byte_of_char('a'), Some(b'a'));
+    assert_eq!(super::byte_of_char('Ġ'), Some(b' '));
+    assert_eq!(super::byte_of_char('Ċ'), Some(b'\n'));
+    assert_eq!(super::byte_of_char('\u{0100}'), Some(0));
+    assert_eq!(super::byte_of_char('ð'), Some(0xF0));
+    assert_eq!(super::byte_of_char('\u{0143}'), Some(0xAD));
+    assert_eq!(super::byte_of_char('\u{0144}'), None);
+    assert_eq!(super::byte_of_char(' '), None);
+    let mut seen = [false; 256];
+    for c in ('\u{21}'..='\u{FF}').chain('\u{100}'..='\u{143}') {
+        if let Some(b) = super::byte_of_char(c) {
+            assert!(!seen[b as usize], "byte {b} twice");
+            seen[b as usize] = true;
+        }
+    }
+    assert!(seen.iter().all(|&s| s), "every byte spelled");
+    // Half of 🐱 (F0 9F 90 B1) as byte-level pieces.
+    assert_eq!(super::byte_level_piece("ðŁ"), Some(vec![0xF0, 0x9F]));
+    assert_eq!(super::byte_fallback_piece("<0xF0>"), Some(0xF0));
+    assert_eq!(super::byte_fallback_piece("<0xF>"), None);
+}

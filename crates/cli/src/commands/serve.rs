@@ -23,7 +23,7 @@ use kindle_generate::{BoxError, PagedModel, TokenDecoder};
 use kindle_model::{EngineOptions, RowArithmetic};
 use kindle_sampling::LogitsConstraint;
 use kindle_server::reasoning::ReasoningFormat;
-use kindle_server::{Guided, ServerConfig, TextCodec};
+use kindle_server::{Encoding, Guided, ServerConfig, TextCodec};
 use kindle_tokenizer::{Tokenizer, TokenizerError};
 
 use super::{DeviceArgs, ModelArgs, TemplateArgs};
@@ -234,8 +234,13 @@ impl TokenDecoder for ServeCodec {
 }
 
 impl TextCodec for ServeCodec {
-    fn encode(&self, text: &str) -> Result<Vec<u32>, BoxError> {
-        Ok(self.tokenizer.encode(text, false)?)
+    fn encode(&self, text: &str, options: Encoding) -> Result<Vec<u32>, BoxError> {
+        Ok(if options.add_special {
+            self.tokenizer.encode(text, options.parse_special)?
+        } else {
+            self.tokenizer
+                .encode_segments(&[(text, options.parse_special)])?
+        })
     }
 
     fn encode_chat(
@@ -260,6 +265,18 @@ impl TextCodec for ServeCodec {
 
     fn token_text(&self, id: u32) -> String {
         self.tokenizer.decode(&[id], false).unwrap_or_default()
+    }
+
+    fn token_bytes(&self, id: u32) -> Vec<u8> {
+        self.tokenizer.token_bytes(id).unwrap_or_default()
+    }
+
+    fn render(&self, ids: &[u32]) -> Result<String, BoxError> {
+        Ok(self.tokenizer.decode(ids, false)?)
+    }
+
+    fn chat_template(&self) -> Option<String> {
+        Some(self.template.source().to_string())
     }
 
     fn eog_ids(&self) -> Vec<u32> {

@@ -382,7 +382,8 @@ fn call_of(body: &str, format: ToolFormat) -> Option<ToolCall> {
 /// Split a reply into its text and its calls: every `<tool_call>` block whose body is a JSON
 /// object with a string `name` and an `arguments` object (or JSON text of one) is a call
 /// (arguments compacted to JSON text); the rest, trimmed, is the text. A block that does not
-/// parse stays in the text.
+/// parse stays in the text; a last block left open (the token limit cut it) is a call if its
+/// body is one, else dropped after calls (no answer, and no call), else text.
 pub fn parse_calls(text: &str) -> (String, Vec<ToolCall>) {
     let mut calls = Vec::new();
     let mut rest = String::new();
@@ -390,6 +391,14 @@ pub fn parse_calls(text: &str) -> (String, Vec<ToolCall>) {
     while let Some(start) = text[at..].find(OPEN).map(|i| at + i) {
         let body_start = start + OPEN.len();
         let Some(end) = text[body_start..].find(CLOSE).map(|i| body_start + i) else {
+            // The last block, left open (the token limit cut its closing tag or more): a
+            // call if its body is one, dropped if calls came before it, else text.
+            let call = call_of(text[body_start..].trim(), ToolFormat::Hermes);
+            if call.is_some() || !calls.is_empty() {
+                rest.push_str(&text[at..start]);
+                calls.extend(call);
+                at = text.len();
+            }
             break;
         };
         match call_of(text[body_start..end].trim(), ToolFormat::Hermes) {

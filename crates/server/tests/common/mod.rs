@@ -18,7 +18,7 @@ use kindle_generate::{
     TokenDecoder, generate_to_end,
 };
 use kindle_sampling::SamplerConfig;
-use kindle_server::{ServerConfig, TextCodec};
+use kindle_server::{Encoding, ServerConfig, TextCodec};
 use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -94,7 +94,7 @@ impl TextCodec for Letters {
     fn template_uses(&self, name: &str) -> bool {
         ChatTemplate::new(FAKE_TEMPLATE).is_ok_and(|t| t.mentions(name))
     }
-    fn encode(&self, text: &str) -> Result<Vec<u32>, BoxError> {
+    fn encode(&self, text: &str, _: Encoding) -> Result<Vec<u32>, BoxError> {
         Ok(Letters::ids(text)?)
     }
     fn encode_chat(
