@@ -1,10 +1,12 @@
 //! GBNF, llama.cpp's grammar format, converted to llguidance's Lark dialect: [`gbnf_to_lark`].
 //!
-//! The parser follows llama.cpp's (`llama-grammar.cpp`) rule for rule, so a text is GBNF here
-//! exactly when llama.cpp takes it, with three exceptions, all refused with an error that names
-//! them: `!<token>` by text (the conversion has no vocabulary: write `!<[id]>`), a token text
-//! llguidance cannot spell (spaces or `<` in it), and an empty or reversed character class
-//! (`[]`, `[z-a]`), which llama.cpp reads as matching nothing at all.
+//! The parser follows llama.cpp's (`llama-grammar.cpp`) rule for rule. It refuses, with an
+//! error that says so, three things llama.cpp takes: `!<token>` by text (the conversion has no
+//! vocabulary: write `!<[id]>`), a token text llguidance cannot spell (blanks or `<` in it), and
+//! an empty or reversed character class (llama.cpp reads `[]` as the empty string and `[z-a]`
+//! as matching nothing). It takes two things llama.cpp refuses: left recursion (llguidance's Earley parser
+//! has no trouble with it) and nested repetitions past llama.cpp's cap on the rules they expand
+//! to (llguidance does not expand them).
 //!
 //! The output keeps GBNF's meaning, a context-free grammar over characters, by making every
 //! lexeme one character: a string literal becomes a sequence of one-character strings, a class
