@@ -29,7 +29,8 @@ pub struct ConstraintArgs {
     /// Constrain the output to one of these strings (repeat the flag for each choice)
     #[arg(long = "choice", value_name = "TEXT")]
     pub choices: Vec<String>,
-    /// Constrain the output to the Lark grammar in this file (llguidance's dialect)
+    /// Constrain the output to the grammar in this file: Lark (llguidance's dialect), or GBNF
+    /// (llama.cpp's format, `root ::= ...`) when the file name ends in `.gbnf`
     #[arg(long, value_name = "FILE")]
     pub grammar: Option<PathBuf>,
 }
@@ -50,11 +51,22 @@ impl ConstraintArgs {
         } else if !self.choices.is_empty() {
             (ConstraintSpec::Choice(self.choices.clone()), "--choice")
         } else if let Some(path) = &self.grammar {
-            (ConstraintSpec::Lark(read(path)?), "--grammar")
+            let text = read(path)?;
+            if is_gbnf(path) {
+                (ConstraintSpec::Gbnf(text), "--grammar")
+            } else {
+                (ConstraintSpec::Lark(text), "--grammar")
+            }
         } else {
             return Ok(None);
         }))
     }
+}
+
+/// Whether `path` names a GBNF grammar: its extension is `gbnf` (any case).
+fn is_gbnf(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|ext| ext.eq_ignore_ascii_case("gbnf"))
 }
 
 fn read(path: &Path) -> Result<String> {
@@ -116,4 +128,41 @@ pub fn constraint_line(stats: &ConstraintStats) -> String {
         stats.mask_total.as_secs_f64() * 1e3,
         stats.forced,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gbnf_file_is_gbnf_and_any_other_is_lark() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec_of = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            let args = ConstraintArgs {
+                grammar: Some(path),
+                ..ConstraintArgs::default()
+            };
+            args.spec().unwrap().unwrap()
+        };
+        let gbnf = "root ::= \"a\"+\n";
+        assert_eq!(
+            spec_of("list.gbnf", gbnf),
+            (ConstraintSpec::Gbnf(gbnf.into()), "--grammar")
+        );
+        assert_eq!(
+            spec_of("LIST.GBNF", gbnf),
+            (ConstraintSpec::Gbnf(gbnf.into()), "--grammar")
+        );
+        let lark = "start: \"a\"+\n";
+        assert_eq!(
+            spec_of("expr.lark", lark),
+            (ConstraintSpec::Lark(lark.into()), "--grammar")
+        );
+        assert_eq!(
+            spec_of("grammar", lark),
+            (ConstraintSpec::Lark(lark.into()), "--grammar")
+        );
+    }
 }

@@ -22,9 +22,22 @@ pub enum ConstrainError {
     Invalid {
         /// The flag or field.
         source_name: String,
-        /// `JSON schema`, `regex`, `choice list` or `grammar`.
+        /// `JSON schema`, `regex`, `choice list` or `grammar` (Lark or GBNF).
         kind: &'static str,
         /// The compiler's description.
+        message: String,
+    },
+    /// The GBNF grammar (llama.cpp's format) does not parse, has no `root` rule or refers to a
+    /// rule it never defines.
+    #[error("{source_name}: invalid GBNF at line {line}, column {column}: {message}")]
+    Gbnf {
+        /// The flag or field (`grammar` from [`crate::gbnf_to_lark`] itself).
+        source_name: String,
+        /// 1-based line of the problem.
+        line: usize,
+        /// 1-based column of the problem, in characters.
+        column: usize,
+        /// What is wrong.
         message: String,
     },
     /// The vocabulary cannot be used (no end-of-generation token).

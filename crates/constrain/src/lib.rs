@@ -1,6 +1,7 @@
 //! Constrained decoding for kindle: the output is forced to match a JSON schema, any JSON
-//! object, a regex, a list of choices or a Lark grammar, by masking the logits of every token
-//! that cannot continue a valid output before each sampling step.
+//! object, a regex, a list of choices or a Lark or GBNF grammar (GBNF, llama.cpp's format, is
+//! converted to Lark by [`gbnf_to_lark`]), by masking the logits of every token that cannot
+//! continue a valid output before each sampling step.
 //!
 //! The grammar engine is [llguidance](https://github.com/guidance-ai/llguidance): a
 //! [`Constrainer`] builds its token trie once per vocabulary, then makes one [`Constraint`] (a
@@ -24,6 +25,7 @@
 //! the constraint is built, as [`ConstrainError::Invalid`].
 
 mod error;
+mod gbnf;
 mod spec;
 mod vocab;
 
@@ -36,6 +38,7 @@ use llguidance::toktrie::{ApproximateTokEnv, TokEnv, TokRxInfo, TokTrie};
 use llguidance::{Matcher, ParserFactory};
 
 pub use error::ConstrainError;
+pub use gbnf::gbnf_to_lark;
 pub use spec::ConstraintSpec;
 
 /// The grammar compiler for one vocabulary: build it once per model (the token trie of a

@@ -3,10 +3,10 @@
 use llguidance::api::TopLevelGrammar;
 use serde_json::{Value, json};
 
-use crate::ConstrainError;
+use crate::{ConstrainError, gbnf_to_lark};
 
-/// An output constraint: a JSON schema, any JSON object, a regex, a list of choices or a Lark
-/// grammar.
+/// An output constraint: a JSON schema, any JSON object, a regex, a list of choices or a Lark or
+/// GBNF grammar.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ConstraintSpec {
     /// A JSON value valid against this JSON schema.
@@ -20,6 +20,9 @@ pub enum ConstraintSpec {
     /// A string of this Lark grammar (llguidance's dialect: `start: ...`, `/regex/` terminals,
     /// `%json { schema }` embedded schemas).
     Lark(String),
+    /// A string of this GBNF grammar (llama.cpp's format: `root ::= ...`), converted to Lark
+    /// by [`crate::gbnf_to_lark`].
+    Gbnf(String),
 }
 
 impl ConstraintSpec {
@@ -42,7 +45,7 @@ impl ConstraintSpec {
             ConstraintSpec::JsonSchema(_) | ConstraintSpec::JsonObject => "JSON schema",
             ConstraintSpec::Regex(_) => "regex",
             ConstraintSpec::Choice(_) => "choice list",
-            ConstraintSpec::Lark(_) => "grammar",
+            ConstraintSpec::Lark(_) | ConstraintSpec::Gbnf(_) => "grammar",
         }
     }
 
@@ -70,6 +73,23 @@ impl ConstraintSpec {
                 TopLevelGrammar::from_regex(&format!("({})", alternatives.join("|")))
             }
             ConstraintSpec::Lark(grammar) => TopLevelGrammar::from_lark(grammar.clone()),
+            ConstraintSpec::Gbnf(grammar) => {
+                let lark = gbnf_to_lark(grammar).map_err(|e| match e {
+                    ConstrainError::Gbnf {
+                        line,
+                        column,
+                        message,
+                        ..
+                    } => ConstrainError::Gbnf {
+                        source_name: source.to_owned(),
+                        line,
+                        column,
+                        message,
+                    },
+                    other => other,
+                })?;
+                TopLevelGrammar::from_lark(lark)
+            }
         })
     }
 }
