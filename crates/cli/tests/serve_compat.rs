@@ -1,7 +1,8 @@
 //! `kindle serve` on the real model as llama-server's and OpenAI's clients expect it: special
 //! tokens written in a completion prompt, `/tokenize` and `/detokenize` with llama-server's
 //! options, the bytes of tokens that are part of a character, completions' `top_logprobs`
-//! holding the sampled token, llama-server's `json_schema` and `n_predict`, `/props` and the
+//! holding the sampled token, llama-server's `grammar` (GBNF), `json_schema` and `n_predict`,
+//! `/props` and the
 //! paths without `/v1`, a cut tool call.
 
 mod common;
@@ -129,6 +130,17 @@ fn llama_server_and_openai_clients_get_what_they_expect() {
     let answer: Value = serde_json::from_str(reply["choices"][0]["text"].as_str().unwrap())
         .unwrap_or_else(|e| panic!("{reply}: {e}"));
     assert!(answer["age"].is_i64(), "{answer}");
+    // llama-server's `grammar` is GBNF.
+    let body = json!({"prompt": "My favourite colour is", "max_tokens": 4, "temperature": 0,
+                      "grammar": "root ::= \" red\" | \" blue\""});
+    let (status, reply) = server.post("/v1/completions", &body);
+    assert_eq!(status, 200, "{reply}");
+    let colour = reply["choices"][0]["text"].as_str().unwrap();
+    assert!([" red", " blue"].contains(&colour), "{reply}");
+    let body = json!({"prompt": "x", "grammar": "root ::= \"a"});
+    let (status, reply) = server.post("/v1/completions", &body);
+    assert_eq!(status, 400, "{reply}");
+    assert_eq!(reply["error"]["param"], "grammar", "{reply}");
     let body = json!({"prompt": "One, two,", "n_predict": 3, "temperature": 0});
     let (_, reply) = server.post("/v1/completions", &body);
     assert_eq!(reply["usage"]["completion_tokens"], 3, "{reply}");

@@ -1,6 +1,6 @@
 //! Structured output fields: OpenAI's `response_format` (`json_object`, `json_schema`),
 //! vLLM's `guided_json`, `guided_regex`, `guided_choice`, `guided_grammar`, and llama-server's
-//! `json_schema` and `response_format` with a `schema`.
+//! `grammar` (GBNF), `json_schema` and `response_format` with a `schema`.
 
 use serde_json::{Map, Value};
 
@@ -19,6 +19,8 @@ pub enum Guided {
     Choice(Vec<String>),
     /// A string of this Lark grammar.
     Grammar(String),
+    /// A string of this GBNF grammar (llama.cpp's format).
+    Gbnf(String),
 }
 
 /// A request's output constraint and the field that asked for it (at most one field may).
@@ -67,6 +69,17 @@ pub fn guided(object: &Map<String, Value>) -> Result<Option<(Guided, &'static st
             ApiError::invalid("guided_grammar", "'guided_grammar' must be a string.")
         })?;
         found.push((Guided::Grammar(grammar.to_owned()), "guided_grammar"));
+    }
+    // llama-server's `grammar`: GBNF, or llguidance's Lark behind `%llguidance`, as there.
+    if let Some(value) = object.get("grammar").filter(|v| !v.is_null()) {
+        let grammar = value
+            .as_str()
+            .ok_or_else(|| ApiError::invalid("grammar", "'grammar' must be a string."))?;
+        if grammar.trim_start().starts_with("%llguidance") {
+            found.push((Guided::Grammar(grammar.to_owned()), "grammar"));
+        } else if !grammar.trim().is_empty() {
+            found.push((Guided::Gbnf(grammar.to_owned()), "grammar"));
+        }
     }
     if found.len() > 1 {
         return Err(ApiError::invalid(
@@ -136,6 +149,22 @@ mod tests {
         }
         let both = parse(json!({"json_schema": schema, "guided_json": schema})).unwrap_err();
         assert!(both.message.contains("cannot be combined"), "{both:?}");
+    }
+
+    #[test]
+    fn llama_server_grammar_is_gbnf_or_lark() {
+        let gbnf = "root ::= \"yes\" | \"no\"";
+        assert_eq!(
+            parse(json!({"grammar": gbnf})).unwrap(),
+            Some((Guided::Gbnf(gbnf.into()), "grammar"))
+        );
+        let lark = "%llguidance {}\nstart: \"yes\"";
+        assert_eq!(
+            parse(json!({"grammar": lark})).unwrap(),
+            Some((Guided::Grammar(lark.into()), "grammar"))
+        );
+        assert_eq!(parse(json!({"grammar": ""})).unwrap(), None);
+        assert!(parse(json!({"grammar": 3})).is_err());
     }
 
     #[test]

@@ -32,6 +32,7 @@
 //! }
 //! ```
 
+mod app;
 mod codec;
 mod config;
 pub mod engine;

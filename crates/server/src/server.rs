@@ -13,13 +13,14 @@ use hyper_util::service::TowerToHyperService;
 use kindle_generate::PagedModel;
 use tokio::net::TcpListener;
 
+use crate::app::AppState;
 use crate::codec::TextCodec;
 use crate::config::ServerConfig;
 use crate::engine::{self, Command, EngineOptions};
 use crate::error::ServerError;
 use crate::metrics::Metrics;
 use crate::response::now_seconds;
-use crate::routes::{AppState, router};
+use crate::routes::router;
 
 /// Serve `model` on `listener` until `shutdown` resolves, then drain: new requests get 503
 /// (and `/health` too), running and queued requests finish for up to

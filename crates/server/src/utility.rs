@@ -7,10 +7,10 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use serde_json::{Value, json};
 
+use crate::app::{Shared, json_response, read_json};
 use crate::codec::{Encoding, TextCodec};
 use crate::error::ApiError;
 use crate::request::{boolean, string};
-use crate::routes::{Shared, json_response, read_json};
 
 /// `/tokenize`: llama-server's form (`content`; `add_special` default false, `parse_special`
 /// default true; `with_pieces` gives each token's piece, as a byte array where it is not

@@ -298,6 +298,7 @@ impl TextCodec for ServeCodec {
             Guided::Regex(rx) => ConstraintSpec::Regex(rx.clone()),
             Guided::Choice(choices) => ConstraintSpec::Choice(choices.clone()),
             Guided::Grammar(grammar) => ConstraintSpec::Lark(grammar.clone()),
+            Guided::Gbnf(grammar) => ConstraintSpec::Gbnf(grammar.clone()),
         };
         let constrainer = self
             .constrainer
