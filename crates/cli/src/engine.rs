@@ -9,7 +9,7 @@ use clap::builder::{PossibleValuesParser, TypedValueParser};
 use kindle_generate::TokenDecoder;
 use kindle_gguf::mix::{FileType, ModelFacts};
 use kindle_gguf::quant::{GgmlType, QUANTIZE_TYPES, quantize};
-use kindle_gguf::{ALIGNMENT_KEY, GgufFile, GgufWriter, MetadataValue};
+use kindle_gguf::{GgufFile, GgufWriter, MetadataValue};
 use kindle_model::{
     ActivationFormat, DeviceKind, Dtype, Engine, EngineOptions, KvType, LlamaConfig,
 };
@@ -255,8 +255,9 @@ pub enum Scheme {
 /// quantizes (matrices named `*weight`, not norms; `kindle_gguf::mix::is_quantizable`), every
 /// other tensor and every metadata entry kept as they are. A matrix already of its new type is
 /// copied. With `all`, quantized matrices are re-encoded too (`kindle quantize`, which also
-/// sets `general.file_type` and `general.quantization_version` as llama-quantize does);
-/// without, only dense ones (`f32`, `f16`, `bf16`: `--quantize`).
+/// sets `general.file_type` and `general.quantization_version` and orders the tensors as
+/// llama-quantize does, so the file is its byte for byte); without, only dense ones (`f32`,
+/// `f16`, `bf16`: `--quantize`).
 pub fn requantize(file: &GgufFile, scheme: Scheme, all: bool) -> Result<GgufWriter> {
     let (ftype, pure) = match scheme {
         Scheme::Pure(ty) => (
@@ -267,26 +268,30 @@ pub fn requantize(file: &GgufFile, scheme: Scheme, all: bool) -> Result<GgufWrit
     };
     let facts = ModelFacts::of(file).context("reading the model's architecture")?;
     let types = kindle_gguf::mix::tensor_types(ftype, pure, &facts, file.tensors());
-    // llama-quantize stamps the file type and ggml's quantization version.
-    let stamp = |key: &str| match key {
-        FILE_TYPE_KEY if all => Some(MetadataValue::U32(ftype.id())),
-        QUANTIZATION_VERSION_KEY if all => Some(MetadataValue::U32(QUANTIZATION_VERSION)),
-        _ => None,
-    };
+    // llama-quantize stamps ggml's quantization version and the file type, each moved to the
+    // end of the metadata (ggml's `gguf_set_val_u32` on a key it has), and writes the tensors
+    // in its loader's order: the file is then llama-quantize's byte for byte.
+    let stamped = [
+        (QUANTIZATION_VERSION_KEY, QUANTIZATION_VERSION),
+        (FILE_TYPE_KEY, ftype.id()),
+    ];
     let mut writer = GgufWriter::new();
     for (key, value) in file.metadata() {
-        let value = stamp(key).unwrap_or_else(|| value.clone());
-        writer = writer.metadata(key.clone(), value);
-    }
-    for key in [QUANTIZATION_VERSION_KEY, FILE_TYPE_KEY] {
-        if let (None, Some(value)) = (file.get(key), stamp(key)) {
-            writer = writer.metadata(key, value);
+        if !(all && stamped.iter().any(|(k, _)| k == key)) {
+            writer = writer.metadata(key.clone(), value.clone());
         }
     }
-    if file.get(ALIGNMENT_KEY).is_none() {
-        writer = writer.alignment(file.alignment());
+    if all {
+        for (key, value) in stamped {
+            writer = writer.metadata(key, MetadataValue::U32(value));
+        }
     }
-    for (info, to) in file.tensors().iter().zip(types) {
+    let order = if all {
+        kindle_gguf::mix::llama_order(file.tensors())
+    } else {
+        (0..file.tensors().len()).collect()
+    };
+    for (info, to) in order.into_iter().map(|i| (&file.tensors()[i], types[i])) {
         let dense = matches!(info.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
         let keep = match to {
             None => true,

@@ -2,9 +2,9 @@
 //! SmolLM2 (the K-quant mixtures `Q4_K_M`, `Q5_K_M`, `Q3_K_M`, `Q4_K_S`, `Q2_K`, and `Q6_K`,
 //! `Q5_0`) and two of Gemma-3 (`Q4_K_M`, `Q2_K`: its 640-wide matrices and four query heads a
 //! key head take other branches), every tensor has llama-quantize's type and llama-quantize's
-//! bytes (their sha256 in `testdata/reference/llama-quantize-*.json`, written by
-//! `llama_quantize_digests.py` beside them from llama-quantize's own files), and
-//! `general.file_type` is its.
+//! bytes, and the whole file is llama-quantize's byte for byte (their sha256 in
+//! `testdata/reference/llama-quantize-*.json`, written by `llama_quantize_digests.py` beside
+//! them from llama-quantize's own files).
 
 mod common;
 
@@ -91,8 +91,17 @@ fn check_against(model: &Path, reference: &Value, count: usize) {
         if Some(id) != want["file_type"].as_u64() {
             failures.push(format!("{ftype}: general.file_type {id}"));
         }
-        for d in differences(&digests(&file), &want["tensors"]) {
+        let tensors = differences(&digests(&file), &want["tensors"]);
+        for d in &tensors {
             failures.push(format!("{ftype}: {d}"));
+        }
+        // Then the whole file: the metadata in llama-quantize's order and the tensors in its.
+        let whole = Sha256::digest(std::fs::read(&out).unwrap());
+        let whole: String = whole.iter().map(|b| format!("{b:02x}")).collect();
+        if tensors.is_empty() && want["file_sha256"] != whole.as_str() {
+            failures.push(format!(
+                "{ftype}: the tensors are llama-quantize's, the file is not"
+            ));
         }
         std::fs::remove_file(&out).unwrap();
     }

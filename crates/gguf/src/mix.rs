@@ -449,6 +449,21 @@ impl Walk<'_> {
     }
 }
 
+/// The indices of `tensors` in the order llama-quantize walks and writes them: by layer
+/// (tensors outside the `blk.N.` layers first), then by name (its loader's
+/// `weight_name_comparer`).
+pub fn llama_order(tensors: &[TensorInfo]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..tensors.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (a, b) = (&tensors[a].name, &tensors[b].name);
+        match layer_of(a).cmp(&layer_of(b)) {
+            Ordering::Equal => a.cmp(b),
+            other => other,
+        }
+    });
+    order
+}
+
 /// The type of each tensor of `tensors` in the file type `ftype` (`pure`: every quantized
 /// matrix `ftype`'s default type, without the mixture's exceptions, as `llama-quantize
 /// --pure`), `None` for tensors that are not quantized (kept as they are). A matrix whose rows
@@ -459,16 +474,8 @@ pub fn tensor_types(
     facts: &ModelFacts,
     tensors: &[TensorInfo],
 ) -> Vec<Option<GgmlType>> {
-    // llama-quantize walks the tensors by layer, then by name (its loader's
-    // `weight_name_comparer`): the counters below follow that order.
-    let mut order: Vec<usize> = (0..tensors.len()).collect();
-    order.sort_by(|&a, &b| {
-        let (a, b) = (&tensors[a].name, &tensors[b].name);
-        match layer_of(a).cmp(&layer_of(b)) {
-            Ordering::Equal => a.cmp(b),
-            other => other,
-        }
-    });
+    // The counters below follow llama-quantize's order.
+    let order = llama_order(tensors);
     let mut walk = Walk {
         facts,
         ftype,
