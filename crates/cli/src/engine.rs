@@ -243,12 +243,15 @@ pub fn file_type(name: &str) -> Result<FileType> {
 /// How [`requantize`] picks each matrix's type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scheme {
-    /// Every quantizable matrix this type (`--quantize`, `kindle quantize --pure`), or
-    /// llama-quantize's fallback where its rows are not whole blocks of it.
+    /// Every quantizable matrix this type (`--quantize`), or llama-quantize's fallback where
+    /// its rows are not whole blocks of it.
     Pure(GgmlType),
     /// llama-quantize's mixture for a file type (`kindle quantize --type q4_k_m`): some
     /// matrices get more bits (`kindle_gguf::mix`).
     Mix(FileType),
+    /// A file type without its mixture (`kindle quantize --type q4_k_s --pure`): every
+    /// matrix its default type, the file named as that file type.
+    PureFile(FileType),
 }
 
 /// `file` with its weight matrices encoded as `scheme` says: the tensors llama-quantize
@@ -265,6 +268,7 @@ pub fn requantize(file: &GgufFile, scheme: Scheme, all: bool) -> Result<GgufWrit
             true,
         ),
         Scheme::Mix(ftype) => (ftype, false),
+        Scheme::PureFile(ftype) => (ftype, true),
     };
     let facts = ModelFacts::of(file).context("reading the model's architecture")?;
     let types = kindle_gguf::mix::tensor_types(ftype, pure, &facts, file.tensors());
@@ -306,6 +310,15 @@ pub fn requantize(file: &GgufFile, scheme: Scheme, all: bool) -> Result<GgufWrit
         let values = file
             .dequantize(&info.name)
             .with_context(|| format!("reading tensor {}", info.name))?;
+        // As llama-quantize (which validates what it writes): a weight that is not a number
+        // would make a model that fails at its first token.
+        if let Some(at) = values.iter().position(|v| !v.is_finite()) {
+            bail!(
+                "tensor {} holds {} at value {at}: not quantizing a broken model",
+                info.name,
+                values[at]
+            );
+        }
         let bytes = quantize_rows(to, &values, info.dims[0] as usize)
             .with_context(|| format!("quantizing {}", info.name))?;
         writer = writer.tensor(info.name.clone(), &info.dims, to, bytes);

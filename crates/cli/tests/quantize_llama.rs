@@ -164,3 +164,71 @@ fn a_different_file_is_caught() {
     let other = differences(&source, want);
     assert!(other.iter().any(|d| d.contains("other bytes")), "{other:?}");
 }
+
+/// `--pure` keeps the file type it was given (llama-quantize `--pure` names the file so):
+/// `q4_k_s` is 14 and `q3_k_l` 13, not their `_m` siblings' 15 and 12.
+#[test]
+fn pure_files_keep_their_file_type() {
+    let Some(model) = common::real_model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for (ty, id) in [("q4_k_s", 14), ("q3_k_l", 13)] {
+        let out = dir.path().join(format!("{ty}.gguf"));
+        let run = Command::new(env!("CARGO_BIN_EXE_kindle"))
+            .args(["quantize", model.to_str().unwrap(), out.to_str().unwrap()])
+            .args(["--type", ty, "--pure"])
+            .output()
+            .unwrap();
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let file = GgufFile::open(&out).unwrap();
+        assert_eq!(file.get_u64("general.file_type").unwrap(), id, "{ty}");
+    }
+}
+
+/// Bad input: a weight that is not a number is refused naming the tensor (llama-quantize
+/// refuses such a file too), and the input under another name is not overwritten.
+#[test]
+fn broken_weights_and_the_input_by_another_name_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("nan.gguf");
+    let mut values = vec![0.5f32; 32 * 4];
+    values[70] = f32::NAN;
+    kindle_gguf::GgufWriter::new()
+        .metadata("general.architecture", "llama")
+        .metadata("llama.block_count", kindle_gguf::MetadataValue::U32(1))
+        .tensor_f32("blk.0.ffn_up.weight", &[32, 4], &values)
+        .write(&input)
+        .unwrap();
+    let run = |output: &std::path::Path| {
+        Command::new(env!("CARGO_BIN_EXE_kindle"))
+            .args([
+                "quantize",
+                input.to_str().unwrap(),
+                output.to_str().unwrap(),
+            ])
+            .args(["--type", "q8_0"])
+            .output()
+            .unwrap()
+    };
+    let out = run(&dir.path().join("out.gguf"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("tensor blk.0.ffn_up.weight holds NaN at value 70"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("out.gguf").exists());
+    let before = std::fs::read(&input).unwrap();
+    let out = run(&dir.path().join(".").join("nan.gguf"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("the output would overwrite the input"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read(&input).unwrap(), before);
+}

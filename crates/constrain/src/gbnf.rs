@@ -22,6 +22,10 @@ use crate::ConstrainError;
 /// means no maximum.
 const MAX_REPETITION: u64 = 2000;
 
+/// The deepest nesting of groups and of repetitions of repetitions: the parser, the
+/// converter and llguidance recurse over it, so a deeper one would overflow a thread's stack.
+const MAX_NESTING: usize = 256;
+
 /// Where a rule may continue, said in the errors of a line that is not a new rule.
 const CONTINUATION: &str = "a rule goes on to the next line only after a trailing `|`, inside \
                             parentheses or right after `::=`";
@@ -41,7 +45,12 @@ const CONTINUATION: &str = "a rule goes on to the next line only after a trailin
 /// An invalid text is [`ConstrainError::Gbnf`] with the line and column of the problem, under
 /// the source name `grammar`.
 pub fn gbnf_to_lark(text: &str) -> Result<String, ConstrainError> {
-    let rules = Parser { text, pos: 0 }.grammar()?;
+    let rules = Parser {
+        text,
+        pos: 0,
+        depth: 0,
+    }
+    .grammar()?;
     Ok(emit(&rules))
 }
 
@@ -92,6 +101,8 @@ enum Node {
 struct Parser<'a> {
     text: &'a str,
     pos: usize,
+    /// Groups open at `pos`.
+    depth: usize,
 }
 
 impl Parser<'_> {
@@ -187,6 +198,13 @@ impl Parser<'_> {
         if let Some((name, at)) = unknown {
             return Err(self.error_at(at, format!("unknown rule `{name}` (never defined)")));
         }
+        if !finishing_rules(&rules).contains("root") {
+            return Err(self.error_at(
+                0,
+                "`root` matches no text: every way through it refers back to a rule that never \
+                 ends (`root ::= root`, or a cycle of rules without a way out)",
+            ));
+        }
         Ok(rules)
     }
 
@@ -259,9 +277,16 @@ impl Parser<'_> {
                 '<' | '!' => nodes.push(Node::Token(self.token()?)),
                 '(' => {
                     let open = self.pos;
+                    if self.depth >= MAX_NESTING {
+                        return Err(
+                            self.error(format!("groups are nested more than {MAX_NESTING} deep"))
+                        );
+                    }
                     self.pos += 1;
                     self.space(true);
+                    self.depth += 1;
                     let group = self.alternatives(true)?;
+                    self.depth -= 1;
                     if self.peek() != Some(')') {
                         let (line, column) = self.line_column(open);
                         return Err(self.error(format!(
@@ -281,6 +306,17 @@ impl Parser<'_> {
                     let Some(node) = nodes.pop() else {
                         return Err(self.error(format!("`{c}` has nothing to repeat")));
                     };
+                    let mut stacked = 0;
+                    let mut inner = &node;
+                    while let Node::Repeat { node, .. } = inner {
+                        stacked += 1;
+                        inner = node;
+                    }
+                    if self.depth + stacked >= MAX_NESTING {
+                        return Err(self.error(format!(
+                            "repetitions and groups are nested more than {MAX_NESTING} deep"
+                        )));
+                    }
                     let (min, max) = self.repetition(nested)?;
                     nodes.push(Node::Repeat {
                         node: Box::new(node),
@@ -537,6 +573,38 @@ impl Parser<'_> {
 }
 
 /// Call `f` on every node of `alternatives`, nested ones included.
+/// The rules that match some finite text (the productive symbols of the grammar): to a fixed
+/// point, a rule is one when one of its alternatives has only such rules in it.
+fn finishing_rules(rules: &[Rule]) -> HashSet<&str> {
+    fn finishes(node: &Node, done: &HashSet<&str>) -> bool {
+        match node {
+            Node::Ref(name, _) => done.contains(name.as_str()),
+            Node::Group(alternatives) => alternatives
+                .iter()
+                .any(|seq| seq.iter().all(|n| finishes(n, done))),
+            Node::Repeat { node, min, .. } => *min == 0 || finishes(node, done),
+            Node::Literal(_) | Node::Class { .. } | Node::Any | Node::Token(_) => true,
+        }
+    }
+    let mut done: HashSet<&str> = HashSet::new();
+    loop {
+        let before = done.len();
+        for rule in rules {
+            if !done.contains(rule.name.as_str())
+                && rule
+                    .body
+                    .iter()
+                    .any(|seq| seq.iter().all(|n| finishes(n, &done)))
+            {
+                done.insert(rule.name.as_str());
+            }
+        }
+        if done.len() == before {
+            return done;
+        }
+    }
+}
+
 fn visit(alternatives: &[Vec<Node>], f: &mut impl FnMut(&Node)) {
     fn node(n: &Node, f: &mut impl FnMut(&Node)) {
         f(n);

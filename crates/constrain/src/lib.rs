@@ -97,6 +97,32 @@ impl Constrainer {
         spec: &ConstraintSpec,
         source: &str,
     ) -> Result<Constraint, ConstrainError> {
+        // Compiling a grammar recurses over its rules (llguidance's grammar passes): a chain of
+        // a few hundred rules overflowed a 2 MiB stack (a server worker's) and aborted the
+        // process. The compile runs on a thread of its own with a large stack (reserved, not
+        // committed: only what is used is memory).
+        std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .name("kindle-grammar".into())
+                .stack_size(COMPILE_STACK_BYTES)
+                .spawn_scoped(scope, || self.compile(spec, source))
+                .map_err(|e| ConstrainError::Invalid {
+                    source_name: source.to_owned(),
+                    kind: spec.kind(),
+                    message: format!("could not start the grammar compiler's thread: {e}"),
+                })?
+                .join()
+                .unwrap_or_else(|_| {
+                    Err(ConstrainError::Invalid {
+                        source_name: source.to_owned(),
+                        kind: spec.kind(),
+                        message: "the grammar compiler failed".into(),
+                    })
+                })
+        })
+    }
+
+    fn compile(&self, spec: &ConstraintSpec, source: &str) -> Result<Constraint, ConstrainError> {
         let grammar = spec.grammar(source)?;
         let parser = self
             .factory
@@ -121,6 +147,9 @@ impl Constrainer {
         })
     }
 }
+
+/// The stack of the thread a grammar compiles on.
+const COMPILE_STACK_BYTES: usize = 256 << 20;
 
 /// One sequence's constraint state: masks the logits, advances with each appended token.
 pub struct Constraint {

@@ -334,3 +334,23 @@ fn invalid_gbnf_is_a_clear_error() {
         assert!(error.starts_with(expected), "{gbnf:?}: {error}");
     }
 }
+
+/// A chain of 3,000 rules compiles on a thread with a server worker's 2 MiB stack (compiling
+/// recurses over the chain; it overflowed such a stack and aborted the process at 700) and
+/// the constraint accepts what the chain spells.
+#[test]
+fn a_long_chain_of_rules_compiles_on_a_small_stack() {
+    let n = 3000;
+    let mut gbnf = String::from("root ::= r0\n");
+    for i in 0..n {
+        gbnf.push_str(&format!("r{i} ::= r{} \"b\"\n", i + 1));
+    }
+    gbnf.push_str(&format!("r{n} ::= \"a\"\n"));
+    let text = format!("a{}", "b".repeat(n));
+    std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || check(&gbnf, &[&text], &["ab", "b"]))
+        .unwrap()
+        .join()
+        .expect("the check panicked or overflowed");
+}

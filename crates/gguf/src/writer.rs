@@ -168,10 +168,19 @@ impl GgufWriter {
 
     /// Write the file to `path`, then read it back and check that it holds exactly the
     /// metadata and tensors given (names, shapes, types, bytes); a difference is an
-    /// `InvalidData` error naming it.
+    /// `InvalidData` error naming it. A file that could not be written whole (a full disk) or
+    /// does not read back is removed, not left behind half written.
     pub fn write_checked(&self, path: impl AsRef<Path>) -> io::Result<()> {
         let path = path.as_ref();
-        self.write(path)?;
+        let result = self.write(path).and_then(|()| self.check(path));
+        if result.is_err() {
+            let _ = std::fs::remove_file(path);
+        }
+        result
+    }
+
+    /// What [`write_checked`](Self::write_checked) checks of the file at `path`.
+    fn check(&self, path: &Path) -> io::Result<()> {
         let bad = |what: String| io::Error::new(io::ErrorKind::InvalidData, what);
         let file = crate::GgufFile::open(path)
             .map_err(|e| bad(format!("reading back {}: {e}", path.display())))?;

@@ -233,6 +233,9 @@ where
     let (commands, receiver) = std::sync::mpsc::channel();
     let thread = std::thread::Builder::new()
         .name("kindle-engine".into())
+        // A constraint's masks walk its grammar (llguidance's parser recurses over long rule
+        // chains): room for that, reserved rather than committed.
+        .stack_size(64 << 20)
         .spawn(move || {
             // Built on its thread: the sequences' caches never cross threads.
             let engine = Engine {
@@ -684,6 +687,10 @@ fn deliver<M: PagedModel, C: TextCodec>(
                 source = cause.source();
             }
             let request = matches!(error, kindle_generate::GenerateError::Constraint { .. });
+            if request {
+                // The grammar engine's first line says what failed; the rest is its state.
+                message = short_reason(&message);
+            }
             let _ = r.events.send(Update::Error {
                 index: r.index,
                 message,
@@ -691,6 +698,16 @@ fn deliver<M: PagedModel, C: TextCodec>(
             });
             r.finished = true;
         }
+    }
+}
+
+/// The first line of `message`, at most 300 characters (a constraint engine's error can go on
+/// for pages of its internal state).
+fn short_reason(message: &str) -> String {
+    let line = message.lines().next().unwrap_or_default().trim_end();
+    match line.char_indices().nth(300) {
+        Some((at, _)) => format!("{}...", &line[..at]),
+        None => line.to_string(),
     }
 }
 

@@ -86,13 +86,17 @@ fn refuse_unsupported(object: &Object) -> Result<(), ApiError> {
             "'best_of' larger than 'n' is not supported.",
         ));
     }
-    if let Some(Value::Array(modalities)) = field(object, "modalities")
-        && modalities.iter().any(|m| m.as_str() != Some("text"))
-    {
-        return Err(ApiError::invalid(
-            "modalities",
-            "Only text output is supported: 'modalities' may hold only \"text\".",
-        ));
+    match field(object, "modalities") {
+        None => {}
+        Some(Value::Array(modalities)) if modalities.iter().all(|m| m.as_str() == Some("text")) => {
+        }
+        Some(Value::Array(_)) => {
+            return Err(ApiError::invalid(
+                "modalities",
+                "Only text output is supported: 'modalities' may hold only \"text\".",
+            ));
+        }
+        Some(other) => return Err(expected("modalities", "an array of strings", other)),
     }
     if field(object, "audio").is_some() {
         return Err(ApiError::invalid(
@@ -584,6 +588,8 @@ mod tests {
         }
         let chat = |text: &str| generation_params(&obj(text), true);
         assert!(chat(r#"{"modalities":["text"]}"#).is_ok());
+        let err = chat(r#"{"modalities":"text"}"#).unwrap_err();
+        assert_eq!(err.param.as_deref(), Some("modalities"), "{err:?}");
         let err = chat(r#"{"modalities":["text","audio"]}"#).unwrap_err();
         assert_eq!(err.param.as_deref(), Some("modalities"), "{err:?}");
         let err = chat(r#"{"audio":{"voice":"alloy","format":"wav"}}"#).unwrap_err();

@@ -471,7 +471,8 @@ async fn generation<C: TextCodec>(
         }
         Ok(stream_response(writer, receiver, total))
     } else {
-        let mut choices = collect(receiver, total).await?;
+        let field = params.guided.as_ref().map(|(_, field)| *field);
+        let mut choices = collect(receiver, total, field).await?;
         for (index, choice) in choices.iter_mut().enumerate() {
             crate::response::trim_to_text(state.codec.as_ref(), choice);
             if let Some(prompt) = echo.get(index / params.n.max(1)) {
@@ -525,6 +526,7 @@ fn opens_reasoning<C: TextCodec>(codec: &C, prompt: &[u32]) -> bool {
 async fn collect(
     mut receiver: UnboundedReceiver<Update>,
     total: usize,
+    constraint_field: Option<&'static str>,
 ) -> Result<Vec<Choice>, ApiError> {
     let mut choices = vec![Choice::default(); total];
     let mut done = 0;
@@ -571,7 +573,11 @@ async fn collect(
                 message, request, ..
             }) => {
                 return Err(if request {
-                    ApiError::bad_request(format!("The output constraint cannot be met: {message}"))
+                    let message = format!("The output constraint cannot be met: {message}");
+                    match constraint_field {
+                        Some(field) => ApiError::invalid(field, message),
+                        None => ApiError::bad_request(message),
+                    }
                 } else {
                     ApiError::internal(message)
                 });

@@ -459,6 +459,16 @@ mod tests {
             stream(ToolFormat::Hermes, &[alone]),
             (alone.to_string(), vec![])
         );
+        // Cut inside its arguments: a call with the arguments written so far, streamed or not.
+        let cut = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city";
+        let (text, calls) = whole(ToolFormat::Hermes, cut);
+        assert_eq!(text, "");
+        assert_eq!(calls, [("get_weather".to_string(), "{\"city".to_string())]);
+        for at in [5, 20, 40, cut.len() - 1] {
+            let (a, b) = cut.split_at(at);
+            let streamed = stream(ToolFormat::Hermes, &[a, b]);
+            assert_eq!(streamed, (text.clone(), calls.clone()), "{at}");
+        }
     }
 
     fn whole(format: ToolFormat, reply: &str) -> (String, Vec<(String, String)>) {

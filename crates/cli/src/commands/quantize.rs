@@ -37,11 +37,18 @@ pub struct QuantizeArgs {
 pub fn run(args: QuantizeArgs) -> Result<()> {
     let ftype = engine::file_type(&args.ty).context("--type")?;
     let scheme = if args.pure {
-        Scheme::Pure(ftype.default_type())
+        Scheme::PureFile(ftype)
     } else {
         Scheme::Mix(ftype)
     };
-    if args.input == args.output {
+    // The same file by another name (`./in.gguf`, a link) too: the input is read while the
+    // output is written.
+    let same = args.input == args.output
+        || matches!(
+            (args.input.canonicalize(), args.output.canonicalize()),
+            (Ok(a), Ok(b)) if a == b
+        );
+    if same {
         bail!(
             "the output would overwrite the input ({})",
             args.input.display()

@@ -121,6 +121,11 @@ fn errors_name_the_problem_and_its_line() {
             "line 1, column 12: unknown rule `y`",
         ),
         ("x ::= \"a\"", "line 1, column 1: no `root` rule"),
+        ("root ::= root", "line 1, column 1: `root` matches no text"),
+        (
+            "root ::= a\na ::= \"x\" b\nb ::= a \"y\"",
+            "line 1, column 1: `root` matches no text",
+        ),
         (
             "root ::= * \"a\"",
             "line 1, column 10: `*` has nothing to repeat",
@@ -185,4 +190,20 @@ fn errors_name_the_problem_and_its_line() {
             "{gbnf:?}: {text}"
         );
     }
+}
+
+/// Nesting is bounded (the parser, the converter and llguidance recurse over it): 256 groups
+/// or stacked repetitions are refused with the line and column, fewer convert.
+#[test]
+fn nesting_is_bounded() {
+    let nested = |n: usize| format!("root ::= {}\"a\"{}", "(".repeat(n), ")".repeat(n));
+    assert!(gbnf_to_lark(&nested(200)).is_ok());
+    let err = gbnf_to_lark(&nested(10_000)).unwrap_err().to_string();
+    assert!(
+        err.contains("column 266: groups are nested more than 256 deep"),
+        "{err}"
+    );
+    let stacked = format!("root ::= \"a\"{}", "?".repeat(300));
+    let err = gbnf_to_lark(&stacked).unwrap_err().to_string();
+    assert!(err.contains("nested more than 256 deep"), "{err}");
 }

@@ -392,8 +392,10 @@ pub fn parse_calls(text: &str) -> (String, Vec<ToolCall>) {
         let body_start = start + OPEN.len();
         let Some(end) = text[body_start..].find(CLOSE).map(|i| body_start + i) else {
             // The last block, left open (the token limit cut its closing tag or more): a
-            // call if its body is one, dropped if calls came before it, else text.
-            let call = call_of(text[body_start..].trim(), ToolFormat::Hermes);
+            // call if its body is one, or if its name was written (its arguments as far as
+            // they go, as a stream has sent them), dropped if calls came before it, else text.
+            let body = text[body_start..].trim();
+            let call = call_of(body, ToolFormat::Hermes).or_else(|| cut_call(body));
             if call.is_some() || !calls.is_empty() {
                 rest.push_str(&text[at..start]);
                 calls.extend(call);
@@ -412,6 +414,22 @@ pub fn parse_calls(text: &str) -> (String, Vec<ToolCall>) {
     }
     rest.push_str(&text[at..]);
     (rest.trim().to_string(), calls)
+}
+
+/// A Hermes call the token limit cut after its name and the start of its arguments: the
+/// arguments as written so far (not JSON: OpenAI's calls cut by `max_tokens` are the same).
+fn cut_call(body: &str) -> Option<ToolCall> {
+    let keys = argument_keys(ToolFormat::Hermes);
+    let scan = scan::scan_call(body, keys)?;
+    let name = scan.name?;
+    let (start, None) = scan.arguments? else {
+        return None;
+    };
+    Some(ToolCall {
+        id: ToolFormat::Hermes.call_id(),
+        name,
+        arguments: body[start..].trim_end().to_string(),
+    })
 }
 
 /// What makes a call id unique: the clock (nanoseconds) and a process-wide counter.
