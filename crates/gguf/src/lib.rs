@@ -92,6 +92,27 @@ mod tests {
         ]
     }
 
+    /// `write` streams the bytes `to_bytes` builds: odd tensor sizes, padding longer than
+    /// the writer's zero buffer (alignment 8192) and none at all.
+    #[test]
+    fn written_files_are_to_bytes_bytes() {
+        let dir = std::env::temp_dir().join(format!("kindle-gguf-write-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for alignment in [32, 8192] {
+            let writer = GgufWriter::new()
+                .alignment(alignment)
+                .metadata("general.architecture", "llama")
+                .tensor("a", &[3], GgmlType::I8, vec![1, 2, 3])
+                .tensor_f32("b", &[5], &[1.0, 2.0, 3.0, 4.0, 5.0])
+                .tensor("c", &[32], GgmlType::I8, vec![7; 32]);
+            let path = dir.join(format!("w{alignment}.gguf"));
+            writer.write(&path).unwrap();
+            assert_eq!(std::fs::read(&path).unwrap(), writer.to_bytes());
+            writer.write_checked(&path).unwrap();
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn every_value_type_round_trips() {
         let values = all_values();

@@ -130,6 +130,18 @@ impl GgufWriter {
 
     /// The file's bytes.
     pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = self.header();
+        let align = self.data_alignment();
+        for t in &self.tensors {
+            out.extend_from_slice(&t.bytes);
+            pad(&mut out, align);
+        }
+        out
+    }
+
+    /// Everything before the tensor data: the header, the metadata, the tensor infos and the
+    /// padding to the data's alignment.
+    fn header(&self) -> Vec<u8> {
         let align = self.data_alignment();
         let metadata = self.effective_metadata();
         let mut out = Vec::new();
@@ -154,16 +166,29 @@ impl GgufWriter {
             offset = (offset + t.bytes.len() as u64).next_multiple_of(align);
         }
         pad(&mut out, align);
-        for t in &self.tensors {
-            out.extend_from_slice(&t.bytes);
-            pad(&mut out, align);
-        }
         out
     }
 
-    /// Write the file to `path`.
+    /// Write the file to `path` ([`to_bytes`](Self::to_bytes)' bytes, streamed: the tensors
+    /// are not copied into one buffer first).
     pub fn write(&self, path: impl AsRef<Path>) -> io::Result<()> {
-        std::fs::write(path, self.to_bytes())
+        use std::io::Write;
+        let align = self.data_alignment();
+        let mut out = io::BufWriter::new(std::fs::File::create(path)?);
+        let header = self.header();
+        out.write_all(&header)?;
+        let zeros = [0u8; MAX_PAD];
+        for t in &self.tensors {
+            out.write_all(&t.bytes)?;
+            let padded = (t.bytes.len() as u64).next_multiple_of(align) - t.bytes.len() as u64;
+            let mut left = padded as usize;
+            while left > 0 {
+                let n = left.min(MAX_PAD);
+                out.write_all(&zeros[..n])?;
+                left -= n;
+            }
+        }
+        out.flush()
     }
 
     /// Write the file to `path`, then read it back and check that it holds exactly the
@@ -216,6 +241,9 @@ impl GgufWriter {
         Ok(())
     }
 }
+
+/// The zeros written at a time between tensors.
+const MAX_PAD: usize = 4096;
 
 fn pad(out: &mut Vec<u8>, align: u64) {
     let len = out.len() as u64;
