@@ -64,15 +64,17 @@ fn differences(got: &[(String, String, String)], want: &Value) -> Vec<String> {
     out
 }
 
-fn quantize(model: &Path, out: &Path, ftype: &str) {
+/// `kindle quantize model out --type ftype extra...`, which must succeed.
+fn quantize(model: &Path, out: &Path, ftype: &str, extra: &[&str]) {
     let run = Command::new(env!("CARGO_BIN_EXE_kindle"))
         .args(["quantize", model.to_str().unwrap(), out.to_str().unwrap()])
         .args(["--type", &ftype.to_ascii_lowercase()])
+        .args(extra)
         .output()
         .expect("running kindle");
     assert!(
         run.status.success(),
-        "kindle quantize --type {ftype}: {}",
+        "kindle quantize --type {ftype} {extra:?}: {}",
         String::from_utf8_lossy(&run.stderr)
     );
 }
@@ -85,7 +87,7 @@ fn check_against(model: &Path, reference: &Value, count: usize) {
     let mut failures = Vec::new();
     for (ftype, want) in files {
         let out = dir.path().join(format!("{ftype}.gguf"));
-        quantize(model, &out, ftype);
+        quantize(model, &out, ftype, &[]);
         let file = GgufFile::open(&out).unwrap();
         let id = file.get_u64("general.file_type").unwrap();
         if Some(id) != want["file_type"].as_u64() {
@@ -136,16 +138,7 @@ fn a_different_file_is_caught() {
     let want = &reference["files"]["Q4_K_M"]["tensors"];
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("pure.gguf");
-    let run = Command::new(env!("CARGO_BIN_EXE_kindle"))
-        .args(["quantize", model.to_str().unwrap(), out.to_str().unwrap()])
-        .args(["--type", "q4_k_m", "--pure"])
-        .output()
-        .unwrap();
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    quantize(&model, &out, "q4_k_m", &["--pure"]);
     let pure = differences(&digests(&GgufFile::open(&out).unwrap()), want);
     assert!(
         pure.iter()
@@ -175,16 +168,7 @@ fn pure_files_keep_their_file_type() {
     let dir = tempfile::tempdir().unwrap();
     for (ty, id) in [("q4_k_s", 14), ("q3_k_l", 13)] {
         let out = dir.path().join(format!("{ty}.gguf"));
-        let run = Command::new(env!("CARGO_BIN_EXE_kindle"))
-            .args(["quantize", model.to_str().unwrap(), out.to_str().unwrap()])
-            .args(["--type", ty, "--pure"])
-            .output()
-            .unwrap();
-        assert!(
-            run.status.success(),
-            "{}",
-            String::from_utf8_lossy(&run.stderr)
-        );
+        quantize(&model, &out, ty, &["--pure"]);
         let file = GgufFile::open(&out).unwrap();
         assert_eq!(file.get_u64("general.file_type").unwrap(), id, "{ty}");
     }

@@ -4,24 +4,14 @@
 //! `quantize_row_q*_K_ref` made of six kinds of rows (`ggml_low_k_quants.py` beside it wrote
 //! the file through ctypes). kindle's decoders must give the same bits.
 
+mod common;
+
+use common::hex;
 use kindle_gguf::quant::{GgmlType, dequantize};
 use serde_json::Value;
 
 fn reference() -> Value {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../testdata/reference/ggml-low-k-quants.json"
-    );
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    serde_json::from_str(&text).expect("the reference is JSON")
-}
-
-fn hex(text: &Value) -> Vec<u8> {
-    let text = text.as_str().expect("a hex string");
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex"))
-        .collect()
+    common::reference("ggml-low-k-quants.json")
 }
 
 fn bits(values: &Value) -> Vec<u32> {

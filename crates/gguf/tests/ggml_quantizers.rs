@@ -3,24 +3,14 @@
 //! importance matrix) made of eight kinds of rows (`ggml_quantizers.py` beside it wrote the file
 //! through ctypes). kindle must write the same bytes.
 
+mod common;
+
+use common::hex;
 use kindle_gguf::quant::{GgmlType, quantize};
 use serde_json::Value;
 
 fn reference() -> Value {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../testdata/reference/ggml-quantizers.json"
-    );
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    serde_json::from_str(&text).expect("the reference is JSON")
-}
-
-fn hex(text: &Value) -> Vec<u8> {
-    let text = text.as_str().expect("a hex string");
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex"))
-        .collect()
+    common::reference("ggml-quantizers.json")
 }
 
 fn rows(reference: &Value) -> Vec<Vec<f32>> {

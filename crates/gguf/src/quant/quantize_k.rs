@@ -7,7 +7,9 @@
 
 use super::f16_le;
 use super::kquants::QK_K;
-use super::quantize_low_k::{GROUP_MAX_EPS, Search, f16, make_qkx2_quants, nearest_int};
+use super::quantize_low_k::{
+    GROUP_MAX_EPS, Search, f16, make_qkx2_quants, nearest_int, signed_max,
+};
 
 /// One `Q4_K` super-block of `x` (256 values) appended to `out` (144 bytes).
 pub(super) fn q4_k(x: &[f32], out: &mut Vec<u8>) {
@@ -115,17 +117,10 @@ fn affine_super_block(x: &[f32], nmax: i32, search: Search) -> ([u8; 16], [u8; Q
 /// `nmax`) and the scale of a symmetric group, weighted by `x^2`, searched over 18 scales
 /// around `-nmax / max`.
 fn make_qx_quants(x: &[f32], nmax: i32, levels: &mut [i8]) -> f32 {
-    let (mut max, mut amax) = (0f32, 0f32);
-    for &v in x {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
-        }
-    }
-    if amax < GROUP_MAX_EPS {
+    let Some(max) = signed_max(x) else {
         levels.fill(0);
         return 0.0;
-    }
+    };
     let level = |iscale: f32, v: f32| nearest_int(iscale * v).clamp(-nmax, nmax - 1);
     // The weighted sums of `x * l` and `l * l` at one inverse scale.
     let sums = |iscale: f32| {

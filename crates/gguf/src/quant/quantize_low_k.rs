@@ -21,9 +21,9 @@ pub(super) fn f16(v: f32) -> [u8; 2] {
     half::f16::from_f32(v).to_le_bytes()
 }
 
-/// `make_q3_quants(n, nmax, x, L, do_rmse = true)`: the levels `L` (offset by `nmax`) and the
-/// group's scale.
-fn make_q3_quants(x: &[f32], nmax: i32, levels: &mut [i8]) -> f32 {
+/// The value of largest magnitude in `x` (the first of equals), with its sign; `None` when
+/// every magnitude is below [`GROUP_MAX_EPS`] (ggml quantizes such a group to zeros).
+pub(super) fn signed_max(x: &[f32]) -> Option<f32> {
     let (mut max, mut amax) = (0f32, 0f32);
     for &v in x {
         if v.abs() > amax {
@@ -31,10 +31,16 @@ fn make_q3_quants(x: &[f32], nmax: i32, levels: &mut [i8]) -> f32 {
             max = v;
         }
     }
-    if amax < GROUP_MAX_EPS {
+    (amax >= GROUP_MAX_EPS).then_some(max)
+}
+
+/// `make_q3_quants(n, nmax, x, L, do_rmse = true)`: the levels `L` (offset by `nmax`) and the
+/// group's scale.
+fn make_q3_quants(x: &[f32], nmax: i32, levels: &mut [i8]) -> f32 {
+    let Some(max) = signed_max(x) else {
         levels.fill(0);
         return 0.0;
-    }
+    };
     let iscale = -(nmax as f32) / max;
     let (mut sumlx, mut suml2) = (0f32, 0f32);
     for (l, &v) in levels.iter_mut().zip(x) {
