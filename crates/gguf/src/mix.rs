@@ -442,9 +442,9 @@ impl Walk<'_> {
             } else if ftype == F::Q3_K_L {
                 ty = T::Q4_K;
             }
-        } else if category == Category::AttnQkv {
-            // Not reached: `is_attn_v` takes the fused attention first, as in llama.cpp.
         }
+        // llama.cpp's branch for a fused `attn_qkv` after this one is never reached: the
+        // attention-value branch above takes it first.
         ty
     }
 }

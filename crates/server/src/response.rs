@@ -190,7 +190,8 @@ pub fn logprobs_json<C: TextCodec>(
             for token in tokens {
                 offsets.push(offset);
                 offset += token_width(codec, token.id);
-                texts.push(completion_token(codec, token.id));
+                let name = completion_token(codec, token.id);
+                texts.push(name.clone());
                 logprobs.push(json!(token.logprob));
                 let Some(logprob) = token.logprob else {
                     tops.push(Value::Null);
@@ -203,8 +204,7 @@ pub fn logprobs_json<C: TextCodec>(
                     .collect();
                 // OpenAI: "the API will always return the logprob of the sampled token, so
                 // there may be up to logprobs+1 elements".
-                top.entry(completion_token(codec, token.id))
-                    .or_insert(json!(logprob));
+                top.entry(name).or_insert(json!(logprob));
                 tops.push(Value::Object(top));
             }
             let mut value = json!({

@@ -8,22 +8,25 @@ use crate::{Result, TokenizerError};
 /// character GPT-2's byte-to-unicode table maps it to.
 pub(crate) fn missing_byte_tokens(pieces: &[String]) -> Vec<u8> {
     let known: HashSet<&str> = pieces.iter().map(String::as_str).collect();
-    let mut shifted = 0u32;
-    let mut missing = Vec::new();
-    for byte in 0u8..=255 {
-        let printable = matches!(byte, 33..=126 | 161..=172 | 174..=255);
-        let code = if printable {
-            u32::from(byte)
-        } else {
-            shifted += 1;
-            255 + shifted
-        };
-        let ch = char::from_u32(code).unwrap_or(char::REPLACEMENT_CHARACTER);
-        if !known.contains(ch.encode_utf8(&mut [0; 4]) as &str) {
-            missing.push(byte);
-        }
+    (0u8..=255)
+        .filter(|&byte| !known.contains(byte_char(byte).encode_utf8(&mut [0; 4]) as &str))
+        .collect()
+}
+
+/// GPT-2's `bytes_to_unicode`: printable ASCII and Latin-1 bytes stand for themselves, the
+/// other 68 bytes for U+0100.. in byte order.
+pub(crate) fn byte_char(byte: u8) -> char {
+    let printable = |b: u8| matches!(b, 33..=126 | 161..=172 | 174..=255);
+    if printable(byte) {
+        return char::from(byte);
     }
-    missing
+    let shifted = (0..byte).filter(|&b| !printable(b)).count() as u32;
+    char::from_u32(0x100 + shifted).unwrap_or(char::REPLACEMENT_CHARACTER)
+}
+
+/// [`byte_char`] read back: the byte a byte-level character spells, if it spells one.
+pub(crate) fn char_byte(c: char) -> Option<u8> {
+    (0u8..=255).find(|&b| byte_char(b) == c)
 }
 
 /// Splits `"left right"` merges and checks that both sides and the result are tokens.

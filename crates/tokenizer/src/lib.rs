@@ -393,7 +393,7 @@ impl Tokenizer {
             Backend::Spm(model) => model.decode_bytes(&[id], true),
             Backend::Hf(_) => {
                 let piece = self.id_to_piece(id).unwrap_or_default();
-                byte_fallback_piece(piece)
+                spm::byte_value(piece)
                     .map(|b| vec![b])
                     .or_else(|| byte_level_piece(piece))
                     .unwrap_or_else(|| text.into_bytes())
@@ -555,31 +555,8 @@ fn bpe_backend(
     })
 }
 
-/// The byte of a byte-fallback piece (`<0xF0>`), if `piece` is one.
-fn byte_fallback_piece(piece: &str) -> Option<u8> {
-    let hex = piece.strip_prefix("<0x")?.strip_suffix('>')?;
-    (hex.len() == 2).then(|| u8::from_str_radix(hex, 16).ok())?
-}
-
 /// The bytes of a byte-level BPE piece (GPT-2's spelling: each byte one printable character,
 /// `Ġ` for a space), if every character of `piece` spells a byte.
 fn byte_level_piece(piece: &str) -> Option<Vec<u8>> {
-    piece.chars().map(byte_of_char).collect()
-}
-
-/// GPT-2's `bytes_to_unicode`, inverted: printable ASCII and Latin-1 bytes stand for
-/// themselves, the other 68 bytes for U+0100.. in byte order.
-fn byte_of_char(c: char) -> Option<u8> {
-    let printable = |b: u32| {
-        (0x21..=0x7E).contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b)
-    };
-    let code = c as u32;
-    if printable(code) {
-        return Some(code as u8);
-    }
-    let index = code.checked_sub(0x100)?;
-    (0u32..256)
-        .filter(|&b| !printable(b))
-        .nth(index as usize)
-        .map(|b| b as u8)
+    piece.chars().map(bpe::char_byte).collect()
 }

@@ -343,7 +343,7 @@ impl Spm {
 }
 
 /// The byte a `<0xXX>` piece stands for.
-fn byte_value(piece: &str) -> Option<u8> {
+pub(crate) fn byte_value(piece: &str) -> Option<u8> {
     let hex = piece.strip_prefix("<0x")?.strip_suffix('>')?;
     if hex.len() != 2 {
         return None;

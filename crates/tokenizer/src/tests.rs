@@ -218,17 +218,17 @@ fn inner_supports_streaming_decode() {
 /// characters from U+0100 in byte order (`Ġ` a space, `Ċ` a newline), every byte once.
 #[test]
 fn byte_level_pieces_give_their_bytes() {
-    assert_eq!(super::byte_of_char('a'), Some(b'a'));
-    assert_eq!(super::byte_of_char('Ġ'), Some(b' '));
-    assert_eq!(super::byte_of_char('Ċ'), Some(b'\n'));
-    assert_eq!(super::byte_of_char('\u{0100}'), Some(0));
-    assert_eq!(super::byte_of_char('ð'), Some(0xF0));
-    assert_eq!(super::byte_of_char('\u{0143}'), Some(0xAD));
-    assert_eq!(super::byte_of_char('\u{0144}'), None);
-    assert_eq!(super::byte_of_char(' '), None);
+    assert_eq!(crate::bpe::char_byte('a'), Some(b'a'));
+    assert_eq!(crate::bpe::char_byte('Ġ'), Some(b' '));
+    assert_eq!(crate::bpe::char_byte('Ċ'), Some(b'\n'));
+    assert_eq!(crate::bpe::char_byte('\u{0100}'), Some(0));
+    assert_eq!(crate::bpe::char_byte('ð'), Some(0xF0));
+    assert_eq!(crate::bpe::char_byte('\u{0143}'), Some(0xAD));
+    assert_eq!(crate::bpe::char_byte('\u{0144}'), None);
+    assert_eq!(crate::bpe::char_byte(' '), None);
     let mut seen = [false; 256];
     for c in ('\u{21}'..='\u{FF}').chain('\u{100}'..='\u{143}') {
-        if let Some(b) = super::byte_of_char(c) {
+        if let Some(b) = crate::bpe::char_byte(c) {
             assert!(!seen[b as usize], "byte {b} twice");
             seen[b as usize] = true;
         }
@@ -236,6 +236,6 @@ fn byte_level_pieces_give_their_bytes() {
     assert!(seen.iter().all(|&s| s), "every byte spelled");
     // Half of 🐱 (F0 9F 90 B1) as byte-level pieces.
     assert_eq!(super::byte_level_piece("ðŁ"), Some(vec![0xF0, 0x9F]));
-    assert_eq!(super::byte_fallback_piece("<0xF0>"), Some(0xF0));
-    assert_eq!(super::byte_fallback_piece("<0xF>"), None);
+    assert_eq!(crate::spm::byte_value("<0xF0>"), Some(0xF0));
+    assert_eq!(crate::spm::byte_value("<0xF>"), None);
 }
