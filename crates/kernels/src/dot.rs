@@ -137,20 +137,28 @@ impl Kernel {
                 width,
             );
         }
-        (Q4_ORDER, self.q4_scale(), 32)
-    }
-
-    /// The factors by which the SIMD `f32` group kernel of `Q4_1` needs each position of a
-    /// [`Q4_ORDER`]ed block scaled (see `x86::Q4_SCALE`; the AVX-512 kernels look the
-    /// weights up as `d * q` and need none).
-    pub fn q4_scale(self) -> [f32; 32] {
         #[cfg(target_arch = "x86_64")]
         if let Kernel::F32 { simd, .. } = self
             && simd != Simd::Avx512
         {
-            return super::x86::Q4_SCALE;
+            // The AVX2 kernels' transposed words (`x86::Q4_LANE_ORDER`).
+            return (super::x86::Q4_LANE_ORDER, super::x86::Q4_SCALE, 32);
         }
-        [1.0; 32]
+        // The AVX-512 kernels look the weights up as `d * q` and need no scaling.
+        (Q4_ORDER, [1.0; 32], 32)
+    }
+
+    /// How many times [`Activations::permuted`] holds each value: eight for the AVX2 `f32`
+    /// `Q4` kernels, which multiply a whole vector of one value (a load folded into the FMA;
+    /// a broadcast costs a Zen 3 half a cycle of a vector pipe), else one.
+    pub fn copies(self) -> usize {
+        match self {
+            Kernel::F32 {
+                ty: GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K,
+                simd: Simd::Avx2 | Simd::Vnni,
+            } => 8,
+            _ => 1,
+        }
     }
 
     /// `out[(r - start) * m + j] = row r . activation row j` for `r` in `start..end`
@@ -290,13 +298,18 @@ impl Kernel {
     }
 
     /// How many activation rows the group kernel takes at once: eight, or for the `Q5` and
-    /// `Q6_K` kernels (rows in the lanes, several chains of partial sums a row) four (8-bit)
-    /// or two (`f32`).
+    /// `Q6_K` kernels and the AVX2 `f32` `Q4` ones (rows in the lanes, several chains of
+    /// partial sums a row) four (8-bit) or two (`f32`).
     #[cfg(target_arch = "x86_64")]
     fn max_batch(self) -> usize {
         match self {
             Kernel::Int8 { ty, .. } if k_quant(ty) || q5(ty) => 4,
             Kernel::F32 { ty, .. } if k_quant(ty) || q5(ty) => 2,
+            // Four chains of partial sums a row (`x86::avx2::q4_1_f32`).
+            Kernel::F32 {
+                ty: GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K,
+                simd: Simd::Avx2 | Simd::Vnni,
+            } => 2,
             _ => MAX_JN,
         }
     }
@@ -331,7 +344,7 @@ impl Kernel {
                 || k_quant(ty)
                 || matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K));
         let f32_rows: [&[f32]; JN] = row_slices(acts.f32, j0, cols, true);
-        let xs: [&[f32]; JN] = row_slices(acts.permuted, j0, cols, permuted);
+        let xs: [&[f32]; JN] = row_slices(acts.permuted, j0, cols * self.copies(), permuted);
         // `Q6_K`'s sums are per 16 values.
         let sums_width = if k_quant(ty) { 2 * nb } else { nb };
         let sums: [&[f32]; JN] = row_slices(acts.block_sums, j0, sums_width, permuted);

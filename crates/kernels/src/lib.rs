@@ -567,10 +567,14 @@ impl Prepared {
         };
         let (permuted, block_sums) = if kernel.wants_permuted(packed) {
             let (order, scale, width) = kernel.permutation();
-            let permuted: Vec<f32> = x
-                .chunks_exact(32)
-                .flat_map(|b| std::array::from_fn::<f32, 32, _>(|k| b[order[k]] * scale[k]))
-                .collect();
+            let copies = kernel.copies();
+            let mut permuted = Vec::with_capacity(x.len() * copies);
+            for b in x.chunks_exact(32) {
+                for k in 0..32 {
+                    let v = b[order[k]] * scale[k];
+                    permuted.extend(std::iter::repeat_n(v, copies));
+                }
+            }
             let sums = x.chunks_exact(width).map(|b| b.iter().sum()).collect();
             (permuted, sums)
         } else {
