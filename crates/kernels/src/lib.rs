@@ -568,11 +568,13 @@ impl Prepared {
         let (permuted, block_sums) = if kernel.wants_permuted(packed) {
             let (order, scale, width) = kernel.permutation();
             let copies = kernel.copies();
-            let mut permuted = Vec::with_capacity(x.len() * copies);
-            for b in x.chunks_exact(32) {
-                for k in 0..32 {
-                    let v = b[order[k]] * scale[k];
-                    permuted.extend(std::iter::repeat_n(v, copies));
+            let mut permuted = vec![0f32; x.len() * copies];
+            for (b, dst) in x
+                .chunks_exact(32)
+                .zip(permuted.chunks_exact_mut(32 * copies))
+            {
+                for (k, dst) in dst.chunks_exact_mut(copies).enumerate() {
+                    dst.fill(b[order[k]] * scale[k]);
                 }
             }
             let sums = x.chunks_exact(width).map(|b| b.iter().sum()).collect();
