@@ -20,7 +20,8 @@ pub(crate) struct Activations<'a> {
     /// that [`wants_half_sums`](Kernel::wants_half_sums) (empty otherwise).
     pub q8_halves: &'a [i32],
     /// For the SIMD `f32` kernels of the packed types: `f32` with each block's
-    /// values in the order and scaling [`Kernel::permutation`] gives (empty otherwise).
+    /// values in the order and scaling [`Kernel::permutation`] gives, each held
+    /// [`Kernel::copies`] times (empty otherwise).
     pub permuted: &'a [f32],
     /// For the same kernels: block sums of `f32` (empty otherwise).
     pub block_sums: &'a [f32],
