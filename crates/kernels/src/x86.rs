@@ -437,7 +437,10 @@ macro_rules! group_kernels {
             /// Measured on a Zen 3 (criterion, one thread, 1536 x 576): 106-114 us with the
             /// rows' products reduced across lanes (the form before), 77-86 us transposed with
             /// broadcast activations, 69-74 us with the copies (a `vbroadcastss` costs a Zen 3
-            /// about half a cycle of a vector pipe, the conversion about one). Reading the
+            /// about half a cycle of a vector pipe, the conversion about one), 52-58 us with
+            /// one activation row's four chains interleaved (64 us one word after another:
+            /// each chain of eight dependent FMAs then waited out their latency; eight chains
+            /// of four, to shorten them further, spilled and ran 62-84 us). Reading the
             /// masked word as a subnormal `f32` instead of converting it was 1.8x slower there:
             /// a Zen 3 multiplies subnormals slowly.
             ///
@@ -473,43 +476,63 @@ macro_rules! group_kernels {
                         let t1 = _mm256_unpackhi_epi32(r01, r23);
                         let t2 = _mm256_unpacklo_epi32(r45, r67);
                         let t3 = _mm256_unpackhi_epi32(r45, r67);
-                        // Each word made when its products start and each chain folded as
-                        // soon as it ends, so that few registers are live (`JN = 2` spilled
-                        // with all four words and chains held).
-                        let mut c = [[_mm256_setzero_ps(); 2]; JN];
-                        let mut half = [_mm256_setzero_ps(); JN];
-                        for g in 0..4 {
+                        // The words taken `span` at a time and their chains interleaved, so
+                        // that `span * JN` FMAs are independent at each step (one word's chain
+                        // alone waits out the FMA's latency); for `JN = 2` two words at a time,
+                        // each pair's chains folded as soon as they end, so that few registers
+                        // are live (all four words and chains spilled there). Each chain adds
+                        // its products in the same order either way.
+                        let span = if JN == 1 { 4 } else { 2 };
+                        let word = |g: usize| {
                             let (lo, hi) = if g < 2 { (t0, t2) } else { (t1, t3) };
-                            let mut part = if g % 2 == 0 {
+                            if g % 2 == 0 {
                                 _mm256_unpacklo_epi64(lo, hi)
                             } else {
                                 _mm256_unpackhi_epi64(lo, hi)
-                            };
-                            for p in 0..8 {
-                                if p == 3 || p == 6 {
-                                    part = _mm256_srli_epi32::<12>(part);
+                            }
+                        };
+                        let mut c = [[_mm256_setzero_ps(); 4]; JN];
+                        let mut half = [_mm256_setzero_ps(); JN];
+                        for g0 in (0..4).step_by(span) {
+                            let mut part: [__m256i; 4] = std::array::from_fn(|g| {
+                                if g >= g0 && g < g0 + span {
+                                    word(g)
+                                } else {
+                                    _mm256_setzero_si256()
                                 }
-                                let q = _mm256_and_si256(part, masks[p % 3]);
-                                let wq = _mm256_cvtepi32_ps(q);
-                                for j in 0..JN {
-                                    let x = _mm256_loadu_ps(
-                                        xs[j].as_ptr().add(8 * (32 * b + 8 * g + p)),
-                                    );
-                                    c[j][g % 2] = if p == 0 {
-                                        _mm256_mul_ps(wq, x)
-                                    } else {
-                                        _mm256_fmadd_ps(wq, x, c[j][g % 2])
-                                    };
+                            });
+                            for p in 0..8 {
+                                for g in g0..g0 + span {
+                                    if p == 3 || p == 6 {
+                                        part[g] = _mm256_srli_epi32::<12>(part[g]);
+                                    }
+                                    let q = _mm256_and_si256(part[g], masks[p % 3]);
+                                    let wq = _mm256_cvtepi32_ps(q);
+                                    for j in 0..JN {
+                                        let x = _mm256_loadu_ps(
+                                            xs[j].as_ptr().add(8 * (32 * b + 8 * g + p)),
+                                        );
+                                        c[j][g] = if p == 0 {
+                                            _mm256_mul_ps(wq, x)
+                                        } else {
+                                            _mm256_fmadd_ps(wq, x, c[j][g])
+                                        };
+                                    }
                                 }
                             }
-                            if g == 1 {
+                            if g0 == 0 && span == 2 {
                                 for j in 0..JN {
                                     half[j] = _mm256_add_ps(c[j][0], c[j][1]);
                                 }
                             }
                         }
+                        if span == 4 {
+                            for j in 0..JN {
+                                half[j] = _mm256_add_ps(c[j][0], c[j][1]);
+                            }
+                        }
                         for j in 0..JN {
-                            let block = _mm256_add_ps(half[j], _mm256_add_ps(c[j][0], c[j][1]));
+                            let block = _mm256_add_ps(half[j], _mm256_add_ps(c[j][2], c[j][3]));
                             acc[j] = _mm256_fmadd_ps(d, block, acc[j]);
                             let sum = _mm256_set1_ps(*sums[j].get_unchecked(b));
                             acc_min[j] = _mm256_fmadd_ps(m, sum, acc_min[j]);
