@@ -153,13 +153,19 @@ impl Kernel {
     /// `Q4` kernels, which multiply a whole vector of one value (a load folded into the FMA;
     /// a broadcast costs a Zen 3 half a cycle of a vector pipe), else one.
     pub fn copies(self) -> usize {
-        match self {
+        if self.rows_in_lanes() { 8 } else { 1 }
+    }
+
+    /// Whether this is an AVX2 `f32` `Q4` kernel (`x86::avx2::q4_1_f32`), which holds a
+    /// group's eight rows in the lanes and multiplies them by one activation at a time.
+    fn rows_in_lanes(self) -> bool {
+        matches!(
+            self,
             Kernel::F32 {
                 ty: GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K,
                 simd: Simd::Avx2 | Simd::Vnni,
-            } => 8,
-            _ => 1,
-        }
+            }
+        )
     }
 
     /// `out[(r - start) * m + j] = row r . activation row j` for `r` in `start..end`
@@ -303,14 +309,14 @@ impl Kernel {
     /// partial sums a row) four (8-bit) or two (`f32`).
     #[cfg(target_arch = "x86_64")]
     fn max_batch(self) -> usize {
+        // Four chains of partial sums a row (`x86::avx2::q4_1_f32`): three or four rows at a
+        // time spilled (Zen 3, criterion `rows_q4_1_1536x576`: m = 3 1.2-1.5x slower).
+        if self.rows_in_lanes() {
+            return 2;
+        }
         match self {
             Kernel::Int8 { ty, .. } if k_quant(ty) || q5(ty) => 4,
             Kernel::F32 { ty, .. } if k_quant(ty) || q5(ty) => 2,
-            // Four chains of partial sums a row (`x86::avx2::q4_1_f32`).
-            Kernel::F32 {
-                ty: GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K,
-                simd: Simd::Avx2 | Simd::Vnni,
-            } => 2,
             _ => MAX_JN,
         }
     }
