@@ -7,6 +7,7 @@ pub(crate) use super::simd::Simd;
 use kindle_gguf::quant::GgmlType;
 
 /// The activations of one product, in the forms the kernels read.
+#[derive(Clone, Copy)]
 pub(crate) struct Activations<'a> {
     /// `[m, cols]` row-major.
     pub f32: &'a [f32],
@@ -147,6 +148,21 @@ impl Kernel {
         }
         // The AVX-512 kernels look the weights up as `d * q` and need no scaling.
         (Q4_ORDER, [1.0; 32], 32)
+    }
+
+    /// `x` (rows of whole blocks) in the order and scaling of this kernel's
+    /// [`permutation`](Kernel::permutation), each value [`copies`](Kernel::copies) times:
+    /// [`Activations::permuted`], written into `dst` (its allocation reused).
+    pub fn permute_into(self, x: &[f32], dst: &mut Vec<f32>) {
+        let (order, scale, _) = self.permutation();
+        let copies = self.copies();
+        // Only what the buffer did not hold yet is zeroed: every value is written below.
+        dst.resize(x.len() * copies, 0.0);
+        for (b, dst) in x.chunks_exact(32).zip(dst.chunks_exact_mut(32 * copies)) {
+            for (k, dst) in dst.chunks_exact_mut(copies).enumerate() {
+                dst.fill(b[order[k]] * scale[k]);
+            }
+        }
     }
 
     /// How many times [`Activations::permuted`] holds each value: eight for the AVX2 `f32`

@@ -65,6 +65,7 @@ mod block;
 #[cfg(target_arch = "x86_64")]
 mod columns;
 mod config;
+mod copies;
 mod dot;
 mod gather;
 mod gemm;
@@ -404,13 +405,7 @@ impl QuantMatrix {
             self.cols,
             kernels.arithmetic(),
         );
-        let product = Product::new(
-            self,
-            prepared.activations(x, self.cols, m),
-            kernel,
-            out,
-            pool,
-        );
+        let product = Product::new(self, &prepared, x, m, kernel, out, pool);
         pool.run(product.tasks, &|task| product.run(task));
     }
 
@@ -467,7 +462,7 @@ impl QuantMatrix {
                     .iter()
                     .find(|(k, p, _)| (*k, *p) == key)
                     .expect("prepared above");
-                Product::new(w, p.activations(x, cols, m), key.0, out, pool)
+                Product::new(w, p, x, m, key.0, out, pool)
             })
             .collect();
         let starts: Vec<usize> = jobs
@@ -533,7 +528,9 @@ struct Prepared {
     q8_d: Vec<f32>,
     q8_s: Vec<f32>,
     q8_halves: Vec<i32>,
-    permuted: Vec<f32>,
+    /// Where the kernel reads permuted activations: the name under which each thread makes
+    /// its own (`copies::with_local`).
+    permute: Option<u64>,
     block_sums: Vec<f32>,
     panels: Vec<f32>,
 }
@@ -555,7 +552,7 @@ impl Prepared {
                 q8_d: Vec::new(),
                 q8_s: Vec::new(),
                 q8_halves: Vec::new(),
-                permuted: Vec::new(),
+                permute: None,
                 block_sums: Vec::new(),
                 panels: gemm::pack_activations(x, m, cols),
             };
@@ -565,22 +562,12 @@ impl Prepared {
         } else {
             Vec::new()
         };
-        let (permuted, block_sums) = if kernel.wants_permuted(packed) {
-            let (order, scale, width) = kernel.permutation();
-            let copies = kernel.copies();
-            let mut permuted = vec![0f32; x.len() * copies];
-            for (b, dst) in x
-                .chunks_exact(32)
-                .zip(permuted.chunks_exact_mut(32 * copies))
-            {
-                for (k, dst) in dst.chunks_exact_mut(copies).enumerate() {
-                    dst.fill(b[order[k]] * scale[k]);
-                }
-            }
+        let (permute, block_sums) = if kernel.wants_permuted(packed) {
+            let (_, _, width) = kernel.permutation();
             let sums = x.chunks_exact(width).map(|b| b.iter().sum()).collect();
-            (permuted, sums)
+            (Some(copies::next_id()), sums)
         } else {
-            (Vec::new(), Vec::new())
+            (None, Vec::new())
         };
         let q8_halves = if kernel.wants_half_sums() {
             q8::half_sums_x32(&q8)
@@ -592,7 +579,7 @@ impl Prepared {
             q8_d: q8.iter().map(|b| b.d).collect(),
             q8_s: q8.iter().map(|b| b.s).collect(),
             q8,
-            permuted,
+            permute,
             block_sums,
             panels: Vec::new(),
         }
@@ -606,7 +593,7 @@ impl Prepared {
             q8_d: &self.q8_d,
             q8_s: &self.q8_s,
             q8_halves: &self.q8_halves,
-            permuted: &self.permuted,
+            permuted: &[],
             block_sums: &self.block_sums,
             panels: &self.panels,
             cols,
@@ -618,6 +605,8 @@ impl Prepared {
 /// One product split into tasks of whole row groups for the pool.
 struct Product<'a> {
     weights: dot::Weights<'a>,
+    /// The preparation whose permuted activations each thread makes for itself, if any.
+    permute: Option<u64>,
     /// Whether the tasks run the prefill product ([`gemm`]) rather than the decode kernels.
     gemm: bool,
     acts: dot::Activations<'a>,
@@ -631,12 +620,14 @@ struct Product<'a> {
 impl<'a> Product<'a> {
     fn new(
         w: &'a QuantMatrix,
-        acts: dot::Activations<'a>,
+        prepared: &'a Prepared,
+        x: &'a [f32],
+        m: usize,
         kernel: dot::Kernel,
         out: &'a mut [f32],
         pool: &pool::Pool,
     ) -> Product<'a> {
-        let m = acts.m;
+        let acts = prepared.activations(x, w.cols, m);
         // One contiguous range of rows per thread (each keeping at least a few thousand
         // multiply-adds, and whole row groups). The pool hands tasks to whichever thread gets
         // there first, so a worker the OS has descheduled costs at most the task it holds:
@@ -650,6 +641,7 @@ impl<'a> Product<'a> {
             .next_multiple_of(packed::GROUP);
         Product {
             weights: w.weights(),
+            permute: prepared.permute,
             // Prepared in panels exactly where the prefill product runs (`runs_gemm`).
             gemm: !acts.panels.is_empty(),
             acts,
@@ -663,7 +655,27 @@ impl<'a> Product<'a> {
 
     /// Task `task`: its rows of every activation row.
     fn run(&self, task: usize) {
-        let (m, rows) = (self.acts.m, self.rows);
+        match self.permute {
+            None => self.run_with(task, &self.acts),
+            Some(id) => copies::with_local(
+                id,
+                |values| self.kernel.permute_into(self.acts.f32, values),
+                |permuted| {
+                    self.run_with(
+                        task,
+                        &dot::Activations {
+                            permuted,
+                            ..self.acts
+                        },
+                    )
+                },
+            ),
+        }
+    }
+
+    /// [`run`](Self::run) with `acts` in every form the kernel reads.
+    fn run_with(&self, task: usize, acts: &dot::Activations) {
+        let (m, rows) = (acts.m, self.rows);
         let start = task * self.per_task;
         if start >= rows {
             return;
@@ -673,12 +685,11 @@ impl<'a> Product<'a> {
             // SAFETY: tasks cover disjoint ranges of the output, which outlives the job.
             let chunk =
                 unsafe { std::slice::from_raw_parts_mut(self.out.get().add(start), end - start) };
-            self.kernel
-                .rows(&self.weights, &self.acts, start, end, chunk);
+            self.kernel.rows(&self.weights, acts, start, end, chunk);
             return;
         }
         if self.gemm {
-            let (panels, cols) = (self.acts.panels, self.acts.cols);
+            let (panels, cols) = (acts.panels, acts.cols);
             let dequantize = |r: usize, out: &mut [f32], scratch: &mut Vec<u8>| {
                 dequantize_weights_row(&self.weights, r, out, scratch)
             };
@@ -696,7 +707,7 @@ impl<'a> Product<'a> {
         // `[m, rows]` output.
         let mut transposed = vec![0f32; (end - start) * m];
         self.kernel
-            .rows(&self.weights, &self.acts, start, end, &mut transposed);
+            .rows(&self.weights, acts, start, end, &mut transposed);
         for j in 0..m {
             // SAFETY: tasks cover disjoint row ranges, so disjoint parts of each output row
             // `j`, and the output outlives the job.
