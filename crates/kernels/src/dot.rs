@@ -22,7 +22,8 @@ pub(crate) struct Activations<'a> {
     pub q8_halves: &'a [i32],
     /// For the SIMD `f32` kernels of the packed types: `f32` with each block's
     /// values in the order and scaling [`Kernel::permutation`] gives, each held
-    /// [`Kernel::copies`] times (empty otherwise).
+    /// [`Kernel::copies`] times (empty otherwise, and until the thread running a task has
+    /// made its own: `Kernel::permute_into`, `copies.rs`).
     pub permuted: &'a [f32],
     /// For the same kernels: block sums of `f32` (empty otherwise).
     pub block_sums: &'a [f32],

@@ -522,7 +522,8 @@ impl QuantMatrix {
 }
 
 /// The forms of a product's activations its kernel reads, made once per product (or once
-/// for several products of one input, [`QuantMatrix::matmul_many`]).
+/// for several products of one input, [`QuantMatrix::matmul_many`]); the permuted `f32`
+/// form once per thread that runs a task of it (`copies.rs`).
 struct Prepared {
     q8: Vec<BlockQ8>,
     q8_d: Vec<f32>,
