@@ -656,22 +656,9 @@ impl<'a> Product<'a> {
 
     /// Task `task`: its rows of every activation row.
     fn run(&self, task: usize) {
-        match self.permute {
-            None => self.run_with(task, &self.acts),
-            Some(id) => copies::with_local(
-                id,
-                |values| self.kernel.permute_into(self.acts.f32, values),
-                |permuted| {
-                    self.run_with(
-                        task,
-                        &dot::Activations {
-                            permuted,
-                            ..self.acts
-                        },
-                    )
-                },
-            ),
-        }
+        with_permuted(self.kernel, self.permute, &self.acts, |acts| {
+            self.run_with(task, acts)
+        });
     }
 
     /// [`run`](Self::run) with `acts` in every form the kernel reads.
@@ -720,6 +707,24 @@ impl<'a> Product<'a> {
             }
         }
     }
+}
+
+/// `f` of `acts` with [`dot::Activations::permuted`] this thread's copy for preparation
+/// `permute` (`copies.rs`, made by `kernel` if this thread has not made it yet), or of `acts`
+/// as they are where the kernel reads no permuted form.
+fn with_permuted<R>(
+    kernel: dot::Kernel,
+    permute: Option<u64>,
+    acts: &dot::Activations,
+    f: impl FnOnce(&dot::Activations) -> R,
+) -> R {
+    let Some(id) = permute else {
+        return f(acts);
+    };
+    let make = |values: &mut Vec<f32>| kernel.permute_into(acts.f32, values);
+    copies::with_local(id, make, |permuted| {
+        f(&dot::Activations { permuted, ..*acts })
+    })
 }
 
 /// Row `r` of `w` dequantised into `out`, a packed row unpacked through `scratch`.

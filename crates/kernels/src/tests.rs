@@ -781,14 +781,9 @@ fn sixteen_lane_pairs_of_groups_give_the_bits_of_single_groups() {
             let acts = prepared.activations(&x, cols, m);
             let from = |start: usize| {
                 let mut out = vec![f32::NAN; (rows - start) * m];
-                let mut run = |permuted: &[f32]| {
-                    let acts = dot::Activations { permuted, ..acts };
-                    kernel.rows(&w.weights(), &acts, start, rows, &mut out)
-                };
-                match prepared.permute {
-                    Some(id) => copies::with_local(id, |v| kernel.permute_into(&x, v), run),
-                    None => run(&[]),
-                }
+                with_permuted(kernel, prepared.permute, &acts, |acts| {
+                    kernel.rows(&w.weights(), acts, start, rows, &mut out)
+                });
                 out
             };
             let (all, shifted) = (from(0), from(8));
