@@ -80,8 +80,8 @@ impl Kernel {
 
     /// As [`Kernel::select`], with a given instruction set (tests compare them).
     pub fn select_simd(ty: GgmlType, format: super::ActivationFormat, simd: Simd) -> Self {
-        // `Q4_K`, `Q5_K` (packed as `Q4_1`, `Q5_1`) and `Q6_K` (packed in a form of its
-        // own) have 8-bit kernels only with SIMD.
+        // `Q4_K`, `Q5_K` (packed as `Q4_1`, `Q5_1`), `Q6_K`, `Q3_K` and `Q2_K` (packed in a
+        // form of their own) have 8-bit kernels only with SIMD.
         let int8_type = matches!(
             ty,
             GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q5_1
@@ -101,7 +101,8 @@ impl Kernel {
         matches!(self, Kernel::Int8 { .. })
     }
 
-    /// Whether the kernel reads [`Activations::q8_halves`]: the SIMD 8-bit kernels of `Q6_K`.
+    /// Whether the kernel reads [`Activations::q8_halves`]: the SIMD 8-bit kernels of `Q6_K`,
+    /// `Q3_K` and `Q2_K`.
     pub fn wants_half_sums(self) -> bool {
         matches!(self, Kernel::Int8 { ty, simd } if k_quant(ty) && simd.any())
     }
@@ -117,7 +118,9 @@ impl Kernel {
                     | GgmlType::Q5_1
                     | GgmlType::Q4_K
                     | GgmlType::Q5_K
-                    | GgmlType::Q6_K,
+                    | GgmlType::Q6_K
+                    | GgmlType::Q3_K
+                    | GgmlType::Q2_K,
                 simd,
             } => packed && simd.any(),
             _ => false,
@@ -132,7 +135,8 @@ impl Kernel {
         if let Kernel::F32 { ty, .. } = self
             && (k_quant(ty) || q5(ty))
         {
-            // The values' own order; `Q6_K`'s `-32` offset acts on sums per 16 values.
+            // The values' own order; `Q6_K`'s `-32` offset (and `Q3_K`'s, `Q2_K`'s mins) acts
+            // on sums per 16 values.
             let width = if k_quant(ty) { 16 } else { 32 };
             return (
                 std::array::from_fn(|i| i),
@@ -322,7 +326,7 @@ impl Kernel {
     }
 
     /// How many activation rows the group kernel takes at once: eight, or for the `Q5` and
-    /// `Q6_K` kernels and the AVX2 `f32` `Q4` ones (rows in the lanes, several chains of
+    /// `Q6_K` (`Q3_K`, `Q2_K`) kernels and the AVX2 `f32` `Q4` ones (rows in the lanes, several chains of
     /// partial sums a row) four (8-bit) or two (`f32`).
     #[cfg(target_arch = "x86_64")]
     fn max_batch(self) -> usize {
@@ -369,11 +373,11 @@ impl Kernel {
                 || matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K));
         let f32_rows: [&[f32]; JN] = row_slices(acts.f32, j0, cols, true);
         let xs: [&[f32]; JN] = row_slices(acts.permuted, j0, cols * self.copies(), permuted);
-        // `Q6_K`'s sums are per 16 values.
+        // `Q6_K`'s (`Q3_K`'s, `Q2_K`'s) sums are per 16 values.
         let sums_width = if k_quant(ty) { 2 * nb } else { nb };
         let sums: [&[f32]; JN] = row_slices(acts.block_sums, j0, sums_width, permuted);
         let q8: [&[BlockQ8]; JN] = row_slices(acts.q8, j0, nb, int8);
-        // The `Q5` and `Q6_K` 8-bit kernels' per-block scales and sums.
+        // The `Q5` and `Q6_K` (`Q3_K`, `Q2_K`) 8-bit kernels' per-block scales and sums.
         let q8_rows = |v: &[f32]| -> [*const f32; JN] {
             std::array::from_fn(|jj| {
                 if int8 && (q5(ty) || k_quant(ty)) {
@@ -401,7 +405,9 @@ impl Kernel {
         };
         let group_bytes = data.len() / groups.max(1);
         let mut first = 0;
-        if matches!(self, Kernel::F32 { .. }) && simd == Simd::Avx512 && (q5(ty) || k_quant(ty)) {
+        // (`Q3_K` runs the 8-lane kernel.)
+        let x16 = q5(ty) || ty == GgmlType::Q6_K;
+        if matches!(self, Kernel::F32 { .. }) && simd == Simd::Avx512 && x16 {
             // Two groups at a time in 16-lane vectors, each lane with the 8-lane kernel's
             // arithmetic (a group left over runs that).
             use super::columns::{Q5_0, Q5_1, Q5_K};
@@ -436,17 +442,39 @@ impl Kernel {
             unsafe {
                 match (self, simd) {
                     (Kernel::Int8 { .. }, _) if k_quant(ty) => {
-                        use super::x86_q6::{q6_q8, q6_q8_avx512, q6_q8_vnni};
+                        use super::x86_q6::{Q2, Q3, Q6, q6_q8, q6_q8_avx512, q6_q8_vnni};
+                        // The instance of each instruction set, for each form.
+                        macro_rules! forms {
+                            ($k:ident) => {
+                                match ty {
+                                    GgmlType::Q6_K => $k::<JN, _, Q6>(w, nb, &y6, out),
+                                    GgmlType::Q3_K => $k::<JN, _, Q3>(w, nb, &y6, out),
+                                    _ => $k::<JN, _, Q2>(w, nb, &y6, out),
+                                }
+                            };
+                        }
                         match simd {
-                            Simd::Avx512 => q6_q8_avx512::<JN, _>(w, nb, &y6, out),
-                            Simd::Vnni => q6_q8_vnni::<JN, _>(w, nb, &y6, out),
-                            _ => q6_q8::<JN, _>(w, nb, &y6, out),
+                            Simd::Avx512 => forms!(q6_q8_avx512),
+                            Simd::Vnni => forms!(q6_q8_vnni),
+                            _ => forms!(q6_q8),
                         }
                     }
-                    (Kernel::F32 { .. }, _) if k_quant(ty) => match simd {
-                        Simd::Avx512 => super::x86_q6::q6_f32_avx512::<JN>(w, nb, xs, sums, out),
-                        _ => super::x86_q6::q6_f32::<JN>(w, nb, xs, sums, out),
-                    },
+                    (Kernel::F32 { .. }, _) if k_quant(ty) => {
+                        use super::x86_q6::{Q2, Q3, Q6, q6_f32, q6_f32_avx512};
+                        macro_rules! forms {
+                            ($k:ident) => {
+                                match ty {
+                                    GgmlType::Q6_K => $k::<JN, Q6>(w, nb, xs, sums, out),
+                                    GgmlType::Q3_K => $k::<JN, Q3>(w, nb, xs, sums, out),
+                                    _ => $k::<JN, Q2>(w, nb, xs, sums, out),
+                                }
+                            };
+                        }
+                        match simd {
+                            Simd::Avx512 => forms!(q6_f32_avx512),
+                            _ => forms!(q6_f32),
+                        }
+                    }
                     (Kernel::Int8 { .. }, _) if q5(ty) => {
                         use super::columns::{Q5_0, Q5_1, Q5_K};
                         use x86_q5::{q5_q8, q5_q8_avx512, q5_q8_vnni};
@@ -549,10 +577,11 @@ fn row_slices<T, const JN: usize>(v: &[T], j0: usize, width: usize, read: bool) 
     })
 }
 
-/// Whether `ty` is `Q6_K` (packed in a form of its own; SIMD group kernels in `x86_q6.rs`;
-/// `Q4_K` and `Q5_K` are packed and run the `Q4_1` and `Q5` group kernels).
+/// Whether `ty` is `Q6_K`, `Q3_K` or `Q2_K` (packed in a form of their own, a scale per 16 values;
+/// SIMD group kernels in `x86_q6.rs`; `Q4_K` and `Q5_K` are packed and run the `Q4_1` and
+/// `Q5` group kernels).
 fn k_quant(ty: GgmlType) -> bool {
-    ty == GgmlType::Q6_K
+    matches!(ty, GgmlType::Q6_K | GgmlType::Q3_K | GgmlType::Q2_K)
 }
 
 /// Whether `ty` is `Q5_0`, `Q5_1` or `Q5_K` (packed; SIMD group kernels in `x86_q5.rs`).

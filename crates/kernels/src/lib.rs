@@ -1,8 +1,8 @@
 //! CPU matrix kernels over GGUF quantized weights.
 //!
 //! A [`QuantMatrix`] is a weight of `rows` output features, each row `cols` input values stored
-//! as whole GGUF blocks (`Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0`, `Q4_K`, `Q5_K`, `Q6_K`, or plain
-//! `F32`/`F16`).
+//! as whole GGUF blocks (`Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0`, `Q2_K`, `Q3_K`, `Q4_K`, `Q5_K`,
+//! `Q6_K`, or plain `F32`/`F16`).
 //! [`QuantMatrix::matmul`] computes `y[m, rows] = x[m, cols] W^T` without ever materialising
 //! `W` in `f32`: decode (`m = 1`) is a matrix-vector product bound by how fast the weight
 //! bytes stream from memory (or, for the `f32` kernels, by the vector pipes), so reading
@@ -14,7 +14,9 @@
 //! one vector. `Q4_K` and `Q5_K` are repacked into the `Q4_1` and `Q5_1` forms (each 32-value
 //! sub-block a block column, its scale and min unpacked to bytes, 2% larger than the file) and run
 //! those kernels. `Q6_K` is repacked into a group form of its own (the eight rows in the lanes
-//! of a vector, its 16-value scales per row; the same bytes) read by its group kernels. The
+//! of a vector, its 16-value scales per row; the same bytes) read by its group kernels, and
+//! `Q3_K` and `Q2_K` into the same shape with narrower quants (`packed_low_k.rs`; `Q3_K` 4%
+//! larger than the file, its scales as bytes), read by the same kernels. The
 //! file's pages are then released, so resident memory stays near the file size. `F32` and
 //! `F16` are read in place from the memory-mapped file, a row at a time.
 //!
@@ -25,7 +27,7 @@
 //!   bits per 32-value block with an `f32` scale, and a weight block times an activation
 //!   block is an integer dot product (AVX-512 VNNI or AVX-VNNI `vpdpbusd`, or AVX2 `maddubs`),
 //!   scaled once per block. Used for `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0` and (with AVX2)
-//!   `Q4_K`, `Q5_K`, `Q6_K`; other types fall back to the `f32` path.
+//!   `Q2_K`, `Q3_K`, `Q4_K`, `Q5_K`, `Q6_K`; other types fall back to the `f32` path.
 //!
 //! Kernels are chosen at run time: AVX-512 (`f32` group kernels), AVX-VNNI, AVX2 + FMA +
 //! F16C, or portable Rust. The work is split over output rows between the threads of a small
@@ -73,6 +75,7 @@ mod gemm;
 mod gemm_tests;
 mod low_k;
 mod packed;
+mod packed_low_k;
 mod pool;
 #[cfg(target_arch = "x86_64")]
 mod prefetch;
@@ -227,17 +230,16 @@ pub struct QuantMatrix {
     cols: usize,
     row_bytes: usize,
     data: WeightBytes,
-    /// For `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0`, `Q4_K` and `Q5_K`: `data` is in the
-    /// interleaved layout of [`packed`].
+    /// For the quantized types: `data` is in the interleaved layout of [`packed`].
     packing: Option<packed::Packing>,
 }
 
 impl QuantMatrix {
     /// A matrix of `rows` rows of `cols` values of type `ty`, stored row after row in `data`.
     ///
-    /// `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0`, `Q4_K` and `Q5_K` data is copied into the
-    /// interleaved layout the group kernels read (and a mapped range's pages are released: it
-    /// is not read again); other types keep `data` as it is.
+    /// Quantized data is copied into the interleaved layout the group kernels read (and a
+    /// mapped range's pages are released: it is not read again); `F32` and `F16` keep `data`
+    /// as it is.
     pub fn new(
         ty: GgmlType,
         rows: usize,
@@ -289,8 +291,7 @@ impl QuantMatrix {
     }
 
     /// The 2-D tensor `info` of `file` (GGUF dims `[cols, rows]`): its bytes read in place,
-    /// or for `Q4_0`/`Q4_1`/`Q5_0`/`Q5_1`/`Q8_0`/`Q4_K`/`Q5_K` repacked (see
-    /// [`QuantMatrix::new`]).
+    /// or for the quantized types repacked (see [`QuantMatrix::new`]).
     pub fn from_gguf(file: &GgufFile, info: &TensorInfo) -> Result<Self, KernelError> {
         let (rows, cols) = info.shape_rows_cols();
         let (rows, cols) = (

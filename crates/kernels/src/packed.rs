@@ -1,5 +1,6 @@
-//! The load-time layout of `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0`, `Q4_K` and `Q5_K`
-//! matrices: rows interleaved in groups of eight.
+//! The load-time layout of quantized matrices (`Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0`,
+//! `Q4_K`, `Q5_K`, `Q6_K`; `Q3_K` and `Q2_K` in `packed_low_k.rs`): rows interleaved in groups
+//! of eight.
 //!
 //! A GGUF row stores its blocks one after another, each block with its own `f16` scale. A
 //! kernel that walks one row at a time must convert one scale per block with scalar code and
@@ -72,6 +73,8 @@
 
 use kindle_gguf::quant::GgmlType;
 
+use super::packed_low_k;
+
 /// Rows per interleaved group.
 pub(crate) const GROUP: usize = 8;
 
@@ -82,7 +85,10 @@ pub(crate) const LANE_ROWS: [usize; GROUP] = [0, 2, 4, 6, 1, 3, 5, 7];
 /// Whether matrices of `ty` are stored interleaved.
 pub(crate) fn packs(ty: GgmlType) -> bool {
     use GgmlType::*;
-    matches!(ty, Q4_0 | Q4_1 | Q8_0 | Q5_0 | Q5_1 | Q4_K | Q5_K | Q6_K)
+    matches!(
+        ty,
+        Q4_0 | Q4_1 | Q8_0 | Q5_0 | Q5_1 | Q4_K | Q5_K | Q6_K | Q3_K | Q2_K
+    )
 }
 
 /// Whether `ty` is packed as K-quant super-block columns (`Q4_K`, `Q5_K`).
@@ -207,12 +213,16 @@ pub(crate) struct Packing {
 impl Packing {
     pub fn new(ty: GgmlType, rows: usize, cols: usize) -> Self {
         let (block_bytes, nb) = (ty.type_size(), cols / ty.block_size());
-        if ty == GgmlType::Q6_K {
+        if matches!(ty, GgmlType::Q6_K | GgmlType::Q3_K | GgmlType::Q2_K) {
             return Packing {
                 block_bytes,
                 nb,
                 grouped_rows: rows.next_multiple_of(GROUP),
-                column_bytes: Q6_COLUMN_BYTES,
+                column_bytes: match ty {
+                    GgmlType::Q6_K => Q6_COLUMN_BYTES,
+                    GgmlType::Q3_K => packed_low_k::Q3_COLUMN_BYTES,
+                    _ => packed_low_k::Q2_COLUMN_BYTES,
+                },
             };
         }
         if k_packed(ty) {
@@ -377,6 +387,12 @@ pub(crate) fn pack_releasing(
             let src = &data[r * row_bytes + b * p.block_bytes..][..p.block_bytes];
             if ty == GgmlType::Q6_K {
                 put_q6(&p, r, b, src, out);
+            } else if matches!(ty, GgmlType::Q3_K | GgmlType::Q2_K) {
+                let (col, lane, _) = k_place(&p, r, b);
+                match ty {
+                    GgmlType::Q3_K => packed_low_k::put_q3(col, lane, src, out),
+                    _ => packed_low_k::put_q2(col, lane, src, out),
+                }
             } else if k_packed(ty) {
                 put_k(ty, &p, r, b, src, out);
             } else {
@@ -409,6 +425,16 @@ pub(crate) fn dequantize_row(
     let row = match packing {
         Some(p) if ty == GgmlType::Q6_K && r < p.grouped_rows => {
             return dequantize_q6_row(p, data, r, out);
+        }
+        Some(p) if matches!(ty, GgmlType::Q3_K | GgmlType::Q2_K) && r < p.grouped_rows => {
+            for (b, y) in out.chunks_exact_mut(256).enumerate() {
+                let (col, lane, _) = k_place(p, r, b);
+                match ty {
+                    GgmlType::Q3_K => packed_low_k::dequantize_q3(col, lane, data, y),
+                    _ => packed_low_k::dequantize_q2(col, lane, data, y),
+                }
+            }
+            return;
         }
         Some(p) if (qh_bytes(ty) == 4 || ty == GgmlType::Q5_K) && r < p.grouped_rows => {
             return dequantize_q5_row(ty, p, data, r, out);
@@ -512,10 +538,18 @@ pub(crate) fn unpack_row(ty: GgmlType, p: &Packing, data: &[u8], r: usize, out: 
         out.copy_from_slice(&data[at..at + row_bytes]);
         return;
     }
-    if k_packed(ty) || ty == GgmlType::Q6_K {
+    if k_packed(ty) || matches!(ty, GgmlType::Q6_K | GgmlType::Q3_K | GgmlType::Q2_K) {
         for (b, dst) in out.chunks_exact_mut(p.block_bytes).enumerate() {
             match ty {
                 GgmlType::Q6_K => get_q6(p, data, r, b, dst),
+                GgmlType::Q3_K => {
+                    let (col, lane, _) = k_place(p, r, b);
+                    packed_low_k::get_q3(col, lane, data, dst)
+                }
+                GgmlType::Q2_K => {
+                    let (col, lane, _) = k_place(p, r, b);
+                    packed_low_k::get_q2(col, lane, data, dst)
+                }
                 _ => get_k(ty, p, data, r, b, dst),
             }
         }
@@ -670,6 +704,8 @@ mod tests {
             GgmlType::Q4_K,
             GgmlType::Q5_K,
             GgmlType::Q6_K,
+            GgmlType::Q3_K,
+            GgmlType::Q2_K,
         ] {
             let (rows, cols) = (2 * CHUNK_ROWS + 13, ty.block_size() * 2);
             let row_bytes = cols / ty.block_size() * ty.type_size();

@@ -257,12 +257,18 @@ fn packed_rows_dequantize_to_the_file_rows() {
         GgmlType::Q4_K,
         GgmlType::Q5_K,
         GgmlType::Q6_K,
+        GgmlType::Q3_K,
+        GgmlType::Q2_K,
     ] {
         for rows in [1, 8, 13, 24, 31] {
             let cols = 3 * ty.block_size();
             let (block, size) = (ty.block_size(), ty.type_size());
-            // Finite scales: the first four bytes (`Q6_K`: its `d`, the last two).
-            let scale = |at: usize| at < 4 && ty != GgmlType::Q6_K || at >= 208;
+            // Finite scales: the first four bytes, or a K-quant's last two or four.
+            let scale = |at: usize| match ty {
+                GgmlType::Q6_K | GgmlType::Q3_K => at >= size - 2,
+                GgmlType::Q2_K => at >= size - 4,
+                _ => at < 4,
+            };
             let bytes: Vec<u8> = (0..rows * cols / block * size)
                 .map(|i| if scale(i % size) { 0x30 } else { rng.byte() })
                 .collect();

@@ -1,7 +1,8 @@
 //! AVX2 + FMA + F16C kernels over packed groups of eight `Q6_K` rows (the layout of
 //! `packed.rs`: per super-block column the eight rows' `d` and 16 scales, then per 32-value
 //! sub-block 64 bytes of transposed top bits and four vectors of quant bytes with the eight
-//! rows in their lanes).
+//! rows in their lanes), and of `Q3_K` and `Q2_K` rows packed in the same shape
+//! (`packed_low_k.rs`; the kernels' `const F` says which form).
 //!
 //! A 6-bit quant (`0..64`) is its nibble OR-ed with its top two bits at bits 4 and 5: one
 //! constant shift of a sub-block's top-bit vector per quant vector and a mask give them. Byte
@@ -11,6 +12,11 @@
 //! 8-bit integer). With the rows in the lanes, products with activations broadcast to every
 //! lane leave each row's sums in its own lane: no horizontal adds. The `-32` offset is
 //! applied to the activations' sums per 16 values.
+//!
+//! `Q3_K` (`d * sc * (q - 4)`, `q` in `0..8`) is the same arithmetic with 3-bit quants and a
+//! `-4` offset: each of `Q6_K`'s quant vectors is made from a two-bit vector and the third
+//! bits. `Q2_K` (`d * sc * q - dmin * m`, `q` in `0..4`) has no offset: each half's
+//! `dmin * m` times the activations' sum is taken off apart.
 //!
 //! - 8-bit activations: `vpdpbusd` (AVX-VNNI) of the unsigned quants with four signed
 //!   activations broadcast, or `maddubs` (two vectors' `i16` sums added, at most
@@ -26,6 +32,9 @@
 use std::arch::x86_64::*;
 
 use super::packed::{Q6_COLUMN_BYTES, q6_scales_at, q6_sub_at};
+use super::packed_low_k::{
+    Q2_COLUMN_BYTES, Q3_COLUMN_BYTES, q2_scales_at, q2_sub_at, q3_scales_at, q3_sub_at,
+};
 use super::prefetch::{prefetch_ahead, prefetch_range};
 use super::x86_shared::Q8Block;
 
@@ -40,31 +49,100 @@ pub(crate) struct Q6Rows<'a, Y, const JN: usize> {
     pub s32: [*const i32; JN],
 }
 
-/// Block column `b` (32 values of eight rows) of a packed `Q6_K` group at `w`: where its
-/// sub-block starts (64 bytes of top bits, then the quants), and the eight rows' `d * sc` of
-/// its values `0..16` and `16..32`, in lane order. Reads the super-block's `d` into `d` at
-/// each eighth column, so columns must be asked for in order from 0. Asks for the bytes a
-/// few columns ahead to be fetched.
+/// The packed forms the kernels read (their `const F` parameter): `Q6_K`, and `Q3_K` and
+/// `Q2_K` in its shape (`packed_low_k.rs`).
+pub(crate) const Q6: u8 = 6;
+/// See [`Q6`].
+pub(crate) const Q3: u8 = 3;
+/// See [`Q6`].
+pub(crate) const Q2: u8 = 2;
+
+/// Bytes of a super-block column of the packed form `F`.
+const fn column_bytes<const F: u8>() -> usize {
+    match F {
+        Q6 => Q6_COLUMN_BYTES,
+        Q3 => Q3_COLUMN_BYTES,
+        _ => Q2_COLUMN_BYTES,
+    }
+}
+
+/// The offset a quant's value is taken from: `q - 32` (`Q6_K`), `q - 4` (`Q3_K`), none
+/// (`Q2_K`, whose rows subtract `dmin * m` instead).
+const fn offset<const F: u8>() -> i32 {
+    match F {
+        Q6 => 32,
+        Q3 => 4,
+        _ => 0,
+    }
+}
+
+/// A block column's place and factors (see [`column`]).
+struct Column {
+    /// Where its sub-block starts.
+    at: *const u8,
+    /// The eight rows' `d * sc` of values `0..16` and `16..32`, in lane order.
+    scale: [__m256; 2],
+    /// `Q2_K`: the eight rows' `dmin * m` of the two halves (else unused).
+    min: [__m256; 2],
+}
+
+/// Block column `b` (32 values of eight rows) of a packed group of form `F` at `w` (see
+/// [`Column`]). Reads the super-block's `d` (and `dmin`) into `d` at each eighth column, so
+/// columns must be asked for in order from 0. Asks for the bytes a few columns ahead to be
+/// fetched.
 ///
 /// # Safety
 /// AVX2, FMA and F16C; `w` holds the group's super-block column `b / 8`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn column(w: *const u8, b: usize, d: &mut __m256) -> (*const u8, __m256, __m256) {
+unsafe fn column<const F: u8>(w: *const u8, b: usize, d: &mut [__m256; 2]) -> Column {
     // SAFETY: the column lies within the group (caller); a prefetch never faults.
     unsafe {
         let (s, j) = (b / 8, b % 8);
-        let col = w.add(s * Q6_COLUMN_BYTES);
+        let bytes = column_bytes::<F>();
+        let col = w.add(s * bytes);
         // An eighth of the next super-block column per sub-block: all of it over eight.
-        prefetch_ahead(col.add(j * Q6_COLUMN_BYTES / 8), Q6_COLUMN_BYTES / 8);
+        prefetch_ahead(col.add(j * bytes / 8), bytes / 8);
+        let half = |at: usize| _mm256_cvtph_ps(_mm_loadu_si128(col.add(at) as *const __m128i));
         if j == 0 {
-            *d = _mm256_cvtph_ps(_mm_loadu_si128(col as *const __m128i));
+            d[0] = half(0);
+            if F == Q2 {
+                d[1] = half(16);
+            }
+        }
+        if F == Q2 {
+            // One byte a row and 16 values: the scale in its low four bits, the min above.
+            let parts = [2 * j, 2 * j + 1].map(|t| {
+                let v = _mm_loadl_epi64(col.add(q2_scales_at(t)) as *const __m128i);
+                let v = _mm256_cvtepu8_epi32(v);
+                let sc = _mm256_and_si256(v, _mm256_set1_epi32(0x0F));
+                let m = _mm256_srli_epi32::<4>(v);
+                (
+                    _mm256_mul_ps(d[0], _mm256_cvtepi32_ps(sc)),
+                    _mm256_mul_ps(d[1], _mm256_cvtepi32_ps(m)),
+                )
+            });
+            return Column {
+                at: col.add(q2_sub_at(j)),
+                scale: [parts[0].0, parts[1].0],
+                min: [parts[0].1, parts[1].1],
+            };
         }
         let scale = |t: usize| {
-            let v = _mm_loadl_epi64(col.add(q6_scales_at(t)) as *const __m128i);
-            _mm256_mul_ps(*d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)))
+            let at = if F == Q3 {
+                q3_scales_at(t)
+            } else {
+                q6_scales_at(t)
+            };
+            let v = _mm_loadl_epi64(col.add(at) as *const __m128i);
+            _mm256_mul_ps(d[0], _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)))
         };
-        (col.add(q6_sub_at(j)), scale(2 * j), scale(2 * j + 1))
+        let sub = if F == Q3 { q3_sub_at(j) } else { q6_sub_at(j) };
+        Column {
+            at: col.add(sub),
+            scale: [scale(2 * j), scale(2 * j + 1)],
+            min: [_mm256_setzero_ps(); 2],
+        }
     }
 }
 
@@ -81,14 +159,68 @@ fn for_each_column(nb: usize, mut f: impl FnMut(usize)) {
     }
 }
 
-/// The 64 bytes of top bits of the sub-block at `at`: values `0..16` and `16..32`.
+/// The 64 bytes of top bits of the `Q6_K` sub-block at `at`: values `0..16` and `16..32`;
+/// for `Q3_K` the 32 bytes of third bits (both halves' in one); none for `Q2_K`.
 ///
 /// # Safety
 /// AVX2; `at` points to a whole sub-block.
 #[inline(always)]
-unsafe fn top_bits(at: *const u8) -> [__m256i; 2] {
-    // SAFETY: the sub-block's 64 bytes of top bits are readable (caller).
-    unsafe { [0, 32].map(|o| _mm256_loadu_si256(at.add(o) as *const __m256i)) }
+unsafe fn top_bits<const F: u8>(at: *const u8) -> [__m256i; 2] {
+    // SAFETY: the sub-block's top bits are readable (caller).
+    unsafe {
+        match F {
+            Q6 => [0, 32].map(|o| _mm256_loadu_si256(at.add(o) as *const __m256i)),
+            Q3 => {
+                let t = _mm256_loadu_si256(at as *const __m256i);
+                [t, t]
+            }
+            _ => [_mm256_setzero_si256(); 2],
+        }
+    }
+}
+
+/// The 3-bit (`Q3_K`, `F = Q3`) or 2-bit (`Q2_K`) quants, one per byte, of the sub-block at
+/// `at` (`top`: its [`top_bits`]) that `Q6_K`'s quant vector `c` would hold: byte `4 s + p`
+/// value `4c + p` (`lo`) and `16 + 4c + p` (`hi`) of the row in lane `s`. The two low bits
+/// lie at bits `2 (c % 2)` (`lo`) and `4 + 2 (c % 2)` (`hi`) of two-bit vector `c / 2`, the
+/// third bits at bits `c` and `4 + c` of the third bits (`packed_low_k.rs`); the 16-bit
+/// shifts move bits across bytes only where the masks clear them.
+///
+/// # Safety
+/// AVX2; `at` points to a whole sub-block.
+#[inline(always)]
+unsafe fn quants_low<const F: u8>(
+    at: *const u8,
+    top: [__m256i; 2],
+    c: usize,
+) -> (__m256i, __m256i) {
+    // SAFETY: the vector lies within the sub-block, and the caller runs with AVX2.
+    unsafe {
+        let (pair, third) = (_mm256_set1_epi8(0x03), _mm256_set1_epi8(0x04));
+        let pairs_at = if F == Q3 { 32 } else { 0 };
+        let v = _mm256_loadu_si256(at.add(pairs_at + 32 * (c / 2)) as *const __m256i);
+        let (v_lo, v_hi) = if c.is_multiple_of(2) {
+            (v, _mm256_srli_epi16::<4>(v))
+        } else {
+            (_mm256_srli_epi16::<2>(v), _mm256_srli_epi16::<6>(v))
+        };
+        let (lo2, hi2) = (_mm256_and_si256(v_lo, pair), _mm256_and_si256(v_hi, pair));
+        if F == Q2 {
+            return (lo2, hi2);
+        }
+        let t = top[0];
+        // Bit `c` to bit 2, and bit `4 + c` to bit 2.
+        let (t_lo, t_hi) = match c {
+            0 => (_mm256_slli_epi16::<2>(t), _mm256_srli_epi16::<2>(t)),
+            1 => (_mm256_slli_epi16::<1>(t), _mm256_srli_epi16::<3>(t)),
+            2 => (t, _mm256_srli_epi16::<4>(t)),
+            _ => (_mm256_srli_epi16::<1>(t), _mm256_srli_epi16::<5>(t)),
+        };
+        (
+            _mm256_or_si256(lo2, _mm256_and_si256(t_lo, third)),
+            _mm256_or_si256(hi2, _mm256_and_si256(t_hi, third)),
+        )
+    }
 }
 
 /// Quant vector `c` of the sub-block at `at`, and its top bits (`top`, [`top_bits`])
@@ -121,9 +253,12 @@ unsafe fn parts(at: *const u8, top: [__m256i; 2], c: usize) -> (__m256i, [__m256
 /// `at` points to a whole sub-block, `top` is its [`top_bits`].
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn quants(at: *const u8, top: [__m256i; 2], c: usize) -> (__m256i, __m256i) {
+unsafe fn quants<const F: u8>(at: *const u8, top: [__m256i; 2], c: usize) -> (__m256i, __m256i) {
     // SAFETY: forwarded from the caller.
     unsafe {
+        if F != Q6 {
+            return quants_low::<F>(at, top, c);
+        }
         let (low, bits) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
         let (v, [t_lo, t_hi]) = parts(at, top, c);
         (
@@ -142,9 +277,12 @@ unsafe fn quants(at: *const u8, top: [__m256i; 2], c: usize) -> (__m256i, __m256
 /// As [`quants`]; AVX-512F and VL.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
 #[inline]
-unsafe fn quants_vl(at: *const u8, top: [__m256i; 2], c: usize) -> (__m256i, __m256i) {
+unsafe fn quants_vl<const F: u8>(at: *const u8, top: [__m256i; 2], c: usize) -> (__m256i, __m256i) {
     // SAFETY: forwarded from the caller.
     unsafe {
+        if F != Q6 {
+            return quants_low::<F>(at, top, c);
+        }
         let (low, bits) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
         let (v, [t_lo, t_hi]) = parts(at, top, c);
         let nibbles_hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
@@ -169,28 +307,32 @@ macro_rules! q6_q8_kernel {
         /// row of `ys` `nb` blocks, scales and `2 nb` sums.
         #[target_feature(enable = $features)]
         #[allow(unused_unsafe)]
-        pub(crate) unsafe fn $name<const JN: usize, Y: Q8Block>(
+        pub(crate) unsafe fn $name<const JN: usize, Y: Q8Block, const F: u8>(
             w: *const u8,
             nb: usize,
             ys: &Q6Rows<'_, Y, JN>,
             out: &mut [[f32; 8]; JN],
         ) {
             let ones = _mm256_set1_epi16(1);
-            let mut d = _mm256_setzero_ps();
+            let mut d = [_mm256_setzero_ps(); 2];
             let mut acc = [_mm256_setzero_ps(); JN];
             for_each_column(nb, |b| {
                 // SAFETY: block column `b` lies within the group; activation block `b` and
                 // its sums exist; the VNNI branch runs only in the instances with a `vpdpbusd`.
                 unsafe {
-                    let (at, d_lo, d_hi) = column(w, b, &mut d);
-                    let top = top_bits(at);
+                    let Column {
+                        at,
+                        scale: [d_lo, d_hi],
+                        min,
+                    } = column::<F>(w, b, &mut d);
+                    let top = top_bits::<F>(at);
                     let q: [*const u8; JN] =
                         std::array::from_fn(|j| ys.blocks[j].get_unchecked(b).qs().as_ptr().cast());
                     let mut sums = [[_mm256_setzero_si256(); 2]; JN];
                     // Without VNNI, two vectors' `i16` pair sums added before each `madd`.
                     let mut first = [[_mm256_setzero_si256(); 2]; JN];
                     for c in 0..4 {
-                        let (lo, hi) = $quants(at, top, c);
+                        let (lo, hi) = $quants::<F>(at, top, c);
                         for j in 0..JN {
                             // The four activations each lane's four quants meet, per half.
                             let y = [0, 16].map(|h| {
@@ -215,13 +357,23 @@ macro_rules! q6_q8_kernel {
                         }
                     }
                     for j in 0..JN {
-                        // The `-32` offset on the activations' sums per half, in `i32`.
+                        // The `-32` (`-4`) offset on the activations' sums per half, in `i32`
+                        // (`32 * sum` is a multiple of 8); `Q2_K`'s mins times those sums.
                         let s32 = ys.s32[j].add(2 * b);
                         let s = [0, 1].map(|h| {
-                            let offset = _mm256_set1_epi32(*s32.add(h));
+                            if F == Q2 {
+                                return _mm256_cvtepi32_ps(sums[j][h]);
+                            }
+                            let offset = _mm256_set1_epi32(*s32.add(h) / (32 / offset::<F>()));
                             _mm256_cvtepi32_ps(_mm256_sub_epi32(sums[j][h], offset))
                         });
-                        let t = _mm256_fmadd_ps(d_hi, s[1], _mm256_mul_ps(d_lo, s[0]));
+                        let mut t = _mm256_fmadd_ps(d_hi, s[1], _mm256_mul_ps(d_lo, s[0]));
+                        if F == Q2 {
+                            for (h, m) in min.into_iter().enumerate() {
+                                let sum = _mm256_set1_ps((*s32.add(h) / 32) as f32);
+                                t = _mm256_fnmadd_ps(m, sum, t);
+                            }
+                        }
                         let yd = _mm256_set1_ps(*ys.d[j].add(b));
                         acc[j] = _mm256_fmadd_ps(t, yd, acc[j]);
                     }
@@ -271,7 +423,7 @@ macro_rules! q6_f32_kernel {
         /// The instance's features; `w` holds `nb` block columns (whole super-blocks); each
         /// `xs[j]` `32 * nb` values and each `sums[j]` `2 * nb`.
         #[target_feature(enable = $features)]
-        pub(crate) unsafe fn $name<const JN: usize>(
+        pub(crate) unsafe fn $name<const JN: usize, const F: u8>(
             w: *const u8,
             nb: usize,
             xs: [&[f32]; JN],
@@ -279,18 +431,18 @@ macro_rules! q6_f32_kernel {
             out: &mut [[f32; 8]; JN],
         ) {
             let masks: [__m256i; 4] = std::array::from_fn(|p| _mm256_set1_epi32(0x3F << (8 * p)));
-            let mut d = _mm256_setzero_ps();
+            let mut d = [_mm256_setzero_ps(); 2];
             let mut acc = [_mm256_setzero_ps(); JN];
             for_each_column(nb, |b| {
                 // SAFETY: block column `b` lies within the group; activation block `b`
                 // within `32 * nb` values and `2 * nb` sums.
                 unsafe {
-                    let (at, d_lo, d_hi) = column(w, b, &mut d);
-                    let top = top_bits(at);
+                    let Column { at, scale, min } = column::<F>(w, b, &mut d);
+                    let top = top_bits::<F>(at);
                     // Per row and half, one chain per byte position `p` (independent FMAs).
                     let mut part = [[[_mm256_setzero_ps(); 4]; 2]; JN];
                     for c in 0..4 {
-                        let (lo, hi) = $quants(at, top, c);
+                        let (lo, hi) = $quants::<F>(at, top, c);
                         for (h, v) in [lo, hi].into_iter().enumerate() {
                             for p in 0..4 {
                                 let wv = _mm256_cvtepi32_ps(_mm256_and_si256(v, masks[p]));
@@ -308,11 +460,18 @@ macro_rules! q6_f32_kernel {
                     }
                     for j in 0..JN {
                         let s = sums[j].as_ptr().add(2 * b);
-                        for (h, scale) in [d_lo, d_hi].into_iter().enumerate() {
+                        for (h, scale) in scale.into_iter().enumerate() {
                             let [a, e, f, g] = part[j][h];
                             let dot = _mm256_add_ps(_mm256_add_ps(a, e), _mm256_add_ps(f, g));
-                            let offset = _mm256_set1_ps(-32.0 * *s.add(h));
-                            acc[j] = _mm256_fmadd_ps(scale, _mm256_add_ps(dot, offset), acc[j]);
+                            if F == Q2 {
+                                acc[j] = _mm256_fmadd_ps(scale, dot, acc[j]);
+                                let sum = _mm256_set1_ps(*s.add(h));
+                                acc[j] = _mm256_fnmadd_ps(min[h], sum, acc[j]);
+                            } else {
+                                let offset = _mm256_set1_ps(-(offset::<F>() as f32) * *s.add(h));
+                                let dot = _mm256_add_ps(dot, offset);
+                                acc[j] = _mm256_fmadd_ps(scale, dot, acc[j]);
+                            }
                         }
                     }
                 }
@@ -354,7 +513,7 @@ pub(crate) unsafe fn q6_f32_x16<const JN: usize>(
     let w1 = unsafe { w.add(group_bytes) };
     // Bytes per block column (the next pair's prefetch below), divided once.
     let column_bytes = group_bytes / nb;
-    let mut d = [_mm256_setzero_ps(); 2];
+    let mut d = [[_mm256_setzero_ps(); 2]; 2];
     let mut acc = [_mm512_setzero_ps(); JN];
     for_each_column(nb, |b| {
         // SAFETY: block column `b` lies within both groups; activation block `b` within
@@ -367,8 +526,16 @@ pub(crate) unsafe fn q6_f32_x16<const JN: usize>(
                 w1.wrapping_add(2 * group_bytes + b * column_bytes),
                 column_bytes,
             );
-            let (at0, d0_lo, d0_hi) = column(w, b, &mut d[0]);
-            let (at1, d1_lo, d1_hi) = column(w1, b, &mut d[1]);
+            let Column {
+                at: at0,
+                scale: [d0_lo, d0_hi],
+                ..
+            } = column::<Q6>(w, b, &mut d[0]);
+            let Column {
+                at: at1,
+                scale: [d1_lo, d1_hi],
+                ..
+            } = column::<Q6>(w1, b, &mut d[1]);
             let scales = [join_ps(d0_lo, d1_lo), join_ps(d0_hi, d1_hi)];
             let top = [0, 32].map(|o| join(at0.add(o), at1.add(o)));
             let mut part = [[[_mm512_setzero_ps(); 4]; 2]; JN];
