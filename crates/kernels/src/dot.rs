@@ -4,7 +4,7 @@ use super::packed::{self, GROUP, Packing};
 use super::q8::BlockQ8;
 use super::scalar;
 pub(crate) use super::simd::Simd;
-use kindle_gguf::quant::GgmlType;
+use kindle_gguf::quant::{self, GgmlType};
 
 /// The activations of one product, in the forms the kernels read.
 #[derive(Clone, Copy)]
@@ -85,9 +85,7 @@ impl Kernel {
         let int8_type = matches!(
             ty,
             GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q5_1
-        ) || ((k_quant(ty)
-            || super::low_k::low_k(ty)
-            || matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K))
+        ) || ((k_quant(ty) || matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K))
             && simd.any());
         if format == super::ActivationFormat::Int8 && int8_type {
             Kernel::Int8 { ty, simd }
@@ -242,7 +240,6 @@ impl Kernel {
             let out = &mut out[(r - start) * m..(r - start + 1) * m];
             if let Kernel::F32 { ty, simd } = self
                 && !fused_f32(ty)
-                && !(super::low_k::low_k(ty) && simd.any())
             {
                 // Dequantise the row once (an aligned `F32` row is read in place) and reuse
                 // it for every activation row.
@@ -250,7 +247,8 @@ impl Kernel {
                     Some(dense) => dense,
                     None => {
                         buf.resize(acts.cols, 0.0);
-                        super::low_k::dequantize(ty, simd, row, &mut buf);
+                        quant::dequantize(ty, row, &mut buf)
+                            .expect("shape checked at construction");
                         Dense::F32(&buf[..])
                     }
                 };
@@ -597,9 +595,6 @@ fn fused_f32(ty: GgmlType) -> bool {
 /// One weight row (whole blocks of `ty`) times one quantized activation row.
 #[inline]
 fn dot_q8(ty: GgmlType, simd: Simd, row: &[u8], y: &[BlockQ8]) -> f32 {
-    if let Some(dot) = super::low_k::dot_q8(ty, simd, row, y) {
-        return dot;
-    }
     #[cfg(target_arch = "x86_64")]
     if simd.any() && !q5(ty) {
         // SAFETY: a SIMD level is only chosen when AVX2, FMA and F16C were detected.
@@ -635,9 +630,6 @@ fn dot_fused_f32(ty: GgmlType, simd: Simd, row: &[u8], x: &[f32]) -> f32 {
                 _ => super::x86::dot_q8_0_f32(row, x),
             };
         }
-    }
-    if super::low_k::low_k(ty) {
-        return super::low_k::dot_f32(ty, simd, row, x);
     }
     let _ = simd;
     scalar::dot_blocks_f32(ty, row, x)

@@ -73,7 +73,6 @@ mod gather;
 mod gemm;
 #[cfg(test)]
 mod gemm_tests;
-mod low_k;
 mod packed;
 mod packed_low_k;
 mod pool;

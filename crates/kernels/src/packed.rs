@@ -446,7 +446,7 @@ pub(crate) fn dequantize_row(
         }
         None => &data[r * row_bytes..(r + 1) * row_bytes],
     };
-    super::low_k::dequantize(ty, super::simd::Simd::detect(), row, out);
+    kindle_gguf::quant::dequantize(ty, row, out).expect("shape checked at construction");
 }
 
 /// Row `r` of a packed `Q6_K` matrix dequantised into `out` straight from the packed layout
