@@ -324,8 +324,8 @@ impl Kernel {
     }
 
     /// How many activation rows the group kernel takes at once: eight, or for the `Q5` and
-    /// `Q6_K` (`Q3_K`, `Q2_K`) kernels and the AVX2 `f32` `Q4` ones (rows in the lanes, several chains of
-    /// partial sums a row) four (8-bit) or two (`f32`).
+    /// `Q6_K` (`Q3_K`, `Q2_K`) kernels and the AVX2 `f32` `Q4` ones (rows in the lanes,
+    /// several chains of partial sums a row) four (8-bit) or two (`f32`).
     #[cfg(target_arch = "x86_64")]
     fn max_batch(self) -> usize {
         // Four chains of partial sums a row (`x86::avx2::q4_1_f32`): three or four rows at a
@@ -403,7 +403,7 @@ impl Kernel {
         };
         let group_bytes = data.len() / groups.max(1);
         let mut first = 0;
-        // (`Q3_K` runs the 8-lane kernel.)
+        // (`Q3_K` and `Q2_K` run the 8-lane kernel.)
         let x16 = q5(ty) || ty == GgmlType::Q6_K;
         if matches!(self, Kernel::F32 { .. }) && simd == Simd::Avx512 && x16 {
             // Two groups at a time in 16-lane vectors, each lane with the 8-lane kernel's
@@ -575,9 +575,9 @@ fn row_slices<T, const JN: usize>(v: &[T], j0: usize, width: usize, read: bool) 
     })
 }
 
-/// Whether `ty` is `Q6_K`, `Q3_K` or `Q2_K` (packed in a form of their own, a scale per 16 values;
-/// SIMD group kernels in `x86_q6.rs`; `Q4_K` and `Q5_K` are packed and run the `Q4_1` and
-/// `Q5` group kernels).
+/// Whether `ty` is `Q6_K`, `Q3_K` or `Q2_K` (packed in a form of their own, a scale per 16
+/// values; SIMD group kernels in `x86_q6.rs`; `Q4_K` and `Q5_K` are packed and run the
+/// `Q4_1` and `Q5` group kernels).
 fn k_quant(ty: GgmlType) -> bool {
     matches!(ty, GgmlType::Q6_K | GgmlType::Q3_K | GgmlType::Q2_K)
 }

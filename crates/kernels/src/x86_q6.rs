@@ -357,14 +357,11 @@ macro_rules! q6_q8_kernel {
                         }
                     }
                     for j in 0..JN {
-                        // The `-32` (`-4`) offset on the activations' sums per half, in `i32`
-                        // (`32 * sum` is a multiple of 8); `Q2_K`'s mins times those sums.
+                        // The `-32` (`-4`, none) offset on the activations' sums per half, in
+                        // `i32`; `Q2_K`'s mins times those sums below.
                         let s32 = ys.s32[j].add(2 * b);
                         let s = [0, 1].map(|h| {
-                            if F == Q2 {
-                                return _mm256_cvtepi32_ps(sums[j][h]);
-                            }
-                            let offset = _mm256_set1_epi32(*s32.add(h) / (32 / offset::<F>()));
+                            let offset = _mm256_set1_epi32(*s32.add(h) / 32 * offset::<F>());
                             _mm256_cvtepi32_ps(_mm256_sub_epi32(sums[j][h], offset))
                         });
                         let mut t = _mm256_fmadd_ps(d_hi, s[1], _mm256_mul_ps(d_lo, s[0]));
@@ -463,14 +460,12 @@ macro_rules! q6_f32_kernel {
                         for (h, scale) in scale.into_iter().enumerate() {
                             let [a, e, f, g] = part[j][h];
                             let dot = _mm256_add_ps(_mm256_add_ps(a, e), _mm256_add_ps(f, g));
+                            let sum = *s.add(h);
+                            let offset = _mm256_set1_ps(-(offset::<F>() as f32) * sum);
+                            acc[j] = _mm256_fmadd_ps(scale, _mm256_add_ps(dot, offset), acc[j]);
                             if F == Q2 {
-                                acc[j] = _mm256_fmadd_ps(scale, dot, acc[j]);
-                                let sum = _mm256_set1_ps(*s.add(h));
+                                let sum = _mm256_set1_ps(sum);
                                 acc[j] = _mm256_fnmadd_ps(min[h], sum, acc[j]);
-                            } else {
-                                let offset = _mm256_set1_ps(-(offset::<F>() as f32) * *s.add(h));
-                                let dot = _mm256_add_ps(dot, offset);
-                                acc[j] = _mm256_fmadd_ps(scale, dot, acc[j]);
                             }
                         }
                     }
