@@ -329,7 +329,7 @@ impl Kernel {
     #[cfg(target_arch = "x86_64")]
     fn max_batch(self) -> usize {
         // Four chains of partial sums a row (`x86::avx2::q4_1_f32`): three or four rows at a
-        // time spilled (Zen 3, criterion `rows_q4_1_1536x576`: m = 3 1.2-1.5x slower).
+        // time spill (Zen 3, criterion `rows_q4_1_1536x576`, m = 3, 4 and 6: 1.0-1.4x slower).
         if self.rows_in_lanes() {
             return 2;
         }

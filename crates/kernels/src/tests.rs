@@ -295,19 +295,18 @@ fn batched_products_give_the_bits_of_single_rows() {
     // Decode (m = 1) and prefill (m > 1) run the same arithmetic per output, in either
     // activation format, so a cached prefix sees exactly what a fresh prefill computed.
     let mut rng = Rng(21);
-    for ty in [
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::Q8_0,
-        GgmlType::Q5_0,
-        GgmlType::Q5_1,
-        GgmlType::F32,
-        GgmlType::F16,
+    // Dense rows of 235 values (SIMD loops and tails); 576 or 768 values (18, 24 blocks):
+    // two chunks of the AVX-512 kernels' eight block columns and a partial one.
+    for (ty, cols) in [
+        (GgmlType::Q4_0, 576),
+        (GgmlType::Q4_1, 576),
+        (GgmlType::Q8_0, 576),
+        (GgmlType::Q5_0, 576),
+        (GgmlType::Q5_1, 576),
+        (GgmlType::Q4_K, 768),
+        (GgmlType::F32, 235),
+        (GgmlType::F16, 235),
     ] {
-        // Dense rows of 235 values: whole 64- and 32-value chunks, 16- and 8-value ones and
-        // a few left over, for both SIMD widths' loops and tails; 18 blocks: two chunks of
-        // the AVX-512 kernels' eight and a partial one.
-        let cols = if ty.block_size() == 1 { 235 } else { 576 };
         let w = random_matrix(ty, 29, cols, &mut rng);
         // Up to 23 rows: one and several calls of every multi-row kernel, partial ones, and
         // both loop orders of the AVX-512 `f32` kernels (`x86_512.rs`), split 12 + 11.

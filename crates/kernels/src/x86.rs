@@ -430,9 +430,12 @@ macro_rules! group_kernels {
             /// each of the word's eight nibbles is then masked in place (of the word shifted
             /// by 0, 12 or 24 bits), converted, and multiplied into the eight rows at once by
             /// one activation held in all eight lanes (a load folded into the FMA): an `and`,
-            /// a conversion and an FMA per eight weights, no horizontal sums. Four chains of
-            /// eight products a block (one a word), added `(c0 + c1) + (c2 + c3)`, then
-            /// scaled by the rows' `d`: the same order for every `JN`.
+            /// a conversion and an FMA per eight weights, no horizontal sums. The words run
+            /// one after another, and each activation row's products go into four chains by
+            /// nibble position (`p % 4`: positions `p` and `p + 4` of every word, eight
+            /// products a block), added `(c0 + c1) + (c2 + c3)`, then scaled by the rows'
+            /// `d`: the same order for every `JN`, and `4 * JN` independent FMAs with one word
+            /// live.
             ///
             /// Measured on a Zen 3 (criterion, one thread, 1536 x 576): 106-114 us with the
             /// rows' products reduced across lanes (the form before), 77-86 us transposed with
@@ -442,7 +445,10 @@ macro_rules! group_kernels {
             /// each chain of eight dependent FMAs then waited out their latency; eight chains
             /// of four, to shorten them further, spilled and ran 62-84 us). Reading the
             /// masked word as a subnormal `f32` instead of converting it was 1.8x slower there:
-            /// a Zen 3 multiplies subnormals slowly.
+            /// a Zen 3 multiplies subnormals slowly. The chains by position instead of by word
+            /// (the words then one at a time, where two rows had taken two words at a time
+            /// and spilled): one row the same, two rows 95-101 -> 83-93 us, four 185-209 ->
+            /// 170-189 (2026-11-29 (3) in docs/performance.md, with the step's ceiling).
             ///
             /// # Safety
             /// `w` holds `nb` block columns of `F`, every `xs[j]` at least `32 * nb` values and every
@@ -476,63 +482,41 @@ macro_rules! group_kernels {
                         let t1 = _mm256_unpackhi_epi32(r01, r23);
                         let t2 = _mm256_unpacklo_epi32(r45, r67);
                         let t3 = _mm256_unpackhi_epi32(r45, r67);
-                        // The words taken `span` at a time and their chains interleaved, so
-                        // that `span * JN` FMAs are independent at each step (one word's chain
-                        // alone waits out the FMA's latency); for `JN = 2` two words at a time,
-                        // each pair's chains folded as soon as they end, so that few registers
-                        // are live (all four words and chains spilled there). Each chain adds
-                        // its products in the same order either way.
-                        let span = if JN == 1 { 4 } else { 2 };
-                        let word = |g: usize| {
-                            let (lo, hi) = if g < 2 { (t0, t2) } else { (t1, t3) };
-                            if g % 2 == 0 {
-                                _mm256_unpacklo_epi64(lo, hi)
-                            } else {
-                                _mm256_unpackhi_epi64(lo, hi)
-                            }
-                        };
+                        let words = [
+                            _mm256_unpacklo_epi64(t0, t2),
+                            _mm256_unpackhi_epi64(t0, t2),
+                            _mm256_unpacklo_epi64(t1, t3),
+                            _mm256_unpackhi_epi64(t1, t3),
+                        ];
+                        // One word at a time; each row's products in four chains, position
+                        // `p` of every word into chain `p % 4`, so that `4 * JN` FMAs are
+                        // in flight and one word is live. Each chain sums in the same order
+                        // for every `JN`.
                         let mut c = [[_mm256_setzero_ps(); 4]; JN];
-                        let mut half = [_mm256_setzero_ps(); JN];
-                        for g0 in (0..4).step_by(span) {
-                            let mut part: [__m256i; 4] = std::array::from_fn(|g| {
-                                if g >= g0 && g < g0 + span {
-                                    word(g)
-                                } else {
-                                    _mm256_setzero_si256()
-                                }
-                            });
+                        for (g, &word) in words.iter().enumerate() {
+                            let mut part = word;
                             for p in 0..8 {
-                                for g in g0..g0 + span {
-                                    if p == 3 || p == 6 {
-                                        part[g] = _mm256_srli_epi32::<12>(part[g]);
-                                    }
-                                    let q = _mm256_and_si256(part[g], masks[p % 3]);
-                                    let wq = _mm256_cvtepi32_ps(q);
-                                    for j in 0..JN {
-                                        let x = _mm256_loadu_ps(
-                                            xs[j].as_ptr().add(8 * (32 * b + 8 * g + p)),
-                                        );
-                                        c[j][g] = if p == 0 {
-                                            _mm256_mul_ps(wq, x)
-                                        } else {
-                                            _mm256_fmadd_ps(wq, x, c[j][g])
-                                        };
-                                    }
+                                if p == 3 || p == 6 {
+                                    part = _mm256_srli_epi32::<12>(part);
                                 }
-                            }
-                            if g0 == 0 && span == 2 {
+                                let wq = _mm256_cvtepi32_ps(_mm256_and_si256(part, masks[p % 3]));
                                 for j in 0..JN {
-                                    half[j] = _mm256_add_ps(c[j][0], c[j][1]);
+                                    let x = _mm256_loadu_ps(
+                                        xs[j].as_ptr().add(8 * (32 * b + 8 * g + p)),
+                                    );
+                                    c[j][p % 4] = if g == 0 && p < 4 {
+                                        _mm256_mul_ps(wq, x)
+                                    } else {
+                                        _mm256_fmadd_ps(wq, x, c[j][p % 4])
+                                    };
                                 }
-                            }
-                        }
-                        if span == 4 {
-                            for j in 0..JN {
-                                half[j] = _mm256_add_ps(c[j][0], c[j][1]);
                             }
                         }
                         for j in 0..JN {
-                            let block = _mm256_add_ps(half[j], _mm256_add_ps(c[j][2], c[j][3]));
+                            let block = _mm256_add_ps(
+                                _mm256_add_ps(c[j][0], c[j][1]),
+                                _mm256_add_ps(c[j][2], c[j][3]),
+                            );
                             acc[j] = _mm256_fmadd_ps(d, block, acc[j]);
                             let sum = _mm256_set1_ps(*sums[j].get_unchecked(b));
                             acc_min[j] = _mm256_fmadd_ps(m, sum, acc_min[j]);
