@@ -1,7 +1,7 @@
 //! Throughput of the quantized matrix kernels, in GB/s of weight bytes read, next to a plain
 //! memory-read baseline.
 //!
-//! `cargo bench -p kindle-model --bench kernels`
+//! `cargo bench -p kindle-kernels --bench kernels`
 
 use std::hint::black_box;
 
@@ -221,5 +221,99 @@ fn prefill(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, kernels, same_shape, rows, prefill, memory_baseline);
+/// The machine's ceiling for the AVX2 `f32` `Q4` group kernel's inner step, with no weights
+/// to fetch: `cargo bench -p kindle-kernels --bench kernels -- step_ceiling`. A step is what
+/// `x86::avx2::q4_1_f32` does for one nibble position of one quant word: isolate the nibble
+/// (a shift and an `and`), convert it, and for each of `R` activation rows one FMA reading a
+/// vector of copies, eight chains in flight. Rows of `cols` values in eight copies, as the
+/// kernel reads them: 256 (8 KiB a row) and SmolLM2's 576 (18 KiB: two rows outgrow a 32 KiB
+/// L1). Elements are weights times rows, to compare with `rows_q4_1_*`'s weights a second
+/// times `m`; the kernel adds its transposes, block-end sums and weight loads.
+#[cfg(target_arch = "x86_64")]
+fn step_ceiling(c: &mut Criterion) {
+    if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+        return;
+    }
+    let mut group = c.benchmark_group("step_ceiling");
+    for cols in [256usize, 576] {
+        // Eight values of each row a quant word.
+        let words = cols / 8;
+        let quants: Vec<u32> = (0..8 * words as u32)
+            .map(|i| i.wrapping_mul(0x9E37_79B9))
+            .collect();
+        let x: Vec<f32> = (0..2 * 64 * words)
+            .map(|i| ((i % 97) as f32 - 48.0) / 50.0)
+            .collect();
+        let rounds = 8192 / words;
+        for rows in [1usize, 2] {
+            group.throughput(Throughput::Elements((rounds * words * 64 * rows) as u64));
+            group.bench_function(format!("rows{rows}_cols{cols}"), |b| {
+                // SAFETY: AVX2 and FMA were detected above; `x` holds two rows of 64 values a
+                // word.
+                b.iter(|| unsafe {
+                    if rows == 1 {
+                        ceiling::steps::<1>(black_box(&quants), black_box(&x), rounds)
+                    } else {
+                        ceiling::steps::<2>(black_box(&quants), black_box(&x), rounds)
+                    }
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn step_ceiling(_: &mut Criterion) {}
+
+#[cfg(target_arch = "x86_64")]
+mod ceiling {
+    use std::arch::x86_64::*;
+
+    /// `rounds` passes of eight steps over each of `words.len() / 8` quant words (eight
+    /// lanes each) for `R` activation rows of 64 values a word (`x`, row after row).
+    ///
+    /// # Safety
+    /// AVX2 and FMA must be available and `x` hold `R * 64 * words.len() / 8` values.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn steps<const R: usize>(words: &[u32], x: &[f32], rounds: usize) -> f32 {
+        let n = words.len() / 8;
+        let mask = _mm256_set1_epi32(0xF);
+        let mut acc = [_mm256_setzero_ps(); 8];
+        for _ in 0..rounds {
+            for w in 0..n {
+                // SAFETY: word `w` and its `R` rows of 64 values lie within the slices.
+                unsafe {
+                    let mut part = _mm256_loadu_si256(words.as_ptr().add(8 * w) as *const __m256i);
+                    for p in 0..8 {
+                        let q = _mm256_cvtepi32_ps(_mm256_and_si256(part, mask));
+                        part = _mm256_srli_epi32::<4>(part);
+                        for j in 0..R {
+                            let v = _mm256_loadu_ps(x.as_ptr().add(64 * (n * j + w) + 8 * p));
+                            let k = (p + 4 * j) % 8;
+                            acc[k] = _mm256_fmadd_ps(q, v, acc[k]);
+                        }
+                    }
+                }
+            }
+        }
+        let mut sum = [0f32; 8];
+        let total = acc
+            .iter()
+            .fold(_mm256_setzero_ps(), |a, &b| _mm256_add_ps(a, b));
+        // SAFETY: `sum` holds eight floats.
+        unsafe { _mm256_storeu_ps(sum.as_mut_ptr(), total) };
+        sum.iter().sum()
+    }
+}
+
+criterion_group!(
+    benches,
+    kernels,
+    same_shape,
+    rows,
+    prefill,
+    memory_baseline,
+    step_ceiling
+);
 criterion_main!(benches);
