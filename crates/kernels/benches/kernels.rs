@@ -13,6 +13,21 @@ use kindle_kernels::{ActivationFormat, Kernels, QuantMatrix, RowArithmetic, Weig
 fn matrix(ty: GgmlType, rows: usize, cols: usize) -> QuantMatrix {
     let (block, size) = (ty.block_size(), ty.type_size());
     let mut state = 0x2545_F491_4F6C_DD1Du64;
+    if matches!(ty, GgmlType::F32 | GgmlType::F16) {
+        // Dense weights: finite values in (-0.05, 0.05).
+        let mut bytes = Vec::with_capacity(rows * cols * size);
+        for _ in 0..rows * cols {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let v = ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.1;
+            match ty {
+                GgmlType::F16 => bytes.extend(half::f16::from_f32(v).to_le_bytes()),
+                _ => bytes.extend(v.to_le_bytes()),
+            }
+        }
+        return QuantMatrix::new(ty, rows, cols, WeightBytes::owned(bytes)).expect("dense");
+    }
     let mut bytes = Vec::with_capacity(rows * cols / block * size);
     let scale = half::f16::from_f32(0.01).to_bits().to_le_bytes();
     for _ in 0..rows * cols / block {
@@ -146,6 +161,10 @@ fn rows(c: &mut Criterion) {
             (GgmlType::Q8_0, 4096, 576),
             (GgmlType::Q5_0, 2048, 640),
             (GgmlType::Q6_K, 640, 2048),
+            // Dense targets of a speculative pair (`kindle quantize --type f16|f32`).
+            (GgmlType::F16, 1536, 576),
+            (GgmlType::F32, 1536, 576),
+            (GgmlType::F16, 576, 1536),
         ];
         for (ty, rows, cols) in shapes {
             let name = format!("rows_{}_{rows}x{cols}_m{m}", ty.name().to_lowercase());
