@@ -394,6 +394,91 @@ fn bench_bandwidth_sets_decode_beside_the_read_rate() {
     );
 }
 
+/// `kindle bench --profile`: each test's weight products by shape, per step (a decode token
+/// or a prefill pass), inside the step's time, and the time outside them. SmolLM2 has 30
+/// layers (query/key/value and gate/up run as one job each) and a tied `Q8_0` head, which a
+/// test computes for its last row only.
+#[test]
+fn bench_profile_splits_a_step_into_its_products() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
+    let args = [
+        "bench",
+        "-p",
+        "4",
+        "-n",
+        "3",
+        "-r",
+        "2",
+        "-t",
+        "1",
+        "--profile",
+    ];
+    let (ok, stdout, stderr) = kindle(&[&args[..], &["--json"]].concat());
+    assert!(ok, "{stderr}");
+    let rows: Value = serde_json::from_str(stdout.trim()).unwrap();
+    for row in rows.as_array().unwrap() {
+        let test = row["test"].as_str().unwrap();
+        let rows_of_layers = if test == "pp4" { 4 } else { 1 };
+        let p = &row["profile"];
+        let products = p["products"].as_array().unwrap();
+        let find = |name: &str| {
+            products
+                .iter()
+                .find(|q| q["matrices"] == name)
+                .unwrap_or_else(|| panic!("{name} in {p}"))
+        };
+        let head = find("Q8_0 49152x576");
+        assert_eq!(head["activation_rows"], 1, "{test}");
+        assert_eq!(head["calls_per_step"].as_f64(), Some(1.0), "{test}");
+        for name in [
+            "Q4_1 576x576 + Q4_1 192x576 + Q4_1 192x576",
+            "Q4_1 576x576",
+            "Q4_1 1536x576 + Q4_1 1536x576",
+            "Q4_1 576x1536",
+        ] {
+            let q = find(name);
+            assert_eq!(q["activation_rows"], rows_of_layers, "{test} {name}");
+            assert_eq!(q["calls_per_step"].as_f64(), Some(30.0), "{test} {name}");
+            assert_eq!(q["activations"], "f32");
+            assert!(q["weights_gbps"].as_f64().unwrap() > 0.0);
+        }
+        assert_eq!(products.len(), 5, "{test}: {p}");
+        let ms = |v: &Value| v.as_f64().unwrap();
+        let inside: f64 = products.iter().map(|q| ms(&q["ms_per_step"])).sum();
+        assert!((inside - ms(&p["products_ms"])).abs() < 1e-9, "{p}");
+        // The products run inside the timed steps.
+        assert!(
+            ms(&p["products_ms"]) > 0.0 && ms(&p["outside_ms"]) >= 0.0,
+            "{p}"
+        );
+        let shares: f64 = products.iter().map(|q| ms(&q["share"])).sum();
+        assert!(shares <= 1.0, "{p}");
+    }
+    // Markdown: a table per test after the main one; none without the flag.
+    let (ok, stdout, stderr) = kindle(&args);
+    assert!(ok, "{stderr}");
+    for test in ["pp4", "tg3"] {
+        assert!(
+            stdout.contains(&format!("\nprofile: {test}, 1 threads: ")),
+            "{stdout}"
+        );
+    }
+    assert!(
+        stdout.contains("| Q8_0 49152x576 | 1 | f32 | 1 | "),
+        "{stdout}"
+    );
+    let (ok, stdout, _) = kindle(&args[..args.len() - 1]);
+    assert!(ok && !stdout.contains("profile:"), "{stdout}");
+    let (ok, _, stderr) = kindle(&["bench", "--device", "wgpu", "--profile", "-r", "1"]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("--profile times the CPU kernels' products") && stderr.contains("not wgpu"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn a_chat_template_file_with_extra_variables_renders_the_prompt() {
     if common::real_model().is_none() {

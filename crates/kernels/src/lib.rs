@@ -78,6 +78,7 @@ mod packed_low_k;
 mod pool;
 #[cfg(target_arch = "x86_64")]
 mod prefetch;
+pub mod profile;
 mod q8;
 mod scalar;
 mod simd;
@@ -397,6 +398,7 @@ impl QuantMatrix {
         if m == 0 || self.rows == 0 {
             return;
         }
+        let t0 = profile::start();
         let pool = kernels.pool();
         let prepared = Prepared::new(
             kernel,
@@ -407,6 +409,8 @@ impl QuantMatrix {
         );
         let product = Product::new(self, &prepared, x, m, kernel, out, pool);
         pool.run(product.tasks, &|task| product.run(task));
+        let shape = (self.ty, self.rows, self.cols, self.n_bytes());
+        profile::record(t0, std::iter::once(shape), m, kernel.int8());
     }
 
     /// `outs[i][m, rows_i] = x[m, cols] W_i^T` for every `(W_i, outs[i])` of `products` (all
@@ -438,6 +442,7 @@ impl QuantMatrix {
         if m == 0 {
             return;
         }
+        let t0 = profile::start();
         let pool = kernels.pool();
         let kernel_of = |w: &QuantMatrix| dot::Kernel::select(w.ty, kernels.activations());
         // One preparation per distinct (kernel, packed) pair.
@@ -478,6 +483,15 @@ impl QuantMatrix {
             let i = starts.partition_point(|&start| start <= task) - 1;
             jobs[i].run(task - starts[i]);
         });
+        let shapes = products
+            .iter()
+            .map(|(w, _)| (w.ty, w.rows, w.cols, w.n_bytes()));
+        profile::record(
+            t0,
+            shapes,
+            m,
+            kernels.activations() == ActivationFormat::Int8,
+        );
     }
 
     /// The whole matrix dequantised to `f32`, `[rows, cols]` row-major (rows split over

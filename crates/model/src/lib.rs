@@ -26,7 +26,7 @@ pub use engine::{Engine, EngineCache, EngineOptions};
 pub use error::ModelError;
 pub use kindle_kernels::{
     ActivationFormat, KernelOptions, Kernels, MAX_THREADS, RowArithmetic, cpu_summary, gatherings,
-    read_bandwidth, set_gathering, simd_cap_name, simd_level,
+    profile, read_bandwidth, set_gathering, simd_cap_name, simd_level,
 };
 pub use kindle_kv_cache::{
     KvCache, KvCacheConfig, KvStore, KvType, SlidingWindowCache, WINDOW_SLACK, ring_slots,

@@ -71,6 +71,12 @@ pub struct BenchArgs {
     /// and show each decode test's weight bytes per second beside it (CPU devices)
     #[arg(long)]
     pub bandwidth: bool,
+    /// Also time every weight product of each test (CPU devices): by shape, its calls, time
+    /// and weight bytes per second per step (a decode token or a prefill pass), and the time
+    /// outside the products (attention, norms, the threads' hand-offs), printed after the
+    /// table (Markdown) or in each row (`"profile"`, JSON)
+    #[arg(long)]
+    pub profile: bool,
 }
 
 /// Bytes of the buffer `--bandwidth` reads: far past any last-level cache.
@@ -134,6 +140,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if args.bandwidth && !args.device.device.is_host() {
         bail!(
             "--bandwidth measures the CPU's read bandwidth: it applies to CPU devices, not {}",
+            args.device.device.name()
+        );
+    }
+    if args.profile && !args.device.device.is_host() {
+        bail!(
+            "--profile times the CPU kernels' products: it applies to CPU devices, not {}",
             args.device.device.name()
         );
     }
@@ -209,8 +221,14 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 // One untimed warm-up run, then the timed repetitions.
                 let mut samples = Vec::with_capacity(args.repetitions);
                 let mut first_token_ms = Vec::new();
+                let mut timed = std::time::Duration::ZERO;
                 for rep in 0..=args.repetitions {
                     cache.truncate(depth);
+                    if rep == 1 && args.profile {
+                        // The warm-up's products are not counted.
+                        kindle_model::profile::take_profile();
+                        kindle_model::profile::set_profiling(true);
+                    }
                     let elapsed = if prefill {
                         let start = Instant::now();
                         llama.forward(&input, &mut cache, LogitsFor::Last)?;
@@ -228,12 +246,18 @@ pub fn run(args: BenchArgs) -> Result<()> {
                         start.elapsed()
                     };
                     if rep > 0 {
+                        timed += elapsed;
                         samples.push(n as f64 / elapsed.as_secs_f64());
                         if prefill {
                             first_token_ms.push(elapsed.as_secs_f64() * 1e3);
                         }
                     }
                 }
+                let profile = args.profile.then(|| {
+                    kindle_model::profile::set_profiling(false);
+                    let steps = args.repetitions * if prefill { 1 } else { n };
+                    profile_json(kindle_model::profile::take_profile(), timed, steps)
+                });
                 let (mean, stddev) = mean_stddev(&samples);
                 let (ttft, _) = mean_stddev(&first_token_ms);
                 // llama-bench's name for a test at depth: `tg128 @ d4096`.
@@ -271,6 +295,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     // A decode step reads every weight once: its streaming rate.
                     "weight_bytes_per_token": weight_bytes,
                     "weights_gbps": (!prefill).then(|| mean * weight_bytes as f64 / 1e9),
+                    "profile": profile,
                 }));
             }
         }
@@ -378,11 +403,97 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 cpu,
                 kindle_model::simd_level()
             )?;
+            for r in rows.iter().filter(|r| r["profile"].is_object()) {
+                write_profile(&mut stdout, r)?;
+            }
         }
     }
     // On standard error, so the table stays llama-bench's.
     if let Some(line) = super::generate::gathered_line() {
         eprintln!("kindle: {line}");
+    }
+    Ok(())
+}
+
+/// A test's profile (`--profile`): each kind of product per step (`steps`: the timed
+/// repetitions' decode tokens, or their prefill passes), and the step's time outside them.
+fn profile_json(
+    stats: Vec<kindle_model::profile::ProductStat>,
+    timed: std::time::Duration,
+    steps: usize,
+) -> Value {
+    let steps = steps.max(1) as f64;
+    let step_ms = timed.as_secs_f64() * 1e3 / steps;
+    let mut inside = 0.0;
+    let products: Vec<Value> = stats
+        .iter()
+        .map(|s| {
+            let ms = s.time.as_secs_f64() * 1e3 / steps;
+            inside += ms;
+            let names: Vec<String> = s
+                .matrices
+                .iter()
+                .map(|(ty, rows, cols)| format!("{} {rows}x{cols}", ty.name()))
+                .collect();
+            let seconds = s.time.as_secs_f64();
+            json!({
+                "matrices": names.join(" + "),
+                "activation_rows": s.activation_rows,
+                "activations": if s.int8 { "int8" } else { "f32" },
+                "calls_per_step": s.calls as f64 / steps,
+                "ms_per_step": ms,
+                "share": if step_ms > 0.0 { ms / step_ms } else { 0.0 },
+                "weights_gbps": if seconds > 0.0 {
+                    s.calls as f64 * s.weight_bytes as f64 / seconds / 1e9
+                } else {
+                    0.0
+                },
+            })
+        })
+        .collect();
+    json!({
+        "step_ms": step_ms,
+        "products_ms": inside,
+        "outside_ms": step_ms - inside,
+        "products": products,
+    })
+}
+
+/// `--profile`'s table for one row (Markdown).
+fn write_profile(out: &mut impl Write, row: &Value) -> std::io::Result<()> {
+    let p = &row["profile"];
+    let num = |v: &Value| v.as_f64().unwrap_or(0.0);
+    let step = if row["test"].as_str().unwrap_or("").starts_with("pp") {
+        "pass"
+    } else {
+        "token"
+    };
+    writeln!(
+        out,
+        "\nprofile: {}, {} threads: {:.2} ms a {step}, {:.2} in the products, {:.2} outside them",
+        row["test"].as_str().unwrap_or(""),
+        row["threads"],
+        num(&p["step_ms"]),
+        num(&p["products_ms"]),
+        num(&p["outside_ms"]),
+    )?;
+    writeln!(
+        out,
+        "| product | rows | act | calls/{step} | ms/{step} | share | weights GB/s |"
+    )?;
+    writeln!(out, "| --- | ---: | --- | ---: | ---: | ---: | ---: |")?;
+    for q in p["products"].as_array().into_iter().flatten() {
+        writeln!(
+            out,
+            "| {} | {} | {} | {:.0} | {:.3} | {:.1}% | {:.1} |",
+            q["matrices"].as_str().unwrap_or(""),
+            q["activation_rows"],
+            q["activations"].as_str().unwrap_or(""),
+            num(&q["calls_per_step"]),
+            num(&q["ms_per_step"]),
+            100.0 * num(&q["share"]),
+            num(&q["weights_gbps"]),
+        )?;
     }
     Ok(())
 }
