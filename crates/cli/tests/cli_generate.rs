@@ -445,15 +445,26 @@ fn bench_profile_splits_a_step_into_its_products() {
             assert!(q["weights_gbps"].as_f64().unwrap() > 0.0);
         }
         assert_eq!(products.len(), 5, "{test}: {p}");
+        // The attention (with its cache writes), once a layer.
+        let operations = p["operations"].as_array().unwrap();
+        assert_eq!(operations.len(), 1, "{p}");
+        let attention = &operations[0];
+        assert_eq!(attention["name"], "attention");
+        assert_eq!(attention["calls_per_step"].as_f64(), Some(30.0), "{test}");
+        assert_eq!(attention["activation_rows"], rows_of_layers, "{test}");
         let ms = |v: &Value| v.as_f64().unwrap();
         let inside: f64 = products.iter().map(|q| ms(&q["ms_per_step"])).sum();
         assert!((inside - ms(&p["products_ms"])).abs() < 1e-9, "{p}");
-        // The products run inside the timed steps.
-        assert!(
-            ms(&p["products_ms"]) > 0.0 && ms(&p["outside_ms"]) >= 0.0,
-            "{p}"
-        );
-        let shares: f64 = products.iter().map(|q| ms(&q["share"])).sum();
+        assert!((ms(&attention["ms_per_step"]) - ms(&p["operations_ms"])).abs() < 1e-9);
+        // The products and the attention run inside the timed steps.
+        let outside = ms(&p["step_ms"]) - ms(&p["products_ms"]) - ms(&p["operations_ms"]);
+        assert!((outside - ms(&p["outside_ms"])).abs() < 1e-9, "{p}");
+        assert!(ms(&p["products_ms"]) > 0.0 && outside >= 0.0, "{p}");
+        let shares: f64 = products
+            .iter()
+            .chain(operations)
+            .map(|q| ms(&q["share"]))
+            .sum();
         assert!(shares <= 1.0, "{p}");
     }
     // Markdown: a table per test after the main one; none without the flag.
@@ -469,6 +480,7 @@ fn bench_profile_splits_a_step_into_its_products() {
         stdout.contains("| Q8_0 49152x576 | 1 | f32 | 1 | "),
         "{stdout}"
     );
+    assert!(stdout.contains("| (attention) | 4 | | 30 | "), "{stdout}");
     let (ok, stdout, _) = kindle(&args[..args.len() - 1]);
     assert!(ok && !stdout.contains("profile:"), "{stdout}");
     let (ok, _, stderr) = kindle(&["bench", "--device", "wgpu", "--profile", "-r", "1"]);

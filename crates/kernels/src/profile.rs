@@ -3,10 +3,11 @@
 //!
 //! A profile says what a sampling profiler cannot on a machine without hardware counters: each
 //! product's wall time as its caller waits for it (all its threads, the pool's meeting
-//! included), so the products' sum set against a step's time leaves exactly the time spent
-//! outside them (attention, norms, the threads' hand-offs, sampling). Off by default: a
-//! product then pays one relaxed atomic load. The record is process-wide (every model and
-//! thread count in the process adds to it).
+//! included), and that of the operations a caller names ([`record_operation`]: the model's
+//! attention), so their sum set against a step's time leaves exactly the time spent outside
+//! them (norms, activations, the threads' hand-offs). Off by default: a product then pays one
+//! relaxed atomic load. The record is process-wide (every model and thread count in the
+//! process adds to it).
 //!
 //! ```
 //! use kindle_gguf::quant::GgmlType;
@@ -31,13 +32,17 @@ use std::time::{Duration, Instant};
 
 use kindle_gguf::quant::GgmlType;
 
-/// What one kind of product cost while profiling was on.
+/// What one kind of product (or another timed operation) cost while profiling was on.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProductStat {
     /// The matrices multiplied in one job of the pool, as (type, rows, columns): one for a
     /// plain product, several for products of one input run together (a layer's query, key
-    /// and value projections).
+    /// and value projections). Empty for another operation ([`ProductStat::operation`]).
     pub matrices: Vec<(GgmlType, usize, usize)>,
+    /// The name of an operation other than a weight product that its caller timed
+    /// ([`record_operation`]: the model's host attention, `"attention"`); `None` for a
+    /// product.
+    pub operation: Option<&'static str>,
     /// Activation rows of each call (1 for a decode step).
     pub activation_rows: usize,
     /// Whether the activations were 8-bit (`--activations int8`).
@@ -50,8 +55,13 @@ pub struct ProductStat {
     pub weight_bytes: u64,
 }
 
-/// (matrices, activation rows, int8).
-type Key = (Vec<(GgmlType, usize, usize)>, usize, bool);
+/// (matrices, operation, activation rows, int8).
+type Key = (
+    Vec<(GgmlType, usize, usize)>,
+    Option<&'static str>,
+    usize,
+    bool,
+);
 /// (calls, time, weight bytes a call) of each key.
 type Record = HashMap<Key, (u64, Duration, u64)>;
 
@@ -75,13 +85,16 @@ pub fn take_profile() -> Vec<ProductStat> {
     let mut stats: Vec<ProductStat> = record
         .into_iter()
         .map(
-            |((matrices, activation_rows, int8), (calls, time, weight_bytes))| ProductStat {
-                matrices,
-                activation_rows,
-                int8,
-                calls,
-                time,
-                weight_bytes,
+            |((matrices, operation, activation_rows, int8), (calls, time, weight_bytes))| {
+                ProductStat {
+                    matrices,
+                    operation,
+                    activation_rows,
+                    int8,
+                    calls,
+                    time,
+                    weight_bytes,
+                }
             },
         )
         .collect();
@@ -89,10 +102,30 @@ pub fn take_profile() -> Vec<ProductStat> {
     stats
 }
 
-/// The start of a product when profiling is on.
+/// The start of a product (or another operation) when profiling is on, else `None`.
 #[inline]
-pub(crate) fn start() -> Option<Instant> {
+pub fn start() -> Option<Instant> {
     ON.load(Ordering::Relaxed).then(Instant::now)
+}
+
+/// Record an operation other than a weight product, begun at `start` ([`start`]; nothing
+/// when it was `None`), under `name`, for `rows` rows of the pass (the model's host
+/// attention records itself as `"attention"`).
+pub fn record_operation(start: Option<Instant>, name: &'static str, rows: usize) {
+    if let Some(start) = start {
+        add((Vec::new(), Some(name), rows, false), start.elapsed(), 0);
+    }
+}
+
+/// Count one call of `key` that took `time`.
+fn add(key: Key, time: Duration, bytes: u64) {
+    let mut record = RECORD.lock().unwrap_or_else(|e| e.into_inner());
+    let entry = record
+        .get_or_insert_with(HashMap::new)
+        .entry(key)
+        .or_insert((0, Duration::ZERO, bytes));
+    entry.0 += 1;
+    entry.1 += time;
 }
 
 /// Record a product begun at `start` ([`start`]; nothing when it was `None`): `matrices` as
@@ -114,13 +147,7 @@ pub(crate) fn record(
             (ty, rows, cols)
         })
         .collect();
-    let mut record = RECORD.lock().unwrap_or_else(|e| e.into_inner());
-    let entry = record
-        .get_or_insert_with(HashMap::new)
-        .entry((shapes, m, int8))
-        .or_insert((0, Duration::ZERO, bytes));
-    entry.0 += 1;
-    entry.1 += time;
+    add((shapes, None, m, int8), time, bytes);
 }
 
 #[cfg(test)]
@@ -142,7 +169,9 @@ mod tests {
         let mut out_a = vec![0f32; 3 * 72];
         let mut out_b = vec![0f32; 3 * 40];
         a.matmul(&x[..96], 1, &mut out_a[..72], &kernels); // off: not recorded
+        record_operation(start(), "profile-test", 5); // off: not recorded
         set_profiling(true);
+        record_operation(start(), "profile-test", 3);
         for _ in 0..3 {
             a.matmul(&x[..96], 1, &mut out_a[..72], &kernels);
         }
@@ -174,6 +203,15 @@ mod tests {
             !stats.iter().any(|s| s.matrices == [qb]),
             "a product with profiling off was recorded: {stats:?}"
         );
+        let ops: Vec<&ProductStat> = stats
+            .iter()
+            .filter(|s| s.operation == Some("profile-test"))
+            .collect();
+        assert_eq!(ops.len(), 1, "{ops:?}");
+        assert_eq!((ops[0].activation_rows, ops[0].calls), (3, 1));
+        assert!(ops[0].matrices.is_empty() && ops[0].weight_bytes == 0);
+        let products = stats.iter().filter(|s| !s.matrices.is_empty());
+        assert!(products.clone().all(|s| s.operation.is_none()));
         assert!(
             take_profile().iter().all(|s| s.matrices != [qa]),
             "taken twice"

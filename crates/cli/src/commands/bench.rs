@@ -71,10 +71,12 @@ pub struct BenchArgs {
     /// and show each decode test's weight bytes per second beside it (CPU devices)
     #[arg(long)]
     pub bandwidth: bool,
-    /// Also time every weight product of each test (CPU devices): by shape, its calls, time
-    /// and weight bytes per second per step (a decode token or a prefill pass), and the time
-    /// outside the products (attention, norms, the threads' hand-offs), printed after the
-    /// table (Markdown) or in each row (`"profile"`, JSON)
+    /// Also time every weight product the CPU kernels run in each test (CPU devices): by
+    /// shape, its calls, time and weight bytes per second per step (a decode token or a
+    /// prefill pass); the attention (with its cache writes); and the time outside them
+    /// (norms, activations, the threads' hand-offs; a long prefill that runs as Burn's dense
+    /// matmul counts there too), printed after the table (Markdown) or in each row
+    /// (`"profile"`, JSON)
     #[arg(long)]
     pub profile: bool,
 }
@@ -415,8 +417,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
     Ok(())
 }
 
-/// A test's profile (`--profile`): each kind of product per step (`steps`: the timed
-/// repetitions' decode tokens, or their prefill passes), and the step's time outside them.
+/// A test's profile (`--profile`): each kind of weight product and each other timed
+/// operation (the attention) per step (`steps`: the timed repetitions' decode tokens, or
+/// their prefill passes), and the step's time outside them.
 fn profile_json(
     stats: Vec<kindle_model::profile::ProductStat>,
     timed: std::time::Duration,
@@ -424,38 +427,45 @@ fn profile_json(
 ) -> Value {
     let steps = steps.max(1) as f64;
     let step_ms = timed.as_secs_f64() * 1e3 / steps;
-    let mut inside = 0.0;
-    let products: Vec<Value> = stats
-        .iter()
-        .map(|s| {
-            let ms = s.time.as_secs_f64() * 1e3 / steps;
-            inside += ms;
-            let names: Vec<String> = s
-                .matrices
-                .iter()
-                .map(|(ty, rows, cols)| format!("{} {rows}x{cols}", ty.name()))
-                .collect();
-            let seconds = s.time.as_secs_f64();
-            json!({
-                "matrices": names.join(" + "),
-                "activation_rows": s.activation_rows,
-                "activations": if s.int8 { "int8" } else { "f32" },
-                "calls_per_step": s.calls as f64 / steps,
-                "ms_per_step": ms,
-                "share": if step_ms > 0.0 { ms / step_ms } else { 0.0 },
-                "weights_gbps": if seconds > 0.0 {
-                    s.calls as f64 * s.weight_bytes as f64 / seconds / 1e9
-                } else {
-                    0.0
-                },
-            })
-        })
-        .collect();
+    let (mut products, mut operations) = (Vec::new(), Vec::new());
+    let (mut products_ms, mut operations_ms) = (0.0, 0.0);
+    for s in &stats {
+        let ms = s.time.as_secs_f64() * 1e3 / steps;
+        let mut entry = json!({
+            "activation_rows": s.activation_rows,
+            "calls_per_step": s.calls as f64 / steps,
+            "ms_per_step": ms,
+            "share": if step_ms > 0.0 { ms / step_ms } else { 0.0 },
+        });
+        if let Some(name) = s.operation {
+            operations_ms += ms;
+            entry["name"] = json!(name);
+            operations.push(entry);
+            continue;
+        }
+        products_ms += ms;
+        let names: Vec<String> = s
+            .matrices
+            .iter()
+            .map(|(ty, rows, cols)| format!("{} {rows}x{cols}", ty.name()))
+            .collect();
+        let seconds = s.time.as_secs_f64();
+        entry["matrices"] = json!(names.join(" + "));
+        entry["activations"] = json!(if s.int8 { "int8" } else { "f32" });
+        entry["weights_gbps"] = json!(if seconds > 0.0 {
+            s.calls as f64 * s.weight_bytes as f64 / seconds / 1e9
+        } else {
+            0.0
+        });
+        products.push(entry);
+    }
     json!({
         "step_ms": step_ms,
-        "products_ms": inside,
-        "outside_ms": step_ms - inside,
+        "products_ms": products_ms,
+        "operations_ms": operations_ms,
+        "outside_ms": step_ms - products_ms - operations_ms,
         "products": products,
+        "operations": operations,
     })
 }
 
@@ -468,9 +478,20 @@ fn write_profile(out: &mut impl Write, row: &Value) -> std::io::Result<()> {
     } else {
         "token"
     };
+    let operations = p["operations"].as_array().cloned().unwrap_or_default();
+    let named: String = operations
+        .iter()
+        .map(|o| {
+            format!(
+                ", {:.2} in {}",
+                num(&o["ms_per_step"]),
+                o["name"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
     writeln!(
         out,
-        "\nprofile: {}, {} threads: {:.2} ms a {step}, {:.2} in the products, {:.2} outside them",
+        "\nprofile: {}, {} threads: {:.2} ms a {step}, {:.2} in the products{named}, {:.2} outside them",
         row["test"].as_str().unwrap_or(""),
         row["threads"],
         num(&p["step_ms"]),
@@ -493,6 +514,17 @@ fn write_profile(out: &mut impl Write, row: &Value) -> std::io::Result<()> {
             num(&q["ms_per_step"]),
             100.0 * num(&q["share"]),
             num(&q["weights_gbps"]),
+        )?;
+    }
+    for o in &operations {
+        writeln!(
+            out,
+            "| ({}) | {} | | {:.0} | {:.3} | {:.1}% | |",
+            o["name"].as_str().unwrap_or(""),
+            o["activation_rows"],
+            num(&o["calls_per_step"]),
+            num(&o["ms_per_step"]),
+            100.0 * num(&o["share"]),
         )?;
     }
     Ok(())

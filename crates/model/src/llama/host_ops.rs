@@ -177,6 +177,8 @@ impl LayerOps for HostOps<'_> {
         // (sequence, query head, block of rows), so that attention obeys the thread count as
         // the products do. Each output row of each head is computed by one task with the same
         // arithmetic whatever the split: the logits do not depend on the thread count.
+        // With `kindle bench --profile`: the cache writes and the attention, one operation.
+        let timer = kindle_kernels::profile::start();
         let mut views = Vec::with_capacity(pass.seqs.len());
         for (seq, &(start, len)) in pass.seqs.iter_mut().zip(pass.spans) {
             let mut view = seq
@@ -199,6 +201,7 @@ impl LayerOps for HostOps<'_> {
             })
             .collect();
         attend_all(&jobs, out, qw, attention, self.kernels);
+        kindle_kernels::profile::record_operation(timer, "attention", pass.ids.len());
         Ok(())
     }
 
