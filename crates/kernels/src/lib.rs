@@ -486,12 +486,10 @@ impl QuantMatrix {
         let shapes = products
             .iter()
             .map(|(w, _)| (w.ty, w.rows, w.cols, w.n_bytes()));
-        profile::record(
-            t0,
-            shapes,
-            m,
-            kernels.activations() == ActivationFormat::Int8,
-        );
+        // As `matmul` records it: 8-bit when a kernel of the job reads 8-bit activations (a
+        // dense `F16`/`F32` matrix multiplies `f32` ones whatever the format).
+        let int8 = products.iter().any(|(w, _)| kernel_of(w).int8());
+        profile::record(t0, shapes, m, int8);
     }
 
     /// The whole matrix dequantised to `f32`, `[rows, cols]` row-major (rows split over
