@@ -61,6 +61,7 @@
 //! assert!((y[0] - 16.0).abs() < 0.1 && (y[1] - 32.0).abs() < 0.2);
 //! ```
 
+mod aligned;
 mod arena;
 mod bandwidth;
 mod block;
@@ -546,6 +547,9 @@ struct Prepared {
     permute: Option<u64>,
     block_sums: Vec<f32>,
     panels: Vec<f32>,
+    /// The `f32` activations on a cache line, where an `f32` kernel reads them and they did
+    /// not start on one.
+    aligned: aligned::Aligned,
 }
 
 impl Prepared {
@@ -568,6 +572,7 @@ impl Prepared {
                 permute: None,
                 block_sums: Vec::new(),
                 panels: gemm::pack_activations(x, m, cols),
+                aligned: aligned::Aligned::default(),
             };
         }
         let q8: Vec<BlockQ8> = if kernel.int8() {
@@ -595,13 +600,19 @@ impl Prepared {
             permute,
             block_sums,
             panels: Vec::new(),
+            // Read in place by the `f32` kernels that do not permute them.
+            aligned: if kernel.int8() || permute.is_some() {
+                aligned::Aligned::default()
+            } else {
+                aligned::Aligned::of(x)
+            },
         }
     }
 
     /// The kernels' view of `x` (`m` rows of `cols`) and these forms of it.
     fn activations<'a>(&'a self, x: &'a [f32], cols: usize, m: usize) -> dot::Activations<'a> {
         dot::Activations {
-            f32: x,
+            f32: self.aligned.get(x),
             q8: &self.q8,
             q8_d: &self.q8_d,
             q8_s: &self.q8_s,
