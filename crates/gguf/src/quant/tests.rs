@@ -67,6 +67,15 @@ fn f16_conversions() {
     assert_eq!(out[6].to_bits(), 0x8000_0000);
     // A NaN stays a NaN.
     assert!(deq(GgmlType::F16, &0x7E00u16.to_le_bytes())[0].is_nan());
+    // Every bit pattern, in runs longer than the conversion's chunks: each value widened as
+    // `half` widens it alone (NaNs stay NaNs).
+    let all: Vec<u8> = (0..=u16::MAX).flat_map(u16::to_le_bytes).collect();
+    let out = deq(GgmlType::F16, &all);
+    for (bits, got) in (0..=u16::MAX).zip(out) {
+        let want = half::f16::from_bits(bits).to_f32();
+        let same = got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan());
+        assert!(same, "f16 {bits:#06x}: {got} against {want}");
+    }
 }
 
 #[test]
