@@ -155,12 +155,12 @@ impl Kernel {
 
     /// `x` (rows of whole blocks) in the order and scaling of this kernel's
     /// [`permutation`](Kernel::permutation), each value [`copies`](Kernel::copies) times:
-    /// [`Activations::permuted`], written into `dst` (its allocation reused).
-    pub fn permute_into(self, x: &[f32], dst: &mut Vec<f32>) {
+    /// [`Activations::permuted`], written into `dst` (`x.len()` times the copies: every value
+    /// of it).
+    pub fn permute_into(self, x: &[f32], dst: &mut [f32]) {
         let (order, scale, _) = self.permutation();
         let copies = self.copies();
-        // Only what the buffer did not hold yet is zeroed: every value is written below.
-        dst.resize(x.len() * copies, 0.0);
+        assert_eq!(dst.len(), x.len() * copies, "permuted length");
         for (b, dst) in x.chunks_exact(32).zip(dst.chunks_exact_mut(32 * copies)) {
             for (k, dst) in dst.chunks_exact_mut(copies).enumerate() {
                 dst.fill(b[order[k]] * scale[k]);

@@ -744,8 +744,9 @@ fn with_permuted<R>(
     let Some(id) = permute else {
         return f(acts);
     };
-    let make = |values: &mut Vec<f32>| kernel.permute_into(acts.f32, values);
-    copies::with_local(id, make, |permuted| {
+    let make = |values: &mut [f32]| kernel.permute_into(acts.f32, values);
+    let len = acts.f32.len() * kernel.copies();
+    copies::with_local(id, len, make, |permuted| {
         f(&dot::Activations { permuted, ..*acts })
     })
 }
