@@ -706,9 +706,9 @@ fn dot_rows(simd: Simd, a: Dense<'_>, xs: &[f32], out: &mut [f32]) {
                     unsafe {
                         match (a, wide) {
                             (Dense::F32(a), true) => x86::dot_f32_rows_avx512::<$n>(a, bs, o),
-                            (Dense::F32(a), false) => x86::dot_f32_rows::<$n>(a, bs, o),
+                            (Dense::F32(a), false) => x86::dot_f32_rows::<$n>(a, bs, o, j == 0),
                             (Dense::F16(a), true) => x86::dot_f16_rows_avx512::<$n>(a, bs, o),
-                            (Dense::F16(a), false) => x86::dot_f16_rows::<$n>(a, bs, o),
+                            (Dense::F16(a), false) => x86::dot_f16_rows::<$n>(a, bs, o, j == 0),
                         }
                     }
                 }};
