@@ -82,10 +82,6 @@ mod tests {
     use super::super::tests::{Rng, random_matrix, threads};
     use super::super::*;
 
-    /// Products of several kernels, widths and inputs, one after another on one pool, give
-    /// each output the bits it gets alone on a fresh thread: a thread remakes its copy
-    /// whenever the preparation changes (a stale one would hold another input's values),
-    /// and after a pass of many rows, whose buffer it did not keep ([`KEEP`]).
     #[test]
     fn a_thread_s_values_start_on_a_cache_line_and_are_made_once() {
         for (id, len) in [
@@ -124,6 +120,10 @@ mod tests {
         }
     }
 
+    /// Products of several kernels, widths and inputs, one after another on one pool, give
+    /// each output the bits it gets alone on a fresh thread: a thread remakes its copy
+    /// whenever the preparation changes (a stale one would hold another input's values),
+    /// and after a pass of many rows, whose buffer it did not keep ([`KEEP`]).
     #[test]
     fn each_preparation_gets_its_own_copy() {
         let mut rng = Rng(0x00c0_ffee);
