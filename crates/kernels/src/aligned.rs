@@ -11,43 +11,58 @@
 /// The alignment every copy starts at: a cache line, one 512-bit vector.
 pub(crate) const ALIGN: usize = 64;
 
-/// One cache line of values (the unit of the copy's allocation, for its alignment).
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-struct Line([f32; 16]);
+/// `f32` values in a line.
+const LINE: usize = ALIGN / size_of::<f32>();
+
+/// A reusable buffer whose values start on a cache line: the allocation holds a line more
+/// than the values, which start at its first line boundary.
+#[derive(Default)]
+pub(crate) struct LineBuf {
+    buf: Vec<f32>,
+    start: usize,
+    len: usize,
+}
+
+impl LineBuf {
+    /// Room for `len` values on a line, to be written by the caller (the allocation reused:
+    /// only what it did not hold yet is zeroed).
+    pub(crate) fn resize(&mut self, len: usize) -> &mut [f32] {
+        self.buf.resize(len + LINE - 1, 0.0);
+        self.start = self.buf.as_ptr().align_offset(ALIGN);
+        self.len = len;
+        &mut self.buf[self.start..self.start + len]
+    }
+
+    /// The values of the last [`resize`](LineBuf::resize).
+    pub(crate) fn values(&self) -> &[f32] {
+        &self.buf[self.start..self.start + self.len]
+    }
+
+    /// The allocation's size in values.
+    pub(crate) fn capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+}
 
 /// `x` copied to a [`ALIGN`]-byte boundary, or nothing where `x` already starts on one.
 #[derive(Default)]
-pub(crate) struct Aligned {
-    lines: Vec<Line>,
-    len: usize,
-}
+pub(crate) struct Aligned(Option<LineBuf>);
 
 impl Aligned {
     /// A copy of `x` if it does not start on an [`ALIGN`]-byte boundary (else an empty one:
     /// read `x` itself, [`get`](Aligned::get)).
     pub(crate) fn of(x: &[f32]) -> Aligned {
         if (x.as_ptr() as usize).is_multiple_of(ALIGN) {
-            return Aligned::default();
+            return Aligned(None);
         }
-        let mut lines = vec![Line([0.0; 16]); x.len().div_ceil(16)];
-        for (line, values) in lines.iter_mut().zip(x.chunks(16)) {
-            line.0[..values.len()].copy_from_slice(values);
-        }
-        Aligned {
-            lines,
-            len: x.len(),
-        }
+        let mut copy = LineBuf::default();
+        copy.resize(x.len()).copy_from_slice(x);
+        Aligned(Some(copy))
     }
 
     /// The aligned copy, or `x` where none was needed.
     pub(crate) fn get<'a>(&'a self, x: &'a [f32]) -> &'a [f32] {
-        if self.lines.is_empty() {
-            return x;
-        }
-        // SAFETY: `lines` holds `len.div_ceil(16)` lines of 16 initialised `f32`s each,
-        // laid out contiguously (`repr(C)`, no padding: 64 bytes of values per line).
-        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<f32>(), self.len) }
+        self.0.as_ref().map_or(x, LineBuf::values)
     }
 }
 
@@ -57,12 +72,14 @@ mod tests {
 
     #[test]
     fn a_misaligned_input_is_copied_to_a_line_and_an_aligned_one_is_read_in_place() {
-        let mut lines = vec![Line([0.0; 16]); 4];
-        for (i, line) in lines.iter_mut().enumerate() {
-            line.0 = std::array::from_fn(|k| (16 * i + k) as f32);
-        }
-        // SAFETY: four lines of 16 values each.
-        let all = unsafe { std::slice::from_raw_parts(lines.as_ptr().cast::<f32>(), 64) };
+        let mut lines = LineBuf::default();
+        lines
+            .resize(64)
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, v)| *v = i as f32);
+        let all = lines.values();
+        assert!((all.as_ptr() as usize).is_multiple_of(ALIGN));
         for offset in [0, 1, 4, 15, 16] {
             let x = &all[offset..offset + 40];
             let copy = Aligned::of(x);

@@ -12,19 +12,18 @@
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::aligned::LineBuf;
+
 /// The next preparation's name (never 0, which names none).
 pub(crate) fn next_id() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
-/// One thread's values, and the preparation they were made for: `len` values from `start`,
-/// the first cache line boundary of `buf`.
+/// One thread's values (on a cache line), and the preparation they were made for.
 struct Local {
     id: u64,
-    buf: Vec<f32>,
-    start: usize,
-    len: usize,
+    values: LineBuf,
 }
 
 /// The most values a thread keeps between products (1 MiB): a decode step's rows take far
@@ -33,9 +32,7 @@ struct Local {
 const KEEP: usize = 1 << 18;
 
 thread_local! {
-    static LOCAL: RefCell<Local> = const {
-        RefCell::new(Local { id: 0, buf: Vec::new(), start: 0, len: 0 })
-    };
+    static LOCAL: RefCell<Local> = RefCell::new(Local { id: 0, values: LineBuf::default() });
 }
 
 /// `f` of this thread's `len` values for preparation `id`, which `make` writes (every one of
@@ -54,28 +51,19 @@ pub(crate) fn with_local<R>(
 ) -> R {
     LOCAL.with_borrow_mut(|local| {
         if local.id != id {
-            // Only what the buffer did not hold yet is zeroed: `make` writes every value.
-            local.buf.resize(len + LINE - 1, 0.0);
-            local.start = local.buf.as_ptr().align_offset(LINE * size_of::<f32>());
-            local.len = len;
-            make(&mut local.buf[local.start..local.start + len]);
+            make(local.values.resize(len));
             local.id = id;
         }
-        let result = f(&local.buf[local.start..local.start + local.len]);
-        if local.buf.capacity() > KEEP {
+        let result = f(local.values.values());
+        if local.values.capacity() > KEEP {
             *local = Local {
                 id: 0,
-                buf: Vec::new(),
-                start: 0,
-                len: 0,
+                values: LineBuf::default(),
             };
         }
         result
     })
 }
-
-/// Values in a cache line.
-const LINE: usize = 16;
 
 #[cfg(test)]
 mod tests {
