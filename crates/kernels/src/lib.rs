@@ -83,6 +83,7 @@ pub mod profile;
 mod q8;
 mod scalar;
 mod simd;
+mod subset;
 #[cfg(test)]
 mod tests;
 #[cfg(target_arch = "x86_64")]
@@ -107,6 +108,7 @@ use thiserror::Error;
 
 use kindle_gguf::quant::GgmlType;
 use kindle_gguf::{GgufFile, SharedBytes, TensorInfo};
+use pool::SyncPtr;
 
 pub use bandwidth::read_bandwidth;
 pub use config::{KernelOptions, Kernels, RowArithmetic};
@@ -686,12 +688,15 @@ impl<'a> Product<'a> {
 
     /// [`run`](Self::run) with `acts` in every form the kernel reads.
     fn run_with(&self, task: usize, acts: &dot::Activations) {
-        let (m, rows) = (acts.m, self.rows);
         let start = task * self.per_task;
-        if start >= rows {
-            return;
+        if start < self.rows {
+            self.run_rows(start, (start + self.per_task).min(self.rows), acts);
         }
-        let end = (start + self.per_task).min(rows);
+    }
+
+    /// Rows `start..end` (`start` beginning a row group) of every activation row.
+    fn run_rows(&self, start: usize, end: usize, acts: &dot::Activations) {
+        let (m, rows) = (acts.m, self.rows);
         if m == 1 && !self.gemm {
             // SAFETY: tasks cover disjoint ranges of the output, which outlives the job.
             let chunk =
@@ -782,18 +787,3 @@ fn runs_gemm(int8: bool, packed: bool, m: usize, arithmetic: RowArithmetic) -> b
     };
     !(int8 && packed) && rows && gemm_tile().is_some()
 }
-
-/// A raw pointer handed to the pool's threads, each writing a disjoint range.
-#[derive(Clone, Copy)]
-struct SyncPtr(*mut f32);
-
-impl SyncPtr {
-    fn get(self) -> *mut f32 {
-        self.0
-    }
-}
-
-// SAFETY: used only to write disjoint ranges from the pool's threads while the owner waits.
-unsafe impl Send for SyncPtr {}
-// SAFETY: as above.
-unsafe impl Sync for SyncPtr {}

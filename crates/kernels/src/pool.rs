@@ -307,3 +307,18 @@ pub fn default_threads() -> usize {
     }
     logical
 }
+
+/// A raw pointer handed to the pool's threads, each writing a disjoint range.
+#[derive(Clone, Copy)]
+pub(crate) struct SyncPtr(pub(crate) *mut f32);
+
+impl SyncPtr {
+    pub(crate) fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+// SAFETY: used only to write disjoint ranges from the pool's threads while the owner waits.
+unsafe impl Send for SyncPtr {}
+// SAFETY: as above.
+unsafe impl Sync for SyncPtr {}
