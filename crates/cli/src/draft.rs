@@ -35,6 +35,9 @@ pub struct DraftSettings {
     pub draft_activations: Option<ActivationFormat>,
     /// Adapt the draft length to what the target accepts (`--draft-adaptive`).
     pub draft_adaptive: bool,
+    /// A draft model proposes from this many lowest token ids and the context's tokens
+    /// (`--draft-vocab`, [`ModelDrafter::with_vocab`]); `None`: from the whole vocabulary.
+    pub draft_vocab: Option<usize>,
 }
 
 /// The shortest n-gram prompt lookup drafts from when `--lookup-min` is not given. Single-token
@@ -108,13 +111,18 @@ impl DraftSettings {
         if self.self_speculative == Some(0) {
             bail!("--self-speculative must be at least 1 layer");
         }
-        if self.draft_activations.is_some()
-            && self.draft_model.is_none()
-            && self.self_speculative.is_none()
-        {
+        let model = self.draft_model.is_some() || self.self_speculative.is_some();
+        if self.draft_activations.is_some() && !model {
             bail!(
                 "--draft-activations sets a draft model's kernels: it needs --draft-model FILE or --self-speculative L"
             );
+        }
+        match self.draft_vocab {
+            Some(_) if !model => bail!(
+                "--draft-vocab sets what a draft model proposes from: it needs --draft-model FILE or --self-speculative L"
+            ),
+            Some(0) => bail!("--draft-vocab must be at least 1 token id"),
+            _ => {}
         }
         Ok(())
     }
@@ -153,11 +161,7 @@ impl DraftSettings {
                     plan.engine.llama.config().vocab_size
                 );
             }
-            Box::new(ModelDrafter::new(
-                engine,
-                capacity,
-                self.draft_sampler(plan, prompt_len)?,
-            )?)
+            Box::new(self.model_drafter(engine, capacity, plan, prompt_len)?)
         } else if let Some(layers) = self.self_speculative {
             let mut engine = engine::load_model_with(&plan.loaded, options)?;
             let total = engine.llama.config().n_layers;
@@ -166,11 +170,7 @@ impl DraftSettings {
                     "--self-speculative {layers}: the draft must use fewer layers than the model's {total}"
                 );
             }
-            Box::new(ModelDrafter::new(
-                engine,
-                capacity,
-                self.draft_sampler(plan, prompt_len)?,
-            )?)
+            Box::new(self.model_drafter(engine, capacity, plan, prompt_len)?)
         } else {
             return Ok(None);
         };
@@ -180,6 +180,21 @@ impl DraftSettings {
         } else {
             speculator
         }))
+    }
+
+    /// A drafter over a draft model (`--draft-vocab` applied).
+    fn model_drafter(
+        &self,
+        engine: kindle_model::Engine,
+        capacity: usize,
+        plan: &RunPlan,
+        prompt_len: usize,
+    ) -> Result<ModelDrafter<kindle_model::Engine>> {
+        let drafter = ModelDrafter::new(engine, capacity, self.draft_sampler(plan, prompt_len)?)?;
+        Ok(match self.draft_vocab {
+            Some(first) => drafter.with_vocab(first)?,
+            None => drafter,
+        })
     }
 
     /// The draft's sampler: the target's configuration with its own seed.

@@ -114,6 +114,14 @@ fn greedy_output_is_unchanged_by_each_drafter() {
                 "--draft-adaptive",
             ],
             &["--self-speculative", "10", "--draft-max", "4"],
+            &[
+                "--self-speculative",
+                "10",
+                "--draft-max",
+                "4",
+                "--draft-vocab",
+                "4096",
+            ],
         ] {
             assert_eq!(
                 plain,
@@ -131,6 +139,14 @@ fn greedy_output_is_unchanged_by_each_drafter() {
                 "f32",
                 "--draft-max",
                 "8",
+            ],
+            &[
+                "--draft-model",
+                model_str,
+                "--draft-max",
+                "8",
+                "--draft-vocab",
+                "8192",
             ],
             &["--lookup-ngram", "2"],
         ] {
@@ -204,7 +220,7 @@ fn bad_drafting_settings_are_clear_errors() {
         return;
     };
     let m = model.to_str().unwrap();
-    let cases: [(&[&str], &str); 8] = [
+    let cases: [(&[&str], &str); 10] = [
         (
             &["--lookup-ngram", "2", "--draft-max", "0"],
             "--draft-max must be at least 1",
@@ -225,6 +241,14 @@ fn bad_drafting_settings_are_clear_errors() {
             "--lookup-min 3: between 1 and --lookup-ngram (2)",
         ),
         (&["--lookup-min", "2"], "--lookup-min needs --lookup-ngram"),
+        (
+            &["--lookup-ngram", "2", "--draft-vocab", "1000"],
+            "--draft-vocab sets what a draft model proposes from",
+        ),
+        (
+            &["--self-speculative", "4", "--draft-vocab", "0"],
+            "--draft-vocab must be at least 1",
+        ),
     ];
     for (extra, needle) in cases {
         fails_with(&[&["generate", "-m", m, "hi"][..], extra].concat(), needle);

@@ -3,6 +3,8 @@
 //! over the prompt and output) and [`ModelDrafter`] (any model sharing the target's
 //! vocabulary: a smaller or more quantized one, or the target's first layers).
 
+use std::ops::Range;
+
 use kindle_sampling::Sampler;
 
 use crate::error::GenerateError;
@@ -213,6 +215,54 @@ pub struct ModelDrafter<M: LanguageModel> {
     session: Session<M>,
     sampler: Sampler,
     row: Vec<f64>,
+    /// The part of the vocabulary proposed from, when not all of it.
+    vocab: Option<VocabPart>,
+}
+
+/// A draft's part of the vocabulary ([`ModelDrafter::with_vocab`]): the ids below `first`
+/// and every token seen in the context.
+struct VocabPart {
+    first: usize,
+    /// Whether each id at or past `first` has been seen in a context.
+    seen: Vec<bool>,
+    /// The ids as ranges: `0..first`, then each seen id's.
+    ranges: Vec<Range<usize>>,
+}
+
+impl VocabPart {
+    fn new(first: usize, vocab: usize) -> Self {
+        let first = first.min(vocab);
+        VocabPart {
+            first,
+            seen: vec![false; vocab - first],
+            ranges: std::iter::once(0..first).collect(),
+        }
+    }
+
+    /// Take in the tokens of `context` (ids past the vocabulary are the model's to refuse).
+    fn see(&mut self, context: &[u32]) {
+        let mut added = false;
+        for &t in context {
+            let t = t as usize;
+            if let Some(seen) = t.checked_sub(self.first).and_then(|i| self.seen.get_mut(i))
+                && !*seen
+            {
+                *seen = true;
+                added = true;
+            }
+        }
+        if added {
+            self.ranges.truncate(1);
+            let seen = self.seen.iter().enumerate().filter(|(_, s)| **s);
+            for (i, _) in seen {
+                let id = self.first + i;
+                match self.ranges.last_mut() {
+                    Some(last) if last.end == id => last.end = id + 1,
+                    _ => self.ranges.push(id..id + 1),
+                }
+            }
+        }
+    }
 }
 
 impl<M: LanguageModel> ModelDrafter<M> {
@@ -225,12 +275,42 @@ impl<M: LanguageModel> ModelDrafter<M> {
             session,
             sampler,
             row: Vec::new(),
+            vocab: None,
         })
+    }
+
+    /// Propose from part of the vocabulary only: the `first` lowest token ids (a byte-level
+    /// BPE vocabulary numbers its tokens in the order their merges were learnt, so the low
+    /// ids are the frequent ones) and every token of the context (the prompt and the output,
+    /// which a continuation often repeats). The draft's head then computes those logits only
+    /// ([`LanguageModel::forward_last_in`]), a fraction of its work where the vocabulary is
+    /// large (FR-Spec, Zhao et al. 2025). The output is the target's whatever the draft
+    /// proposes (its proposals are verified; a sampled draft reports the distribution it drew
+    /// from, zero outside the part); a proposal the part leaves out is a rejection. `first`
+    /// is at least 1.
+    pub fn with_vocab(mut self, first: usize) -> Result<Self, GenerateError> {
+        if first == 0 {
+            return Err(GenerateError::InvalidDraft(
+                "a draft vocabulary needs at least one token id".into(),
+            ));
+        }
+        self.vocab = Some(VocabPart::new(first, self.model.vocab_size()));
+        Ok(self)
     }
 
     /// The draft model.
     pub fn model(&self) -> &M {
         &self.model
+    }
+
+    /// The last position's logits after `tokens`, over the vocabulary part if there is one.
+    fn forward(&mut self, tokens: &[u32]) -> Result<Vec<f32>, GenerateError> {
+        match &self.vocab {
+            Some(part) => self
+                .session
+                .forward_last_in(&self.model, tokens, &part.ranges),
+            None => self.session.forward_last(&self.model, tokens),
+        }
     }
 }
 
@@ -270,7 +350,10 @@ impl<M: LanguageModel> Drafter for ModelDrafter<M> {
             .min(context.len() - 1);
         self.session.truncate(reuse);
         let reuse = self.session.len();
-        let mut logits = self.session.forward_last(&self.model, &context[reuse..])?;
+        if let Some(part) = &mut self.vocab {
+            part.see(context);
+        }
+        let mut logits = self.forward(&context[reuse..])?;
         let greedy = self.sampler.config().temperature == 0.0;
         for i in 0..max {
             let step = i;
@@ -288,7 +371,7 @@ impl<M: LanguageModel> Drafter for ModelDrafter<M> {
                 out.probs.push(self.row.clone());
             }
             if i + 1 < max {
-                logits = self.session.forward_last(&self.model, &[token])?;
+                logits = self.forward(&[token])?;
             }
         }
         Ok(())
@@ -298,6 +381,21 @@ impl<M: LanguageModel> Drafter for ModelDrafter<M> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_vocabulary_part_grows_by_the_context_s_tokens() {
+        let ends = |part: &VocabPart| -> Vec<(usize, usize)> {
+            part.ranges.iter().map(|r| (r.start, r.end)).collect()
+        };
+        let mut part = VocabPart::new(4, 20);
+        assert_eq!(ends(&part), [(0, 4)]);
+        // Ids below the bound, repeats and ids past the vocabulary change nothing.
+        part.see(&[1, 9, 7, 8, 30, 9, 2]);
+        assert_eq!(ends(&part), [(0, 4), (7, 10)]);
+        part.see(&[19, 4, 5]);
+        assert_eq!(ends(&part), [(0, 6), (7, 10), (19, 20)]);
+        assert_eq!(ends(&VocabPart::new(50, 20)), [(0, 20)]);
+    }
 
     #[test]
     fn lookup_with_a_minimum_skips_shorter_matches() {

@@ -137,7 +137,7 @@ pub use error::{BoxError, GenerateError};
 pub use generator::{
     Event, Generator, PROMPT_CONTEXT_TOKENS, Step, Summary, Timings, generate, generate_to_end,
 };
-pub use model::{BlockStats, LanguageModel, ModelCache, PagedModel};
+pub use model::{BlockStats, LanguageModel, ModelCache, PagedModel, mask_outside};
 pub use samples::generate_samples;
 pub use score::{Score, TokenScore, score, score_row};
 pub use sequence::Sequence;

@@ -1,5 +1,7 @@
 //! The narrow seam between the generation loop and a model.
 
+use std::ops::Range;
+
 /// Key/value state of one sequence, owned by the caller and handed to each forward pass.
 ///
 /// Its length is the number of tokens already processed (the position of the next token).
@@ -62,6 +64,21 @@ pub trait LanguageModel {
         tokens: &[u32],
         cache: &mut Self::Cache,
     ) -> Result<Vec<f32>, Self::Error>;
+    /// As [`forward_last`](Self::forward_last), for the token ids in `rows` only: every
+    /// other entry of the returned row is `-inf` (a speculative draft proposing from part of
+    /// the vocabulary). The default computes the whole row and masks it; a model that skips
+    /// the rest of its head reads less, and must give each id in `rows` the bits
+    /// [`forward_last`](Self::forward_last) would.
+    fn forward_last_in(
+        &self,
+        tokens: &[u32],
+        cache: &mut Self::Cache,
+        rows: &[Range<usize>],
+    ) -> Result<Vec<f32>, Self::Error> {
+        let mut logits = self.forward_last(tokens, cache)?;
+        mask_outside(&mut logits, rows);
+        Ok(logits)
+    }
     /// As [`forward_last`](Self::forward_last), but return the logits of every position,
     /// row-major (`tokens.len() * vocab_size()` values).
     fn forward_all(&self, tokens: &[u32], cache: &mut Self::Cache)
@@ -78,6 +95,22 @@ pub trait LanguageModel {
             .map(|(tokens, cache)| self.forward_last(tokens, cache))
             .collect()
     }
+}
+
+/// Set every entry of `logits` outside `rows` (ranges of token ids, in any order, clipped
+/// to the row) to `-inf`.
+pub fn mask_outside(logits: &mut [f32], rows: &[Range<usize>]) {
+    let n = logits.len();
+    let mut kept: Vec<Range<usize>> = rows.iter().map(|r| r.start.min(n)..r.end.min(n)).collect();
+    kept.sort_by_key(|r| r.start);
+    let mut from = 0;
+    for r in kept {
+        if r.start > from {
+            logits[from..r.start].fill(f32::NEG_INFINITY);
+        }
+        from = from.max(r.end);
+    }
+    logits[from.min(n)..].fill(f32::NEG_INFINITY);
 }
 
 /// Where a paged pool's blocks are (used, cached, free): `kindle-blocks`' counts.
@@ -124,5 +157,27 @@ pub trait PagedModel: LanguageModel {
     /// without such layers (the default) or before [`open_pool`](Self::open_pool).
     fn local_pool_stats(&self) -> Option<BlockStats> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masking_keeps_exactly_the_ranges() {
+        let mut logits: Vec<f32> = (0..12).map(|i| i as f32).collect();
+        mask_outside(&mut logits, &[7..9, 0..2, 1..3, 8..8, 11..20]);
+        let kept: Vec<usize> = (0..12).filter(|&i| logits[i].is_finite()).collect();
+        assert_eq!(kept, [0, 1, 2, 7, 8, 11]);
+        assert!(kept.iter().all(|&i| logits[i] == i as f32));
+        assert!(
+            logits
+                .iter()
+                .all(|&l| l.is_finite() || l == f32::NEG_INFINITY)
+        );
+        let mut none = vec![1.0f32; 4];
+        mask_outside(&mut none, &[]);
+        assert!(none.iter().all(|&l| l == f32::NEG_INFINITY));
     }
 }

@@ -168,6 +168,19 @@ impl<M: LanguageModel> Session<M> {
         self.after_forward(before, tokens, result, 1, model.vocab_size())
     }
 
+    /// [`forward_last`](Self::forward_last) for the token ids in `rows` only
+    /// ([`LanguageModel::forward_last_in`]: the others are `-inf`).
+    pub(crate) fn forward_last_in(
+        &mut self,
+        model: &M,
+        tokens: &[u32],
+        rows: &[std::ops::Range<usize>],
+    ) -> Result<Vec<f32>, GenerateError> {
+        let before = (self.tokens.len(), self.cache.discarded());
+        let result = model.forward_last_in(tokens, &mut self.cache, rows);
+        self.after_forward(before, tokens, result, 1, model.vocab_size())
+    }
+
     /// Feed each session its tokens in one batched forward pass; each gets back its last
     /// position's logits. On a model error every session is rolled back.
     pub(crate) fn forward_batch(

@@ -5,130 +5,24 @@
 mod common;
 #[path = "common/gamma.rs"]
 mod gamma;
+#[path = "common/hash_model.rs"]
+mod hash_model;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
 
 use common::ByteVocab;
 use gamma::{ln_gamma, upper_gamma_q};
+use hash_model::{Ctx, HashModel};
 use kindle_generate::{
-    AcceptRule, Event, GenerateError, GenerationConfig, LanguageModel, ModelCache, ModelDrafter,
-    PromptLookup, Sequence, Session, Speculator, Step, Summary, generate,
+    AcceptRule, Event, GenerateError, GenerationConfig, LanguageModel, ModelDrafter, PromptLookup,
+    Sequence, Session, Speculator, Step, Summary, generate,
 };
 use kindle_generate::{FinishReason, StopMatch};
 use kindle_sampling::{
     ConstraintError, ConstraintStats, LogitsConstraint, Mirostat, PenaltyScope, Sampler,
     SamplerConfig,
 };
-
-/// A fake model whose logits are a hash of the last two tokens and the position, so every
-/// context has its own distribution; `far` changes the hash for some contexts (a draft that
-/// is sometimes far from the target).
-#[derive(Clone)]
-struct HashModel {
-    vocab: usize,
-    salt: u64,
-    /// Contexts whose hash is 0 mod `far` use `salt` (the draft's difference); 0: never.
-    far: u64,
-    scale: f32,
-}
-
-#[derive(Clone)]
-struct Ctx {
-    tokens: Vec<u32>,
-    capacity: usize,
-}
-
-impl ModelCache for Ctx {
-    fn len(&self) -> usize {
-        self.tokens.len()
-    }
-    fn capacity(&self) -> usize {
-        self.capacity
-    }
-    fn truncate(&mut self, len: usize) {
-        self.tokens.truncate(len);
-    }
-    fn fork(&self) -> Self {
-        self.clone()
-    }
-}
-
-fn mix(mut x: u64) -> u64 {
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xff51afd7ed558ccd);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xc4ceb9fe1a85ec53);
-    x ^ (x >> 33)
-}
-
-impl HashModel {
-    fn target(vocab: usize) -> Self {
-        HashModel {
-            vocab,
-            salt: 0,
-            far: 0,
-            scale: 3.0,
-        }
-    }
-
-    /// Equal to the target on some contexts, unrelated on the others.
-    fn draft(vocab: usize, far: u64) -> Self {
-        HashModel {
-            vocab,
-            salt: 77,
-            far,
-            scale: 3.0,
-        }
-    }
-
-    fn row(&self, context: &[u32]) -> Vec<f32> {
-        let n = context.len();
-        let a = context.get(n.wrapping_sub(1)).copied().unwrap_or(999) as u64;
-        let b = context.get(n.wrapping_sub(2)).copied().unwrap_or(999) as u64;
-        let key = mix(a * 1_000_003 + b * 7919 + n as u64);
-        let salt = if self.far != 0 && key.is_multiple_of(self.far) {
-            self.salt
-        } else {
-            0
-        };
-        (0..self.vocab as u64)
-            .map(|t| {
-                let h = mix(key ^ mix(t + 1) ^ mix(salt + 12345));
-                (h % 1000) as f32 / 1000.0 * self.scale
-            })
-            .collect()
-    }
-}
-
-impl LanguageModel for HashModel {
-    type Cache = Ctx;
-    type Error = Infallible;
-    fn vocab_size(&self) -> usize {
-        self.vocab
-    }
-    fn context_length(&self) -> usize {
-        256
-    }
-    fn new_cache(&self, capacity: usize) -> Result<Ctx, Infallible> {
-        Ok(Ctx {
-            tokens: Vec::new(),
-            capacity,
-        })
-    }
-    fn forward_last(&self, tokens: &[u32], cache: &mut Ctx) -> Result<Vec<f32>, Infallible> {
-        cache.tokens.extend_from_slice(tokens);
-        Ok(self.row(&cache.tokens))
-    }
-    fn forward_all(&self, tokens: &[u32], cache: &mut Ctx) -> Result<Vec<f32>, Infallible> {
-        let mut out = Vec::new();
-        for &t in tokens {
-            cache.tokens.push(t);
-            out.extend(self.row(&cache.tokens));
-        }
-        Ok(out)
-    }
-}
 
 fn letters(vocab: usize) -> ByteVocab {
     let pieces: Vec<String> = (0..vocab).map(|i| format!("{} ", i)).collect();
@@ -144,7 +38,7 @@ fn run(
     config: &GenerationConfig,
     spec: Option<&mut Speculator>,
 ) -> (Vec<Event>, Summary, Vec<u32>) {
-    let vocab = letters(model.vocab);
+    let vocab = letters(model.vocab_size());
     let mut session = Session::new(model, 128).unwrap();
     let mut generator = generate(model, &mut session, prompt, sampler, &vocab, config).unwrap();
     if let Some(spec) = spec {
@@ -226,6 +120,19 @@ fn greedy_output_is_the_plain_output_with_every_drafter() {
                             ModelDrafter::new(HashModel::draft(vocab, 3), 128, sampler()).unwrap(),
                         ),
                         3,
+                    )
+                    .unwrap(),
+                ),
+                (
+                    "same model, part of the vocabulary",
+                    Speculator::new(
+                        Box::new(
+                            ModelDrafter::new(target.clone(), 128, sampler())
+                                .unwrap()
+                                .with_vocab(3)
+                                .unwrap(),
+                        ),
+                        4,
                     )
                     .unwrap(),
                 ),
@@ -325,7 +232,7 @@ fn run_constrained(
     sampler: &mut Sampler,
     spec: Option<&mut Speculator>,
 ) -> Result<(Vec<Event>, Summary), GenerateError> {
-    let vocab = letters(model.vocab);
+    let vocab = letters(model.vocab_size());
     let config = GenerationConfig::default().with_max_new_tokens(40);
     let mut session = Session::new(model, 128).unwrap();
     let mut generator = generate(model, &mut session, prompt, sampler, &vocab, &config)?
@@ -498,6 +405,8 @@ enum Drafting {
     Plain,
     Lookup,
     FarModel(AcceptRule),
+    /// The far model proposing from ids 0 and 1 and the context's tokens only.
+    FarModelPart,
 }
 
 /// Counts of the first 3 tokens over `n` seeded runs.
@@ -533,6 +442,18 @@ fn empirical(config: &SamplerConfig, drafting: Drafting, n: u64) -> HashMap<[u32
                 )
                 .unwrap()
                 .with_rule(rule),
+            ),
+            Drafting::FarModelPart => Some(
+                Speculator::new(
+                    Box::new(
+                        ModelDrafter::new(HashModel::draft(VOCAB, 2), 64, seeded((i + 1) << 32))
+                            .unwrap()
+                            .with_vocab(2)
+                            .unwrap(),
+                    ),
+                    3,
+                )
+                .unwrap(),
             ),
         };
         let (_, summary, _) = run(&target, &PROMPT, &mut sampler, &gen_config, spec.as_mut());
@@ -595,6 +516,7 @@ fn sampled_output_keeps_the_distribution_with_every_drafter() {
             Drafting::Plain,
             Drafting::Lookup,
             Drafting::FarModel(AcceptRule::Exact),
+            Drafting::FarModelPart,
         ] {
             let counts = empirical(&config, drafting, RUNS);
             let p = chi_square_p(&counts, &expected);
@@ -650,6 +572,12 @@ fn bad_settings_are_clear_errors() {
     .unwrap();
     let err = generator.with_speculator(&mut spec).err().unwrap();
     assert!(err.to_string().contains("mirostat"), "{err}");
+    let err = ModelDrafter::new(target, 64, Sampler::greedy())
+        .unwrap()
+        .with_vocab(0)
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("at least one token id"), "{err}");
 }
 
 /// A [`HashModel`] that records how many tokens each forward pass was fed.

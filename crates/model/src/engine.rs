@@ -232,6 +232,17 @@ impl LanguageModel for Engine {
     ) -> Result<Vec<f32>, ModelError> {
         self.llama.forward(tokens, cache.store(), LogitsFor::Last)
     }
+    /// Only the head's rows holding `rows` on the host path ([`Llama::forward_last_rows`]).
+    fn forward_last_in(
+        &self,
+        tokens: &[u32],
+        cache: &mut EngineCache,
+        rows: &[std::ops::Range<usize>],
+    ) -> Result<Vec<f32>, ModelError> {
+        let mut logits = self.llama.forward_last_rows(tokens, cache.store(), rows)?;
+        kindle_generate::mask_outside(&mut logits, rows);
+        Ok(logits)
+    }
     fn forward_batch(
         &self,
         batch: &mut [(&[u32], &mut EngineCache)],

@@ -12,6 +12,8 @@
 //! `config` ([`LlamaConfig`], [`AttentionShape`]), `arch` ([`ArchSpec`]), `rope`
 //! ([`RopeTable`]), `weights` ([`Norm`], [`Block`]).
 
+use std::ops::Range;
+
 use burn::prelude::*;
 use kindle_kernels::Kernels;
 use kindle_kv_cache::shift::{KeyRotation, RotaryPairs};
@@ -327,6 +329,33 @@ impl Llama {
         batch: &mut [BatchSequence<'_>],
         which: LogitsFor,
     ) -> Result<Vec<Vec<f32>>, ModelError> {
+        self.forward_batch_in(batch, which, None)
+    }
+
+    /// As [`forward`](Self::forward) with [`LogitsFor::Last`], for the logits of the
+    /// vocabulary entries in `rows` (ranges of token ids): the others are unspecified. On the
+    /// host path only the head's rows holding them are computed (each logit with the bits
+    /// [`forward`](Self::forward) gives it), which is what a speculative draft that proposes
+    /// from part of the vocabulary saves; the Burn path computes every row.
+    pub fn forward_last_rows(
+        &self,
+        tokens: &[u32],
+        cache: &mut dyn KvStore,
+        rows: &[Range<usize>],
+    ) -> Result<Vec<f32>, ModelError> {
+        let mut batch = [BatchSequence { tokens, cache }];
+        let mut out = self.forward_batch_in(&mut batch, LogitsFor::Last, Some(rows))?;
+        Ok(out.pop().unwrap_or_default())
+    }
+
+    /// [`forward_batch`](Self::forward_batch), computing only the head's `head_rows` when
+    /// given (see [`forward_last_rows`](Self::forward_last_rows)).
+    fn forward_batch_in(
+        &self,
+        batch: &mut [BatchSequence<'_>],
+        which: LogitsFor,
+        head_rows: Option<&[Range<usize>]>,
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
         let logits_rows = self.logits_rows_per_pass(which);
         let seq_rows = self.attention_rows_per_pass(batch);
         if batch
@@ -334,7 +363,7 @@ impl Llama {
             .all(|s| s.tokens.len() <= s.cache.max_pass().min(seq_rows))
             && batch.iter().map(|s| s.tokens.len()).sum::<usize>() <= logits_rows
         {
-            return self.forward_batch_pass(batch, which);
+            return self.forward_batch_pass(batch, which, head_rows);
         }
         let mut out: Vec<Vec<f32>> = vec![Vec::new(); batch.len()];
         let mut done = vec![0usize; batch.len()];
@@ -360,7 +389,7 @@ impl Llama {
             if round.is_empty() {
                 return Ok(out);
             }
-            let rows = self.forward_batch_pass(&mut round, which)?;
+            let rows = self.forward_batch_pass(&mut round, which, head_rows)?;
             for ((i, n), row) in fed.into_iter().zip(rows) {
                 done[i] += n;
                 match which {
@@ -376,6 +405,7 @@ impl Llama {
         &self,
         batch: &mut [BatchSequence<'_>],
         which: LogitsFor,
+        head_rows: Option<&[Range<usize>]>,
     ) -> Result<Vec<Vec<f32>>, ModelError> {
         let (spans, positions, ids) = self.prepare_batch(batch)?;
         let host = host_ops::host_path_applies(self.host_ready, &self.view(), batch, ids.len());
@@ -385,6 +415,7 @@ impl Llama {
             positions: &positions,
             ids: &ids,
             which,
+            head_rows,
         };
         if host {
             return host_ops::forward_batch_host(&self.view(), &self.kernels, &mut pass);
@@ -465,6 +496,7 @@ impl Llama {
             positions: &positions,
             ids: &ids,
             which,
+            head_rows: None,
         })
     }
 

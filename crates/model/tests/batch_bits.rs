@@ -82,3 +82,34 @@ fn by_row_count_a_decode_row_beside_a_long_prompt_changes() {
         "the 4-token chunk takes the decode kernels"
     );
 }
+
+/// Logits asked for part of the vocabulary (`forward_last_rows`, a draft proposing from it)
+/// have the bits of the whole row's, after a prompt and after one token, with a packed `Q8_0`
+/// head (tied to the embedding) and an `F16` one read in place; the head's other rows are not
+/// computed (their entries stay zero, from the second group of eight past the ranges).
+#[test]
+fn logits_of_part_of_the_vocabulary_have_the_whole_row_s_bits() {
+    for tied in [true, false] {
+        let model =
+            tiny_quantized(tied, GgmlType::Q8_0, 96).with_kernels(Kernels::new(KernelOptions {
+                threads: Some(2),
+                ..KernelOptions::default()
+            }));
+        let rows = [0..10, 37..38, 90..96];
+        let (prompt, next) = (tokens(3, 7, 96), [5u32]);
+        let (mut whole, mut part) = (model.new_cache(32), model.new_cache(32));
+        for feed in [&prompt[..], &next[..]] {
+            let want = model.forward(feed, &mut whole, LogitsFor::Last).unwrap();
+            let got = model.forward_last_rows(feed, &mut part, &rows).unwrap();
+            assert_eq!(got.len(), want.len());
+            for r in rows.iter().flat_map(|r| r.clone()) {
+                assert_eq!(got[r].to_bits(), want[r].to_bits(), "tied {tied}: id {r}");
+            }
+            let skipped = (48..88).filter(|&r| got[r] == 0.0).count();
+            assert_eq!(
+                skipped, 40,
+                "tied {tied}: the head's rows 48..88 were computed"
+            );
+        }
+    }
+}

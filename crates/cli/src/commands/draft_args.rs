@@ -30,6 +30,11 @@ pub struct DraftArgs {
     /// the target verifies every token with its own activations]
     #[arg(long, value_name = "FORMAT", value_parser = activations())]
     pub draft_activations: Option<ActivationFormat>,
+    /// A draft model proposes from the N lowest token ids and the context's tokens only, and
+    /// computes only those logits (a fraction of its head: for a large vocabulary, much of
+    /// a small draft's time); the output is unchanged, the acceptance may fall
+    #[arg(long, value_name = "N")]
+    pub draft_vocab: Option<usize>,
     /// Adapt the draft length: two more tokens after a draft accepted whole (up to
     /// --draft-max), one fewer after a rejection (down to 1)
     #[arg(long)]
@@ -47,6 +52,7 @@ impl DraftArgs {
             self_speculative: self.self_speculative,
             draft_activations: self.draft_activations,
             draft_adaptive: self.draft_adaptive,
+            draft_vocab: self.draft_vocab,
         }
     }
 }

@@ -12,6 +12,8 @@
 //! operations is the recipe's, the same as the Burn executor's, so both give the same logits
 //! up to float rounding (`tests/host_path.rs`).
 
+use std::ops::Range;
+
 use kindle_kernels::{Kernels, QuantMatrix};
 
 use super::activation::activate;
@@ -130,6 +132,26 @@ impl LayerOps for HostOps<'_> {
         let m = x.len() / q.cols();
         out.resize(m * q.rows(), 0.0);
         q.matmul(x, m, out, self.kernels);
+        add_bias(layer, out);
+    }
+
+    /// Only the groups of rows holding `rows` when `x` is one row (a draft's head over part
+    /// of the vocabulary), each with [`linear`](LayerOps::linear)'s bits; the other entries
+    /// are zero.
+    fn linear_rows(
+        &mut self,
+        layer: &QLinear,
+        x: &Vec<f32>,
+        rows: &[Range<usize>],
+        out: &mut Vec<f32>,
+    ) {
+        let q = matrix(layer);
+        if x.len() != q.cols() {
+            return self.linear(layer, x, out);
+        }
+        out.clear();
+        out.resize(q.rows(), 0.0);
+        q.matmul_rows(x, rows, out, self.kernels);
         add_bias(layer, out);
     }
 
@@ -287,6 +309,7 @@ pub(super) fn forward_batch_host(
             positions,
             ids,
             which: pass.which,
+            head_rows: pass.head_rows,
         };
         let mut out = forward_host_slice(model, kernels, &mut slice)?;
         match pass.which {

@@ -5,6 +5,8 @@
 //! quantized kernels ([`HostOps`](super::host_ops::HostOps)). Both are monomorphised: the
 //! recipe costs no dynamic dispatch, and an executor's buffers are reused from layer to layer.
 
+use std::ops::Range;
+
 use kindle_kv_cache::KvStore;
 
 use super::{
@@ -84,6 +86,19 @@ pub(super) trait LayerOps {
     fn norm(&mut self, x: &Self::Act, norm: &Norm, out: &mut Self::Act);
     /// `out = x W^T (+ bias)`.
     fn linear(&mut self, layer: &QLinear, x: &Self::Act, out: &mut Self::Act);
+    /// [`linear`](Self::linear) where only the output features in `rows` are wanted (a
+    /// head's part of the vocabulary): the others may be left unspecified. The default
+    /// computes them all.
+    fn linear_rows(
+        &mut self,
+        layer: &QLinear,
+        x: &Self::Act,
+        rows: &[Range<usize>],
+        out: &mut Self::Act,
+    ) {
+        let _ = rows;
+        self.linear(layer, x, out);
+    }
     /// [`linear`](Self::linear) of one input for each layer and output (a block's query, key
     /// and value projections; its gate and up ones), which an executor may run as one job.
     fn linear_many(&mut self, layers: &[&QLinear], x: &Self::Act, outs: &mut [&mut Self::Act]) {
@@ -127,6 +142,9 @@ pub(super) struct Pass<'p, 'a> {
     pub(super) ids: &'p [u32],
     /// Which rows' logits the pass returns.
     pub(super) which: LogitsFor,
+    /// The vocabulary entries whose logits are wanted, when not all are (the others are
+    /// then unspecified: see [`LayerOps::linear_rows`]).
+    pub(super) head_rows: Option<&'p [Range<usize>]>,
 }
 
 impl Pass<'_, '_> {
@@ -222,7 +240,10 @@ pub(super) fn forward<O: LayerOps>(
     ops.norm(&x, model.norm, &mut buffers.normed);
     let head = model.output.unwrap_or(model.embedding);
     let mut logits = O::Act::default();
-    ops.linear(head, &buffers.normed, &mut logits);
+    match pass.head_rows {
+        Some(rows) => ops.linear_rows(head, &buffers.normed, rows, &mut logits),
+        None => ops.linear(head, &buffers.normed, &mut logits),
+    }
     Ok(logits)
 }
 
