@@ -31,15 +31,17 @@ fn a_draft_with_part_of_the_vocabulary_proposes_from_that_part() {
             .unwrap()
             .with_vocab(4)
             .unwrap();
-        let (mut outside, mut proposed) = (0, 0);
+        let (mut outside, mut proposed, mut from_context) = (0, 0, 0);
         for round in 0..20u32 {
             let mut ctx = context.clone();
             ctx.push(round % 4);
             let mut draft = Draft::default();
             part.propose(&ctx, 6, &mut draft).unwrap();
             assert_eq!(draft.tokens.len(), 6);
+            assert_eq!(draft.probs.is_empty(), temperature == 0.0);
             for (i, &t) in draft.tokens.iter().enumerate() {
                 assert!(allowed(t), "t={temperature}: proposed {t}");
+                from_context += usize::from(t >= 4);
                 if let Some(q) = draft.probs.get(i) {
                     let mass: f64 = (0..vocab as u32)
                         .filter(|&u| !allowed(u))
@@ -53,6 +55,11 @@ fn a_draft_with_part_of_the_vocabulary_proposes_from_that_part() {
             outside += draft.tokens.iter().filter(|&&t| !allowed(t)).count();
             proposed += draft.tokens.len();
         }
+        // The context's ids past the bound are in the part (a quarter of the ids it has).
+        assert!(
+            from_context * 8 > proposed,
+            "t={temperature}: {from_context} of {proposed} proposals from the context"
+        );
         assert!(
             outside * 4 > proposed,
             "t={temperature}: the whole draft proposed {outside} of {proposed} outside"
