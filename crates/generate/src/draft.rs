@@ -225,7 +225,9 @@ struct VocabPart {
     first: usize,
     /// Whether each id at or past `first` has been seen in a context.
     seen: Vec<bool>,
-    /// The ids as ranges: `0..first`, then each seen id's.
+    /// Those ids, in order.
+    extra: Vec<usize>,
+    /// The ids as ranges: `0..first`, then the extra ids'.
     ranges: Vec<Range<usize>>,
 }
 
@@ -235,27 +237,27 @@ impl VocabPart {
         VocabPart {
             first,
             seen: vec![false; vocab - first],
+            extra: Vec::new(),
             ranges: std::iter::once(0..first).collect(),
         }
     }
 
     /// Take in the tokens of `context` (ids past the vocabulary are the model's to refuse).
     fn see(&mut self, context: &[u32]) {
-        let mut added = false;
+        let before = self.extra.len();
         for &t in context {
             let t = t as usize;
             if let Some(seen) = t.checked_sub(self.first).and_then(|i| self.seen.get_mut(i))
                 && !*seen
             {
                 *seen = true;
-                added = true;
+                let at = self.extra.partition_point(|&e| e < t);
+                self.extra.insert(at, t);
             }
         }
-        if added {
+        if self.extra.len() > before {
             self.ranges.truncate(1);
-            let seen = self.seen.iter().enumerate().filter(|(_, s)| **s);
-            for (i, _) in seen {
-                let id = self.first + i;
+            for &id in &self.extra {
                 match self.ranges.last_mut() {
                     Some(last) if last.end == id => last.end = id + 1,
                     _ => self.ranges.push(id..id + 1),
