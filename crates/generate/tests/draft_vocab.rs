@@ -2,6 +2,7 @@
 //! proposes and the distributions it reports. That the target's output is unchanged is
 //! `speculative.rs`'s (greedy and sampled, with every drafter).
 
+mod common;
 #[path = "common/hash_model.rs"]
 mod hash_model;
 

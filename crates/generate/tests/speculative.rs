@@ -11,9 +11,9 @@ mod hash_model;
 use std::collections::HashMap;
 use std::convert::Infallible;
 
-use common::ByteVocab;
+use common::{ByteVocab, HistoryCache};
 use gamma::{ln_gamma, upper_gamma_q};
-use hash_model::{Ctx, HashModel};
+use hash_model::HashModel;
 use kindle_generate::{
     AcceptRule, Event, GenerateError, GenerationConfig, LanguageModel, ModelDrafter, PromptLookup,
     Sequence, Session, Speculator, Step, Summary, generate,
@@ -588,7 +588,7 @@ struct Recording {
 }
 
 impl LanguageModel for Recording {
-    type Cache = Ctx;
+    type Cache = HistoryCache;
     type Error = Infallible;
     fn vocab_size(&self) -> usize {
         self.inner.vocab_size()
@@ -596,14 +596,22 @@ impl LanguageModel for Recording {
     fn context_length(&self) -> usize {
         self.inner.context_length()
     }
-    fn new_cache(&self, capacity: usize) -> Result<Ctx, Infallible> {
+    fn new_cache(&self, capacity: usize) -> Result<HistoryCache, Infallible> {
         self.inner.new_cache(capacity)
     }
-    fn forward_last(&self, tokens: &[u32], cache: &mut Ctx) -> Result<Vec<f32>, Infallible> {
+    fn forward_last(
+        &self,
+        tokens: &[u32],
+        cache: &mut HistoryCache,
+    ) -> Result<Vec<f32>, Infallible> {
         self.feeds.lock().unwrap().push(tokens.len());
         self.inner.forward_last(tokens, cache)
     }
-    fn forward_all(&self, tokens: &[u32], cache: &mut Ctx) -> Result<Vec<f32>, Infallible> {
+    fn forward_all(
+        &self,
+        tokens: &[u32],
+        cache: &mut HistoryCache,
+    ) -> Result<Vec<f32>, Infallible> {
         self.feeds.lock().unwrap().push(tokens.len());
         self.inner.forward_all(tokens, cache)
     }

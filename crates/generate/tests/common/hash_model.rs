@@ -1,11 +1,13 @@
 //! A fake model with known distributions for the speculative decoding tests
-//! (`crates/generate/tests/speculative.rs`, `draft_vocab.rs`, through `#[path]`): its logits
-//! are a hash of the context.
+//! (`crates/generate/tests/speculative.rs`, `draft_vocab.rs`, through `#[path]`, beside
+//! `mod common`): its logits are a hash of the context.
 #![allow(dead_code)]
 
 use std::convert::Infallible;
 
-use kindle_generate::{LanguageModel, ModelCache};
+use kindle_generate::LanguageModel;
+
+use crate::common::HistoryCache;
 
 /// A fake model whose logits are a hash of the last two tokens and the position, so every
 /// context has its own distribution; `far` changes the hash for some contexts (a draft that
@@ -17,27 +19,6 @@ pub struct HashModel {
     /// Contexts whose hash is 0 mod `far` use `salt` (the draft's difference); 0: never.
     far: u64,
     scale: f32,
-}
-
-#[derive(Clone)]
-pub struct Ctx {
-    tokens: Vec<u32>,
-    capacity: usize,
-}
-
-impl ModelCache for Ctx {
-    fn len(&self) -> usize {
-        self.tokens.len()
-    }
-    fn capacity(&self) -> usize {
-        self.capacity
-    }
-    fn truncate(&mut self, len: usize) {
-        self.tokens.truncate(len);
-    }
-    fn fork(&self) -> Self {
-        self.clone()
-    }
 }
 
 pub fn mix(mut x: u64) -> u64 {
@@ -90,7 +71,7 @@ impl HashModel {
 }
 
 impl LanguageModel for HashModel {
-    type Cache = Ctx;
+    type Cache = HistoryCache;
     type Error = Infallible;
     fn vocab_size(&self) -> usize {
         self.vocab
@@ -98,17 +79,22 @@ impl LanguageModel for HashModel {
     fn context_length(&self) -> usize {
         256
     }
-    fn new_cache(&self, capacity: usize) -> Result<Ctx, Infallible> {
-        Ok(Ctx {
-            tokens: Vec::new(),
-            capacity,
-        })
+    fn new_cache(&self, capacity: usize) -> Result<HistoryCache, Infallible> {
+        Ok(HistoryCache::new(capacity))
     }
-    fn forward_last(&self, tokens: &[u32], cache: &mut Ctx) -> Result<Vec<f32>, Infallible> {
+    fn forward_last(
+        &self,
+        tokens: &[u32],
+        cache: &mut HistoryCache,
+    ) -> Result<Vec<f32>, Infallible> {
         cache.tokens.extend_from_slice(tokens);
         Ok(self.row(&cache.tokens))
     }
-    fn forward_all(&self, tokens: &[u32], cache: &mut Ctx) -> Result<Vec<f32>, Infallible> {
+    fn forward_all(
+        &self,
+        tokens: &[u32],
+        cache: &mut HistoryCache,
+    ) -> Result<Vec<f32>, Infallible> {
         let mut out = Vec::new();
         for &t in tokens {
             cache.tokens.push(t);
