@@ -70,19 +70,24 @@ impl SpecStats {
         (spent > 0.0).then(|| tokens * step / spent)
     }
 
-    /// One line for people: acceptance, tokens per pass, speedup estimate.
+    /// One line for people: acceptance, tokens per pass, where the time went (drafting and
+    /// verification, each also per verification pass), speedup estimate.
     pub fn line(&self) -> String {
+        let ms = |t: std::time::Duration| t.as_secs_f64() * 1e3;
+        let per_pass = |t| ms(t) / self.passes.max(1) as f64;
         format!(
-            "speculative: {} drafted, {} accepted ({:.1}%), {} verification passes + {} plain steps, {:.2} tokens per target pass, draft {:.1} ms (prompt {:.1} ms, in the prefill), verify {:.1} ms, speedup estimate {}",
+            "speculative: {} drafted, {} accepted ({:.1}%), {} verification passes + {} plain steps, {:.2} tokens per target pass, draft {:.1} ms ({:.1} a pass; the prompt's {:.1} ms in the prefill), verify {:.1} ms ({:.1} a pass), speedup estimate {}",
             self.drafted,
             self.accepted,
             100.0 * self.acceptance_rate(),
             self.passes,
             self.plain_steps,
             self.tokens_per_pass(),
-            self.draft_time.as_secs_f64() * 1e3,
-            self.prefill_time.as_secs_f64() * 1e3,
-            self.verify_time.as_secs_f64() * 1e3,
+            ms(self.draft_time),
+            per_pass(self.draft_time),
+            ms(self.prefill_time),
+            ms(self.verify_time),
+            per_pass(self.verify_time),
             match self.speedup_estimate() {
                 Some(x) => format!("{x:.2}x"),
                 None => "n/a".into(),
