@@ -654,17 +654,7 @@ impl<'a> Product<'a> {
         pool: &pool::Pool,
     ) -> Product<'a> {
         let acts = prepared.activations(x, w.cols, m);
-        // One contiguous range of rows per thread (each keeping at least a few thousand
-        // multiply-adds, and whole row groups). The pool hands tasks to whichever thread gets
-        // there first, so a worker the OS has descheduled costs at most the task it holds:
-        // smaller tasks were measured slower (the cross-core claims, and each thread's stream
-        // of weights broken into pieces).
-        let min_rows = (16_384 / (w.cols * m).max(1)).max(packed::GROUP);
-        let per_task = w
-            .rows
-            .div_ceil(pool.threads())
-            .max(min_rows)
-            .next_multiple_of(packed::GROUP);
+        let per_task = task_rows(w.rows, w.cols * m, pool.threads());
         Product {
             weights: w.weights(),
             permute: prepared.permute,
@@ -735,6 +725,18 @@ impl<'a> Product<'a> {
             }
         }
     }
+}
+
+/// Rows a task of a product over `rows` rows takes, each row `macs` multiply-adds: one
+/// contiguous range per thread (each keeping at least a few thousand multiply-adds, and whole
+/// row groups). The pool hands tasks to whichever thread gets there first, so a worker the OS
+/// has descheduled costs at most the task it holds: smaller tasks were measured slower (the
+/// cross-core claims, and each thread's stream of weights broken into pieces).
+fn task_rows(rows: usize, macs: usize, threads: usize) -> usize {
+    let min_rows = (16_384 / macs.max(1)).max(packed::GROUP);
+    rows.div_ceil(threads)
+        .max(min_rows)
+        .next_multiple_of(packed::GROUP)
 }
 
 /// `f` of `acts` with [`dot::Activations::permuted`] this thread's copy for preparation

@@ -4,7 +4,9 @@
 
 use std::ops::Range;
 
-use crate::{Kernels, Prepared, Product, QuantMatrix, dot, packed, profile, with_permuted};
+use crate::{
+    Kernels, Prepared, Product, QuantMatrix, dot, packed, profile, task_rows, with_permuted,
+};
 
 impl QuantMatrix {
     /// `out[r] = x . row r` for one activation row `x` (`cols` values) and the rows `r` of
@@ -41,13 +43,8 @@ impl QuantMatrix {
             kernels.arithmetic(),
         );
         let product = Product::new(self, &prepared, x, 1, kernel, out, pool);
-        // Tasks of at least the whole product's task size (as many rows as a thread takes
-        // of the whole matrix's product, or its minimum), each a list of spans.
-        let per_task = total
-            .div_ceil(pool.threads())
-            .max(product.per_task.min(total))
-            .next_multiple_of(packed::GROUP);
-        let tasks = split(&spans, per_task);
+        // A task for each thread (of the rows asked for), each a list of spans.
+        let tasks = split(&spans, task_rows(total, self.cols, pool.threads()));
         pool.run(tasks.len(), &|task| {
             with_permuted(product.kernel, product.permute, &product.acts, |acts| {
                 for span in &tasks[task] {
@@ -142,6 +139,10 @@ mod tests {
                 .all(|t| t.iter().map(|s| s.len()).sum::<usize>() <= 16)
         );
         assert!(tasks.iter().flatten().all(|s| s.start % packed::GROUP == 0));
+        // A third of a 49152-row head and a few other rows: a task for each of two threads.
+        let spans = group_spans(&[0..16384, 20000..20001, 30000..30001], 49152);
+        let total = spans.iter().map(|s| s.len()).sum();
+        assert_eq!(split(&spans, task_rows(total, 576, 2)).len(), 2);
     }
 
     /// The rows asked for get the bits of the whole product with one activation row, in every
