@@ -43,8 +43,7 @@ impl QuantMatrix {
             kernels.arithmetic(),
         );
         let product = Product::new(self, &prepared, x, 1, kernel, out, pool);
-        // A task for each thread (of the rows asked for), each a list of spans.
-        let tasks = split(&spans, task_rows(total, self.cols, pool.threads()));
+        let tasks = tasks(&spans, self.cols, pool.threads());
         pool.run(tasks.len(), &|task| {
             with_permuted(product.kernel, product.permute, &product.acts, |acts| {
                 for span in &tasks[task] {
@@ -83,6 +82,14 @@ fn group_spans(ranges: &[Range<usize>], rows: usize) -> Vec<Range<usize>> {
         }
     }
     merged
+}
+
+/// The tasks of a product over `spans` (rows of `cols` values) on `threads` threads: a task
+/// for each thread, as for a whole product of that many rows ([`task_rows`]), each a list
+/// of spans.
+fn tasks(spans: &[Range<usize>], cols: usize, threads: usize) -> Vec<Vec<Range<usize>>> {
+    let total = spans.iter().map(|s| s.len()).sum();
+    split(spans, task_rows(total, cols, threads))
 }
 
 /// `spans` (starting on groups) cut into tasks of about `per_task` rows (a multiple of the
@@ -141,8 +148,7 @@ mod tests {
         assert!(tasks.iter().flatten().all(|s| s.start % packed::GROUP == 0));
         // A third of a 49152-row head and a few other rows: a task for each of two threads.
         let spans = group_spans(&[0..16384, 20000..20001, 30000..30001], 49152);
-        let total = spans.iter().map(|s| s.len()).sum();
-        assert_eq!(split(&spans, task_rows(total, 576, 2)).len(), 2);
+        assert_eq!(super::tasks(&spans, 576, 2).len(), 2);
     }
 
     /// The rows asked for get the bits of the whole product with one activation row, in every
