@@ -640,6 +640,11 @@ impl<'a> SpecRun<'a> {
         SpecRun::with(SpecRef::Owned(Box::new(spec)))
     }
 
+    /// Whether verified tokens wait to be emitted.
+    pub(crate) fn has_queued(&self) -> bool {
+        !self.queue.is_empty()
+    }
+
     /// After the target's pass of a step: for the prompt's (`prompt`), the drafter takes in
     /// the prompt too (`tokens`, the session's), and its failure fails the step as a whole.
     pub(crate) fn after_step(

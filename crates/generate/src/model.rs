@@ -97,6 +97,57 @@ pub trait LanguageModel {
     }
 }
 
+/// A shared model is the model: one loaded draft model serves every sequence of a server,
+/// each drafter holding an `Arc` of it and a cache of its own.
+impl<M: LanguageModel + ?Sized> LanguageModel for std::sync::Arc<M> {
+    type Cache = M::Cache;
+    type Error = M::Error;
+
+    fn vocab_size(&self) -> usize {
+        (**self).vocab_size()
+    }
+
+    fn context_length(&self) -> usize {
+        (**self).context_length()
+    }
+
+    fn new_cache(&self, capacity: usize) -> Result<Self::Cache, Self::Error> {
+        (**self).new_cache(capacity)
+    }
+
+    fn forward_last(
+        &self,
+        tokens: &[u32],
+        cache: &mut Self::Cache,
+    ) -> Result<Vec<f32>, Self::Error> {
+        (**self).forward_last(tokens, cache)
+    }
+
+    fn forward_last_in(
+        &self,
+        tokens: &[u32],
+        cache: &mut Self::Cache,
+        rows: &[Range<usize>],
+    ) -> Result<Vec<f32>, Self::Error> {
+        (**self).forward_last_in(tokens, cache, rows)
+    }
+
+    fn forward_all(
+        &self,
+        tokens: &[u32],
+        cache: &mut Self::Cache,
+    ) -> Result<Vec<f32>, Self::Error> {
+        (**self).forward_all(tokens, cache)
+    }
+
+    fn forward_batch(
+        &self,
+        batch: &mut [(&[u32], &mut Self::Cache)],
+    ) -> Result<Vec<Vec<f32>>, Self::Error> {
+        (**self).forward_batch(batch)
+    }
+}
+
 /// Set every entry of `logits` outside `rows` (ranges of token ids, in any order, clipped
 /// to the row) to `-inf`.
 pub fn mask_outside(logits: &mut [f32], rows: &[Range<usize>]) {

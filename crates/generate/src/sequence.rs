@@ -126,6 +126,16 @@ impl<M: LanguageModel, D: TokenDecoder> Sequence<M, D> {
         spec.step(model, &mut self.session, &mut self.sampler, &mut self.core)
     }
 
+    /// Whether a verification pass left tokens to emit: the next
+    /// [`speculative_step`](Self::speculative_step)s emit them without model work, and must
+    /// come before any step through [`plan`](Self::plan). A caller that drafts only now and
+    /// then (a server, while the sequence runs alone) takes the other steps through
+    /// [`plan`](Self::plan) and the batch; the drafter catches up with what it missed at its
+    /// next proposal.
+    pub fn has_verified(&self) -> bool {
+        self.spec.as_ref().is_some_and(|s| s.has_queued())
+    }
+
     /// The drafting counters, for a speculative sequence.
     pub fn spec_stats(&self) -> Option<&SpecStats> {
         self.spec.as_ref().map(|s| s.spec.stats())
