@@ -34,6 +34,9 @@
 //! (`kindle serve` loads it with one arithmetic for every row of its CPU kernels). A request
 //! drafting by prompt lookup takes its decode steps outside the batch, one verification pass
 //! at a time ([`Sequence::speculative_step`]); its output is what it gives without drafting.
+//! One drafting with the server's draft model ([`crate::draft`]) does so only while it runs
+//! alone, and decodes in the batch beside others (its drafter catches up when it is alone
+//! again).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -49,6 +52,7 @@ use kindle_sampling::{LogitsConstraint, Sampler, TraceSummary};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::codec::TextCodec;
+use crate::draft::Drafting;
 use crate::error::ServerError;
 use crate::metrics::Metrics;
 use crate::request::Lookup;
@@ -73,11 +77,23 @@ pub struct Job {
     pub constraint: Option<Box<dyn LogitsConstraint>>,
     /// Trace each sampled token (`kindle_trace`), with [`TRACE_CANDIDATES`] candidates.
     pub trace: bool,
-    /// Decode speculatively with prompt lookup (`kindle_lookup_ngram`).
-    pub lookup: Option<Lookup>,
+    /// Decode speculatively: by prompt lookup, or with the server's draft model.
+    pub draft: Option<JobDraft>,
     /// Score the prompt first and report its tokens with this many alternatives each
     /// (`echo` with `logprobs`, `prompt_logprobs`): see [`Update::Prompt`].
     pub prompt_logprobs: Option<usize>,
+}
+
+/// How a job drafts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobDraft {
+    /// By prompt lookup (`kindle_lookup_ngram`), at every decode step.
+    Lookup(Lookup),
+    /// With the server's draft model, this many tokens a step, while the sequence runs alone.
+    Model {
+        /// Most tokens drafted per step.
+        draft_max: usize,
+    },
 }
 
 /// Floats of logits one prompt-scoring pass may return (64 MiB): its rows are the prompt's
@@ -210,10 +226,12 @@ pub fn open_pool<M: PagedModel>(
         })
 }
 
-/// Start the engine thread with `model`; it ends on [`Command::Shutdown`] or when every
-/// handle is dropped and nothing runs.
+/// Start the engine thread with `model` (and `drafting`, the draft model that jobs asking for
+/// [`JobDraft::Model`] draft with); it ends on [`Command::Shutdown`] or when every handle is
+/// dropped and nothing runs.
 pub fn spawn<M, C>(
     mut model: M,
+    drafting: Option<Drafting>,
     codec: Arc<C>,
     options: EngineOptions,
     metrics: Arc<Metrics>,
@@ -240,6 +258,7 @@ where
             // Built on its thread: the sequences' caches never cross threads.
             let engine = Engine {
                 model,
+                drafting,
                 codec,
                 options,
                 metrics,
@@ -270,6 +289,8 @@ struct Running<M: PagedModel, C: TextCodec> {
     finished: bool,
     /// The prompt being scored before generation starts (`echo` with `logprobs`).
     scoring: Option<Scoring>,
+    /// It drafts with the server's draft model: only while it runs alone.
+    drafts_alone: bool,
 }
 
 /// An echoed prompt being scored: its tokens before the last are run in chunks that return
@@ -285,6 +306,7 @@ struct Scoring {
 
 struct Engine<M: PagedModel, C: TextCodec> {
     model: M,
+    drafting: Option<Drafting>,
     codec: Arc<C>,
     options: EngineOptions,
     metrics: Arc<Metrics>,
@@ -339,6 +361,11 @@ impl<M: PagedModel, C: TextCodec> Engine<M, C> {
             self.admit();
             self.step();
             self.publish();
+            for r in self.running.iter().filter(|r| r.finished) {
+                if let Some(stats) = r.seq.spec_stats() {
+                    self.metrics.count_drafts(stats);
+                }
+            }
             self.running.retain(|r| !r.finished);
             self.metrics
                 .running
@@ -406,6 +433,9 @@ impl<M: PagedModel, C: TextCodec> Engine<M, C> {
                             .fetch_add(reused as u64, Ordering::SeqCst);
                     }
                     let session = Session::with_prefix(cache, &job.prompt[..reused]);
+                    // The draft model's sampler: the request's, with a seed of its own.
+                    let mut draft_sampler = job.sampler.config().clone();
+                    draft_sampler.seed = Some(job.sampler.seed() ^ DRAFT_SEED);
                     Sequence::new(
                         &self.model,
                         session,
@@ -415,8 +445,16 @@ impl<M: PagedModel, C: TextCodec> Engine<M, C> {
                         &job.config,
                     )
                     .map_err(|e| e.to_string())
-                    .and_then(|seq| match job.lookup {
-                        Some(lookup) => with_lookup(seq, lookup),
+                    .and_then(|seq| match job.draft {
+                        Some(JobDraft::Lookup(lookup)) => with_lookup(seq, lookup),
+                        Some(JobDraft::Model { draft_max }) => with_draft_model(
+                            seq,
+                            self.drafting.as_ref(),
+                            draft_max,
+                            draft_sampler,
+                            job.capacity,
+                            job.prompt.len(),
+                        ),
                         None => Ok(seq),
                     })
                 }
@@ -454,6 +492,7 @@ impl<M: PagedModel, C: TextCodec> Engine<M, C> {
                             top,
                             next: 0,
                         }),
+                        drafts_alone: matches!(job.draft, Some(JobDraft::Model { .. })),
                     });
                 }
                 Err(message) => {
@@ -496,6 +535,7 @@ impl<M: PagedModel, C: TextCodec> Engine<M, C> {
         // Tokens each running sequence feeds this step (0: it sits this one out).
         let mut take = vec![0usize; self.running.len()];
         let score_rows = (SCORE_FLOATS / self.model.vocab_size().max(1)).max(1);
+        let alone = self.running.len() == 1;
         for (i, r) in self.running.iter_mut().enumerate() {
             if let Some(scoring) = &r.scoring {
                 // An echoed prompt scored in chunks of the step's prefill budget, each its
@@ -508,7 +548,11 @@ impl<M: PagedModel, C: TextCodec> Engine<M, C> {
                 }
                 continue;
             }
+            // A sequence drafting with the draft model drafts while it runs alone, and
+            // emits what a verification pass left before any other step.
+            let drafts = !r.drafts_alone || alone || r.seq.has_verified();
             if r.feed.is_none()
+                && drafts
                 && let Some(result) = r.seq.speculative_step(&self.model)
             {
                 // A drafting sequence's decode step runs alone: a verified token, or one
@@ -722,6 +766,29 @@ fn with_lookup<M: PagedModel, D: kindle_generate::TokenDecoder>(
         .map_err(|e| e.to_string())?;
     let speculator =
         Speculator::new(Box::new(drafter), lookup.draft_max).map_err(|e| e.to_string())?;
+    seq.with_speculator(speculator).map_err(|e| e.to_string())
+}
+
+/// Mixed into a request's seed for its draft model's sampler.
+const DRAFT_SEED: u64 = 0x5eed_d4af;
+
+/// `seq` drafting with the server's draft model, `draft_max` tokens a step; its drafter's
+/// cache holds `capacity` tokens, its sampler is `sampler` (for a prompt of `prompt_len`).
+fn with_draft_model<M: PagedModel, D: kindle_generate::TokenDecoder>(
+    seq: Sequence<M, D>,
+    drafting: Option<&Drafting>,
+    draft_max: usize,
+    sampler: kindle_sampling::SamplerConfig,
+    capacity: usize,
+    prompt_len: usize,
+) -> Result<Sequence<M, D>, String> {
+    let drafting = drafting.ok_or("this server has no draft model (kindle serve --draft-model)")?;
+    let mut sampler = Sampler::new(sampler).map_err(|e| e.to_string())?;
+    sampler.set_prompt_len(prompt_len);
+    let drafter = drafting
+        .drafter(capacity, sampler)
+        .map_err(|e| format!("the draft model: {e}"))?;
+    let speculator = Speculator::new(drafter, draft_max).map_err(|e| e.to_string())?;
     seq.with_speculator(speculator).map_err(|e| e.to_string())
 }
 

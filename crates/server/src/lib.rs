@@ -26,7 +26,7 @@
 //!     config.api_key = Some("secret".into());
 //!     let addr = "127.0.0.1:8080".parse().expect("an address");
 //!     // Blocks until ctrl-c or SIGTERM, then drains.
-//!     kindle_server::run(addr, model, codec, config, |addr| {
+//!     kindle_server::run(addr, model, None, codec, config, |addr| {
 //!         eprintln!("listening on http://{addr}")
 //!     })
 //! }
@@ -35,6 +35,7 @@
 mod app;
 mod codec;
 mod config;
+pub mod draft;
 pub mod engine;
 mod error;
 mod fields;

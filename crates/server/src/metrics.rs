@@ -84,6 +84,12 @@ pub struct Metrics {
     pub prefix_hits: AtomicU64,
     /// Prompt tokens those sequences did not prefill again.
     pub prefix_hit_tokens: AtomicU64,
+    /// Verification passes of drafting sequences (finished ones).
+    pub draft_passes: AtomicU64,
+    /// Tokens they drafted.
+    pub drafted_tokens: AtomicU64,
+    /// Drafted tokens the target accepted.
+    pub accepted_tokens: AtomicU64,
     /// Where the paged KV pool's blocks are (set by the engine after each step).
     blocks: Mutex<BlockStats>,
     /// Where its local layers' blocks are, for a model with sliding-window layers.
@@ -106,6 +112,9 @@ impl Default for Metrics {
             prefill_chunks: AtomicU64::new(0),
             prefix_hits: AtomicU64::new(0),
             prefix_hit_tokens: AtomicU64::new(0),
+            draft_passes: AtomicU64::new(0),
+            drafted_tokens: AtomicU64::new(0),
+            accepted_tokens: AtomicU64::new(0),
             blocks: Mutex::new(BlockStats::default()),
             local_blocks: Mutex::new(None),
             requests: Mutex::new(BTreeMap::new()),
@@ -116,6 +125,16 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Count a finished drafting sequence's verification passes and drafted tokens.
+    pub fn count_drafts(&self, stats: &kindle_generate::SpecStats) {
+        self.draft_passes
+            .fetch_add(stats.passes as u64, Ordering::SeqCst);
+        self.drafted_tokens
+            .fetch_add(stats.drafted as u64, Ordering::SeqCst);
+        self.accepted_tokens
+            .fetch_add(stats.accepted as u64, Ordering::SeqCst);
+    }
+
     /// Record where the KV pool's blocks are.
     pub fn set_blocks(&self, stats: BlockStats) {
         if let Ok(mut blocks) = self.blocks.lock() {
@@ -290,6 +309,21 @@ impl Metrics {
                 "kindle_prefix_cache_hit_tokens_total",
                 "Prompt tokens not prefilled again thanks to prefix reuse.",
                 &self.prefix_hit_tokens,
+            ),
+            (
+                "kindle_draft_passes_total",
+                "Verification passes of finished speculative sequences.",
+                &self.draft_passes,
+            ),
+            (
+                "kindle_draft_tokens_total",
+                "Tokens drafted by finished speculative sequences.",
+                &self.drafted_tokens,
+            ),
+            (
+                "kindle_draft_accepted_tokens_total",
+                "Drafted tokens the model accepted.",
+                &self.accepted_tokens,
             ),
         ];
         for (name, help, value) in counters {

@@ -48,22 +48,40 @@ pub struct GenerationParams {
     /// with `logprobs` reports the prompt's tokens too (each scored by the model given the
     /// tokens before it; the first has none).
     pub echo: bool,
-    /// `kindle_lookup_ngram` and `kindle_draft_max`: decode speculatively, drafting by prompt
-    /// lookup (n-grams up to the first, at most the second tokens a step). The output is what
-    /// the request gives without it.
-    pub lookup: Option<Lookup>,
+    /// `kindle_lookup_ngram` and `kindle_draft_max`: how the request drafts (see
+    /// [`DraftAsk`]). The output is what the request gives without drafting.
+    pub draft: DraftAsk,
     /// `dry_sequence_breakers` as texts (each stands for the last token of its encoding,
     /// resolved with the vocabulary); `None`: llama.cpp's defaults where DRY is on.
     pub dry_breakers: Option<Vec<String>>,
 }
 
-/// Prompt-lookup drafting for one request (see [`GenerationParams::lookup`]).
+/// Prompt-lookup drafting for one request (see [`DraftAsk::Lookup`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lookup {
     /// The longest n-gram matched.
     pub ngram: usize,
     /// Most tokens drafted per step.
     pub draft_max: usize,
+}
+
+/// What a request says about speculative decoding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DraftAsk {
+    /// Nothing: the server's draft model drafts (`kindle serve --draft-model`), where there
+    /// is one and the request can be drafted for (not traced, no mirostat).
+    #[default]
+    ServerDefault,
+    /// `kindle_draft_max: 0`: no drafting.
+    Off,
+    /// `kindle_lookup_ngram` (with `kindle_draft_max`, default 4): prompt lookup.
+    Lookup(Lookup),
+    /// `kindle_draft_max` alone (1-14): the server's draft model, this many tokens a step
+    /// (a 400 where the server has none).
+    Model {
+        /// Most tokens drafted per step.
+        draft_max: usize,
+    },
 }
 
 /// Longest n-gram `kindle_lookup_ngram` takes.
@@ -275,7 +293,7 @@ pub fn generation_params(object: &Object, chat: bool) -> Result<GenerationParams
             ),
         ));
     }
-    let lookup = lookup(object, trace)?;
+    let draft = draft_ask(object, trace)?;
     let dry_breakers = dry_breakers(object)?;
     Ok(GenerationParams {
         model,
@@ -293,32 +311,47 @@ pub fn generation_params(object: &Object, chat: bool) -> Result<GenerationParams
         prompt_logprobs,
         tools,
         echo,
-        lookup,
+        draft,
         dry_breakers,
     })
 }
 
-/// `kindle_lookup_ngram` (1-16) with `kindle_draft_max` (1-14, default 4).
-fn lookup(object: &Object, trace: bool) -> Result<Option<Lookup>, ApiError> {
+/// `kindle_lookup_ngram` (1-16) with `kindle_draft_max` (1-14, default 4): prompt lookup;
+/// `kindle_draft_max` alone: 0 turns drafting off, 1-14 sets the server's draft model's draft
+/// length (whether the server has one is checked with the server's state).
+fn draft_ask(object: &Object, trace: bool) -> Result<DraftAsk, ApiError> {
     let ngram = integer(object, "kindle_lookup_ngram", 1, MAX_LOOKUP_NGRAM)?;
     // At most `kindle_generate::MAX_DRAFT`: a verification pass keeps a one-token pass's bits.
-    let draft_max = integer(object, "kindle_draft_max", 1, MAX_DRAFT as i64)?;
+    let draft_max = integer(object, "kindle_draft_max", 0, MAX_DRAFT as i64)?;
+    let traced = |field: &str| {
+        Err(ApiError::invalid(
+            field,
+            format!(
+                "'{field}' cannot be combined with 'kindle_trace' (verified tokens are not traced)."
+            ),
+        ))
+    };
     let Some(ngram) = ngram else {
         return match draft_max {
-            Some(_) => Err(ApiError::invalid(
-                "kindle_draft_max",
-                "'kindle_draft_max' needs a drafter: set 'kindle_lookup_ngram'.",
-            )),
-            None => Ok(None),
+            None if trace => Ok(DraftAsk::Off),
+            None => Ok(DraftAsk::ServerDefault),
+            Some(0) => Ok(DraftAsk::Off),
+            Some(_) if trace => traced("kindle_draft_max"),
+            Some(k) => Ok(DraftAsk::Model {
+                draft_max: k as usize,
+            }),
         };
     };
     if trace {
+        return traced("kindle_lookup_ngram");
+    }
+    if draft_max == Some(0) {
         return Err(ApiError::invalid(
-            "kindle_lookup_ngram",
-            "'kindle_lookup_ngram' cannot be combined with 'kindle_trace' (verified tokens are not traced).",
+            "kindle_draft_max",
+            "'kindle_draft_max' must be between 1 and 14 with 'kindle_lookup_ngram' (0 turns drafting off: drop 'kindle_lookup_ngram').",
         ));
     }
-    Ok(Some(Lookup {
+    Ok(DraftAsk::Lookup(Lookup {
         ngram: ngram as usize,
         draft_max: draft_max.map_or(DEFAULT_LOOKUP_DRAFT_MAX, |k| k as usize),
     }))
@@ -598,15 +631,47 @@ mod tests {
 
     #[test]
     fn lookup_drafts_four_tokens_unless_told() {
-        let lookup = |json| lookup(&obj(json), false).unwrap().unwrap();
-        let default = lookup(r#"{"kindle_lookup_ngram":3}"#);
+        let ask = |json| draft_ask(&obj(json), false).unwrap();
         assert_eq!(
-            (default.ngram, default.draft_max),
-            (3, DEFAULT_LOOKUP_DRAFT_MAX)
+            ask(r#"{"kindle_lookup_ngram":3}"#),
+            DraftAsk::Lookup(Lookup {
+                ngram: 3,
+                draft_max: DEFAULT_LOOKUP_DRAFT_MAX
+            })
         );
         assert_eq!(DEFAULT_LOOKUP_DRAFT_MAX, 4);
-        let asked = lookup(r#"{"kindle_lookup_ngram":2,"kindle_draft_max":8}"#);
-        assert_eq!((asked.ngram, asked.draft_max), (2, 8));
+        assert_eq!(
+            ask(r#"{"kindle_lookup_ngram":2,"kindle_draft_max":8}"#),
+            DraftAsk::Lookup(Lookup {
+                ngram: 2,
+                draft_max: 8
+            })
+        );
+    }
+
+    #[test]
+    fn the_draft_length_alone_asks_for_the_server_s_draft_model() {
+        let ask = |json, trace| draft_ask(&obj(json), trace);
+        assert_eq!(ask("{}", false).unwrap(), DraftAsk::ServerDefault);
+        assert_eq!(ask("{}", true).unwrap(), DraftAsk::Off);
+        assert_eq!(
+            ask(r#"{"kindle_draft_max":0}"#, false).unwrap(),
+            DraftAsk::Off
+        );
+        assert_eq!(
+            ask(r#"{"kindle_draft_max":6}"#, false).unwrap(),
+            DraftAsk::Model { draft_max: 6 }
+        );
+        for (json, param) in [
+            (r#"{"kindle_draft_max":6}"#, "kindle_draft_max"),
+            (r#"{"kindle_lookup_ngram":2}"#, "kindle_lookup_ngram"),
+        ] {
+            let err = ask(json, true).unwrap_err();
+            assert_eq!(err.param.as_deref(), Some(param), "{err:?}");
+            assert!(err.message.contains("kindle_trace"), "{err:?}");
+        }
+        let err = ask(r#"{"kindle_lookup_ngram":2,"kindle_draft_max":0}"#, false).unwrap_err();
+        assert_eq!(err.param.as_deref(), Some("kindle_draft_max"), "{err:?}");
     }
 
     #[test]

@@ -24,11 +24,11 @@ use tower_http::timeout::RequestBodyTimeoutLayer;
 
 use crate::app::{AppState, Shared, json_response, read_json};
 use crate::codec::{Encoding, TextCodec};
-use crate::engine::{Command, Job, Update};
+use crate::engine::{Command, Job, JobDraft, Update};
 use crate::error::ApiError;
 use crate::prompts::{Encoded, encode_prompts};
 use crate::reasoning::ReasoningFormat;
-use crate::request::{GenerationParams, generation_params, integer};
+use crate::request::{DraftAsk, GenerationParams, generation_params, integer};
 use crate::response::{
     Choice, ChunkWriter, Endpoint, ResponseMeta, TokenReport, body as response_body, finish_reason,
 };
@@ -244,6 +244,50 @@ async fn chat_completions<C: TextCodec>(
     generation(state, headers, body, Endpoint::Chat).await
 }
 
+/// How a request's jobs draft: what it asks for ([`DraftAsk`]), with the server's draft
+/// model (drafting `server_max` tokens a step, where there is one) by default. Asking for
+/// drafting with mirostat, or for the draft model of a server without one, is a 400;
+/// mirostat without asking takes no drafts.
+fn job_draft(
+    server_max: Option<usize>,
+    ask: DraftAsk,
+    sampler: &kindle_sampling::SamplerConfig,
+) -> Result<Option<JobDraft>, ApiError> {
+    // Mirostat's state follows each draw: no fixed distribution to verify drafts against.
+    let mirostat = sampler.temperature != 0.0 && sampler.mirostat != kindle_sampling::Mirostat::Off;
+    let asked = |field: &str| {
+        if mirostat {
+            return Err(ApiError::invalid(
+                field,
+                format!(
+                    "'{field}' cannot be combined with 'mirostat' (its state follows each draw, so it has no fixed distribution to verify drafts against)."
+                ),
+            ));
+        }
+        Ok(())
+    };
+    Ok(match ask {
+        DraftAsk::Off => None,
+        DraftAsk::ServerDefault => server_max
+            .filter(|_| !mirostat)
+            .map(|draft_max| JobDraft::Model { draft_max }),
+        DraftAsk::Lookup(lookup) => {
+            asked("kindle_lookup_ngram")?;
+            Some(JobDraft::Lookup(lookup))
+        }
+        DraftAsk::Model { draft_max } => {
+            asked("kindle_draft_max")?;
+            if server_max.is_none() {
+                return Err(ApiError::invalid(
+                    "kindle_draft_max",
+                    "'kindle_draft_max' needs a drafter: set 'kindle_lookup_ngram' (this server has no draft model: start it with --draft-model).",
+                ));
+            }
+            Some(JobDraft::Model { draft_max })
+        }
+    })
+}
+
 /// One engine job per choice of each prompt; `index` = prompt × n + choice.
 fn jobs<C: TextCodec>(
     state: &AppState<C>,
@@ -277,6 +321,7 @@ fn jobs<C: TextCodec>(
         Endpoint::Chat => usize::MAX,
     };
     let max_tokens = params.max_tokens.unwrap_or(default_max);
+    let draft = job_draft(state.draft_max, params.draft, &base)?;
     let mut out = Vec::with_capacity(prompts.len() * params.n);
     for (p, prompt) in prompts.into_iter().enumerate() {
         let room = state.config.context - prompt.len();
@@ -310,7 +355,7 @@ fn jobs<C: TextCodec>(
                     .filter(|_| params.echo)
                     .max(params.prompt_logprobs),
                 trace: params.trace,
-                lookup: params.lookup,
+                draft,
                 capacity: prompt.len() + max_new,
                 prompt: prompt.clone(),
                 sampler,

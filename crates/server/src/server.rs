@@ -16,6 +16,7 @@ use tokio::net::TcpListener;
 use crate::app::AppState;
 use crate::codec::TextCodec;
 use crate::config::ServerConfig;
+use crate::draft::Drafting;
 use crate::engine::{self, Command, EngineOptions};
 use crate::error::ServerError;
 use crate::metrics::Metrics;
@@ -26,10 +27,12 @@ use crate::routes::router;
 /// (and `/health` too), running and queued requests finish for up to
 /// [`ServerConfig::drain_timeout`], what is left is cancelled, and the function returns.
 ///
-/// The model moves to the engine thread, which owns it and every sequence's cache.
+/// The model (and the draft model, with which requests draft unless they say otherwise: see
+/// [`crate::draft`]) moves to the engine thread, which owns it and every sequence's cache.
 pub async fn serve<M, C>(
     listener: TcpListener,
     model: M,
+    drafting: Option<Drafting>,
     codec: C,
     config: ServerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -48,7 +51,14 @@ where
         pool_blocks: config.pool_blocks(),
         block_size: config.block_size,
     };
-    let (engine, thread) = engine::spawn(model, Arc::clone(&codec), options, Arc::clone(&metrics))?;
+    let draft_max = drafting.as_ref().map(Drafting::draft_max);
+    let (engine, thread) = engine::spawn(
+        model,
+        drafting,
+        Arc::clone(&codec),
+        options,
+        Arc::clone(&metrics),
+    )?;
     let draining = Arc::new(AtomicBool::new(false));
     let drain_timeout = config.drain_timeout;
     let header_timeout = config.header_timeout;
@@ -59,6 +69,7 @@ where
         config,
         draining: Arc::clone(&draining),
         started: now_seconds(),
+        draft_max,
     });
     let drain = async move {
         shutdown.await;
@@ -132,14 +143,16 @@ async fn accept_until(
     Ok(())
 }
 
-/// Run the server on `addr` with a runtime of its own until ctrl-c or SIGTERM; `on_listening`
-/// hears the bound address (port 0 picks a free one). Returns when drained.
+/// Run the server on `addr` with a runtime of its own until ctrl-c or SIGTERM (`drafting`: as
+/// for [`serve`]); `on_listening` hears the bound address (port 0 picks a free one). Returns
+/// when drained.
 ///
 /// The KV pool is made before the address is bound, so that a pool the machine cannot hold is
 /// an error before anything listens.
 pub fn run<M, C>(
     addr: SocketAddr,
     mut model: M,
+    drafting: Option<Drafting>,
     codec: C,
     config: ServerConfig,
     on_listening: impl FnOnce(SocketAddr),
@@ -162,7 +175,7 @@ where
     runtime.block_on(async move {
         let listener = TcpListener::bind(addr).await?;
         on_listening(listener.local_addr()?);
-        serve(listener, model, codec, config, shutdown_signal()).await
+        serve(listener, model, drafting, codec, config, shutdown_signal()).await
     })
 }
 

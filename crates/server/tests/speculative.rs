@@ -75,7 +75,7 @@ async fn bad_drafting_settings_are_clear_errors() {
         (
             json!({"kindle_lookup_ngram": 3, "kindle_draft_max": 15}),
             "kindle_draft_max",
-            "between 1 and 14",
+            "between 0 and 14",
         ),
         (
             json!({"kindle_draft_max": 4}),

@@ -531,6 +531,15 @@ pub fn config() -> ServerConfig {
 
 impl TestServer {
     pub async fn start(config: ServerConfig, delay: Duration) -> TestServer {
+        Self::start_drafting(config, delay, None).await
+    }
+
+    /// A server whose requests draft with `drafting` unless they say otherwise.
+    pub async fn start_drafting(
+        config: ServerConfig,
+        delay: Duration,
+        drafting: Option<kindle_server::draft::Drafting>,
+    ) -> TestServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let base = format!("http://{addr}");
@@ -539,6 +548,7 @@ impl TestServer {
         let task = tokio::spawn(kindle_server::serve(
             listener,
             model.clone(),
+            drafting,
             Letters,
             config,
             async move {

@@ -1,0 +1,155 @@
+//! Drafting with a draft model (`kindle serve --draft-model`): one loaded model shared by
+//! every sequence, each drafting sequence with a drafter of its own (its own cache and
+//! sampler). A request drafts with it unless it turns drafting off (`kindle_draft_max: 0`),
+//! asks for prompt lookup instead (`kindle_lookup_ngram`), or cannot be drafted for (traced,
+//! mirostat); `kindle_draft_max` sets its draft length.
+//!
+//! A sequence drafts only while it runs alone: a verification pass is a pass of its own,
+//! while beside other sequences one batched pass decodes them all for about the price of
+//! one; so under load the server keeps batching, and a lone request gets the speedup. The
+//! output is what the request gives without drafting either way.
+//!
+//! ```
+//! use kindle_server::draft::{DraftModel, Drafting};
+//! # use kindle_generate::{LanguageModel, ModelCache};
+//! # struct Draft;
+//! # #[derive(Debug)] struct Never;
+//! # impl std::fmt::Display for Never { fn fmt(&self, _: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { Ok(()) } }
+//! # impl std::error::Error for Never {}
+//! # struct Cache(usize);
+//! # impl ModelCache for Cache {
+//! #     fn len(&self) -> usize { self.0 }
+//! #     fn capacity(&self) -> usize { 64 }
+//! #     fn truncate(&mut self, len: usize) { self.0 = self.0.min(len) }
+//! #     fn fork(&self) -> Self { Cache(self.0) }
+//! # }
+//! # impl LanguageModel for Draft {
+//! #     type Cache = Cache;
+//! #     type Error = Never;
+//! #     fn vocab_size(&self) -> usize { 4 }
+//! #     fn context_length(&self) -> usize { 64 }
+//! #     fn new_cache(&self, _: usize) -> Result<Cache, Never> { Ok(Cache(0)) }
+//! #     fn forward_last(&self, t: &[u32], c: &mut Cache) -> Result<Vec<f32>, Never> { c.0 += t.len(); Ok(vec![0.0; 4]) }
+//! #     fn forward_all(&self, t: &[u32], c: &mut Cache) -> Result<Vec<f32>, Never> { c.0 += t.len(); Ok(vec![0.0; 4 * t.len()]) }
+//! # }
+//! // A small model sharing the target's vocabulary, eight tokens a step unless a request
+//! // says otherwise; pass it to `kindle_server::run` or `kindle_server::serve`.
+//! let drafting = Drafting::new(DraftModel::new(Draft), 8).expect("a draft length of 1-14");
+//! assert_eq!(drafting.draft_max(), 8);
+//! ```
+
+use std::sync::Arc;
+
+use kindle_generate::{Draft, Drafter, GenerateError, LanguageModel, MAX_DRAFT, ModelDrafter};
+use kindle_sampling::Sampler;
+
+use crate::error::ServerError;
+
+/// Makes each drafting sequence's drafter.
+pub trait DraftSource: Send {
+    /// A drafter for one sequence: its own cache of `capacity` tokens, drawing with
+    /// `sampler` (the request's sampler configuration with a seed of its own).
+    fn drafter(&self, capacity: usize, sampler: Sampler)
+    -> Result<Box<dyn Drafter>, GenerateError>;
+}
+
+/// A draft model shared by every sequence (checking that it shares the target's vocabulary
+/// is the caller's job, as for [`ModelDrafter`]).
+pub struct DraftModel<D> {
+    model: Arc<D>,
+    vocab: Option<usize>,
+}
+
+impl<D> DraftModel<D> {
+    /// Draft with `model`.
+    pub fn new(model: D) -> Self {
+        DraftModel {
+            model: Arc::new(model),
+            vocab: None,
+        }
+    }
+
+    /// Propose from the `first` lowest token ids and the context's tokens only
+    /// ([`ModelDrafter::with_vocab`]).
+    pub fn with_vocab(mut self, first: usize) -> Self {
+        self.vocab = Some(first);
+        self
+    }
+}
+
+impl<D> DraftSource for DraftModel<D>
+where
+    D: LanguageModel + Send + Sync + 'static,
+{
+    fn drafter(
+        &self,
+        capacity: usize,
+        sampler: Sampler,
+    ) -> Result<Box<dyn Drafter>, GenerateError> {
+        let drafter = ModelDrafter::new(Arc::clone(&self.model), capacity, sampler)?;
+        Ok(match self.vocab {
+            Some(first) => Box::new(drafter.with_vocab(first)?),
+            None => Box::new(drafter),
+        })
+    }
+}
+
+/// The server's draft model and its default draft length.
+pub struct Drafting {
+    source: Box<dyn DraftSource>,
+    draft_max: usize,
+}
+
+impl Drafting {
+    /// Draft with `source`, `draft_max` tokens a step unless a request says otherwise
+    /// (`kindle_draft_max`). Errors: a `draft_max` outside 1 to
+    /// [`MAX_DRAFT`](kindle_generate::MAX_DRAFT).
+    pub fn new(source: impl DraftSource + 'static, draft_max: usize) -> Result<Self, ServerError> {
+        if !(1..=MAX_DRAFT).contains(&draft_max) {
+            return Err(ServerError::InvalidSetting {
+                name: "--draft-max",
+                value: draft_max.to_string(),
+                expected: "between 1 and 14 (a verification pass of 16 rows or more can take a prefill path, whose rows can differ in their last bits from one-token passes)",
+            });
+        }
+        Ok(Drafting {
+            source: Box::new(source),
+            draft_max,
+        })
+    }
+
+    /// Tokens drafted per step unless a request says otherwise.
+    pub fn draft_max(&self) -> usize {
+        self.draft_max
+    }
+
+    /// A drafter for one sequence (see [`DraftSource::drafter`]) that takes in the prompt
+    /// only when it first proposes: a sequence that never runs alone never drafts, and then
+    /// costs the draft model nothing.
+    pub fn drafter(
+        &self,
+        capacity: usize,
+        sampler: Sampler,
+    ) -> Result<Box<dyn Drafter>, GenerateError> {
+        Ok(Box::new(Lazy(self.source.drafter(capacity, sampler)?)))
+    }
+}
+
+/// A drafter whose [`Drafter::prefill`] is left to its first proposal (a draft model's
+/// proposal runs whatever its cache lacks of the context first).
+struct Lazy(Box<dyn Drafter>);
+
+impl Drafter for Lazy {
+    fn propose(
+        &mut self,
+        context: &[u32],
+        max: usize,
+        out: &mut Draft,
+    ) -> Result<(), GenerateError> {
+        self.0.propose(context, max, out)
+    }
+
+    fn accepted(&mut self, proposed: usize, accepted: usize) {
+        self.0.accepted(proposed, accepted);
+    }
+}

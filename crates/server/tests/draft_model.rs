@@ -1,0 +1,371 @@
+//! A server with a draft model (`kindle serve --draft-model`): requests draft with it by
+//! default and give what they give without it (tokens, logprobs, usage), alone or in chat;
+//! beside other requests they decode in the batch instead of in passes of their own;
+//! `kindle_draft_max` sets the draft length or (0) turns drafting off; bad settings are clear
+//! 400s; `/metrics` counts drafted and accepted tokens.
+
+mod common;
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::{HashModel, TestServer, config};
+use kindle_generate::{LanguageModel, ModelCache};
+use kindle_server::draft::{DraftModel, Drafting};
+use serde_json::{Value, json};
+
+fn with(mut body: Value, extra: Value) -> Value {
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    body
+}
+
+/// A draft model: the target's logits (`HashModel::row`), except after about one history in
+/// four (by a hash of it), where its peak moves to another token: its drafts are accepted in
+/// part. Counts its forward passes, and sleeps `delay` in each.
+#[derive(Clone, Default)]
+struct Draft {
+    passes: Arc<AtomicUsize>,
+    delay: Duration,
+}
+
+struct DraftCache {
+    tokens: Vec<u32>,
+    capacity: usize,
+}
+
+impl ModelCache for DraftCache {
+    fn len(&self) -> usize {
+        self.tokens.len()
+    }
+    fn capacity(&self) -> usize {
+        self.capacity
+    }
+    fn truncate(&mut self, len: usize) {
+        self.tokens.truncate(len);
+    }
+    fn fork(&self) -> Self {
+        DraftCache {
+            tokens: self.tokens.clone(),
+            capacity: self.capacity,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Full;
+
+impl fmt::Display for Full {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the draft's cache is full")
+    }
+}
+
+impl std::error::Error for Full {}
+
+impl Draft {
+    fn row(history: &[u32]) -> Vec<f32> {
+        let mut row = HashModel::row(history);
+        let h = history
+            .iter()
+            .fold(7u64, |h, &t| h.wrapping_mul(31).wrapping_add(u64::from(t)));
+        if h % 4 == 0 {
+            let peak = (0..row.len())
+                .max_by(|&a, &b| row[a].total_cmp(&row[b]))
+                .unwrap();
+            row[peak] = -5.0;
+            row[peak % 26 + 1] = 3.0;
+        }
+        row
+    }
+
+    fn push(&self, tokens: &[u32], cache: &mut DraftCache) -> Result<(), Full> {
+        if cache.tokens.len() + tokens.len() > cache.capacity {
+            return Err(Full);
+        }
+        self.passes.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(self.delay);
+        Ok(())
+    }
+}
+
+impl LanguageModel for Draft {
+    type Cache = DraftCache;
+    type Error = Full;
+
+    fn vocab_size(&self) -> usize {
+        common::VOCAB
+    }
+    fn context_length(&self) -> usize {
+        256
+    }
+    fn new_cache(&self, capacity: usize) -> Result<DraftCache, Full> {
+        Ok(DraftCache {
+            tokens: Vec::new(),
+            capacity,
+        })
+    }
+    fn forward_last(&self, tokens: &[u32], cache: &mut DraftCache) -> Result<Vec<f32>, Full> {
+        self.push(tokens, cache)?;
+        cache.tokens.extend_from_slice(tokens);
+        Ok(Self::row(&cache.tokens))
+    }
+    fn forward_all(&self, tokens: &[u32], cache: &mut DraftCache) -> Result<Vec<f32>, Full> {
+        self.push(tokens, cache)?;
+        let mut rows = Vec::new();
+        for &t in tokens {
+            cache.tokens.push(t);
+            rows.extend(Self::row(&cache.tokens));
+        }
+        Ok(rows)
+    }
+}
+
+/// A server drafting with a fresh [`Draft`], `draft_max` tokens a step by default; both
+/// models sleep `delay` a pass (the target only in its batched passes).
+async fn drafting_server(delay: Duration, draft_max: usize) -> (TestServer, Draft) {
+    let draft = Draft {
+        delay,
+        ..Draft::default()
+    };
+    let drafting = Drafting::new(DraftModel::new(draft.clone()), draft_max).unwrap();
+    let server = TestServer::start_drafting(config(), delay, Some(drafting)).await;
+    (server, draft)
+}
+
+/// A counter's value in `/metrics`.
+async fn counter(server: &TestServer, name: &str) -> u64 {
+    let (status, text) = server.get("/metrics").await;
+    assert_eq!(status, 200);
+    text.lines()
+        .find_map(|line| line.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("no {name} in /metrics:\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draft_model_gives_the_output_of_the_request_without_it() {
+    let (server, draft) = drafting_server(Duration::ZERO, 4).await;
+    let drafted = json!({
+        "model": "toy", "prompt": "the cat sat on", "max_tokens": 80,
+        "temperature": 0, "logprobs": 2,
+    });
+    let plain = with(drafted.clone(), json!({"kindle_draft_max": 0}));
+    let (s1, a) = server.post("/v1/completions", &plain).await;
+    assert_eq!(s1, 200, "{a}");
+    assert_eq!(
+        (
+            draft.passes.load(Ordering::SeqCst),
+            server.model.all_passes.load(Ordering::SeqCst)
+        ),
+        (0, 0),
+        "kindle_draft_max 0 drafted"
+    );
+    let (s2, b) = server.post("/v1/completions", &drafted).await;
+    assert_eq!(s2, 200, "{b}");
+    assert_eq!(a["choices"], b["choices"]);
+    assert_eq!(a["usage"], b["usage"]);
+    let completion = a["usage"]["completion_tokens"].as_u64().unwrap();
+    assert!(completion >= 20, "too short to show anything: {a}");
+    let verified = server.model.all_passes.load(Ordering::SeqCst) as u64;
+    assert!(verified > 0, "no draft was verified");
+    assert!(draft.passes.load(Ordering::SeqCst) > 0);
+    // Some drafts were accepted, some not (the draft differs one step in four).
+    let drafted_tokens = counter(&server, "kindle_draft_tokens_total").await;
+    let accepted = counter(&server, "kindle_draft_accepted_tokens_total").await;
+    assert_eq!(
+        counter(&server, "kindle_draft_passes_total").await,
+        verified
+    );
+    assert!(
+        0 < accepted && accepted < drafted_tokens,
+        "{accepted} of {drafted_tokens}"
+    );
+    // Fewer target passes than tokens: the drafts saved passes.
+    assert!(
+        verified < completion,
+        "{verified} passes for {completion} tokens"
+    );
+
+    // Another draft length, streaming, and a chat request: the same output.
+    let longer = with(drafted.clone(), json!({"kindle_draft_max": 8}));
+    let (s3, c) = server.post("/v1/completions", &longer).await;
+    assert_eq!(s3, 200);
+    assert_eq!(a["choices"], c["choices"]);
+    let chat = json!({
+        "model": "toy", "messages": [{"role": "user", "content": "a dog ran"}],
+        "max_tokens": 60, "temperature": 0,
+    });
+    let (s4, drafted_chat) = server.post("/v1/chat/completions", &chat).await;
+    let chat = with(chat, json!({"kindle_draft_max": 0}));
+    let (s5, plain_chat) = server.post("/v1/chat/completions", &chat).await;
+    assert_eq!((s4, s5), (200, 200));
+    assert_eq!(plain_chat["choices"], drafted_chat["choices"]);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beside_other_requests_drafting_requests_decode_in_the_batch() {
+    let (server, _draft) = drafting_server(Duration::from_millis(5), 4).await;
+    let body = |prompt: &str| {
+        json!({
+            "model": "toy", "prompt": prompt, "max_tokens": 40, "temperature": 0,
+            "ignore_eos": true,
+        })
+    };
+    let prompts = ["the cat", "a dog ran", "abcab abcab"];
+    let bodies = prompts.map(body);
+    let (a, b, c) = tokio::join!(
+        server.post("/v1/completions", &bodies[0]),
+        server.post("/v1/completions", &bodies[1]),
+        server.post("/v1/completions", &bodies[2]),
+    );
+    assert_eq!((a.0, b.0, c.0), (200, 200, 200));
+    assert_eq!(server.model.largest_batch.load(Ordering::SeqCst), 3);
+    // Running side by side for 40 tokens each, they verified (almost) no drafts: drafting
+    // alone, each would have verified one pass per few tokens (dozens in all). A request
+    // admitted a step before the others may draft once while alone.
+    let verified = server.model.all_passes.load(Ordering::SeqCst);
+    assert!(
+        verified <= 3,
+        "{verified} verification passes beside others"
+    );
+    // Each gives what it gives alone, drafting or not.
+    for (prompt, together) in prompts.iter().zip([a.1, b.1, c.1]) {
+        let (_, alone) = server.post("/v1/completions", &body(prompt)).await;
+        let off = with(body(prompt), json!({"kindle_draft_max": 0}));
+        let (_, plain) = server.post("/v1/completions", &off).await;
+        assert_eq!(together["choices"], alone["choices"], "{prompt}");
+        assert_eq!(together["choices"], plain["choices"], "{prompt}");
+    }
+    assert!(
+        server.model.all_passes.load(Ordering::SeqCst) > verified,
+        "alone, no request drafted"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_joining_a_drafting_one_changes_neither() {
+    // The second request arrives while the first drafts alone: the first stops drafting
+    // after emitting what its last verification pass left, and both decode in the batch.
+    let (server, _draft) = drafting_server(Duration::from_millis(3), 6).await;
+    let body = |prompt: &str, n: usize| {
+        json!({
+            "model": "toy", "prompt": prompt, "max_tokens": n, "temperature": 0,
+            "ignore_eos": true, "logprobs": 1,
+        })
+    };
+    let (first, second) = (body("the cat sat", 90), body("a dog", 30));
+    let later = async {
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        server.post("/v1/completions", &second).await
+    };
+    let (a, b) = tokio::join!(server.post("/v1/completions", &first), later);
+    assert_eq!((a.0, b.0), (200, 200), "{} {}", a.1, b.1);
+    assert!(
+        server.model.all_passes.load(Ordering::SeqCst) > 0,
+        "nothing drafted"
+    );
+    assert_eq!(
+        server.model.largest_batch.load(Ordering::SeqCst),
+        2,
+        "no batch"
+    );
+    for (body, together) in [(first, a.1), (second, b.1)] {
+        let off = with(body, json!({"kindle_draft_max": 0}));
+        let (_, plain) = server.post("/v1/completions", &off).await;
+        let text = |v: &Value| v["choices"][0]["text"].clone();
+        assert_eq!(text(&together), text(&plain));
+        assert_eq!(together["choices"], plain["choices"]);
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sampled_requests_draft_too() {
+    let (server, draft) = drafting_server(Duration::ZERO, 4).await;
+    let body = json!({
+        "model": "toy", "prompt": "the cat", "max_tokens": 30, "temperature": 0.8,
+        "top_k": 10, "seed": 7, "ignore_eos": true,
+    });
+    let (status, out) = server.post("/v1/completions", &body).await;
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(out["usage"]["completion_tokens"], 30);
+    assert!(draft.passes.load(Ordering::SeqCst) > 0);
+    assert!(server.model.all_passes.load(Ordering::SeqCst) > 0);
+    // Mirostat cannot be verified: without asking, such a request simply does not draft.
+    let before = server.model.all_passes.load(Ordering::SeqCst);
+    let mirostat = with(body.clone(), json!({"mirostat": 2}));
+    let (status, out) = server.post("/v1/completions", &mirostat).await;
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(server.model.all_passes.load(Ordering::SeqCst), before);
+    // Nor does a traced one.
+    let traced = with(body, json!({"kindle_trace": true, "logprobs": 1}));
+    let (status, out) = server.post("/v1/completions", &traced).await;
+    assert_eq!(status, 200, "{out}");
+    assert!(
+        out["choices"][0]["logprobs"]["kindle_trace"].is_array(),
+        "{out}"
+    );
+    assert_eq!(server.model.all_passes.load(Ordering::SeqCst), before);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_draft_settings_are_clear_errors() {
+    let (server, _draft) = drafting_server(Duration::ZERO, 4).await;
+    let base = json!({"model": "toy", "prompt": "abc", "max_tokens": 4});
+    for (extra, field, says) in [
+        (
+            json!({"kindle_draft_max": 15}),
+            "kindle_draft_max",
+            "between 0 and 14",
+        ),
+        (
+            json!({"kindle_draft_max": -1}),
+            "kindle_draft_max",
+            "between 0 and 14",
+        ),
+        (
+            json!({"kindle_draft_max": 3, "kindle_trace": true, "logprobs": 1}),
+            "kindle_draft_max",
+            "kindle_trace",
+        ),
+        (
+            json!({"kindle_draft_max": 3, "mirostat": 2, "temperature": 0.8}),
+            "kindle_draft_max",
+            "mirostat",
+        ),
+        (
+            json!({"kindle_lookup_ngram": 3, "mirostat": 1, "temperature": 0.8}),
+            "kindle_lookup_ngram",
+            "mirostat",
+        ),
+        (
+            json!({"kindle_lookup_ngram": 3, "kindle_draft_max": 0}),
+            "kindle_draft_max",
+            "between 1 and 14",
+        ),
+    ] {
+        let (status, body) = server
+            .post("/v1/completions", &with(base.clone(), extra.clone()))
+            .await;
+        assert_eq!(status, 400, "{extra}: {body}");
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert_eq!(body["error"]["param"], field, "{extra}: {body}");
+        assert!(message.contains(says), "{extra}: {message}");
+    }
+    server.stop().await;
+    // A draft length the server cannot take.
+    for k in [0, 15] {
+        let error = Drafting::new(DraftModel::new(Draft::default()), k)
+            .err()
+            .unwrap_or_else(|| panic!("--draft-max {k} taken"));
+        assert!(error.to_string().contains("--draft-max"), "{error}");
+    }
+}
