@@ -140,14 +140,41 @@ impl DraftSettings {
     ) -> Result<Option<Speculator>> {
         self.check()?;
         let draft_max = self.draft_max();
+        let drafter: Box<dyn kindle_generate::Drafter> = if let Some(n) = self.lookup_ngram {
+            let min = self.lookup_min.unwrap_or(DEFAULT_LOOKUP_MIN.min(n));
+            Box::new(PromptLookup::new(n)?.with_min(min)?)
+        } else if let Some(engine) = self.draft_engine(plan, options)? {
+            let drafter =
+                ModelDrafter::new(engine, capacity, self.draft_sampler(plan, prompt_len)?)?;
+            Box::new(match self.draft_vocab {
+                Some(first) => drafter.with_vocab(first)?,
+                None => drafter,
+            })
+        } else {
+            return Ok(None);
+        };
+        let speculator = Speculator::new(drafter, draft_max)?;
+        Ok(Some(if self.draft_adaptive {
+            speculator.with_adaptive()
+        } else {
+            speculator
+        }))
+    }
+
+    /// The draft model the flags ask for (`--draft-model`, checked against `plan`'s target,
+    /// or `--self-speculative`: the target's first layers), loaded with `options` but the
+    /// draft's activations; `None` without one.
+    pub fn draft_engine(
+        &self,
+        plan: &RunPlan,
+        options: &EngineOptions,
+    ) -> Result<Option<kindle_model::Engine>> {
+        self.check()?;
         let options = &EngineOptions {
             activations: self.draft_activations.unwrap_or(DEFAULT_DRAFT_ACTIVATIONS),
             ..*options
         };
-        let drafter: Box<dyn kindle_generate::Drafter> = if let Some(n) = self.lookup_ngram {
-            let min = self.lookup_min.unwrap_or(DEFAULT_LOOKUP_MIN.min(n));
-            Box::new(PromptLookup::new(n)?.with_min(min)?)
-        } else if let Some(path) = &self.draft_model {
+        if let Some(path) = &self.draft_model {
             let loaded = engine::open(path)
                 .with_context(|| format!("loading the draft model {}", path.display()))?;
             check_same_vocab(&plan.loaded.tokenizer, &loaded.tokenizer, path)?;
@@ -161,7 +188,7 @@ impl DraftSettings {
                     plan.engine.llama.config().vocab_size
                 );
             }
-            Box::new(self.model_drafter(engine, capacity, plan, prompt_len)?)
+            Ok(Some(engine))
         } else if let Some(layers) = self.self_speculative {
             let mut engine = engine::load_model_with(&plan.loaded, options)?;
             let total = engine.llama.config().n_layers;
@@ -170,31 +197,10 @@ impl DraftSettings {
                     "--self-speculative {layers}: the draft must use fewer layers than the model's {total}"
                 );
             }
-            Box::new(self.model_drafter(engine, capacity, plan, prompt_len)?)
+            Ok(Some(engine))
         } else {
-            return Ok(None);
-        };
-        let speculator = Speculator::new(drafter, draft_max)?;
-        Ok(Some(if self.draft_adaptive {
-            speculator.with_adaptive()
-        } else {
-            speculator
-        }))
-    }
-
-    /// A drafter over a draft model (`--draft-vocab` applied).
-    fn model_drafter(
-        &self,
-        engine: kindle_model::Engine,
-        capacity: usize,
-        plan: &RunPlan,
-        prompt_len: usize,
-    ) -> Result<ModelDrafter<kindle_model::Engine>> {
-        let drafter = ModelDrafter::new(engine, capacity, self.draft_sampler(plan, prompt_len)?)?;
-        Ok(match self.draft_vocab {
-            Some(first) => drafter.with_vocab(first)?,
-            None => drafter,
-        })
+            Ok(None)
+        }
     }
 
     /// The draft's sampler: the target's configuration with its own seed.

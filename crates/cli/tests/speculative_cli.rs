@@ -321,13 +321,8 @@ fn bad_drafting_settings_are_clear_errors() {
         kv_heads: 2,
         layers: 1,
     };
-    let mut writer = tiny.writer();
-    for (name, dims) in tiny.tensors() {
-        let n: u64 = dims.iter().product();
-        writer = writer.tensor_f32(name, &dims, &vec![0.01; n as usize]);
-    }
     let other = tmp_dir().join("other-vocab.gguf");
-    writer.write(&other).unwrap();
+    tiny.write_constant(&other, 0.01);
     fails_with(
         &[
             "generate",

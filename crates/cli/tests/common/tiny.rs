@@ -46,6 +46,17 @@ impl TinyLlama {
             .metadata("llama.rope.dimension_count", u32(self.head_dim()))
     }
 
+    /// Write the model to `path` with every weight `value` (a file that loads, for the tests
+    /// that need one but not its outputs).
+    pub fn write_constant(&self, path: &std::path::Path, value: f32) {
+        let mut writer = self.writer();
+        for (name, dims) in self.tensors() {
+            let n: u64 = dims.iter().product();
+            writer = writer.tensor_f32(name, &dims, &vec![value; n as usize]);
+        }
+        writer.write(path).expect("writing a tiny model");
+    }
+
     /// Every tensor the model needs, as (name, GGUF dimensions `[d_in, d_out]`): the token
     /// embedding (tied to the output), the output norm, then per block its two norms and its
     /// seven matrices (`attn_q`, `attn_k`, `attn_v`, `attn_output`, `ffn_gate`, `ffn_up`,
