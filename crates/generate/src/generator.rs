@@ -606,14 +606,14 @@ pub fn generate_to_end<M: LanguageModel, D: TokenDecoder + ?Sized>(
 /// One generation's use of a [`Speculator`]: the tokens verified but not yet emitted.
 pub(crate) struct SpecRun<'a> {
     pub(crate) spec: SpecRef<'a>,
-    queue: VecDeque<Queued>,
+    pub(crate) queue: VecDeque<Queued>,
     /// False until a plain step was taken, when the speculator asks for a timing step.
     timed: bool,
 }
 
 /// A verified token waiting for its event: its raw logits row (for the logprobs) and the
 /// session length a plain run would have when emitting it.
-struct Queued {
+pub(crate) struct Queued {
     id: u32,
     row: Vec<f32>,
     session_len: usize,
@@ -638,11 +638,6 @@ impl<'a> SpecRun<'a> {
     /// A run that owns its speculator.
     pub(crate) fn owned(spec: Speculator) -> SpecRun<'static> {
         SpecRun::with(SpecRef::Owned(Box::new(spec)))
-    }
-
-    /// Whether verified tokens wait to be emitted.
-    pub(crate) fn has_queued(&self) -> bool {
-        !self.queue.is_empty()
     }
 
     /// After the target's pass of a step: for the prompt's (`prompt`), the drafter takes in

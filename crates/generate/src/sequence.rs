@@ -133,7 +133,7 @@ impl<M: LanguageModel, D: TokenDecoder> Sequence<M, D> {
     /// [`plan`](Self::plan) and the batch; the drafter catches up with what it missed at its
     /// next proposal.
     pub fn has_verified(&self) -> bool {
-        self.spec.as_ref().is_some_and(|s| s.has_queued())
+        self.spec.as_ref().is_some_and(|s| !s.queue.is_empty())
     }
 
     /// The drafting counters, for a speculative sequence.

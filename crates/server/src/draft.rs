@@ -40,10 +40,14 @@
 
 use std::sync::Arc;
 
-use kindle_generate::{Draft, Drafter, GenerateError, LanguageModel, MAX_DRAFT, ModelDrafter};
+use kindle_generate::{
+    Draft, Drafter, GenerateError, LanguageModel, MAX_DRAFT, ModelDrafter, PagedModel,
+    PromptLookup, Sequence, Speculator,
+};
 use kindle_sampling::Sampler;
 
 use crate::error::ServerError;
+use crate::request::Lookup;
 
 /// Makes each drafting sequence's drafter.
 pub trait DraftSource: Send {
@@ -152,4 +156,53 @@ impl Drafter for Lazy {
     fn accepted(&mut self, proposed: usize, accepted: usize) {
         self.0.accepted(proposed, accepted);
     }
+}
+
+/// How a job drafts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobDraft {
+    /// By prompt lookup (`kindle_lookup_ngram`), at every decode step.
+    Lookup(Lookup),
+    /// With the server's draft model, this many tokens a step, while the sequence runs alone.
+    Model {
+        /// Most tokens drafted per step.
+        draft_max: usize,
+    },
+}
+
+/// `seq` drafting by prompt lookup (n-grams from 2 tokens, or from 1 when `ngram` is 1, as
+/// `kindle generate`).
+pub(crate) fn with_lookup<M: PagedModel, D: kindle_generate::TokenDecoder>(
+    seq: Sequence<M, D>,
+    lookup: Lookup,
+) -> Result<Sequence<M, D>, String> {
+    let drafter = PromptLookup::new(lookup.ngram)
+        .and_then(|d| d.with_min(lookup.ngram.min(2)))
+        .map_err(|e| e.to_string())?;
+    let speculator =
+        Speculator::new(Box::new(drafter), lookup.draft_max).map_err(|e| e.to_string())?;
+    seq.with_speculator(speculator).map_err(|e| e.to_string())
+}
+
+/// Mixed into a request's seed for its draft model's sampler.
+pub(crate) const DRAFT_SEED: u64 = 0x5eed_d4af;
+
+/// `seq` drafting with the server's draft model, `draft_max` tokens a step; its drafter's
+/// cache holds `capacity` tokens, its sampler is `sampler` (for a prompt of `prompt_len`).
+pub(crate) fn with_draft_model<M: PagedModel, D: kindle_generate::TokenDecoder>(
+    seq: Sequence<M, D>,
+    drafting: Option<&Drafting>,
+    draft_max: usize,
+    sampler: kindle_sampling::SamplerConfig,
+    capacity: usize,
+    prompt_len: usize,
+) -> Result<Sequence<M, D>, String> {
+    let drafting = drafting.ok_or("this server has no draft model (kindle serve --draft-model)")?;
+    let mut sampler = Sampler::new(sampler).map_err(|e| e.to_string())?;
+    sampler.set_prompt_len(prompt_len);
+    let drafter = drafting
+        .drafter(capacity, sampler)
+        .map_err(|e| format!("the draft model: {e}"))?;
+    let speculator = Speculator::new(drafter, draft_max).map_err(|e| e.to_string())?;
+    seq.with_speculator(speculator).map_err(|e| e.to_string())
 }

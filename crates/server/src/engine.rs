@@ -45,17 +45,17 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::time::{Duration, Instant};
 
 use kindle_generate::{
-    Event, FinishReason, GenerationConfig, ModelCache, PagedModel, PromptLookup, Sequence, Session,
-    Speculator, Step, score_row,
+    Event, FinishReason, GenerationConfig, ModelCache, PagedModel, Sequence, Session, Step,
+    score_row,
 };
 use kindle_sampling::{LogitsConstraint, Sampler, TraceSummary};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::codec::TextCodec;
-use crate::draft::Drafting;
+pub use crate::draft::JobDraft;
+use crate::draft::{DRAFT_SEED, Drafting, with_draft_model, with_lookup};
 use crate::error::ServerError;
 use crate::metrics::Metrics;
-use crate::request::Lookup;
 
 /// What a handler asks the engine to run: one sequence (one choice of one prompt).
 pub struct Job {
@@ -82,18 +82,6 @@ pub struct Job {
     /// Score the prompt first and report its tokens with this many alternatives each
     /// (`echo` with `logprobs`, `prompt_logprobs`): see [`Update::Prompt`].
     pub prompt_logprobs: Option<usize>,
-}
-
-/// How a job drafts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JobDraft {
-    /// By prompt lookup (`kindle_lookup_ngram`), at every decode step.
-    Lookup(Lookup),
-    /// With the server's draft model, this many tokens a step, while the sequence runs alone.
-    Model {
-        /// Most tokens drafted per step.
-        draft_max: usize,
-    },
 }
 
 /// Floats of logits one prompt-scoring pass may return (64 MiB): its rows are the prompt's
@@ -753,43 +741,6 @@ fn short_reason(message: &str) -> String {
         Some((at, _)) => format!("{}...", &line[..at]),
         None => line.to_string(),
     }
-}
-
-/// `seq` drafting by prompt lookup (n-grams from 2 tokens, or from 1 when `ngram` is 1, as
-/// `kindle generate`).
-fn with_lookup<M: PagedModel, D: kindle_generate::TokenDecoder>(
-    seq: Sequence<M, D>,
-    lookup: Lookup,
-) -> Result<Sequence<M, D>, String> {
-    let drafter = PromptLookup::new(lookup.ngram)
-        .and_then(|d| d.with_min(lookup.ngram.min(2)))
-        .map_err(|e| e.to_string())?;
-    let speculator =
-        Speculator::new(Box::new(drafter), lookup.draft_max).map_err(|e| e.to_string())?;
-    seq.with_speculator(speculator).map_err(|e| e.to_string())
-}
-
-/// Mixed into a request's seed for its draft model's sampler.
-const DRAFT_SEED: u64 = 0x5eed_d4af;
-
-/// `seq` drafting with the server's draft model, `draft_max` tokens a step; its drafter's
-/// cache holds `capacity` tokens, its sampler is `sampler` (for a prompt of `prompt_len`).
-fn with_draft_model<M: PagedModel, D: kindle_generate::TokenDecoder>(
-    seq: Sequence<M, D>,
-    drafting: Option<&Drafting>,
-    draft_max: usize,
-    sampler: kindle_sampling::SamplerConfig,
-    capacity: usize,
-    prompt_len: usize,
-) -> Result<Sequence<M, D>, String> {
-    let drafting = drafting.ok_or("this server has no draft model (kindle serve --draft-model)")?;
-    let mut sampler = Sampler::new(sampler).map_err(|e| e.to_string())?;
-    sampler.set_prompt_len(prompt_len);
-    let drafter = drafting
-        .drafter(capacity, sampler)
-        .map_err(|e| format!("the draft model: {e}"))?;
-    let speculator = Speculator::new(drafter, draft_max).map_err(|e| e.to_string())?;
-    seq.with_speculator(speculator).map_err(|e| e.to_string())
 }
 
 /// Send a sequence's event to its client, recording metrics; a closed channel (the client went

@@ -650,31 +650,6 @@ mod tests {
     }
 
     #[test]
-    fn the_draft_length_alone_asks_for_the_server_s_draft_model() {
-        let ask = |json, trace| draft_ask(&obj(json), trace);
-        assert_eq!(ask("{}", false).unwrap(), DraftAsk::ServerDefault);
-        assert_eq!(ask("{}", true).unwrap(), DraftAsk::Off);
-        assert_eq!(
-            ask(r#"{"kindle_draft_max":0}"#, false).unwrap(),
-            DraftAsk::Off
-        );
-        assert_eq!(
-            ask(r#"{"kindle_draft_max":6}"#, false).unwrap(),
-            DraftAsk::Model { draft_max: 6 }
-        );
-        for (json, param) in [
-            (r#"{"kindle_draft_max":6}"#, "kindle_draft_max"),
-            (r#"{"kindle_lookup_ngram":2}"#, "kindle_lookup_ngram"),
-        ] {
-            let err = ask(json, true).unwrap_err();
-            assert_eq!(err.param.as_deref(), Some(param), "{err:?}");
-            assert!(err.message.contains("kindle_trace"), "{err:?}");
-        }
-        let err = ask(r#"{"kindle_lookup_ngram":2,"kindle_draft_max":0}"#, false).unwrap_err();
-        assert_eq!(err.param.as_deref(), Some("kindle_draft_max"), "{err:?}");
-    }
-
-    #[test]
     fn each_invalid_value_names_its_field() {
         for (body, param) in [
             (r#"{"temperature":3}"#, "temperature"),
