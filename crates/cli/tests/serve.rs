@@ -6,7 +6,7 @@ mod common;
 
 use std::process::Command;
 
-use common::server::Served;
+use common::server::{Served, generated_text};
 use serde_json::{Value, json};
 
 const PROMPTS: [&str; 4] = [
@@ -62,24 +62,12 @@ fn joined_arguments(pieces: &[Value]) -> String {
 /// `kindle generate`'s greedy text for `prompt` (`--chat`: as a user message).
 fn generate(prompt: &str, chat: bool) -> String {
     let model = common::model_path();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_kindle"));
-    command
-        .args(["generate", "--json", "-n", &MAX_TOKENS.to_string(), "-m"])
-        .arg(&model);
+    let n = MAX_TOKENS.to_string();
+    let mut args = vec!["-n", &n, "-m", model.to_str().unwrap()];
     if chat {
-        command.arg("--chat");
+        args.push("--chat");
     }
-    let out = command
-        .arg(prompt)
-        .output()
-        .expect("running kindle generate");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let value: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
-    value["text"].as_str().expect("a text").to_string()
+    generated_text(&args, prompt)
 }
 
 fn completion(server: &Served, prompt: &str) -> String {

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::server::Served;
+use common::server::{Served, generated_text};
 use common::tiny::TinyLlama;
 use serde_json::{Value, json};
 
@@ -43,27 +43,11 @@ fn metric(server: &Served, name: &str) -> f64 {
 
 /// `kindle generate`'s greedy text for `prompt`.
 fn generate(model: &Path, prompt: &str) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_kindle"))
-        .args([
-            "generate",
-            "--json",
-            "-t",
-            "2",
-            "-n",
-            &MAX_TOKENS.to_string(),
-            "-m",
-        ])
-        .arg(model)
-        .arg(prompt)
-        .output()
-        .expect("running kindle generate");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let value: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
-    value["text"].as_str().expect("a text").to_string()
+    let n = MAX_TOKENS.to_string();
+    generated_text(
+        &["-t", "2", "-n", &n, "-m", model.to_str().unwrap()],
+        prompt,
+    )
 }
 
 #[test]
@@ -173,15 +157,7 @@ fn bad_server_draft_settings_are_clear_errors() {
     std::fs::create_dir_all(&dir).unwrap();
     let missing = dir.join("missing.gguf");
     let other = dir.join("other-vocab.gguf");
-    TinyLlama {
-        vocab: 40,
-        d_model: 32,
-        ff: 64,
-        heads: 2,
-        kv_heads: 2,
-        layers: 1,
-    }
-    .write_constant(&other, 0.01);
+    TinyLlama::SMALL.write_constant(&other, 0.01);
     let cases: [(&[&str], &str); 7] = [
         (
             &["--draft-max", "4"],

@@ -313,16 +313,8 @@ fn bad_drafting_settings_are_clear_errors() {
         "loading the draft model",
     );
     // A tiny model with another vocabulary.
-    let tiny = TinyLlama {
-        vocab: 40,
-        d_model: 32,
-        ff: 64,
-        heads: 2,
-        kv_heads: 2,
-        layers: 1,
-    };
     let other = tmp_dir().join("other-vocab.gguf");
-    tiny.write_constant(&other, 0.01);
+    TinyLlama::SMALL.write_constant(&other, 0.01);
     fails_with(
         &[
             "generate",

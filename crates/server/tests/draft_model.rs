@@ -6,72 +6,38 @@
 
 mod common;
 
-use std::fmt;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::{HashModel, TestServer, config};
-use kindle_generate::{LanguageModel, ModelCache};
+use common::{CacheFull, HashModel, TestServer, Tokens, VOCAB, config, with};
+use kindle_generate::LanguageModel;
 use kindle_server::draft::{DraftModel, Drafting};
 use serde_json::{Value, json};
 
-fn with(mut body: Value, extra: Value) -> Value {
-    for (k, v) in extra.as_object().unwrap() {
-        body[k] = v.clone();
-    }
-    body
-}
-
-/// A draft model: the target's logits (`HashModel::row`), except after about one history in
-/// four (by a hash of it), where its peak moves to another token: its drafts are accepted in
-/// part. Counts its forward passes, and sleeps `delay` in each.
-#[derive(Clone, Default)]
+/// A draft model: the target's logits (from a [`HashModel`] of its own), except in about one
+/// row in four (by a hash of the row), where the peak moves to another token: its drafts are
+/// accepted in part. Its model counts its passes and sleeps `delay` in each one-row pass.
+#[derive(Clone)]
 struct Draft {
-    passes: Arc<AtomicUsize>,
-    delay: Duration,
+    inner: HashModel,
 }
-
-struct DraftCache {
-    tokens: Vec<u32>,
-    capacity: usize,
-}
-
-impl ModelCache for DraftCache {
-    fn len(&self) -> usize {
-        self.tokens.len()
-    }
-    fn capacity(&self) -> usize {
-        self.capacity
-    }
-    fn truncate(&mut self, len: usize) {
-        self.tokens.truncate(len);
-    }
-    fn fork(&self) -> Self {
-        DraftCache {
-            tokens: self.tokens.clone(),
-            capacity: self.capacity,
-        }
-    }
-}
-
-#[derive(Debug)]
-struct Full;
-
-impl fmt::Display for Full {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "the draft's cache is full")
-    }
-}
-
-impl std::error::Error for Full {}
 
 impl Draft {
-    fn row(history: &[u32]) -> Vec<f32> {
-        let mut row = HashModel::row(history);
-        let h = history
-            .iter()
-            .fold(7u64, |h, &t| h.wrapping_mul(31).wrapping_add(u64::from(t)));
+    fn new(delay: Duration) -> Self {
+        Draft {
+            inner: HashModel::new(delay),
+        }
+    }
+
+    /// Forward passes run.
+    fn passes(&self) -> usize {
+        self.inner.passes.load(Ordering::SeqCst) + self.inner.all_passes.load(Ordering::SeqCst)
+    }
+
+    fn perturb(mut row: Vec<f32>) -> Vec<f32> {
+        let h = row.iter().fold(7u64, |h, x| {
+            h.wrapping_mul(31).wrapping_add(u64::from(x.to_bits()))
+        });
         if h % 4 == 0 {
             let peak = (0..row.len())
                 .max_by(|&a, &b| row[a].total_cmp(&row[b]))
@@ -81,56 +47,37 @@ impl Draft {
         }
         row
     }
-
-    fn push(&self, tokens: &[u32], cache: &mut DraftCache) -> Result<(), Full> {
-        if cache.tokens.len() + tokens.len() > cache.capacity {
-            return Err(Full);
-        }
-        self.passes.fetch_add(1, Ordering::SeqCst);
-        std::thread::sleep(self.delay);
-        Ok(())
-    }
 }
 
 impl LanguageModel for Draft {
-    type Cache = DraftCache;
-    type Error = Full;
+    type Cache = Tokens;
+    type Error = CacheFull;
 
     fn vocab_size(&self) -> usize {
-        common::VOCAB
+        self.inner.vocab_size()
     }
     fn context_length(&self) -> usize {
-        256
+        self.inner.context_length()
     }
-    fn new_cache(&self, capacity: usize) -> Result<DraftCache, Full> {
-        Ok(DraftCache {
-            tokens: Vec::new(),
-            capacity,
-        })
+    fn new_cache(&self, capacity: usize) -> Result<Tokens, CacheFull> {
+        self.inner.new_cache(capacity)
     }
-    fn forward_last(&self, tokens: &[u32], cache: &mut DraftCache) -> Result<Vec<f32>, Full> {
-        self.push(tokens, cache)?;
-        cache.tokens.extend_from_slice(tokens);
-        Ok(Self::row(&cache.tokens))
+    fn forward_last(&self, tokens: &[u32], cache: &mut Tokens) -> Result<Vec<f32>, CacheFull> {
+        self.inner.forward_last(tokens, cache).map(Self::perturb)
     }
-    fn forward_all(&self, tokens: &[u32], cache: &mut DraftCache) -> Result<Vec<f32>, Full> {
-        self.push(tokens, cache)?;
-        let mut rows = Vec::new();
-        for &t in tokens {
-            cache.tokens.push(t);
-            rows.extend(Self::row(&cache.tokens));
-        }
-        Ok(rows)
+    fn forward_all(&self, tokens: &[u32], cache: &mut Tokens) -> Result<Vec<f32>, CacheFull> {
+        let rows = self.inner.forward_all(tokens, cache)?;
+        Ok(rows
+            .chunks(VOCAB)
+            .flat_map(|row| Self::perturb(row.to_vec()))
+            .collect())
     }
 }
 
 /// A server drafting with a fresh [`Draft`], `draft_max` tokens a step by default; both
 /// models sleep `delay` a pass (the target only in its batched passes).
 async fn drafting_server(delay: Duration, draft_max: usize) -> (TestServer, Draft) {
-    let draft = Draft {
-        delay,
-        ..Draft::default()
-    };
+    let draft = Draft::new(delay);
     let drafting = Drafting::new(DraftModel::new(draft.clone()), draft_max).unwrap();
     let server = TestServer::start_drafting(config(), delay, Some(drafting)).await;
     (server, draft)
@@ -159,7 +106,7 @@ async fn a_draft_model_gives_the_output_of_the_request_without_it() {
     assert_eq!(s1, 200, "{a}");
     assert_eq!(
         (
-            draft.passes.load(Ordering::SeqCst),
+            draft.passes(),
             server.model.all_passes.load(Ordering::SeqCst)
         ),
         (0, 0),
@@ -173,7 +120,7 @@ async fn a_draft_model_gives_the_output_of_the_request_without_it() {
     assert!(completion >= 20, "too short to show anything: {a}");
     let verified = server.model.all_passes.load(Ordering::SeqCst) as u64;
     assert!(verified > 0, "no draft was verified");
-    assert!(draft.passes.load(Ordering::SeqCst) > 0);
+    assert!(draft.passes() > 0);
     // Some drafts were accepted, some not (the draft differs one step in four).
     let drafted_tokens = counter(&server, "kindle_draft_tokens_total").await;
     let accepted = counter(&server, "kindle_draft_accepted_tokens_total").await;
@@ -296,7 +243,7 @@ async fn sampled_requests_draft_too() {
     let (status, out) = server.post("/v1/completions", &body).await;
     assert_eq!(status, 200, "{out}");
     assert_eq!(out["usage"]["completion_tokens"], 30);
-    assert!(draft.passes.load(Ordering::SeqCst) > 0);
+    assert!(draft.passes() > 0);
     assert!(server.model.all_passes.load(Ordering::SeqCst) > 0);
     // Mirostat cannot be verified: without asking, such a request simply does not draft.
     let before = server.model.all_passes.load(Ordering::SeqCst);
@@ -363,7 +310,7 @@ async fn bad_draft_settings_are_clear_errors() {
     server.stop().await;
     // A draft length the server cannot take.
     for k in [0, 15] {
-        let error = Drafting::new(DraftModel::new(Draft::default()), k)
+        let error = Drafting::new(DraftModel::new(Draft::new(Duration::ZERO)), k)
             .err()
             .unwrap_or_else(|| panic!("--draft-max {k} taken"));
         assert!(error.to_string().contains("--draft-max"), "{error}");

@@ -7,15 +7,8 @@ mod common;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::{TestServer, config};
-use serde_json::{Value, json};
-
-fn with(mut body: Value, extra: Value) -> Value {
-    for (k, v) in extra.as_object().unwrap() {
-        body[k] = v.clone();
-    }
-    body
-}
+use common::{TestServer, config, with};
+use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drafting_gives_the_output_of_the_request_without_it() {

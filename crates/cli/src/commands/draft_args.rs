@@ -1,4 +1,5 @@
-//! The speculative decoding flags of `kindle generate`.
+//! The speculative decoding flags of `kindle generate` and `kindle chat`, and the draft model's
+//! (`kindle serve` takes those too).
 
 use std::path::PathBuf;
 
@@ -17,15 +18,26 @@ pub struct DraftArgs {
     /// [default: 2, or N when --lookup-ngram N is 1]
     #[arg(long, value_name = "M")]
     pub lookup_min: Option<usize>,
+    #[command(flatten)]
+    pub model: DraftModelArgs,
+    /// Most tokens drafted per step [default: 4 with --lookup-ngram, 8 with a draft model]
+    #[arg(long, value_name = "K")]
+    pub draft_max: Option<usize>,
+    /// Adapt the draft length: two more tokens after a draft accepted whole (up to
+    /// --draft-max), one fewer after a rejection (down to 1)
+    #[arg(long)]
+    pub draft_adaptive: bool,
+}
+
+/// The draft model's flags.
+#[derive(Args, Debug, Clone, Default)]
+pub struct DraftModelArgs {
     /// Speculative decoding with a draft model sharing the target's vocabulary
     #[arg(long, value_name = "FILE.gguf")]
     pub draft_model: Option<PathBuf>,
     /// Speculative decoding with the target's first L layers (then its norm and head) as draft
     #[arg(long, value_name = "L")]
     pub self_speculative: Option<usize>,
-    /// Most tokens drafted per step [default: 4 with --lookup-ngram, 8 with a draft model]
-    #[arg(long, value_name = "K")]
-    pub draft_max: Option<usize>,
     /// Activations in the draft model's CPU kernels [default: int8: a draft only proposes,
     /// the target verifies every token with its own activations]
     #[arg(long, value_name = "FORMAT", value_parser = activations())]
@@ -35,24 +47,30 @@ pub struct DraftArgs {
     /// a small draft's time); the output is unchanged, the acceptance may fall
     #[arg(long, value_name = "N")]
     pub draft_vocab: Option<usize>,
-    /// Adapt the draft length: two more tokens after a draft accepted whole (up to
-    /// --draft-max), one fewer after a rejection (down to 1)
-    #[arg(long)]
-    pub draft_adaptive: bool,
+}
+
+impl DraftModelArgs {
+    /// The flags as plain settings, drafting `draft_max` tokens a step (no prompt lookup).
+    pub fn settings(&self, draft_max: Option<usize>) -> DraftSettings {
+        DraftSettings {
+            draft_max,
+            draft_model: self.draft_model.clone(),
+            self_speculative: self.self_speculative,
+            draft_activations: self.draft_activations,
+            draft_vocab: self.draft_vocab,
+            ..DraftSettings::default()
+        }
+    }
 }
 
 impl DraftArgs {
     /// The flags as plain settings.
     pub fn settings(&self) -> DraftSettings {
         DraftSettings {
-            draft_max: self.draft_max,
             lookup_ngram: self.lookup_ngram,
             lookup_min: self.lookup_min,
-            draft_model: self.draft_model.clone(),
-            self_speculative: self.self_speculative,
-            draft_activations: self.draft_activations,
             draft_adaptive: self.draft_adaptive,
-            draft_vocab: self.draft_vocab,
+            ..self.model.settings(self.draft_max)
         }
     }
 }

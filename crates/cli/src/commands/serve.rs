@@ -6,15 +6,12 @@
 //! template are handed to the server as its [`TextCodec`].
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use kindle_cli::chat::encode_chat_ending;
-use kindle_cli::draft::DraftSettings;
-use kindle_cli::engine::activations;
 use kindle_cli::engine::{ContextMode, parse_bytes};
 use kindle_cli::plan::{
     ContextSettings, GenerationSettings, ModelSettings, PromptEncoding, PromptSettings, RunPlan,
@@ -23,13 +20,14 @@ use kindle_cli::plan::{
 use kindle_constrain::{Constrainer, ConstraintSpec};
 use kindle_generate::chat::{ChatEnding, ChatMessage, ChatTemplate, TemplateVars};
 use kindle_generate::{BoxError, PagedModel, TokenDecoder};
-use kindle_model::{ActivationFormat, EngineOptions, RowArithmetic};
+use kindle_model::{EngineOptions, RowArithmetic};
 use kindle_sampling::LogitsConstraint;
 use kindle_server::draft::{DraftModel, Drafting};
 use kindle_server::reasoning::ReasoningFormat;
 use kindle_server::{Encoding, Guided, ServerConfig, TextCodec};
 use kindle_tokenizer::{Tokenizer, TokenizerError};
 
+use super::draft_args::DraftModelArgs;
 use super::{DeviceArgs, ModelArgs, TemplateArgs};
 
 #[derive(Args, Debug)]
@@ -98,26 +96,15 @@ pub struct ServeArgs {
     /// request's reasoning_format overrides it)
     #[arg(long, value_name = "FORMAT", default_value = "auto", value_parser = reasoning_format)]
     pub reasoning_format: ReasoningFormat,
-    /// Speculative decoding with a draft model sharing the model's vocabulary: every request
-    /// drafts with it while it runs alone (beside others it decodes in the batch) unless it
-    /// sets kindle_draft_max to 0 or asks for prompt lookup; the output is unchanged
-    #[arg(long, value_name = "FILE.gguf")]
-    pub draft_model: Option<PathBuf>,
-    /// Speculative decoding with the model's first L layers (then its norm and head) as the
-    /// draft model
-    #[arg(long, value_name = "L")]
-    pub self_speculative: Option<usize>,
-    /// Most tokens the draft model drafts per step, unless a request's kindle_draft_max says
-    /// otherwise [default: 8]
+    // The server's draft model (or the model's first layers).
+    #[command(flatten)]
+    pub draft: DraftModelArgs,
+    /// Most tokens the draft model drafts per step. Every request drafts with it while it runs
+    /// alone (beside others it decodes in the batch) unless its kindle_draft_max says
+    /// otherwise (0: no drafting) or it asks for prompt lookup; the output is unchanged
+    /// [default: 8]
     #[arg(long, value_name = "K")]
     pub draft_max: Option<usize>,
-    /// Activations in the draft model's CPU kernels [default: int8]
-    #[arg(long, value_name = "FORMAT", value_parser = activations())]
-    pub draft_activations: Option<ActivationFormat>,
-    /// The draft model proposes from the N lowest token ids and the context's tokens only
-    /// (and computes only those logits)
-    #[arg(long, value_name = "N")]
-    pub draft_vocab: Option<usize>,
 }
 
 /// `--reasoning-format`'s parser.
@@ -141,7 +128,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         );
     }
     let settings = args.settings()?;
-    let drafts = args.draft_settings();
+    let drafts = args.draft.settings(args.draft_max);
     if drafts.draft_model.is_none()
         && drafts.self_speculative.is_none()
         && (drafts.draft_max.is_some()
@@ -229,19 +216,6 @@ fn model_name(settings: &RunSettings) -> String {
 }
 
 impl ServeArgs {
-    /// The drafting flags (a draft model or the model's first layers; requests ask for prompt
-    /// lookup themselves).
-    fn draft_settings(&self) -> DraftSettings {
-        DraftSettings {
-            draft_max: self.draft_max,
-            draft_model: self.draft_model.clone(),
-            self_speculative: self.self_speculative,
-            draft_activations: self.draft_activations,
-            draft_vocab: self.draft_vocab,
-            ..DraftSettings::default()
-        }
-    }
-
     fn settings(&self) -> Result<RunSettings> {
         Ok(RunSettings {
             model: ModelSettings {

@@ -189,3 +189,21 @@ fn dechunk(mut rest: &str) -> String {
     }
     out
 }
+
+/// The text of `kindle generate --json ARGS... PROMPT` (what a server's greedy reply is
+/// checked against).
+pub fn generated_text(args: &[&str], prompt: &str) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_kindle"))
+        .args(["generate", "--json"])
+        .args(args)
+        .arg(prompt)
+        .output()
+        .expect("running kindle generate");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let value: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    value["text"].as_str().expect("a text").to_string()
+}

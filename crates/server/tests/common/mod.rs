@@ -529,6 +529,14 @@ pub fn config() -> ServerConfig {
     config
 }
 
+/// `body` with the fields of `extra` set over it.
+pub fn with(mut body: Value, extra: Value) -> Value {
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    body
+}
+
 impl TestServer {
     pub async fn start(config: ServerConfig, delay: Duration) -> TestServer {
         Self::start_drafting(config, delay, None).await
