@@ -6,89 +6,103 @@
 //! Each kernel gives every output the same arithmetic whatever the number of rows it is
 //! computed with, so a row has the same bits alone (decode) and in a batch (prefill,
 //! verification of a speculative draft); `f16` values are widened exactly. The AVX2 kernels
-//! have the arithmetic of `x86::dot_f32` (four accumulators of eight lanes over 32-value
-//! chunks, an 8-value chunk into the first, the reduction `(a0 + a1) + (a2 + a3)`, then the
-//! scalar tail); the AVX-512 ones sum in another order (see [`dot_f32_rows_avx512`]), so the
-//! two SIMD levels agree to rounding, not in every bit.
+//! sum every output in one accumulator of eight lanes over 8-value chunks in order, then the
+//! lanes (`hsum`), then the scalar tail: a tile of several weight rows by several activation
+//! rows keeps one accumulator per pair, so each weight vector loaded serves every activation
+//! row and each activation vector every weight row (see [`dot_f32_tile`]). The AVX-512 ones
+//! sum in another order (see [`dot_f32_rows_avx512`]), so the two SIMD levels agree to
+//! rounding, not in every bit.
 
 use std::arch::x86_64::*;
 
 use super::x86_shared::hsum;
 
-/// `out[j] = a . bs[j]` for `J` rows `bs[j]` (each as long as `a`), every one with exactly
-/// the arithmetic of `x86::dot_f32` (the same accumulators, order and reduction), so a row's
-/// result has the same bits alone and in a batch; `a` is loaded once per chunk for all `J`.
-/// `$load(i)` loads `a[i..i + 8]` as `f32`, `$at(t)` gives `a[t]`: `f16` weights are widened
-/// in registers (exactly: every `f16` is an `f32`), giving the bits of their `f32` values;
-/// `$ahead(i)` is called at each 32-value chunk `i` (a prefetch). The body of
-/// [`dot_f32_rows`] and its variants.
-macro_rules! dot_rows_body {
-    ($n:expr, $load:expr, $ahead:expr, $at:expr, $bs:ident, $out:ident, $J:ident) => {{
+/// `out[w][j] = a_w . bs[j]` for `W` consecutive weight rows `a_w` of `n` values at `$p` and
+/// `J` activation rows `bs[j]`, every output in one accumulator of eight lanes (8-value
+/// chunks in order), its lanes summed by `hsum`, then its scalar tail: the bits of an output
+/// do not depend on `W` or `J`. `$load(i)` loads weights `i..i + 8` (counted from `$p`) as
+/// `f32`, `$at(t)` gives weight `t`; `$ahead(i)` is called at each 32-value chunk `i` of the
+/// rows (a prefetch). The body of [`dot_f32_tile`] and [`dot_f16_tile`].
+macro_rules! dot_tile_body {
+    ($n:expr, $load:expr, $ahead:expr, $at:expr, $bs:ident, $out:ident, $W:ident, $J:ident) => {{
         let n = $n;
-        let mut acc = [[_mm256_setzero_ps(); 4]; $J];
+        let mut acc = [[_mm256_setzero_ps(); $J]; $W];
         let mut i = 0;
-        // SAFETY: every load is below `n`, and each `bs[j]` holds `n` values (caller).
+        // SAFETY: every load is below `n` within its row, the tile holds `W` rows of `n`
+        // values and each `bs[j]` holds `n` values (caller).
         unsafe {
             while i + 32 <= n {
                 $ahead(i);
                 for k in 0..4 {
-                    let av = $load(i + 8 * k);
-                    for j in 0..$J {
-                        let bv = _mm256_loadu_ps($bs[j].as_ptr().add(i + 8 * k));
-                        acc[j][k] = _mm256_fmadd_ps(av, bv, acc[j][k]);
+                    let at = i + 8 * k;
+                    let xs: [__m256; $J] =
+                        std::array::from_fn(|j| _mm256_loadu_ps($bs[j].as_ptr().add(at)));
+                    for w in 0..$W {
+                        let wv = $load(w * n + at);
+                        for j in 0..$J {
+                            acc[w][j] = _mm256_fmadd_ps(wv, xs[j], acc[w][j]);
+                        }
                     }
                 }
                 i += 32;
             }
             while i + 8 <= n {
-                let av = $load(i);
-                for j in 0..$J {
-                    let bv = _mm256_loadu_ps($bs[j].as_ptr().add(i));
-                    acc[j][0] = _mm256_fmadd_ps(av, bv, acc[j][0]);
+                let xs: [__m256; $J] =
+                    std::array::from_fn(|j| _mm256_loadu_ps($bs[j].as_ptr().add(i)));
+                for w in 0..$W {
+                    let wv = $load(w * n + i);
+                    for j in 0..$J {
+                        acc[w][j] = _mm256_fmadd_ps(wv, xs[j], acc[w][j]);
+                    }
                 }
                 i += 8;
             }
         }
-        for j in 0..$J {
-            let a4 = &acc[j];
-            let total = _mm256_add_ps(_mm256_add_ps(a4[0], a4[1]), _mm256_add_ps(a4[2], a4[3]));
-            let mut sum = hsum(total);
-            for t in i..n {
-                sum += $at(t) * $bs[j][t];
+        for w in 0..$W {
+            for j in 0..$J {
+                let mut sum = hsum(acc[w][j]);
+                for t in i..n {
+                    sum += $at(w * n + t) * $bs[j][t];
+                }
+                $out[w][j] = sum;
             }
-            $out[j] = sum;
         }
     }};
 }
 
-/// Defines a multi-row dense kernel for one weight element type and one set of features.
-macro_rules! dot_rows_kernel {
-    ($(#[$doc:meta])* $name:ident, $elem:ty, $features:literal, $load:expr, $at:expr) => {
+/// Defines a tile kernel for one weight element type.
+macro_rules! dot_tile_kernel {
+    ($(#[$doc:meta])* $name:ident, $elem:ty, $load:expr, $at:expr) => {
         $(#[$doc])*
-        #[target_feature(enable = $features)]
-        pub(crate) unsafe fn $name<const J: usize>(
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(crate) unsafe fn $name<const W: usize, const J: usize>(
             a: &[$elem],
+            n: usize,
             bs: [&[f32]; J],
-            out: &mut [f32],
+            out: &mut [[f32; J]; W],
             ahead: bool,
         ) {
+            debug_assert!(a.len() >= W * n);
             let p = a.as_ptr();
-            let n = a.len();
-            // The next row (the matrix's next one: a prefetch past its end does nothing), a
-            // 32-value chunk at a time into L2, by the first call of a row (`ahead`). Measured
-            // on the Zen 3 VM in one process, alternating with and without it over SmolLM2's
-            // 90 `F16` FFN matrices mapped from the file (mean of 20): one activation row
-            // 13.8-14.6 against 15.4-17.0 ms at one thread, 7.8-8.7 against 8.7-9.5 at two;
-            // nine rows the same either way.
+            // The next tile (the matrix's next `W` rows, one block of `W * n` values: a
+            // prefetch past its end does nothing) into L2 in order, `W` 32-value chunks' worth
+            // by each 32-value chunk of these rows, by the first call for a tile (`ahead`).
+            // Fetching the next tile's rows chunk by chunk beside these rows' (`W` short
+            // streams) was slower than one row at a time with four accumulators; swept in
+            // order it is as fast or faster. Zen 3 VM, one process alternating the kernels
+            // over 30 `F16` matrices of 3072x576 from memory, two threads, ms (min / median
+            // of 24): one activation row 6.73 / 7.36 against 7.43 / 8.62 chunk by chunk and
+            // 6.87 / 7.96 for the former kernel; nine rows 12.50 / 13.74, 13.26 / 15.02 and
+            // 15.69 / 17.55.
             let ahead = |i: usize| {
                 if ahead {
-                    let next = p.wrapping_add(n + i).cast::<u8>();
-                    super::prefetch::prefetch_range(next, 32 * size_of::<$elem>());
+                    let next = p.wrapping_add(W * n + (i / 32) * W * 32).cast::<u8>();
+                    super::prefetch::prefetch_range(next, W * 32 * size_of::<$elem>());
                 }
             };
             #[allow(clippy::redundant_closure_call)]
             {
-                dot_rows_body!(n, |i: usize| $load(p, i), ahead, |t: usize| $at(a, t), bs, out, J)
+                dot_tile_body!(n, |i: usize| $load(p, i), ahead, |t: usize| $at(a, t), bs, out, W, J)
             }
         }
     };
@@ -97,33 +111,36 @@ macro_rules! dot_rows_kernel {
 /// `f32` weights: eight values per load.
 #[inline(always)]
 unsafe fn load_f32(p: *const f32, i: usize) -> __m256 {
-    // SAFETY: the caller keeps `i + 8` within the row.
+    // SAFETY: the caller keeps `i + 8` within the tile.
     unsafe { _mm256_loadu_ps(p.add(i)) }
 }
 
 /// `f16` weights (their bits): eight values per load, widened exactly.
 #[inline(always)]
 unsafe fn load_f16(p: *const u16, i: usize) -> __m256 {
-    // SAFETY: the caller keeps `i + 8` within the row; F16C is enabled by the caller.
+    // SAFETY: the caller keeps `i + 8` within the tile; F16C is enabled by the caller.
     unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.add(i) as *const __m128i)) }
 }
 
-dot_rows_kernel!(
-    /// `out[j] = a . bs[j]` for `J` activation rows against one `f32` weight row, each with
-    /// the bits of `x86::dot_f32` (see `dot_rows_body`); with `ahead`, the matrix's next row
-    /// is prefetched into L2 as this one is read (the first call for a row does it).
+dot_tile_kernel!(
+    /// `out[w][j] = a_w . bs[j]` for the `W` `f32` weight rows of `n` values that `a` holds
+    /// one after another and `J` activation rows, each output with the same arithmetic
+    /// whatever `W` and `J` (see `dot_tile_body`): `W * J` independent accumulators, each
+    /// weight vector loaded once for the `J` rows and each activation vector once for the
+    /// `W`. With `ahead`, the matrix's next `W` rows are prefetched into L2 as these are read
+    /// (the first call for a tile does it).
     ///
     /// # Safety
-    /// AVX2, FMA and F16C; every `bs[j]` at least as long as `a`, `out` at least `J` long.
-    dot_f32_rows, f32, "avx2,fma,f16c", load_f32, |a: &[f32], t: usize| a[t]
+    /// AVX2, FMA and F16C; `a` holds at least `W * n` values, every `bs[j]` at least `n`.
+    dot_f32_tile, f32, load_f32, |a: &[f32], t: usize| a[t]
 );
-dot_rows_kernel!(
-    /// [`dot_f32_rows`] for an `f16` weight row (its bits), widened in registers: the bits of
-    /// the same row dequantised to `f32` first.
+dot_tile_kernel!(
+    /// [`dot_f32_tile`] for `f16` weight rows (their bits), widened in registers: the bits of
+    /// the same rows dequantised to `f32` first.
     ///
     /// # Safety
-    /// As [`dot_f32_rows`].
-    dot_f16_rows, u16, "avx2,fma,f16c", load_f16,
+    /// As [`dot_f32_tile`].
+    dot_f16_tile, u16, load_f16,
     |a: &[u16], t: usize| half::f16::from_bits(a[t]).to_f32()
 );
 
