@@ -272,13 +272,26 @@ impl<M: LanguageModel> ModelDrafter<M> {
     /// it the target's configuration, another seed, and the prompt length).
     pub fn new(model: M, capacity: usize, sampler: Sampler) -> Result<Self, GenerateError> {
         let session = Session::new(&model, capacity)?;
-        Ok(ModelDrafter {
+        Ok(Self::with_session(model, session, sampler))
+    }
+
+    /// A drafter over `model` continuing `session`, whose cache may already hold the start of
+    /// the contexts it will be given (a paged pool's cached prefix,
+    /// [`PagedModel::pooled_cache`](crate::PagedModel::pooled_cache)): only the rest is run.
+    pub fn with_session(model: M, session: Session<M>, sampler: Sampler) -> Self {
+        ModelDrafter {
             model,
             session,
             sampler,
             row: Vec::new(),
             vocab: None,
-        })
+        }
+    }
+
+    /// The draft's session: the tokens its cache holds (the context so far and the last
+    /// draft's tokens).
+    pub fn session(&self) -> &Session<M> {
+        &self.session
     }
 
     /// Propose from part of the vocabulary only: the `first` lowest token ids (a byte-level

@@ -42,7 +42,7 @@ use std::sync::Arc;
 
 use kindle_generate::{
     Draft, Drafter, GenerateError, LanguageModel, MAX_DRAFT, ModelDrafter, PagedModel,
-    PromptLookup, Sequence, Speculator,
+    PromptLookup, Sequence, Session, Speculator,
 };
 use kindle_sampling::Sampler;
 
@@ -52,9 +52,20 @@ use crate::request::Lookup;
 /// Makes each drafting sequence's drafter.
 pub trait DraftSource: Send {
     /// A drafter for one sequence: its own cache of `capacity` tokens, drawing with
-    /// `sampler` (the request's sampler configuration with a seed of its own).
-    fn drafter(&self, capacity: usize, sampler: Sampler)
-    -> Result<Box<dyn Drafter>, GenerateError>;
+    /// `sampler` (the request's sampler configuration with a seed of its own); `prompt` is
+    /// what its cache may start with (the sequence's prompt, or nothing where a prefix must
+    /// not be reused).
+    fn drafter(
+        &self,
+        capacity: usize,
+        sampler: Sampler,
+        prompt: &[u32],
+    ) -> Result<Box<dyn Drafter>, GenerateError>;
+
+    /// Where the blocks of the draft's own paged pool are, if it has one.
+    fn pool_stats(&self) -> Option<kindle_generate::BlockStats> {
+        None
+    }
 }
 
 /// A draft model shared by every sequence (checking that it shares the target's vocabulary
@@ -89,12 +100,122 @@ where
         &self,
         capacity: usize,
         sampler: Sampler,
+        _prompt: &[u32],
     ) -> Result<Box<dyn Drafter>, GenerateError> {
         let drafter = ModelDrafter::new(Arc::clone(&self.model), capacity, sampler)?;
         Ok(match self.vocab {
             Some(first) => Box::new(drafter.with_vocab(first)?),
             None => Box::new(drafter),
         })
+    }
+}
+
+/// A draft model shared by every sequence whose caches come from a paged pool of its own with
+/// prefix caching, as the target's do: a drafter starts with the longest published prefix of
+/// its sequence's prompt, and publishes what it has computed, so a prompt seen before (a
+/// shared system prompt, a chat's history, a request repeated) is not run through the draft
+/// again before its first proposal.
+pub struct PooledDraftModel<D> {
+    model: Arc<D>,
+    vocab: Option<usize>,
+}
+
+impl<D: PagedModel> PooledDraftModel<D> {
+    /// Draft with `model`, opening its pool of `blocks` blocks of `block_size` tokens for
+    /// `sequences` caches at once (size it as the target's: every running sequence may hold a
+    /// drafter, whose cache reserves its capacity). A drafter that finds the pool full gets
+    /// a cache of its own instead.
+    pub fn new(
+        mut model: D,
+        blocks: usize,
+        block_size: usize,
+        sequences: usize,
+    ) -> Result<Self, ServerError> {
+        crate::engine::open_pool(&mut model, blocks, block_size, sequences)?;
+        Ok(PooledDraftModel {
+            model: Arc::new(model),
+            vocab: None,
+        })
+    }
+
+    /// Propose from the `first` lowest token ids and the context's tokens only
+    /// ([`ModelDrafter::with_vocab`]).
+    pub fn with_vocab(mut self, first: usize) -> Self {
+        self.vocab = Some(first);
+        self
+    }
+}
+
+impl<D> DraftSource for PooledDraftModel<D>
+where
+    D: PagedModel + Send + Sync + 'static,
+{
+    fn drafter(
+        &self,
+        capacity: usize,
+        sampler: Sampler,
+        prompt: &[u32],
+    ) -> Result<Box<dyn Drafter>, GenerateError> {
+        let model = Arc::clone(&self.model);
+        let pooled = self
+            .model
+            .pooled_cache(prompt, capacity)
+            .map_err(|e| GenerateError::Model(Box::new(e)))?;
+        let session = match pooled {
+            Some((cache, reused)) => Session::with_prefix(cache, &prompt[..reused]),
+            None => Session::new(&model, capacity)?,
+        };
+        let drafter = ModelDrafter::with_session(Arc::clone(&model), session, sampler);
+        let drafter = match self.vocab {
+            Some(first) => drafter.with_vocab(first)?,
+            None => drafter,
+        };
+        Ok(Box::new(Publishing { drafter, model }))
+    }
+
+    fn pool_stats(&self) -> Option<kindle_generate::BlockStats> {
+        self.model.pool_stats()
+    }
+}
+
+/// A pooled draft's drafter: after each proposal the full blocks of its cache that hold the
+/// context are published (not those of the draft's own tokens, which the next proposal may
+/// overwrite).
+struct Publishing<D: PagedModel> {
+    drafter: ModelDrafter<Arc<D>>,
+    model: Arc<D>,
+}
+
+impl<D: PagedModel> Drafter for Publishing<D> {
+    fn prefill(&mut self, context: &[u32]) -> Result<(), GenerateError> {
+        self.drafter.prefill(context)?;
+        self.publish(context.len());
+        Ok(())
+    }
+
+    fn propose(
+        &mut self,
+        context: &[u32],
+        max: usize,
+        out: &mut Draft,
+    ) -> Result<(), GenerateError> {
+        self.drafter.propose(context, max, out)?;
+        self.publish(context.len());
+        Ok(())
+    }
+
+    fn accepted(&mut self, proposed: usize, accepted: usize) {
+        self.drafter.accepted(proposed, accepted);
+    }
+}
+
+impl<D: PagedModel> Publishing<D> {
+    /// Publish the cache's full blocks among its first `len` tokens.
+    fn publish(&self, len: usize) {
+        let session = self.drafter.session();
+        let tokens = session.tokens();
+        self.model
+            .publish(session.cache(), &tokens[..len.min(tokens.len())]);
     }
 }
 
@@ -134,8 +255,16 @@ impl Drafting {
         &self,
         capacity: usize,
         sampler: Sampler,
+        prompt: &[u32],
     ) -> Result<Box<dyn Drafter>, GenerateError> {
-        Ok(Box::new(Lazy(self.source.drafter(capacity, sampler)?)))
+        Ok(Box::new(Lazy(
+            self.source.drafter(capacity, sampler, prompt)?,
+        )))
+    }
+
+    /// Where the blocks of the draft's own paged pool are, if it has one.
+    pub fn pool_stats(&self) -> Option<kindle_generate::BlockStats> {
+        self.source.pool_stats()
     }
 }
 
@@ -188,7 +317,8 @@ pub(crate) fn with_lookup<M: PagedModel, D: kindle_generate::TokenDecoder>(
 pub(crate) const DRAFT_SEED: u64 = 0x5eed_d4af;
 
 /// `seq` drafting with the server's draft model, `draft_max` tokens a step; its drafter's
-/// cache holds `capacity` tokens, its sampler is `sampler` (for a prompt of `prompt_len`).
+/// cache holds `capacity` tokens and may start with a cached prefix of `reuse` (the prompt,
+/// or nothing), its sampler is `sampler` (for a prompt of `prompt_len`).
 pub(crate) fn with_draft_model<M: PagedModel, D: kindle_generate::TokenDecoder>(
     seq: Sequence<M, D>,
     drafting: Option<&Drafting>,
@@ -196,12 +326,13 @@ pub(crate) fn with_draft_model<M: PagedModel, D: kindle_generate::TokenDecoder>(
     sampler: kindle_sampling::SamplerConfig,
     capacity: usize,
     prompt_len: usize,
+    reuse: &[u32],
 ) -> Result<Sequence<M, D>, String> {
     let drafting = drafting.ok_or("this server has no draft model (kindle serve --draft-model)")?;
     let mut sampler = Sampler::new(sampler).map_err(|e| e.to_string())?;
     sampler.set_prompt_len(prompt_len);
     let drafter = drafting
-        .drafter(capacity, sampler)
+        .drafter(capacity, sampler, reuse)
         .map_err(|e| format!("the draft model: {e}"))?;
     let speculator = Speculator::new(drafter, draft_max).map_err(|e| e.to_string())?;
     seq.with_speculator(speculator).map_err(|e| e.to_string())

@@ -394,11 +394,8 @@ impl<M: PagedModel, C: TextCodec> Engine<M, C> {
                 break;
             };
             // A scored prompt needs every position's logits: nothing of it is reused.
-            let reuse: &[u32] = if self.options.prefix_cache && job.prompt_logprobs.is_none() {
-                &job.prompt
-            } else {
-                &[]
-            };
+            let prefix = self.options.prefix_cache && job.prompt_logprobs.is_none();
+            let reuse: &[u32] = if prefix { &job.prompt } else { &[] };
             let cache = match self.model.pooled_cache(reuse, job.capacity) {
                 Ok(Some(cache)) => Some(Ok(cache)),
                 // The pool is full: wait for running sequences to give blocks back. (The
@@ -442,6 +439,7 @@ impl<M: PagedModel, C: TextCodec> Engine<M, C> {
                             draft_sampler,
                             job.capacity,
                             job.prompt.len(),
+                            if prefix { &job.prompt } else { &[] },
                         ),
                         None => Ok(seq),
                     })

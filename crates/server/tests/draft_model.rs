@@ -10,8 +10,11 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::{CacheFull, HashModel, TestServer, Tokens, VOCAB, config, with};
-use kindle_generate::LanguageModel;
-use kindle_server::draft::{DraftModel, Drafting};
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+
+use kindle_generate::{BlockStats, LanguageModel, PagedModel};
+use kindle_server::draft::{DraftModel, Drafting, PooledDraftModel};
 use serde_json::{Value, json};
 
 /// A draft model: the target's logits (from a [`HashModel`] of its own), except in about one
@@ -20,13 +23,21 @@ use serde_json::{Value, json};
 #[derive(Clone)]
 struct Draft {
     inner: HashModel,
+    /// Tokens run through the model.
+    tokens: Arc<AtomicUsize>,
 }
 
 impl Draft {
     fn new(delay: Duration) -> Self {
         Draft {
             inner: HashModel::new(delay),
+            tokens: Arc::new(AtomicUsize::new(0)),
         }
+    }
+
+    /// Tokens run through the model so far.
+    fn tokens(&self) -> usize {
+        self.tokens.load(Ordering::SeqCst)
     }
 
     /// Forward passes run.
@@ -63,14 +74,35 @@ impl LanguageModel for Draft {
         self.inner.new_cache(capacity)
     }
     fn forward_last(&self, tokens: &[u32], cache: &mut Tokens) -> Result<Vec<f32>, CacheFull> {
+        self.tokens.fetch_add(tokens.len(), Ordering::SeqCst);
         self.inner.forward_last(tokens, cache).map(Self::perturb)
     }
     fn forward_all(&self, tokens: &[u32], cache: &mut Tokens) -> Result<Vec<f32>, CacheFull> {
+        self.tokens.fetch_add(tokens.len(), Ordering::SeqCst);
         let rows = self.inner.forward_all(tokens, cache)?;
         Ok(rows
             .chunks(VOCAB)
             .flat_map(|row| Self::perturb(row.to_vec()))
             .collect())
+    }
+}
+
+impl PagedModel for Draft {
+    fn open_pool(&mut self, blocks: usize, size: usize, sequences: usize) -> Result<(), CacheFull> {
+        self.inner.open_pool(blocks, size, sequences)
+    }
+    fn pooled_cache(
+        &self,
+        prompt: &[u32],
+        capacity: usize,
+    ) -> Result<Option<(Tokens, usize)>, CacheFull> {
+        self.inner.pooled_cache(prompt, capacity)
+    }
+    fn publish(&self, cache: &Tokens, tokens: &[u32]) -> usize {
+        self.inner.publish(cache, tokens)
+    }
+    fn pool_stats(&self) -> Option<BlockStats> {
+        self.inner.pool_stats()
     }
 }
 
@@ -315,4 +347,55 @@ async fn bad_draft_settings_are_clear_errors() {
             .unwrap_or_else(|| panic!("--draft-max {k} taken"));
         assert!(error.to_string().contains("--draft-max"), "{error}");
     }
+}
+
+/// The same request twice to a server drafting with a fresh [`Draft`], its own pool or none:
+/// the tokens the draft ran for each, and the prompt's length.
+async fn draft_tokens_for_a_repeat(pooled: bool) -> (usize, usize, usize) {
+    let draft = Draft::new(Duration::ZERO);
+    let config = config();
+    let drafting = if pooled {
+        let model =
+            PooledDraftModel::new(draft.clone(), config.pool_blocks(), config.block_size, 4)
+                .unwrap();
+        Drafting::new(model, 4).unwrap()
+    } else {
+        Drafting::new(DraftModel::new(draft.clone()), 4).unwrap()
+    };
+    assert_eq!(drafting.pool_stats().is_some(), pooled);
+    let server = TestServer::start_drafting(config, Duration::ZERO, Some(drafting)).await;
+    let body = json!({
+        "model": "toy", "prompt": "the cat sat on the mat and the dog sat on the log ".repeat(3),
+        "max_tokens": 40, "temperature": 0,
+    });
+    let (s1, a) = server.post("/v1/completions", &body).await;
+    assert_eq!(s1, 200, "{a}");
+    let first = draft.tokens();
+    let (s2, b) = server.post("/v1/completions", &body).await;
+    assert_eq!(s2, 200, "{b}");
+    assert_eq!(a["choices"], b["choices"]);
+    let prompt = a["usage"]["prompt_tokens"].as_u64().unwrap() as usize;
+    (first, draft.tokens() - first, prompt)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooled_draft_runs_a_prompt_seen_before_only_past_its_cached_prefix() {
+    let block = config().block_size;
+    let (first, second, prompt) = draft_tokens_for_a_repeat(true).await;
+    assert!(prompt > 4 * block, "a prompt of {prompt} tokens");
+    assert!(
+        first >= prompt,
+        "the first request's draft ran {first} tokens"
+    );
+    // All but the prompt's last (partial) block came from the draft's pool.
+    assert!(
+        second + prompt - block <= first,
+        "the draft ran {first} then {second} tokens for a prompt of {prompt}"
+    );
+    // Without a pool the draft runs the whole prompt again (the check above can fail).
+    let (first, second, _) = draft_tokens_for_a_repeat(false).await;
+    assert!(
+        second + prompt - block > first,
+        "{first} then {second} without a pool"
+    );
 }

@@ -22,7 +22,7 @@ use kindle_generate::chat::{ChatEnding, ChatMessage, ChatTemplate, TemplateVars}
 use kindle_generate::{BoxError, PagedModel, TokenDecoder};
 use kindle_model::{EngineOptions, RowArithmetic};
 use kindle_sampling::LogitsConstraint;
-use kindle_server::draft::{DraftModel, Drafting};
+use kindle_server::draft::{DraftModel, Drafting, PooledDraftModel};
 use kindle_server::reasoning::ReasoningFormat;
 use kindle_server::{Encoding, Guided, ServerConfig, TextCodec};
 use kindle_tokenizer::{Tokenizer, TokenizerError};
@@ -142,21 +142,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     drafts.check()?;
     let name = model_name(&settings);
     let plan = RunPlan::build_checked(&settings, |_| Ok(()))?;
-    let drafting = match drafts.draft_engine(&plan, &settings.model.engine)? {
-        Some(engine) => {
-            let model = DraftModel::new(engine);
-            let model = match drafts.draft_vocab {
-                Some(first) => model.with_vocab(first),
-                None => model,
-            };
-            Some(Drafting::new(model, drafts.draft_max())?)
-        }
-        None => None,
-    };
-    let draft_line = drafting
-        .as_ref()
-        .map(|d| format!(", drafting {} tokens a step", d.draft_max()))
-        .unwrap_or_default();
+    let draft_engine = drafts.draft_engine(&plan, &settings.model.engine)?;
     let template = plan
         .template
         .context("serving chat completions needs the model's chat template")?;
@@ -182,6 +168,37 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let addr = SocketAddr::new(args.host, args.port);
     let (parallel, context) = (config.parallel, config.context);
     let (pool, block) = (config.pool_tokens(), config.block_size);
+    // The draft model, with a pool like the target's (and its prefix cache) unless prefix
+    // caching is off.
+    let drafting = match draft_engine {
+        Some(engine) if config.prefix_cache => {
+            let model = PooledDraftModel::new(engine, config.pool_blocks(), block, parallel)?;
+            let model = match drafts.draft_vocab {
+                Some(first) => model.with_vocab(first),
+                None => model,
+            };
+            Some(Drafting::new(model, drafts.draft_max())?)
+        }
+        Some(engine) => {
+            let model = DraftModel::new(engine);
+            let model = match drafts.draft_vocab {
+                Some(first) => model.with_vocab(first),
+                None => model,
+            };
+            Some(Drafting::new(model, drafts.draft_max())?)
+        }
+        None => None,
+    };
+    let draft_line = drafting
+        .as_ref()
+        .map(|d| {
+            let pool = d
+                .pool_stats()
+                .map(|s| format!(" (its KV pool {} tokens)", s.total * s.block_size))
+                .unwrap_or_default();
+            format!(", drafting {} tokens a step{pool}", d.draft_max())
+        })
+        .unwrap_or_default();
     // The pool now (`run` keeps it), to say what its sliding-window layers hold.
     let mut engine = plan.engine;
     kindle_server::engine::open_pool(&mut engine, config.pool_blocks(), block, parallel)?;
