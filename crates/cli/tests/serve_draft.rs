@@ -84,6 +84,10 @@ fn a_served_draft_model_changes_no_greedy_output() {
         let longer = completion(&server, prompt, json!({"kindle_draft_max": 12}));
         assert_eq!(longer, plain, "{prompt:?}, 12 a step");
     }
+    // The last prompt's second drafting request found its first block (16 tokens) in the
+    // draft's own prefix cache.
+    let reused = metric(&server, "kindle_draft_prefix_cache_hit_tokens_total");
+    assert!(reused >= 16.0, "{reused} prompt tokens reused by the draft");
     let passes = metric(&server, "kindle_draft_passes_total");
     let drafted = metric(&server, "kindle_draft_tokens_total");
     let accepted = metric(&server, "kindle_draft_accepted_tokens_total");

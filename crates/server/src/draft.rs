@@ -54,13 +54,13 @@ pub trait DraftSource: Send {
     /// A drafter for one sequence: its own cache of `capacity` tokens, drawing with
     /// `sampler` (the request's sampler configuration with a seed of its own); `prompt` is
     /// what its cache may start with (the sequence's prompt, or nothing where a prefix must
-    /// not be reused).
+    /// not be reused). Returns the drafter and how many tokens of `prompt` its cache holds.
     fn drafter(
         &self,
         capacity: usize,
         sampler: Sampler,
         prompt: &[u32],
-    ) -> Result<Box<dyn Drafter>, GenerateError>;
+    ) -> Result<(Box<dyn Drafter>, usize), GenerateError>;
 
     /// Where the blocks of the draft's own paged pool are, if it has one.
     fn pool_stats(&self) -> Option<kindle_generate::BlockStats> {
@@ -101,12 +101,13 @@ where
         capacity: usize,
         sampler: Sampler,
         _prompt: &[u32],
-    ) -> Result<Box<dyn Drafter>, GenerateError> {
+    ) -> Result<(Box<dyn Drafter>, usize), GenerateError> {
         let drafter = ModelDrafter::new(Arc::clone(&self.model), capacity, sampler)?;
-        Ok(match self.vocab {
+        let drafter: Box<dyn Drafter> = match self.vocab {
             Some(first) => Box::new(drafter.with_vocab(first)?),
             None => Box::new(drafter),
-        })
+        };
+        Ok((drafter, 0))
     }
 }
 
@@ -155,22 +156,22 @@ where
         capacity: usize,
         sampler: Sampler,
         prompt: &[u32],
-    ) -> Result<Box<dyn Drafter>, GenerateError> {
+    ) -> Result<(Box<dyn Drafter>, usize), GenerateError> {
         let model = Arc::clone(&self.model);
         let pooled = self
             .model
             .pooled_cache(prompt, capacity)
             .map_err(|e| GenerateError::Model(Box::new(e)))?;
-        let session = match pooled {
-            Some((cache, reused)) => Session::with_prefix(cache, &prompt[..reused]),
-            None => Session::new(&model, capacity)?,
+        let (session, reused) = match pooled {
+            Some((cache, reused)) => (Session::with_prefix(cache, &prompt[..reused]), reused),
+            None => (Session::new(&model, capacity)?, 0),
         };
         let drafter = ModelDrafter::with_session(Arc::clone(&model), session, sampler);
         let drafter = match self.vocab {
             Some(first) => drafter.with_vocab(first)?,
             None => drafter,
         };
-        Ok(Box::new(Publishing { drafter, model }))
+        Ok((Box::new(Publishing { drafter, model }), reused))
     }
 
     fn pool_stats(&self) -> Option<kindle_generate::BlockStats> {
@@ -250,16 +251,16 @@ impl Drafting {
 
     /// A drafter for one sequence (see [`DraftSource::drafter`]) that takes in the prompt
     /// only when it first proposes: a sequence that never runs alone never drafts, and then
-    /// costs the draft model nothing.
+    /// costs the draft model nothing. Returns it and how many tokens of `prompt` its cache
+    /// holds.
     pub fn drafter(
         &self,
         capacity: usize,
         sampler: Sampler,
         prompt: &[u32],
-    ) -> Result<Box<dyn Drafter>, GenerateError> {
-        Ok(Box::new(Lazy(
-            self.source.drafter(capacity, sampler, prompt)?,
-        )))
+    ) -> Result<(Box<dyn Drafter>, usize), GenerateError> {
+        let (drafter, reused) = self.source.drafter(capacity, sampler, prompt)?;
+        Ok((Box::new(Lazy(drafter)), reused))
     }
 
     /// Where the blocks of the draft's own paged pool are, if it has one.
@@ -316,24 +317,37 @@ pub(crate) fn with_lookup<M: PagedModel, D: kindle_generate::TokenDecoder>(
 /// Mixed into a request's seed for its draft model's sampler.
 pub(crate) const DRAFT_SEED: u64 = 0x5eed_d4af;
 
-/// `seq` drafting with the server's draft model, `draft_max` tokens a step; its drafter's
-/// cache holds `capacity` tokens and may start with a cached prefix of `reuse` (the prompt,
-/// or nothing), its sampler is `sampler` (for a prompt of `prompt_len`).
+/// A job's side of its drafter.
+pub(crate) struct DraftJob<'a> {
+    /// The draft's sampler configuration (the request's, with a seed of its own).
+    pub sampler: kindle_sampling::SamplerConfig,
+    /// The drafter's cache capacity: the job's.
+    pub capacity: usize,
+    /// The job's prompt.
+    pub prompt: &'a [u32],
+    /// Whether the drafter's cache may start with a cached prefix of it.
+    pub reuse: bool,
+}
+
+/// `seq` drafting with the server's draft model, `draft_max` tokens a step, for `job` (the
+/// prompt tokens its drafter's cache starts with counted in `metrics`).
 pub(crate) fn with_draft_model<M: PagedModel, D: kindle_generate::TokenDecoder>(
     seq: Sequence<M, D>,
     drafting: Option<&Drafting>,
     draft_max: usize,
-    sampler: kindle_sampling::SamplerConfig,
-    capacity: usize,
-    prompt_len: usize,
-    reuse: &[u32],
+    job: DraftJob<'_>,
+    metrics: &crate::metrics::Metrics,
 ) -> Result<Sequence<M, D>, String> {
     let drafting = drafting.ok_or("this server has no draft model (kindle serve --draft-model)")?;
-    let mut sampler = Sampler::new(sampler).map_err(|e| e.to_string())?;
-    sampler.set_prompt_len(prompt_len);
-    let drafter = drafting
-        .drafter(capacity, sampler, reuse)
+    let mut sampler = Sampler::new(job.sampler).map_err(|e| e.to_string())?;
+    sampler.set_prompt_len(job.prompt.len());
+    let reuse = if job.reuse { job.prompt } else { &[] };
+    let (drafter, reused) = drafting
+        .drafter(job.capacity, sampler, reuse)
         .map_err(|e| format!("the draft model: {e}"))?;
+    metrics
+        .draft_prefix_hit_tokens
+        .fetch_add(reused as u64, std::sync::atomic::Ordering::SeqCst);
     let speculator = Speculator::new(drafter, draft_max).map_err(|e| e.to_string())?;
     seq.with_speculator(speculator).map_err(|e| e.to_string())
 }

@@ -53,7 +53,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::codec::TextCodec;
 pub use crate::draft::JobDraft;
-use crate::draft::{DRAFT_SEED, Drafting, with_draft_model, with_lookup};
+use crate::draft::{DRAFT_SEED, DraftJob, Drafting, with_draft_model, with_lookup};
 use crate::error::ServerError;
 use crate::metrics::Metrics;
 
@@ -432,15 +432,16 @@ impl<M: PagedModel, C: TextCodec> Engine<M, C> {
                     .map_err(|e| e.to_string())
                     .and_then(|seq| match job.draft {
                         Some(JobDraft::Lookup(lookup)) => with_lookup(seq, lookup),
-                        Some(JobDraft::Model { draft_max }) => with_draft_model(
-                            seq,
-                            self.drafting.as_ref(),
-                            draft_max,
-                            draft_sampler,
-                            job.capacity,
-                            job.prompt.len(),
-                            if prefix { &job.prompt } else { &[] },
-                        ),
+                        Some(JobDraft::Model { draft_max }) => {
+                            let for_job = DraftJob {
+                                sampler: draft_sampler,
+                                capacity: job.capacity,
+                                prompt: &job.prompt,
+                                reuse: prefix,
+                            };
+                            let drafting = self.drafting.as_ref();
+                            with_draft_model(seq, drafting, draft_max, for_job, &self.metrics)
+                        }
                         None => Ok(seq),
                     })
                 }

@@ -84,6 +84,8 @@ pub struct Metrics {
     pub prefix_hits: AtomicU64,
     /// Prompt tokens those sequences did not prefill again.
     pub prefix_hit_tokens: AtomicU64,
+    /// Prompt tokens a draft model's caches started with (its pool's prefix cache).
+    pub draft_prefix_hit_tokens: AtomicU64,
     /// Verification passes of drafting sequences (finished ones).
     pub draft_passes: AtomicU64,
     /// Tokens they drafted.
@@ -112,6 +114,7 @@ impl Default for Metrics {
             prefill_chunks: AtomicU64::new(0),
             prefix_hits: AtomicU64::new(0),
             prefix_hit_tokens: AtomicU64::new(0),
+            draft_prefix_hit_tokens: AtomicU64::new(0),
             draft_passes: AtomicU64::new(0),
             drafted_tokens: AtomicU64::new(0),
             accepted_tokens: AtomicU64::new(0),
@@ -309,6 +312,11 @@ impl Metrics {
                 "kindle_prefix_cache_hit_tokens_total",
                 "Prompt tokens not prefilled again thanks to prefix reuse.",
                 &self.prefix_hit_tokens,
+            ),
+            (
+                "kindle_draft_prefix_cache_hit_tokens_total",
+                "Prompt tokens the draft model did not run again thanks to its prefix cache.",
+                &self.draft_prefix_hit_tokens,
             ),
             (
                 "kindle_draft_passes_total",

@@ -371,11 +371,21 @@ async fn draft_tokens_for_a_repeat(pooled: bool) -> (usize, usize, usize) {
     let (s1, a) = server.post("/v1/completions", &body).await;
     assert_eq!(s1, 200, "{a}");
     let first = draft.tokens();
+    let hits = "kindle_draft_prefix_cache_hit_tokens_total";
+    assert_eq!(counter(&server, hits).await, 0);
     let (s2, b) = server.post("/v1/completions", &body).await;
     assert_eq!(s2, 200, "{b}");
     assert_eq!(a["choices"], b["choices"]);
     let prompt = a["usage"]["prompt_tokens"].as_u64().unwrap() as usize;
-    (first, draft.tokens() - first, prompt)
+    let second = draft.tokens() - first;
+    // The counter says what the draft did not run again.
+    let reused = counter(&server, hits).await as usize;
+    assert_eq!(reused > 0, pooled, "{reused} tokens reused");
+    assert!(
+        second + reused <= first,
+        "{first} then {second}, {reused} reused"
+    );
+    (first, second, prompt)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
