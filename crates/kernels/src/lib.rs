@@ -69,6 +69,7 @@ mod block;
 mod columns;
 mod config;
 mod copies;
+mod dense;
 mod dot;
 mod gather;
 mod gemm;

@@ -132,7 +132,7 @@ impl<D: PagedModel> PooledDraftModel<D> {
         block_size: usize,
         sequences: usize,
     ) -> Result<Self, ServerError> {
-        crate::engine::open_pool(&mut model, blocks, block_size, sequences)?;
+        crate::pool::open_pool(&mut model, blocks, block_size, sequences)?;
         Ok(PooledDraftModel {
             model: Arc::new(model),
             vocab: None,

@@ -56,6 +56,7 @@ pub use crate::draft::JobDraft;
 use crate::draft::{DRAFT_SEED, DraftJob, Drafting, with_draft_model, with_lookup};
 use crate::error::ServerError;
 use crate::metrics::Metrics;
+pub use crate::pool::open_pool;
 
 /// What a handler asks the engine to run: one sequence (one choice of one prompt).
 pub struct Job {
@@ -190,28 +191,6 @@ impl EngineHandle {
     pub fn send(&self, command: Command) -> bool {
         self.commands.send(command).is_ok()
     }
-}
-
-/// Make `model`'s KV pool of `blocks` blocks of `block_size` tokens for `sequences`
-/// sequences at once, unless it has that pool already ([`run`](crate::run) makes it before
-/// binding its address).
-pub fn open_pool<M: PagedModel>(
-    model: &mut M,
-    blocks: usize,
-    block_size: usize,
-    sequences: usize,
-) -> Result<(), ServerError> {
-    let open = model.pool_stats();
-    if open.is_some_and(|s| s.total == blocks && s.block_size == block_size && s.used == 0) {
-        return Ok(());
-    }
-    model
-        .open_pool(blocks, block_size, sequences)
-        .map_err(|e| ServerError::Pool {
-            blocks,
-            block_size,
-            message: e.to_string(),
-        })
 }
 
 /// Start the engine thread with `model` (and `drafting`, the draft model that jobs asking for

@@ -42,6 +42,7 @@ mod fields;
 pub mod guided;
 pub mod inputs;
 mod metrics;
+mod pool;
 mod prompts;
 pub mod reasoning;
 pub mod request;
