@@ -69,18 +69,25 @@ pub trait DraftSource: Send {
 }
 
 /// A draft model shared by every sequence (checking that it shares the target's vocabulary
-/// is the caller's job, as for [`ModelDrafter`]).
-pub struct DraftModel<D> {
+/// is the caller's job, as for [`ModelDrafter`]). Made with [`pooled`](Self::pooled), its
+/// caches come from a paged pool of its own with prefix caching, as the target's do: a
+/// drafter starts with the longest published prefix of its sequence's prompt and publishes
+/// what it computes of the context, so a prompt seen before (a shared system prompt, a
+/// chat's history, a request repeated) is not run through the draft again.
+pub struct DraftModel<D: LanguageModel> {
     model: Arc<D>,
     vocab: Option<usize>,
+    /// The model's own pool, when [`pooled`](Self::pooled).
+    pool: Option<Arc<dyn DraftPool<D::Cache>>>,
 }
 
-impl<D> DraftModel<D> {
-    /// Draft with `model`.
+impl<D: LanguageModel> DraftModel<D> {
+    /// Draft with `model`, each drafter with a cache of its own.
     pub fn new(model: D) -> Self {
         DraftModel {
             model: Arc::new(model),
             vocab: None,
+            pool: None,
         }
     }
 
@@ -92,6 +99,28 @@ impl<D> DraftModel<D> {
     }
 }
 
+impl<D: PagedModel + Send + Sync + 'static> DraftModel<D> {
+    /// Draft with `model`, opening its pool of `blocks` blocks of `block_size` tokens for
+    /// `sequences` caches at once (size it as the target's: every running sequence may hold a
+    /// drafter, whose cache reserves its capacity). A drafter that finds the pool full gets
+    /// a cache of its own instead.
+    pub fn pooled(
+        mut model: D,
+        blocks: usize,
+        block_size: usize,
+        sequences: usize,
+    ) -> Result<Self, ServerError> {
+        crate::pool::open_pool(&mut model, blocks, block_size, sequences)?;
+        let model = Arc::new(model);
+        let pool: Arc<dyn DraftPool<D::Cache>> = Arc::clone(&model) as _;
+        Ok(DraftModel {
+            model,
+            vocab: None,
+            pool: Some(pool),
+        })
+    }
+}
+
 impl<D> DraftSource for DraftModel<D>
 where
     D: LanguageModel + Send + Sync + 'static,
@@ -100,94 +129,76 @@ where
         &self,
         capacity: usize,
         sampler: Sampler,
-        _prompt: &[u32],
-    ) -> Result<(Box<dyn Drafter>, usize), GenerateError> {
-        let drafter = ModelDrafter::new(Arc::clone(&self.model), capacity, sampler)?;
-        let drafter: Box<dyn Drafter> = match self.vocab {
-            Some(first) => Box::new(drafter.with_vocab(first)?),
-            None => Box::new(drafter),
-        };
-        Ok((drafter, 0))
-    }
-}
-
-/// A draft model shared by every sequence whose caches come from a paged pool of its own with
-/// prefix caching, as the target's do: a drafter starts with the longest published prefix of
-/// its sequence's prompt, and publishes what it has computed, so a prompt seen before (a
-/// shared system prompt, a chat's history, a request repeated) is not run through the draft
-/// again before its first proposal.
-pub struct PooledDraftModel<D> {
-    model: Arc<D>,
-    vocab: Option<usize>,
-}
-
-impl<D: PagedModel> PooledDraftModel<D> {
-    /// Draft with `model`, opening its pool of `blocks` blocks of `block_size` tokens for
-    /// `sequences` caches at once (size it as the target's: every running sequence may hold a
-    /// drafter, whose cache reserves its capacity). A drafter that finds the pool full gets
-    /// a cache of its own instead.
-    pub fn new(
-        mut model: D,
-        blocks: usize,
-        block_size: usize,
-        sequences: usize,
-    ) -> Result<Self, ServerError> {
-        crate::pool::open_pool(&mut model, blocks, block_size, sequences)?;
-        Ok(PooledDraftModel {
-            model: Arc::new(model),
-            vocab: None,
-        })
-    }
-
-    /// Propose from the `first` lowest token ids and the context's tokens only
-    /// ([`ModelDrafter::with_vocab`]).
-    pub fn with_vocab(mut self, first: usize) -> Self {
-        self.vocab = Some(first);
-        self
-    }
-}
-
-impl<D> DraftSource for PooledDraftModel<D>
-where
-    D: PagedModel + Send + Sync + 'static,
-{
-    fn drafter(
-        &self,
-        capacity: usize,
-        sampler: Sampler,
         prompt: &[u32],
     ) -> Result<(Box<dyn Drafter>, usize), GenerateError> {
-        let model = Arc::clone(&self.model);
-        let pooled = self
-            .model
-            .pooled_cache(prompt, capacity)
-            .map_err(|e| GenerateError::Model(Box::new(e)))?;
+        let pooled = match &self.pool {
+            Some(pool) => pool.cache(prompt, capacity)?,
+            None => None,
+        };
         let (session, reused) = match pooled {
             Some((cache, reused)) => (Session::with_prefix(cache, &prompt[..reused]), reused),
-            None => (Session::new(&model, capacity)?, 0),
+            None => (Session::new(&self.model, capacity)?, 0),
         };
-        let drafter = ModelDrafter::with_session(Arc::clone(&model), session, sampler);
+        let drafter = ModelDrafter::with_session(Arc::clone(&self.model), session, sampler);
         let drafter = match self.vocab {
             Some(first) => drafter.with_vocab(first)?,
             None => drafter,
         };
-        Ok((Box::new(Publishing { drafter, model }), reused))
+        let drafter: Box<dyn Drafter> = match &self.pool {
+            Some(pool) => Box::new(Publishing {
+                drafter,
+                pool: Arc::clone(pool),
+            }),
+            None => Box::new(drafter),
+        };
+        Ok((drafter, reused))
     }
 
     fn pool_stats(&self) -> Option<kindle_generate::BlockStats> {
-        self.model.pool_stats()
+        self.pool.as_ref().and_then(|pool| pool.stats())
+    }
+}
+
+/// A draft model's paged pool, through its cache type: what [`DraftModel::pooled`] keeps of
+/// a [`PagedModel`].
+trait DraftPool<C>: Send + Sync {
+    /// A cache for `capacity` tokens holding `prompt`'s longest published prefix, and its
+    /// length; `None` when the pool is full.
+    fn cache(&self, prompt: &[u32], capacity: usize) -> Result<Option<(C, usize)>, GenerateError>;
+    /// Index the full blocks of `cache`, which holds `tokens`.
+    fn publish(&self, cache: &C, tokens: &[u32]);
+    /// Where the pool's blocks are.
+    fn stats(&self) -> Option<kindle_generate::BlockStats>;
+}
+
+impl<D: PagedModel + Send + Sync> DraftPool<D::Cache> for D {
+    fn cache(
+        &self,
+        prompt: &[u32],
+        capacity: usize,
+    ) -> Result<Option<(D::Cache, usize)>, GenerateError> {
+        self.pooled_cache(prompt, capacity)
+            .map_err(|e| GenerateError::Model(Box::new(e)))
+    }
+
+    fn publish(&self, cache: &D::Cache, tokens: &[u32]) {
+        PagedModel::publish(self, cache, tokens);
+    }
+
+    fn stats(&self) -> Option<kindle_generate::BlockStats> {
+        self.pool_stats()
     }
 }
 
 /// A pooled draft's drafter: after each proposal the full blocks of its cache that hold the
 /// context are published (not those of the draft's own tokens, which the next proposal may
 /// overwrite).
-struct Publishing<D: PagedModel> {
+struct Publishing<D: LanguageModel> {
     drafter: ModelDrafter<Arc<D>>,
-    model: Arc<D>,
+    pool: Arc<dyn DraftPool<D::Cache>>,
 }
 
-impl<D: PagedModel> Drafter for Publishing<D> {
+impl<D: LanguageModel> Drafter for Publishing<D> {
     fn prefill(&mut self, context: &[u32]) -> Result<(), GenerateError> {
         self.drafter.prefill(context)?;
         self.publish(context.len());
@@ -210,12 +221,12 @@ impl<D: PagedModel> Drafter for Publishing<D> {
     }
 }
 
-impl<D: PagedModel> Publishing<D> {
+impl<D: LanguageModel> Publishing<D> {
     /// Publish the cache's full blocks among its first `len` tokens.
     fn publish(&self, len: usize) {
         let session = self.drafter.session();
         let tokens = session.tokens();
-        self.model
+        self.pool
             .publish(session.cache(), &tokens[..len.min(tokens.len())]);
     }
 }

@@ -1,5 +1,5 @@
 //! Opening a model's paged KV pool, for the engine (the target's) and for a pooled draft
-//! model ([`PooledDraftModel`](crate::draft::PooledDraftModel)).
+//! model ([`DraftModel::pooled`](crate::draft::DraftModel::pooled)).
 
 use kindle_generate::PagedModel;
 

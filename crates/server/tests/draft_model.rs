@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
 use kindle_generate::{BlockStats, LanguageModel, PagedModel};
-use kindle_server::draft::{DraftModel, Drafting, PooledDraftModel};
+use kindle_server::draft::{DraftModel, Drafting};
 use serde_json::{Value, json};
 
 /// A draft model: the target's logits (from a [`HashModel`] of its own), except in about one
@@ -356,8 +356,7 @@ async fn draft_tokens_for_a_repeat(pooled: bool) -> (usize, usize, usize) {
     let config = config();
     let drafting = if pooled {
         let model =
-            PooledDraftModel::new(draft.clone(), config.pool_blocks(), config.block_size, 4)
-                .unwrap();
+            DraftModel::pooled(draft.clone(), config.pool_blocks(), config.block_size, 4).unwrap();
         Drafting::new(model, 4).unwrap()
     } else {
         Drafting::new(DraftModel::new(draft.clone()), 4).unwrap()

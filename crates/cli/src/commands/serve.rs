@@ -22,7 +22,7 @@ use kindle_generate::chat::{ChatEnding, ChatMessage, ChatTemplate, TemplateVars}
 use kindle_generate::{BoxError, PagedModel, TokenDecoder};
 use kindle_model::{EngineOptions, RowArithmetic};
 use kindle_sampling::LogitsConstraint;
-use kindle_server::draft::{DraftModel, Drafting, PooledDraftModel};
+use kindle_server::draft::{DraftModel, Drafting};
 use kindle_server::reasoning::ReasoningFormat;
 use kindle_server::{Encoding, Guided, ServerConfig, TextCodec};
 use kindle_tokenizer::{Tokenizer, TokenizerError};
@@ -172,7 +172,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     // caching is off.
     let drafting = match draft_engine {
         Some(engine) if config.prefix_cache => {
-            let model = PooledDraftModel::new(engine, config.pool_blocks(), block, parallel)?;
+            let model = DraftModel::pooled(engine, config.pool_blocks(), block, parallel)?;
             let model = match drafts.draft_vocab {
                 Some(first) => model.with_vocab(first),
                 None => model,
