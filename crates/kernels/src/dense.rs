@@ -61,9 +61,9 @@ pub(crate) fn in_place(ty: GgmlType, simd: Simd, row: &[u8]) -> Option<Dense<'_>
 /// take the activation rows in threes (twos where three would leave one), so four weight
 /// rows for one, two or four activation rows, three otherwise: at most nine accumulators,
 /// three activation vectors and a weight vector in the 16 registers (four rows by three
-/// spilled: 16.7 against 12.5 ms in the measurement `x86_dense` gives; eight rows for one
-/// activation row, to hide the FMA's latency better, was no faster from memory). One row a
-/// tile elsewhere.
+/// spilled: 16.7 against 12.5 ms in the measurement of `x86_dense.rs`'s prefetch comment,
+/// `docs/performance.md` 2026-11-29 (8); eight rows for one activation row, to hide the
+/// FMA's latency better, was no faster from memory). One row a tile elsewhere.
 pub(crate) fn dense_tile(simd: Simd, m: usize) -> usize {
     #[cfg(target_arch = "x86_64")]
     if simd.any() && simd != Simd::Avx512 {
