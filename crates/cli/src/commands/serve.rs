@@ -62,7 +62,8 @@ pub struct ServeArgs {
     pub batch_tokens: usize,
     /// Turn prefix caching off. With it on (the default), the KV blocks of every prompt are
     /// indexed by their tokens, and a new prompt starting with the same tokens (a system
-    /// prompt, a chat history) reuses them instead of computing them again
+    /// prompt, a chat history) reuses them instead of computing them again (a draft model's
+    /// too: it has a KV pool of its own, as large as the model's)
     #[arg(long)]
     pub no_prefix_cache: bool,
     /// Tokens of KV storage in the paged pool that all sequences share [default: --parallel
@@ -171,16 +172,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
     // The draft model, with a pool like the target's (and its prefix cache) unless prefix
     // caching is off.
     let drafting = match draft_engine {
-        Some(engine) if config.prefix_cache => {
-            let model = DraftModel::pooled(engine, config.pool_blocks(), block, parallel)?;
-            let model = match drafts.draft_vocab {
-                Some(first) => model.with_vocab(first),
-                None => model,
-            };
-            Some(Drafting::new(model, drafts.draft_max())?)
-        }
         Some(engine) => {
-            let model = DraftModel::new(engine);
+            let model = if config.prefix_cache {
+                DraftModel::pooled(engine, config.pool_blocks(), block, parallel)?
+            } else {
+                DraftModel::new(engine)
+            };
             let model = match drafts.draft_vocab {
                 Some(first) => model.with_vocab(first),
                 None => model,
