@@ -2,6 +2,7 @@
 //! against the target (a draft model must share its vocabulary).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use kindle_generate::{ModelDrafter, PromptLookup, Speculator};
@@ -138,18 +139,34 @@ impl DraftSettings {
         prompt_len: usize,
         capacity: usize,
     ) -> Result<Option<Speculator>> {
+        let engine = self.draft_engine(plan, options)?.map(Arc::new);
+        self.speculator_with(plan, engine, prompt_len, capacity)
+    }
+
+    /// As [`speculator`](Self::speculator), drafting with `engine` (the one
+    /// [`draft_engine`](Self::draft_engine) loaded, shared: `kindle bench` makes a speculator
+    /// a generation from one load) when the flags ask for a draft model.
+    pub fn speculator_with(
+        &self,
+        plan: &RunPlan,
+        engine: Option<Arc<kindle_model::Engine>>,
+        prompt_len: usize,
+        capacity: usize,
+    ) -> Result<Option<Speculator>> {
         self.check()?;
         let draft_max = self.draft_max();
         let drafter: Box<dyn kindle_generate::Drafter> = if let Some(n) = self.lookup_ngram {
             let min = self.lookup_min.unwrap_or(DEFAULT_LOOKUP_MIN.min(n));
             Box::new(PromptLookup::new(n)?.with_min(min)?)
-        } else if let Some(engine) = self.draft_engine(plan, options)? {
+        } else if let Some(engine) = engine {
             let drafter =
                 ModelDrafter::new(engine, capacity, self.draft_sampler(plan, prompt_len)?)?;
             Box::new(match self.draft_vocab {
                 Some(first) => drafter.with_vocab(first)?,
                 None => drafter,
             })
+        } else if self.draft_model.is_some() || self.self_speculative.is_some() {
+            bail!("the flags ask for a draft model: load it with draft_engine first");
         } else {
             return Ok(None);
         };

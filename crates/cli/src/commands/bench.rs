@@ -5,23 +5,16 @@ use std::io::Write;
 use std::time::Instant;
 
 use anyhow::{Result, bail};
-use clap::{Args, ValueEnum};
+use clap::Args;
 use kindle_cli::engine::{self, DeviceArgs};
 use kindle_model::LogitsFor;
 use serde_json::{Value, json};
 
 use super::ModelArgs;
+use super::bench_draft::{self, DraftBench, DraftBenchArgs};
 
-/// Output formats of `kindle bench`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum BenchOutput {
-    /// A Markdown table, as llama-bench prints.
-    Md,
-    /// A JSON list of rows.
-    Json,
-    /// Comma-separated values with a header.
-    Csv,
-}
+pub use super::bench_format::BenchOutput;
+use super::bench_format::mean_stddev;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -29,13 +22,8 @@ pub struct BenchArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub device: DeviceArgs,
-    /// Prompt lengths to time (prefill), comma-separated; 0 skips
-    #[arg(
-        short = 'p',
-        long = "n-prompt",
-        value_delimiter = ',',
-        default_value = "512"
-    )]
+    /// Prompt lengths to time (prefill), comma-separated; 0 skips [default: 512]
+    #[arg(short = 'p', long = "n-prompt", value_delimiter = ',')]
     pub prompt: Vec<usize>,
     /// Generation lengths to time (decode, one token per step), comma-separated; 0 skips
     #[arg(
@@ -79,6 +67,8 @@ pub struct BenchArgs {
     /// (`"profile"`, JSON)
     #[arg(long)]
     pub profile: bool,
+    #[command(flatten)]
+    pub drafting: DraftBenchArgs,
 }
 
 /// Bytes of the buffer `--bandwidth` reads: far past any last-level cache.
@@ -99,17 +89,6 @@ fn tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
         .collect()
 }
 
-fn mean_stddev(values: &[f64]) -> (f64, f64) {
-    let n = values.len() as f64;
-    let mean = values.iter().sum::<f64>() / n;
-    let var = if values.len() > 1 {
-        values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0)
-    } else {
-        0.0
-    };
-    (mean, var.sqrt())
-}
-
 /// Peak resident memory of this process so far (Linux `VmHWM`), in bytes.
 fn peak_rss() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -119,7 +98,7 @@ fn peak_rss() -> Option<u64> {
 }
 
 /// Run the command.
-pub fn run(args: BenchArgs) -> Result<()> {
+pub fn run(mut args: BenchArgs) -> Result<()> {
     if args.repetitions == 0 {
         bail!("-r/--repetitions must be at least 1");
     }
@@ -135,6 +114,39 @@ pub fn run(args: BenchArgs) -> Result<()> {
             "--threads-list {n} is more than {} threads",
             kindle_model::MAX_THREADS
         );
+    }
+    let draft = args.drafting.draft.settings();
+    if draft.enabled() {
+        let output = if args.json {
+            BenchOutput::Json
+        } else {
+            args.output
+        };
+        return bench_draft::run(
+            &DraftBench {
+                args: &args.drafting,
+                model: &args.model,
+                device: &args.device,
+                prefill: !args.prompt.is_empty(),
+                depth: &args.depth,
+                generate: &args.generate,
+                repetitions: args.repetitions,
+                thread_counts: &args.thread_counts,
+                bandwidth: args.bandwidth,
+                profile: args.profile,
+                output,
+            },
+            &draft,
+        );
+    }
+    draft.check()?;
+    if args.drafting.has_prompts() {
+        bail!(
+            "--prompt-file, --prompt, --chat and --special give a drafting bench its text: they need --draft-model FILE, --lookup-ngram N or --self-speculative L (the plain bench times random tokens, as llama-bench)"
+        );
+    }
+    if args.prompt.is_empty() {
+        args.prompt = vec![512];
     }
     if args.prompt.iter().chain(&args.generate).all(|&n| n == 0) {
         bail!("nothing to time: every -p and -n length is 0 (give a prompt or generation length)");

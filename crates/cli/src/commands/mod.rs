@@ -1,6 +1,8 @@
 //! One module per subcommand: its arguments and its `run`.
 
 pub mod bench;
+mod bench_draft;
+mod bench_format;
 pub mod chat;
 pub mod convert;
 pub mod devices;
