@@ -317,7 +317,7 @@ pub fn run(args: &DraftBench<'_>, draft: &DraftSettings) -> Result<()> {
             r
         })
         .collect();
-    print_rows(args.output, &rows, &cpu)?;
+    write_rows(&mut std::io::stdout().lock(), args.output, &rows, &cpu)?;
     if rows.iter().any(|r| r["same_output"] == json!(false)) {
         eprintln!(
             "kindle: drafting changed the greedy output in a row marked `no`: that is a bug (please report it with the row)"
@@ -388,8 +388,13 @@ fn bench_one(
     }))
 }
 
-fn print_rows(output: BenchOutput, rows: &[Value], cpu: &str) -> Result<()> {
-    use std::io::Write;
+/// The rows in `output`'s form (after a Markdown table, the CPU).
+fn write_rows(
+    out: &mut impl std::io::Write,
+    output: BenchOutput,
+    rows: &[Value],
+    cpu: &str,
+) -> Result<()> {
     let f = |r: &Value, k: &str| r[k].as_f64().unwrap_or(0.0);
     let s = |r: &Value, k: &str| r[k].as_str().unwrap_or("").to_string();
     let yes = |r: &Value| {
@@ -399,7 +404,6 @@ fn print_rows(output: BenchOutput, rows: &[Value], cpu: &str) -> Result<()> {
             "no"
         }
     };
-    let mut out = std::io::stdout().lock();
     match output {
         BenchOutput::Json => writeln!(out, "{}", Value::Array(rows.to_vec()))?,
         BenchOutput::Csv => {
@@ -478,4 +482,101 @@ fn print_rows(output: BenchOutput, rows: &[Value], cpu: &str) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(same: bool) -> Value {
+        json!({
+            "model": "t.gguf", "draft": "d.gguf (max 8, vocab 8192)", "activations": "f32",
+            "threads": 2, "prompt": "p", "test": "tg8", "generated_tokens": 8,
+            "plain_tokens_per_second": 10.0, "plain_stddev": 1.0,
+            "drafting_tokens_per_second": 15.0, "drafting_stddev": 1.5, "speedup": 1.5,
+            "round_speedups": [1.4, 1.6], "acceptance_rate": 0.75, "tokens_per_pass": 4.0,
+            "draft_ms_per_pass": 20.0, "verify_ms_per_pass": 30.0, "same_output": same,
+        })
+    }
+
+    fn written(output: BenchOutput, rows: &[Value]) -> String {
+        let mut out = Vec::new();
+        write_rows(&mut out, output, rows, "a CPU").unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    /// A row where drafting changed the output says so in every form (and one where it did
+    /// not says that), so the column catches what it is there to catch.
+    #[test]
+    fn rows_say_whether_drafting_kept_the_output() {
+        let rows = [row(true), row(false)];
+        let md = written(BenchOutput::Md, &rows);
+        let lines: Vec<&str> = md.lines().collect();
+        assert!(
+            lines[2].ends_with("| 1.50x | 1.40, 1.60 | 75.0% | 4.00 | 20.0 / 30.0 | yes |"),
+            "{md}"
+        );
+        assert!(lines[3].ends_with("| no |"), "{md}");
+        assert!(md.contains("\ncpu: a CPU;"), "{md}");
+        let csv = written(BenchOutput::Csv, &rows);
+        let lines: Vec<&str> = csv.lines().collect();
+        assert!(lines[1].ends_with(",yes"), "{csv}");
+        assert!(lines[2].ends_with(",no"), "{csv}");
+        // The drafter's name holds a comma: quoted.
+        assert!(
+            lines[1].contains(",\"d.gguf (max 8, vocab 8192)\","),
+            "{csv}"
+        );
+        let json: Value = serde_json::from_str(&written(BenchOutput::Json, &rows)).unwrap();
+        assert_eq!(json[1]["same_output"], false);
+    }
+
+    #[test]
+    fn counters_add_up_over_rounds() {
+        let one = SpecStats {
+            passes: 2,
+            drafted: 8,
+            accepted: 6,
+            emitted: 8,
+            plain_steps: 1,
+            draft_time: std::time::Duration::from_millis(3),
+            prefill_time: std::time::Duration::from_millis(1),
+            verify_time: std::time::Duration::from_millis(5),
+            plain_time: std::time::Duration::from_millis(2),
+        };
+        let mut total = SpecStats::default();
+        add(&mut total, &one);
+        add(&mut total, &one);
+        assert_eq!(total.passes, 4);
+        assert_eq!(total.accepted, 12);
+        assert_eq!(total.emitted, 16);
+        assert_eq!(total.plain_steps, 2);
+        assert_eq!(total.verify_time, std::time::Duration::from_millis(10));
+        assert_eq!(total.acceptance_rate(), 0.75);
+    }
+
+    #[test]
+    fn drafters_are_named_with_their_settings() {
+        let lookup = DraftSettings {
+            lookup_ngram: Some(3),
+            ..DraftSettings::default()
+        };
+        assert_eq!(drafter_name(&lookup), "lookup 3-gram (max 4)");
+        let model = DraftSettings {
+            draft_model: Some("dir/draft.gguf".into()),
+            draft_vocab: Some(8192),
+            draft_adaptive: true,
+            ..DraftSettings::default()
+        };
+        assert_eq!(
+            drafter_name(&model),
+            "draft.gguf (max 8, vocab 8192, adaptive)"
+        );
+        let layers = DraftSettings {
+            self_speculative: Some(8),
+            draft_max: Some(5),
+            ..DraftSettings::default()
+        };
+        assert_eq!(drafter_name(&layers), "self 8 layers (max 5)");
+    }
 }
