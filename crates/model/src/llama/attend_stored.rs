@@ -242,6 +242,87 @@ unsafe fn sum16_avx2<const H: usize, E: Stored>(
     }
 }
 
+/// Widest head [`sum_rows_stored`] takes (eight 8-lane accumulators).
+pub(super) const SUM_ROWS_WIDTH: usize = 64;
+
+/// `out = sum_j weights[j] * rows[j]` for one query head over whole `width`-wide rows (the
+/// rows given as runs one after another): each column an FMA chain over `j` in order from
+/// `+0.0`, [`sum16_stored`]'s and `weighted_sum_cols`' arithmetic, but every row read whole,
+/// in order (one contiguous stream, where a sixteen-column task reads one line of each row).
+///
+/// # Panics
+/// If `width` is not a multiple of 8 up to [`SUM_ROWS_WIDTH`], `out` is not `width` wide,
+/// `weights` is shorter than the rows or a run's scales do not match its vectors, or the CPU
+/// lacks AVX2, FMA and F16C.
+pub(super) fn sum_rows_stored<E: Stored>(
+    weights: &[f32],
+    (runs, scales): (&[&[E]], &[&[f32]]),
+    width: usize,
+    out: &mut [f32],
+) {
+    let rows: usize = runs.iter().map(|r| r.len() / width).sum();
+    assert!(
+        avx2_available()
+            && width.is_multiple_of(8)
+            && (8..=SUM_ROWS_WIDTH).contains(&width)
+            && out.len() == width
+            && weights.len() >= rows
+            && check_scales(runs, scales, width),
+        "sum_rows_stored: {width} columns, {rows} rows, {} weights",
+        weights.len()
+    );
+    // SAFETY: the features and bounds checked above.
+    unsafe {
+        match width / 8 {
+            8 => sum_rows_avx2::<E, 8>(weights, (runs, scales), out),
+            7 => sum_rows_avx2::<E, 7>(weights, (runs, scales), out),
+            6 => sum_rows_avx2::<E, 6>(weights, (runs, scales), out),
+            5 => sum_rows_avx2::<E, 5>(weights, (runs, scales), out),
+            4 => sum_rows_avx2::<E, 4>(weights, (runs, scales), out),
+            3 => sum_rows_avx2::<E, 3>(weights, (runs, scales), out),
+            2 => sum_rows_avx2::<E, 2>(weights, (runs, scales), out),
+            _ => sum_rows_avx2::<E, 1>(weights, (runs, scales), out),
+        }
+    }
+}
+
+/// # Safety
+/// AVX2, FMA and F16C; the bounds [`sum_rows_stored`] checks, the rows `8 * V` wide.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn sum_rows_avx2<E: Stored, const V: usize>(
+    weights: &[f32],
+    (runs, scales): (&[&[E]], &[&[f32]]),
+    out: &mut [f32],
+) {
+    let width = 8 * V;
+    let mut acc = [_mm256_setzero_ps(); V];
+    let mut j = 0;
+    for (r, run) in runs.iter().enumerate() {
+        let mut p = run.as_ptr();
+        for i in 0..run.len() / width {
+            // SAFETY: row `j` has `width` values, `weights` a weight `j`, and an int8 row its
+            // scale (caller).
+            unsafe {
+                let s = if E::SCALED {
+                    _mm256_set1_ps(*scales.get_unchecked(r).get_unchecked(i))
+                } else {
+                    _mm256_setzero_ps()
+                };
+                let wj = _mm256_set1_ps(*weights.get_unchecked(j));
+                for (v, acc) in acc.iter_mut().enumerate() {
+                    *acc = _mm256_fmadd_ps(wj, load8(p.add(8 * v), s), *acc);
+                }
+            }
+            p = p.wrapping_add(width);
+            j += 1;
+        }
+    }
+    for (v, acc) in acc.iter().enumerate() {
+        // SAFETY: `out` holds `width` floats.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(8 * v), *acc) };
+    }
+}
+
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
@@ -349,6 +430,47 @@ pub(super) mod tests {
                     col,
                 );
             }
+        }
+    }
+
+    /// The whole-row weighted sums of one head have the bits of the portable sixteen-column
+    /// loop, column by column, for `f32`, `f16` and `int8` rows split into runs anywhere and
+    /// every head width they take.
+    #[test]
+    fn whole_row_sums_have_the_bits_of_the_portable_loop() {
+        assert!(
+            avx2_available(),
+            "the AVX2 whole-row sums are not tested: no AVX2/FMA/F16C"
+        );
+        let rows = 37;
+        for hd in [8, 24, 48, 64] {
+            let (h, wide16) = halves(rows * hd, 70);
+            let (q8, scales, wide8) = int8s(rows, hd, 71);
+            let wide = values(rows * hd, 72);
+            let weights = values(rows, 73);
+            fn check<E: Stored>(w: &[f32], runs: (&[&[E]], &[&[f32]]), wide: &[f32], hd: usize) {
+                let mut got = vec![f32::NAN; hd];
+                sum_rows_stored(w, runs, hd, &mut got);
+                let mut want = vec![0f32; hd];
+                for (c, out) in want.chunks_mut(8).enumerate() {
+                    let portable = super::super::attend_keys::weighted_sum_cols::<8>;
+                    portable(w, &[wide], hd, 8 * c, out);
+                }
+                assert_eq!(bits(&got), bits(&want), "{hd} columns");
+            }
+            let split = 11 * hd;
+            check(
+                &weights,
+                (&[&wide[..split], &wide[split..]], &[]),
+                &wide,
+                hd,
+            );
+            check(&weights, (&[&h[..hd], &h[hd..]], &[]), &wide16, hd);
+            let runs = (
+                &[&q8[..split], &q8[split..]][..],
+                &[&scales[..11], &scales[11..]][..],
+            );
+            check(&weights, runs, &wide8, hd);
         }
     }
 }

@@ -158,6 +158,7 @@ fn attend_long_row(
         kernels.parallel_for(h, &|task| row.run(Stage::Softmax, task));
         let sum_tasks = match row.stripes {
             Some(stripes) => hkv * stripes,
+            None if rows_whole(hd) => h,
             None => hkv * hd.div_ceil(LANES),
         };
         kernels.parallel_for(sum_tasks, &|task| row.run(Stage::Sum, task));
@@ -206,6 +207,22 @@ struct LongRow<'v, 'c> {
 fn in_place_avx2(hd: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     return attend_stored::avx2_available() && hd.is_multiple_of(LANES);
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = hd;
+        false
+    }
+}
+
+/// Whether the AVX2 form of a long row sums its values a query head a task over whole rows
+/// ([`attend_stored::sum_rows_stored`]: heads up to 64 wide, eight accumulators) rather than
+/// sixteen columns of every query head of a KV head a task ([`LongRow::sum16_task`], which
+/// reads one line of each row: a Zen 3 streamed those at about 4 GB/s from memory). Each
+/// value row is then read once per query head, whole, in order: SmolLM2 at depth 2048 spent
+/// 13-22% less in its attention (docs/performance.md, 2026-11-29 (9)).
+fn rows_whole(hd: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return in_place_avx2(hd) && hd <= attend_stored::SUM_ROWS_WIDTH;
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = hd;
@@ -314,6 +331,7 @@ impl LongRow<'_, '_> {
                 softmax(scores);
             }
             Stage::Sum if self.stripes.is_some() => self.sum_stripe(task),
+            Stage::Sum if rows_whole(hd) => self.sum_head_task(task),
             Stage::Sum if in_place_avx2(hd) => self.sum16_task(task),
             Stage::Sum => {
                 // Each value line is read once per KV head: the query heads that share it
@@ -456,6 +474,39 @@ impl LongRow<'_, '_> {
                 self.sum16_heads(g, col, (&rows, &[]));
             }
         }
+    }
+
+    /// Weighted-sum task `task` of the AVX2 form over whole rows: query head `task`, all its
+    /// columns ([`attend_stored::sum_rows_stored`], the bits of [`Self::sum16_task`]'s).
+    #[cfg(target_arch = "x86_64")]
+    fn sum_head_task(&self, head: usize) {
+        let (view, n, hd) = (self.view, self.n, self.view.head_dim());
+        let g = head / self.rep;
+        let missing = "the cache stores what the long row reads";
+        // SAFETY: the scores are final (the previous stage has returned).
+        let weights = unsafe { std::slice::from_raw_parts(self.scores.get().add(head * n), n) };
+        // SAFETY: task `head` alone writes this head's columns.
+        let out = unsafe { std::slice::from_raw_parts_mut(self.out.get().add(head * hd), hd) };
+        match self.stored {
+            Some(AsStored::F16) => {
+                let rows = view.value_runs_f16(g, self.first, n).expect(missing);
+                attend_stored::sum_rows_stored(weights, (&rows, &[]), hd, out);
+            }
+            Some(AsStored::Int8) => {
+                let rows = view.value_runs_int8(g, self.first, n).expect(missing);
+                attend_stored::sum_rows_stored(weights, (&rows.quants, &rows.scales), hd, out);
+            }
+            None => {
+                let mut unused = Vec::new();
+                let rows = self.f32_values(g, &mut unused);
+                attend_stored::sum_rows_stored(weights, (&rows, &[]), hd, out);
+            }
+        }
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    fn sum_head_task(&self, _head: usize) {
+        unreachable!("the AVX2 form runs only on x86-64")
     }
 
     #[cfg(not(target_arch = "x86_64"))]
