@@ -26,6 +26,8 @@ use crate::linear::QLinear;
 
 mod activation;
 mod arch;
+#[cfg(target_arch = "x86_64")]
+mod attend_heads;
 mod attend_keys;
 #[cfg(target_arch = "x86_64")]
 mod attend_stored;

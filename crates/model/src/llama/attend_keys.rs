@@ -5,7 +5,7 @@
 //! chain over the positions in order), which the x86 forms reproduce.
 
 #[cfg(target_arch = "x86_64")]
-use super::{attend_stored, attend_x86};
+use super::{attend_heads, attend_stored, attend_x86};
 
 /// A query times a key, as the attention scores it: eight lanes, each an FMA chain over the
 /// 8-value chunks, the lanes summed in order (from `Sum`'s -0.0), plus the tail's FMA chain.
@@ -76,6 +76,33 @@ pub(super) fn score_keys<const AVX2: bool>(
     let done = fours.len();
     for (o, k) in rest.iter_mut().zip(keys.chunks_exact(hd).skip(done)) {
         *o = key_dot(q, k) * scale;
+    }
+}
+
+/// [`score_keys`] for several queries over the same keys (`scores[r]` for `qs[r]`, each as
+/// long as the keys): with AVX2 the groups of eight keys for every query before the next
+/// group (`attend_heads::scores_heads`: a group is read from memory once, then from L1), then
+/// each query's last keys as `score_keys` takes them. Every score has `score_keys`' bits.
+#[inline(always)]
+pub(super) fn score_keys_heads<const AVX2: bool>(
+    qs: &[&[f32]],
+    keys: &[f32],
+    scale: f32,
+    scores: &mut [&mut [f32]],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(q) = qs.first() {
+        let hd = q.len();
+        if AVX2 && qs.len() > 1 && hd.is_multiple_of(8) && hd > 0 {
+            let done = attend_heads::scores_heads(qs, keys, scale, scores);
+            for (q, out) in qs.iter().zip(scores.iter_mut()) {
+                score_keys::<AVX2>(q, &keys[done * hd..], scale, &mut out[done..]);
+            }
+            return;
+        }
+    }
+    for (q, out) in qs.iter().zip(scores.iter_mut()) {
+        score_keys::<AVX2>(q, keys, scale, out);
     }
 }
 

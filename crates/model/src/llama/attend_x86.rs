@@ -35,7 +35,7 @@ pub(super) fn available() -> bool {
 }
 
 /// Stored values in one 64-byte cache line.
-const fn per_line<E>() -> usize {
+pub(super) const fn per_line<E>() -> usize {
     64 / std::mem::size_of::<E>()
 }
 
@@ -288,7 +288,7 @@ unsafe fn scores_body<E: Stored>(
 /// `scale`, into `out`.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-fn finish8(acc: [__m256; 8], scale: __m256, out: &mut [f32]) {
+pub(super) fn finish8(acc: [__m256; 8], scale: __m256, out: &mut [f32]) {
     let lanes = transpose8(acc);
     // `-0.0 + lanes[0]` is `lanes[0]`, bit for bit.
     let mut sum = lanes[0];

@@ -7,7 +7,9 @@
 use kindle_kernels::Kernels;
 use kindle_kv_cache::HostKvLayer;
 
-use super::attend_keys::{LANES, score_keys, span, weighted_sum, weighted_sum_cols};
+use super::attend_keys::{
+    LANES, score_keys, score_keys_heads, span, weighted_sum, weighted_sum_cols,
+};
 use super::recipe::Attention;
 use super::softmax::softmax;
 #[cfg(target_arch = "x86_64")]
@@ -293,22 +295,26 @@ impl LongRow<'_, '_> {
                 }
                 SCRATCH.with_borrow_mut(|scratch| {
                     let keys = view.key_runs(g, self.first + start, len, &mut scratch.keys);
-                    for head in g * self.rep..(g + 1) * self.rep {
-                        let qv = &self.q[head * hd..(head + 1) * hd];
+                    let heads = g * self.rep..(g + 1) * self.rep;
+                    let qs: Vec<&[f32]> = heads
+                        .clone()
+                        .map(|h| &self.q[h * hd..(h + 1) * hd])
+                        .collect();
+                    let mut at = 0;
+                    for run in keys.iter() {
+                        let m = (run.len() / hd).min(len - at);
                         // SAFETY: task (g, b) alone writes these scores of g's heads.
-                        let scores = unsafe {
-                            std::slice::from_raw_parts_mut(
-                                self.scores.get().add(head * n + start),
-                                len,
-                            )
-                        };
-                        let mut at = 0;
-                        for run in keys.iter() {
-                            let n = (run.len() / hd).min(len - at);
-                            let out = &mut scores[at..at + n];
-                            score_keys::<AVX2>(qv, &run[..n * hd], self.scale, out);
-                            at += n;
-                        }
+                        let mut outs: Vec<&mut [f32]> = heads
+                            .clone()
+                            .map(|h| unsafe {
+                                std::slice::from_raw_parts_mut(
+                                    self.scores.get().add(h * n + start + at),
+                                    m,
+                                )
+                            })
+                            .collect();
+                        score_keys_heads::<AVX2>(&qs, &run[..m * hd], self.scale, &mut outs);
+                        at += m;
                     }
                     if !self.borrowed {
                         let values =
