@@ -17,7 +17,7 @@ use crate::plan::RunPlan;
 pub use kindle_generate::{DEFAULT_DRAFT_MAX, DEFAULT_LOOKUP_DRAFT_MAX, MAX_DRAFT};
 
 /// The drafting flags as plain values (at most one drafter).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct DraftSettings {
     /// Most tokens drafted per step (`--draft-max`); `None`: [`DEFAULT_LOOKUP_DRAFT_MAX`] for
     /// prompt lookup, [`DEFAULT_DRAFT_MAX`] for a draft model.
@@ -39,6 +39,9 @@ pub struct DraftSettings {
     /// A draft model proposes from this many lowest token ids and the context's tokens
     /// (`--draft-vocab`, [`ModelDrafter::with_vocab`]); `None`: from the whole vocabulary.
     pub draft_vocab: Option<usize>,
+    /// A draft model stops drafting where its most likely token's probability is below this
+    /// (`--draft-p-min`, [`ModelDrafter::with_p_min`]); `None`: it never stops early.
+    pub draft_p_min: Option<f32>,
 }
 
 /// The shortest n-gram prompt lookup drafts from when `--lookup-min` is not given. Single-token
@@ -125,6 +128,15 @@ impl DraftSettings {
             Some(0) => bail!("--draft-vocab must be at least 1 token id"),
             _ => {}
         }
+        match self.draft_p_min {
+            Some(_) if !model => bail!(
+                "--draft-p-min stops a draft model where it is unsure: it needs --draft-model FILE or --self-speculative L"
+            ),
+            Some(p) if !(0.0..=1.0).contains(&p) => {
+                bail!("--draft-p-min {p}: a probability, between 0 and 1")
+            }
+            _ => {}
+        }
         Ok(())
     }
 
@@ -161,10 +173,11 @@ impl DraftSettings {
         } else if let Some(engine) = engine {
             let drafter =
                 ModelDrafter::new(engine, capacity, self.draft_sampler(plan, prompt_len)?)?;
-            Box::new(match self.draft_vocab {
+            let drafter = match self.draft_vocab {
                 Some(first) => drafter.with_vocab(first)?,
                 None => drafter,
-            })
+            };
+            Box::new(drafter.with_p_min(self.draft_p_min.unwrap_or(0.0))?)
         } else if self.draft_model.is_some() || self.self_speculative.is_some() {
             bail!("the flags ask for a draft model: load it with draft_engine first");
         } else {

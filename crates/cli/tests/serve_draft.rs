@@ -118,6 +118,36 @@ fn a_served_draft_model_changes_no_greedy_output() {
     assert!(metric(&server, "kindle_draft_passes_total") > 0.0);
     let (status, lines) = server.terminate();
     assert!(status.success(), "exit status {status:?}: {lines:?}");
+
+    // A draft that stops where it is unsure (`--draft-p-min`).
+    let server = Served::start(
+        &model,
+        &[
+            "-c",
+            "512",
+            "-t",
+            "2",
+            "--draft-model",
+            m,
+            "--draft-p-min",
+            "0.5",
+        ],
+    );
+    assert!(
+        server
+            .banner
+            .contains("drafting 8 tokens a step, stopping below p 0.5"),
+        "{}",
+        server.banner
+    );
+    let drafted = completion(&server, prompt, json!({}));
+    assert_eq!(
+        drafted,
+        completion(&server, prompt, json!({"kindle_draft_max": 0}))
+    );
+    assert!(metric(&server, "kindle_draft_passes_total") > 0.0);
+    let (status, lines) = server.terminate();
+    assert!(status.success(), "exit status {status:?}: {lines:?}");
 }
 
 /// `kindle serve -m model --port 0 extra...` must exit (within a minute) unsuccessfully, its
@@ -162,12 +192,17 @@ fn bad_server_draft_settings_are_clear_errors() {
     let missing = dir.join("missing.gguf");
     let other = dir.join("other-vocab.gguf");
     TinyLlama::SMALL.write_constant(&other, 0.01);
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 9] = [
         (
             &["--draft-max", "4"],
             "give --draft-model FILE or --self-speculative L",
         ),
         (&["--draft-vocab", "100"], "give --draft-model FILE"),
+        (&["--draft-p-min", "0.5"], "give --draft-model FILE"),
+        (
+            &["--draft-model", m, "--draft-p-min", "1.5"],
+            "--draft-p-min 1.5: a probability, between 0 and 1",
+        ),
         (
             &["--draft-model", m, "--draft-max", "0"],
             "--draft-max must be at least 1",

@@ -148,6 +148,14 @@ fn greedy_output_is_unchanged_by_each_drafter() {
                 "--draft-vocab",
                 "8192",
             ],
+            &[
+                "--draft-model",
+                model_str,
+                "--draft-max",
+                "8",
+                "--draft-p-min",
+                "0.75",
+            ],
             &["--lookup-ngram", "2"],
         ] {
             assert_eq!(
@@ -254,7 +262,7 @@ fn bad_drafting_settings_are_clear_errors() {
         return;
     };
     let m = model.to_str().unwrap();
-    let cases: [(&[&str], &str); 10] = [
+    let cases: [(&[&str], &str); 12] = [
         (
             &["--lookup-ngram", "2", "--draft-max", "0"],
             "--draft-max must be at least 1",
@@ -282,6 +290,14 @@ fn bad_drafting_settings_are_clear_errors() {
         (
             &["--self-speculative", "4", "--draft-vocab", "0"],
             "--draft-vocab must be at least 1",
+        ),
+        (
+            &["--lookup-ngram", "2", "--draft-p-min", "0.5"],
+            "--draft-p-min stops a draft model where it is unsure",
+        ),
+        (
+            &["--self-speculative", "4", "--draft-p-min", "1.5"],
+            "--draft-p-min 1.5: a probability, between 0 and 1",
         ),
     ];
     for (extra, needle) in cases {

@@ -6,6 +6,7 @@
 use std::ops::Range;
 
 use kindle_sampling::Sampler;
+use kindle_sampling::logprobs::{argmax, log_sum_exp};
 
 use crate::error::GenerateError;
 use crate::model::LanguageModel;
@@ -209,7 +210,7 @@ impl Drafter for PromptLookup {
 /// the caller's job: same size, same token texts), with its own cache and sampler. With a
 /// greedy sampler it proposes its own greedy continuation; otherwise it draws each token from
 /// its sampler's processed distribution and reports that distribution, which the acceptance
-/// rule needs.
+/// rule needs. With [`with_p_min`](Self::with_p_min) it stops drafting where it is unsure.
 pub struct ModelDrafter<M: LanguageModel> {
     model: M,
     session: Session<M>,
@@ -217,6 +218,8 @@ pub struct ModelDrafter<M: LanguageModel> {
     row: Vec<f64>,
     /// The part of the vocabulary proposed from, when not all of it.
     vocab: Option<VocabPart>,
+    /// Stop drafting where the draft's most likely token has a smaller probability (0: never).
+    p_min: f32,
 }
 
 /// A draft's part of the vocabulary ([`ModelDrafter::with_vocab`]): the ids below `first`
@@ -285,6 +288,7 @@ impl<M: LanguageModel> ModelDrafter<M> {
             sampler,
             row: Vec::new(),
             vocab: None,
+            p_min: 0.0,
         }
     }
 
@@ -310,6 +314,24 @@ impl<M: LanguageModel> ModelDrafter<M> {
             ));
         }
         self.vocab = Some(VocabPart::new(first, self.model.vocab_size()));
+        Ok(self)
+    }
+
+    /// Stop a draft at the first position where the draft model's most likely token has a
+    /// probability below `p_min` (the softmax of its logits there, before its sampler's
+    /// processors; over its [vocabulary part](Self::with_vocab) if it has one), proposing the
+    /// tokens before it: llama.cpp's `--draft-p-min`. A draft step the target would likely
+    /// reject is then not run, and the pass verifies the confident prefix. The decision is
+    /// made from the logits alone, before a token is drawn, so a sampled draft's proposals
+    /// keep the distribution they report and the output is the target's either way. `0`
+    /// (the default) never stops early; `p_min` is at most 1.
+    pub fn with_p_min(mut self, p_min: f32) -> Result<Self, GenerateError> {
+        if !(0.0..=1.0).contains(&p_min) {
+            return Err(GenerateError::InvalidDraft(format!(
+                "a draft's minimum probability must be between 0 and 1, not {p_min}"
+            )));
+        }
+        self.p_min = p_min;
         Ok(self)
     }
 
@@ -371,6 +393,9 @@ impl<M: LanguageModel> Drafter for ModelDrafter<M> {
         let mut logits = self.forward(&context[reuse..])?;
         let greedy = self.sampler.config().temperature == 0.0;
         for i in 0..max {
+            if self.p_min > 0.0 && top_probability(&logits) < self.p_min {
+                break;
+            }
             let step = i;
             let history = self.session.tokens();
             let token = if greedy {
@@ -393,9 +418,34 @@ impl<M: LanguageModel> Drafter for ModelDrafter<M> {
     }
 }
 
+/// The probability of the most likely entry of `logits` under their softmax: 0 for an empty
+/// row or one whose entries are all `-inf`, NaN for a row with a NaN or `+inf` (which no
+/// minimum stops: the sampler then reports the row).
+fn top_probability(logits: &[f32]) -> f32 {
+    let Some(top) = argmax(logits) else {
+        return 0.0;
+    };
+    let lse = log_sum_exp(logits);
+    if lse == f64::NEG_INFINITY {
+        return 0.0;
+    }
+    (f64::from(logits[top as usize]) - lse).exp() as f32
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn top_probability_is_the_softmax_of_the_largest_logit() {
+        let p = top_probability(&[0.0, 2.0_f32.ln(), f32::NEG_INFINITY, 0.0]);
+        assert!((p - 0.5).abs() < 1e-7, "{p}");
+        assert_eq!(top_probability(&[7.0]), 1.0);
+        assert_eq!(top_probability(&[]), 0.0);
+        assert_eq!(top_probability(&[f32::NEG_INFINITY; 3]), 0.0);
+        assert!(top_probability(&[0.0, f32::NAN]).is_nan());
+        assert!(top_probability(&[0.0, f32::INFINITY]).is_nan());
+    }
 
     #[test]
     fn a_vocabulary_part_grows_by_the_context_s_tokens() {

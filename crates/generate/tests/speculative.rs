@@ -124,6 +124,19 @@ fn greedy_output_is_the_plain_output_with_every_drafter() {
                     .unwrap(),
                 ),
                 (
+                    "far model, stopping below p 0.2",
+                    Speculator::new(
+                        Box::new(
+                            ModelDrafter::new(HashModel::draft(vocab, 3), 128, sampler())
+                                .unwrap()
+                                .with_p_min(0.2)
+                                .unwrap(),
+                        ),
+                        4,
+                    )
+                    .unwrap(),
+                ),
+                (
                     "same model, part of the vocabulary",
                     Speculator::new(
                         Box::new(
@@ -407,6 +420,9 @@ enum Drafting {
     FarModel(AcceptRule),
     /// The far model proposing from ids 0 and 1 and the context's tokens only.
     FarModelPart,
+    /// The far model stopping where its most likely token is below 0.35 (some drafts end
+    /// early, some before their first token).
+    FarModelPMin,
 }
 
 /// Counts of the first 3 tokens over `n` seeded runs.
@@ -414,7 +430,7 @@ fn empirical(config: &SamplerConfig, drafting: Drafting, n: u64) -> HashMap<[u32
     let target = HashModel::target(VOCAB);
     let gen_config = GenerationConfig::default().with_max_new_tokens(5);
     let mut counts = HashMap::new();
-    let mut passes = 0;
+    let (mut passes, mut drafted, mut plain) = (0, 0, 0);
     for i in 0..n {
         let seeded = |seed: u64| {
             let mut s = SamplerConfig {
@@ -455,13 +471,38 @@ fn empirical(config: &SamplerConfig, drafting: Drafting, n: u64) -> HashMap<[u32
                 )
                 .unwrap(),
             ),
+            Drafting::FarModelPMin => Some(
+                Speculator::new(
+                    Box::new(
+                        ModelDrafter::new(HashModel::draft(VOCAB, 2), 64, seeded((i + 1) << 32))
+                            .unwrap()
+                            .with_p_min(0.35)
+                            .unwrap(),
+                    ),
+                    3,
+                )
+                .unwrap(),
+            ),
         };
         let (_, summary, _) = run(&target, &PROMPT, &mut sampler, &gen_config, spec.as_mut());
         let t = &summary.tokens;
         *counts.entry([t[0], t[1], t[2]]).or_insert(0) += 1;
-        passes += spec.map_or(0, |s| s.stats().passes);
+        if let Some(stats) = spec.as_ref().map(Speculator::stats) {
+            (passes, drafted, plain) = (
+                passes + stats.passes,
+                drafted + stats.drafted,
+                plain + stats.plain_steps,
+            );
+        }
     }
-    if !matches!(drafting, Drafting::Plain) {
+    if let Drafting::FarModelPMin = drafting {
+        // Some drafts end early (fewer than three tokens a pass), some before their first
+        // token (a plain step past each run's first), and many are verified.
+        assert!(
+            drafted < 3 * passes && plain as u64 > n && passes as u64 > n / 2,
+            "{drafting:?}: {passes} passes, {drafted} drafted, {plain} plain steps in {n} runs"
+        );
+    } else if !matches!(drafting, Drafting::Plain) {
         // Tokens 2 and 3 (and on) come from verification passes.
         assert!(
             passes as u64 >= n,
@@ -517,6 +558,7 @@ fn sampled_output_keeps_the_distribution_with_every_drafter() {
             Drafting::Lookup,
             Drafting::FarModel(AcceptRule::Exact),
             Drafting::FarModelPart,
+            Drafting::FarModelPMin,
         ] {
             let counts = empirical(&config, drafting, RUNS);
             let p = chi_square_p(&counts, &expected);

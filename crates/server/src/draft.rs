@@ -77,6 +77,8 @@ pub trait DraftSource: Send {
 pub struct DraftModel<D: LanguageModel> {
     model: Arc<D>,
     vocab: Option<usize>,
+    /// Stop a draft where the model's most likely token is less likely than this (0: never).
+    p_min: f32,
     /// The model's own pool, when [`pooled`](Self::pooled).
     pool: Option<Arc<dyn DraftPool<D::Cache>>>,
 }
@@ -87,6 +89,7 @@ impl<D: LanguageModel> DraftModel<D> {
         DraftModel {
             model: Arc::new(model),
             vocab: None,
+            p_min: 0.0,
             pool: None,
         }
     }
@@ -96,6 +99,21 @@ impl<D: LanguageModel> DraftModel<D> {
     pub fn with_vocab(mut self, first: usize) -> Self {
         self.vocab = Some(first);
         self
+    }
+
+    /// Stop each draft where the model's most likely token has a probability below `p_min`
+    /// ([`ModelDrafter::with_p_min`], `kindle serve --draft-p-min`). Errors: `p_min` outside
+    /// 0 to 1.
+    pub fn with_p_min(mut self, p_min: f32) -> Result<Self, ServerError> {
+        if !(0.0..=1.0).contains(&p_min) {
+            return Err(ServerError::InvalidSetting {
+                name: "--draft-p-min",
+                value: p_min.to_string(),
+                expected: "a probability, between 0 and 1",
+            });
+        }
+        self.p_min = p_min;
+        Ok(self)
     }
 }
 
@@ -116,6 +134,7 @@ impl<D: PagedModel + Send + Sync + 'static> DraftModel<D> {
         Ok(DraftModel {
             model,
             vocab: None,
+            p_min: 0.0,
             pool: Some(pool),
         })
     }
@@ -143,7 +162,8 @@ where
         let drafter = match self.vocab {
             Some(first) => drafter.with_vocab(first)?,
             None => drafter,
-        };
+        }
+        .with_p_min(self.p_min)?;
         let drafter: Box<dyn Drafter> = match &self.pool {
             Some(pool) => Box::new(Publishing {
                 drafter,

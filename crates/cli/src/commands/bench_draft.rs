@@ -180,12 +180,15 @@ fn drafter_name(draft: &DraftSettings) -> String {
     let vocab = draft
         .draft_vocab
         .map_or_else(String::new, |n| format!(", vocab {n}"));
+    let p_min = draft
+        .draft_p_min
+        .map_or_else(String::new, |p| format!(", p-min {p}"));
     let adaptive = if draft.draft_adaptive {
         ", adaptive"
     } else {
         ""
     };
-    format!("{what} (max {max}{vocab}{adaptive})")
+    format!("{what} (max {max}{vocab}{p_min}{adaptive})")
 }
 
 /// Add one generation's counters to `total`.

@@ -47,6 +47,11 @@ pub struct DraftModelArgs {
     /// a small draft's time); the output is unchanged, the acceptance may fall
     #[arg(long, value_name = "N")]
     pub draft_vocab: Option<usize>,
+    /// A draft model stops drafting where its most likely next token has a probability below
+    /// P (llama.cpp's --draft-p-min): steps the target would likely reject are not run; the
+    /// output is unchanged [default: 0, never]
+    #[arg(long, value_name = "P")]
+    pub draft_p_min: Option<f32>,
 }
 
 impl DraftModelArgs {
@@ -58,6 +63,7 @@ impl DraftModelArgs {
             self_speculative: self.self_speculative,
             draft_activations: self.draft_activations,
             draft_vocab: self.draft_vocab,
+            draft_p_min: self.draft_p_min,
             ..DraftSettings::default()
         }
     }

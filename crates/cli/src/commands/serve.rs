@@ -134,10 +134,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
         && drafts.self_speculative.is_none()
         && (drafts.draft_max.is_some()
             || drafts.draft_activations.is_some()
-            || drafts.draft_vocab.is_some())
+            || drafts.draft_vocab.is_some()
+            || drafts.draft_p_min.is_some())
     {
         bail!(
-            "--draft-max, --draft-activations and --draft-vocab set the server's draft model: give --draft-model FILE or --self-speculative L (a request asks for prompt lookup itself, with kindle_lookup_ngram)"
+            "--draft-max, --draft-activations, --draft-vocab and --draft-p-min set the server's draft model: give --draft-model FILE or --self-speculative L (a request asks for prompt lookup itself, with kindle_lookup_ngram)"
         );
     }
     drafts.check()?;
@@ -181,7 +182,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
             let model = match drafts.draft_vocab {
                 Some(first) => model.with_vocab(first),
                 None => model,
-            };
+            }
+            .with_p_min(drafts.draft_p_min.unwrap_or(0.0))?;
             Some(Drafting::new(model, drafts.draft_max())?)
         }
         None => None,
@@ -193,7 +195,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 .pool_stats()
                 .map(|s| format!(" (its KV pool {} tokens)", s.total * s.block_size))
                 .unwrap_or_default();
-            format!(", drafting {} tokens a step{pool}", d.draft_max())
+            let p_min = drafts
+                .draft_p_min
+                .filter(|&p| p > 0.0)
+                .map(|p| format!(", stopping below p {p}"))
+                .unwrap_or_default();
+            format!(", drafting {} tokens a step{p_min}{pool}", d.draft_max())
         })
         .unwrap_or_default();
     // The pool now (`run` keeps it), to say what its sliding-window layers hold.
