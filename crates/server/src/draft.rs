@@ -54,12 +54,15 @@ pub trait DraftSource: Send {
     /// A drafter for one sequence: its own cache of `capacity` tokens, drawing with
     /// `sampler` (the request's sampler configuration with a seed of its own); `prompt` is
     /// what its cache may start with (the sequence's prompt, or nothing where a prefix must
-    /// not be reused). Returns the drafter and how many tokens of `prompt` its cache holds.
+    /// not be reused); `p_min`, where it ends a draft ([`ModelDrafter::with_p_min`]; `None`:
+    /// the source's own). Returns the drafter and how many tokens of `prompt` its cache
+    /// holds.
     fn drafter(
         &self,
         capacity: usize,
         sampler: Sampler,
         prompt: &[u32],
+        p_min: Option<f32>,
     ) -> Result<(Box<dyn Drafter>, usize), GenerateError>;
 
     /// Where the blocks of the draft's own paged pool are, if it has one.
@@ -149,6 +152,7 @@ where
         capacity: usize,
         sampler: Sampler,
         prompt: &[u32],
+        p_min: Option<f32>,
     ) -> Result<(Box<dyn Drafter>, usize), GenerateError> {
         let pooled = match &self.pool {
             Some(pool) => pool.cache(prompt, capacity)?,
@@ -163,7 +167,7 @@ where
             Some(first) => drafter.with_vocab(first)?,
             None => drafter,
         }
-        .with_p_min(self.p_min)?;
+        .with_p_min(p_min.unwrap_or(self.p_min))?;
         let drafter: Box<dyn Drafter> = match &self.pool {
             Some(pool) => Box::new(Publishing {
                 drafter,
@@ -289,8 +293,9 @@ impl Drafting {
         capacity: usize,
         sampler: Sampler,
         prompt: &[u32],
+        p_min: Option<f32>,
     ) -> Result<(Box<dyn Drafter>, usize), GenerateError> {
-        let (drafter, reused) = self.source.drafter(capacity, sampler, prompt)?;
+        let (drafter, reused) = self.source.drafter(capacity, sampler, prompt, p_min)?;
         Ok((Box::new(Lazy(drafter)), reused))
     }
 
@@ -320,7 +325,7 @@ impl Drafter for Lazy {
 }
 
 /// How a job drafts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum JobDraft {
     /// By prompt lookup (`kindle_lookup_ngram`), at every decode step.
     Lookup(Lookup),
@@ -328,6 +333,8 @@ pub enum JobDraft {
     Model {
         /// Most tokens drafted per step.
         draft_max: usize,
+        /// Where a draft ends (`kindle_draft_p_min`); `None`: the server's `--draft-p-min`.
+        p_min: Option<f32>,
     },
 }
 
@@ -358,6 +365,8 @@ pub(crate) struct DraftJob<'a> {
     pub prompt: &'a [u32],
     /// Whether the drafter's cache may start with a cached prefix of it.
     pub reuse: bool,
+    /// Where a draft ends; `None`: the server's `--draft-p-min`.
+    pub p_min: Option<f32>,
 }
 
 /// `seq` drafting with the server's draft model, `draft_max` tokens a step, for `job` (the
@@ -374,7 +383,7 @@ pub(crate) fn with_draft_model<M: PagedModel, D: kindle_generate::TokenDecoder>(
     sampler.set_prompt_len(job.prompt.len());
     let reuse = if job.reuse { job.prompt } else { &[] };
     let (drafter, reused) = drafting
-        .drafter(job.capacity, sampler, reuse)
+        .drafter(job.capacity, sampler, reuse, job.p_min)
         .map_err(|e| format!("the draft model: {e}"))?;
     metrics
         .draft_prefix_hit_tokens

@@ -46,6 +46,7 @@ mod pool;
 mod prompts;
 pub mod reasoning;
 pub mod request;
+mod request_draft;
 pub mod response;
 mod routes;
 mod server;

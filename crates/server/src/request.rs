@@ -1,7 +1,6 @@
 //! Request bodies: JSON in, validated values out. Every invalid value is an [`ApiError`] (400)
 //! naming its field; nothing here panics on any input.
 
-use kindle_generate::{DEFAULT_LOOKUP_DRAFT_MAX, MAX_DRAFT};
 use kindle_sampling::{PenaltyScope, SamplerConfig, parse_order};
 use serde_json::Value;
 
@@ -9,6 +8,8 @@ use crate::error::ApiError;
 
 pub use crate::fields::{Object, boolean, integer, number, parse_object, string};
 pub(crate) use crate::fields::{expected, field, short};
+pub use crate::request_draft::{DraftAsk, Lookup, MAX_LOOKUP_NGRAM};
+use crate::request_draft::{draft_ask, draft_p_min};
 
 /// What every generation request shares: sampling, stops, counts, streaming, logprobs.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,41 +52,14 @@ pub struct GenerationParams {
     /// `kindle_lookup_ngram` and `kindle_draft_max`: how the request drafts (see
     /// [`DraftAsk`]). The output is what the request gives without drafting.
     pub draft: DraftAsk,
+    /// `kindle_draft_p_min` (0-1): the server's draft model ends a draft where its most
+    /// likely token is less likely than this (llama-server's `speculative.p_min`); `None`:
+    /// the server's `--draft-p-min`.
+    pub draft_p_min: Option<f32>,
     /// `dry_sequence_breakers` as texts (each stands for the last token of its encoding,
     /// resolved with the vocabulary); `None`: llama.cpp's defaults where DRY is on.
     pub dry_breakers: Option<Vec<String>>,
 }
-
-/// Prompt-lookup drafting for one request (see [`DraftAsk::Lookup`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Lookup {
-    /// The longest n-gram matched.
-    pub ngram: usize,
-    /// Most tokens drafted per step.
-    pub draft_max: usize,
-}
-
-/// What a request says about speculative decoding.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum DraftAsk {
-    /// Nothing: the server's draft model drafts (`kindle serve --draft-model`), where there
-    /// is one and the request can be drafted for (not traced, no mirostat).
-    #[default]
-    ServerDefault,
-    /// `kindle_draft_max: 0`: no drafting.
-    Off,
-    /// `kindle_lookup_ngram` (with `kindle_draft_max`, default 4): prompt lookup.
-    Lookup(Lookup),
-    /// `kindle_draft_max` alone (1-14): the server's draft model, this many tokens a step
-    /// (a 400 where the server has none).
-    Model {
-        /// Most tokens drafted per step.
-        draft_max: usize,
-    },
-}
-
-/// Longest n-gram `kindle_lookup_ngram` takes.
-pub const MAX_LOOKUP_NGRAM: i64 = 16;
 
 /// Most choices per prompt.
 pub const MAX_N: i64 = 128;
@@ -294,6 +268,7 @@ pub fn generation_params(object: &Object, chat: bool) -> Result<GenerationParams
         ));
     }
     let draft = draft_ask(object, trace)?;
+    let draft_p_min = draft_p_min(object, draft, trace)?;
     let dry_breakers = dry_breakers(object)?;
     Ok(GenerationParams {
         model,
@@ -312,49 +287,9 @@ pub fn generation_params(object: &Object, chat: bool) -> Result<GenerationParams
         tools,
         echo,
         draft,
+        draft_p_min,
         dry_breakers,
     })
-}
-
-/// `kindle_lookup_ngram` (1-16) with `kindle_draft_max` (1-14, default 4): prompt lookup;
-/// `kindle_draft_max` alone: 0 turns drafting off, 1-14 sets the server's draft model's draft
-/// length (whether the server has one is checked with the server's state).
-fn draft_ask(object: &Object, trace: bool) -> Result<DraftAsk, ApiError> {
-    let ngram = integer(object, "kindle_lookup_ngram", 1, MAX_LOOKUP_NGRAM)?;
-    // At most `kindle_generate::MAX_DRAFT`: a verification pass keeps a one-token pass's bits.
-    let draft_max = integer(object, "kindle_draft_max", 0, MAX_DRAFT as i64)?;
-    let traced = |field: &str| {
-        Err(ApiError::invalid(
-            field,
-            format!(
-                "'{field}' cannot be combined with 'kindle_trace' (verified tokens are not traced)."
-            ),
-        ))
-    };
-    let Some(ngram) = ngram else {
-        return match draft_max {
-            None if trace => Ok(DraftAsk::Off),
-            None => Ok(DraftAsk::ServerDefault),
-            Some(0) => Ok(DraftAsk::Off),
-            Some(_) if trace => traced("kindle_draft_max"),
-            Some(k) => Ok(DraftAsk::Model {
-                draft_max: k as usize,
-            }),
-        };
-    };
-    if trace {
-        return traced("kindle_lookup_ngram");
-    }
-    if draft_max == Some(0) {
-        return Err(ApiError::invalid(
-            "kindle_draft_max",
-            "'kindle_draft_max' must be between 1 and 14 with 'kindle_lookup_ngram' (0 turns drafting off: drop 'kindle_lookup_ngram').",
-        ));
-    }
-    Ok(DraftAsk::Lookup(Lookup {
-        ngram: ngram as usize,
-        draft_max: draft_max.map_or(DEFAULT_LOOKUP_DRAFT_MAX, |k| k as usize),
-    }))
 }
 
 /// `stop`: a string or an array of up to 4 non-empty strings.
@@ -627,26 +562,6 @@ mod tests {
         assert_eq!(err.param.as_deref(), Some("modalities"), "{err:?}");
         let err = chat(r#"{"audio":{"voice":"alloy","format":"wav"}}"#).unwrap_err();
         assert_eq!(err.param.as_deref(), Some("audio"), "{err:?}");
-    }
-
-    #[test]
-    fn lookup_drafts_four_tokens_unless_told() {
-        let ask = |json| draft_ask(&obj(json), false).unwrap();
-        assert_eq!(
-            ask(r#"{"kindle_lookup_ngram":3}"#),
-            DraftAsk::Lookup(Lookup {
-                ngram: 3,
-                draft_max: DEFAULT_LOOKUP_DRAFT_MAX
-            })
-        );
-        assert_eq!(DEFAULT_LOOKUP_DRAFT_MAX, 4);
-        assert_eq!(
-            ask(r#"{"kindle_lookup_ngram":2,"kindle_draft_max":8}"#),
-            DraftAsk::Lookup(Lookup {
-                ngram: 2,
-                draft_max: 8
-            })
-        );
     }
 
     #[test]

@@ -244,13 +244,14 @@ async fn chat_completions<C: TextCodec>(
     generation(state, headers, body, Endpoint::Chat).await
 }
 
-/// How a request's jobs draft: what it asks for ([`DraftAsk`]), with the server's draft
-/// model (drafting `server_max` tokens a step, where there is one) by default. Asking for
-/// drafting with mirostat, or for the draft model of a server without one, is a 400;
-/// mirostat without asking takes no drafts.
+/// How a request's jobs draft: what it asks for ([`DraftAsk`], and `p_min`, where the draft
+/// model's drafts end), with the server's draft model (drafting `server_max` tokens a step,
+/// where there is one) by default. Asking for drafting with mirostat, or for the draft model
+/// of a server without one, is a 400; mirostat without asking takes no drafts.
 fn job_draft(
     server_max: Option<usize>,
     ask: DraftAsk,
+    p_min: Option<f32>,
     sampler: &kindle_sampling::SamplerConfig,
 ) -> Result<Option<JobDraft>, ApiError> {
     // Mirostat's state follows each draw: no fixed distribution to verify drafts against.
@@ -266,11 +267,20 @@ fn job_draft(
         }
         Ok(())
     };
+    if p_min.is_some() {
+        asked("kindle_draft_p_min")?;
+        if server_max.is_none() {
+            return Err(ApiError::invalid(
+                "kindle_draft_p_min",
+                "'kindle_draft_p_min' ends the server's draft model's drafts: this server has none (start it with --draft-model).",
+            ));
+        }
+    }
     Ok(match ask {
         DraftAsk::Off => None,
         DraftAsk::ServerDefault => server_max
             .filter(|_| !mirostat)
-            .map(|draft_max| JobDraft::Model { draft_max }),
+            .map(|draft_max| JobDraft::Model { draft_max, p_min }),
         DraftAsk::Lookup(lookup) => {
             asked("kindle_lookup_ngram")?;
             Some(JobDraft::Lookup(lookup))
@@ -283,7 +293,7 @@ fn job_draft(
                     "'kindle_draft_max' needs a drafter: set 'kindle_lookup_ngram' (this server has no draft model: start it with --draft-model).",
                 ));
             }
-            Some(JobDraft::Model { draft_max })
+            Some(JobDraft::Model { draft_max, p_min })
         }
     })
 }
@@ -321,7 +331,7 @@ fn jobs<C: TextCodec>(
         Endpoint::Chat => usize::MAX,
     };
     let max_tokens = params.max_tokens.unwrap_or(default_max);
-    let draft = job_draft(state.draft_max, params.draft, &base)?;
+    let draft = job_draft(state.draft_max, params.draft, params.draft_p_min, &base)?;
     let mut out = Vec::with_capacity(prompts.len() * params.n);
     for (p, prompt) in prompts.into_iter().enumerate() {
         let room = state.config.context - prompt.len();

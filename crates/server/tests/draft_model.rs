@@ -175,6 +175,19 @@ async fn a_draft_model_gives_the_output_of_the_request_without_it() {
     let (s3, c) = server.post("/v1/completions", &longer).await;
     assert_eq!(s3, 200);
     assert_eq!(a["choices"], c["choices"]);
+    // `kindle_draft_p_min: 1`: no draft token is that sure, so every draft ends before its
+    // first token and nothing is verified; the output is the same.
+    let passes = counter(&server, "kindle_draft_passes_total").await;
+    let unsure = with(drafted.clone(), json!({"kindle_draft_p_min": 1.0}));
+    let (s6, f) = server.post("/v1/completions", &unsure).await;
+    assert_eq!(s6, 200, "{f}");
+    assert_eq!(a["choices"], f["choices"]);
+    assert_eq!(counter(&server, "kindle_draft_passes_total").await, passes);
+    let sure_enough = with(drafted.clone(), json!({"kindle_draft_p_min": 0.1}));
+    let (s7, g) = server.post("/v1/completions", &sure_enough).await;
+    assert_eq!(s7, 200, "{g}");
+    assert_eq!(a["choices"], g["choices"]);
+    assert!(counter(&server, "kindle_draft_passes_total").await > passes);
     let chat = json!({
         "model": "toy", "messages": [{"role": "user", "content": "a dog ran"}],
         "max_tokens": 60, "temperature": 0,
@@ -324,6 +337,21 @@ async fn bad_draft_settings_are_clear_errors() {
             json!({"kindle_lookup_ngram": 3, "mirostat": 1, "temperature": 0.8}),
             "kindle_lookup_ngram",
             "mirostat",
+        ),
+        (
+            json!({"kindle_draft_p_min": 1.5}),
+            "kindle_draft_p_min",
+            "between 0 and 1",
+        ),
+        (
+            json!({"kindle_draft_p_min": 0.5, "mirostat": 2, "temperature": 0.8}),
+            "kindle_draft_p_min",
+            "mirostat",
+        ),
+        (
+            json!({"kindle_draft_p_min": 0.5, "kindle_lookup_ngram": 3}),
+            "kindle_draft_p_min",
+            "prompt lookup",
         ),
         (
             json!({"kindle_lookup_ngram": 3, "kindle_draft_max": 0}),

@@ -76,6 +76,11 @@ async fn bad_drafting_settings_are_clear_errors() {
             "needs a drafter",
         ),
         (
+            json!({"kindle_draft_p_min": 0.5}),
+            "kindle_draft_p_min",
+            "this server has none",
+        ),
+        (
             json!({"kindle_lookup_ngram": 3, "kindle_trace": true, "logprobs": 1}),
             "kindle_lookup_ngram",
             "kindle_trace",
