@@ -264,7 +264,7 @@ pub struct Drafting {
 impl Drafting {
     /// Draft with `source`, `draft_max` tokens a step unless a request says otherwise
     /// (`kindle_draft_max`). Errors: a `draft_max` outside 1 to
-    /// [`MAX_DRAFT`](kindle_generate::MAX_DRAFT).
+    /// [`MAX_DRAFT`].
     pub fn new(source: impl DraftSource + 'static, draft_max: usize) -> Result<Self, ServerError> {
         if !(1..=MAX_DRAFT).contains(&draft_max) {
             return Err(ServerError::InvalidSetting {
