@@ -76,7 +76,7 @@ const fn offset<const F: u8>() -> i32 {
     }
 }
 
-/// A block column's place and factors (see [`column`]).
+/// A block column's place and factors (see [`column()`]).
 struct Column {
     /// Where its sub-block starts.
     at: *const u8,

@@ -92,7 +92,7 @@ pub struct ServeArgs {
     /// On ctrl-c or SIGTERM, seconds that running requests get to finish
     #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
     pub drain_timeout: f64,
-    /// Chat replies that open with <think>: deepseek (or auto) puts the reasoning in the
+    /// Chat replies that open with `<think>`: deepseek (or auto) puts the reasoning in the
     /// message's reasoning_content and the answer in content; none leaves the text whole (a
     /// request's reasoning_format overrides it)
     #[arg(long, value_name = "FORMAT", default_value = "auto", value_parser = reasoning_format)]
