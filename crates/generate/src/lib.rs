@@ -121,6 +121,7 @@ mod draft;
 mod error;
 mod generator;
 pub mod model;
+mod outcome;
 mod samples;
 mod score;
 mod sequence;
@@ -134,10 +135,9 @@ pub use config::{GenerationConfig, StopConditions};
 pub use decode::{StreamDecoder, TokenDecoder};
 pub use draft::{Draft, Drafter, ModelDrafter, PromptLookup};
 pub use error::{BoxError, GenerateError};
-pub use generator::{
-    Event, Generator, PROMPT_CONTEXT_TOKENS, Step, Summary, Timings, generate, generate_to_end,
-};
+pub use generator::{Generator, PROMPT_CONTEXT_TOKENS, Step, generate, generate_to_end};
 pub use model::{BlockStats, LanguageModel, ModelCache, PagedModel, mask_outside};
+pub use outcome::{Event, Summary, Timings};
 pub use samples::generate_samples;
 pub use score::{Score, TokenScore, score, score_row};
 pub use sequence::Sequence;

@@ -5,8 +5,9 @@ use kindle_sampling::Sampler;
 use crate::config::GenerationConfig;
 use crate::decode::TokenDecoder;
 use crate::error::GenerateError;
-use crate::generator::{Event, Generator, Summary};
+use crate::generator::Generator;
 use crate::model::LanguageModel;
+use crate::outcome::{Event, Summary};
 use crate::session::Session;
 
 /// Generate one completion of `prompt` per sampler (give them different seeds), in order.
