@@ -36,6 +36,9 @@ pub struct DraftSettings {
     pub draft_activations: Option<ActivationFormat>,
     /// Adapt the draft length to what the target accepts (`--draft-adaptive`).
     pub draft_adaptive: bool,
+    /// Verify only drafts of at least this many tokens (`--draft-min`,
+    /// [`Speculator::with_draft_min`]); `None`: every draft.
+    pub draft_min: Option<usize>,
     /// A draft model proposes from this many lowest token ids and the context's tokens
     /// (`--draft-vocab`, [`ModelDrafter::with_vocab`]); `None`: from the whole vocabulary.
     pub draft_vocab: Option<usize>,
@@ -94,6 +97,16 @@ impl DraftSettings {
             ),
             Some(_) if !self.enabled() => bail!(
                 "--draft-max needs a drafter: --lookup-ngram N, --draft-model FILE or --self-speculative L"
+            ),
+            _ => {}
+        }
+        match self.draft_min {
+            Some(_) if !self.enabled() => bail!(
+                "--draft-min needs a drafter: --lookup-ngram N, --draft-model FILE or --self-speculative L"
+            ),
+            Some(min) if min > self.draft_max() => bail!(
+                "--draft-min {min} is more than the longest draft (--draft-max {}): no draft would be verified",
+                self.draft_max()
             ),
             _ => {}
         }
@@ -183,7 +196,14 @@ impl DraftSettings {
         } else {
             return Ok(None);
         };
-        let speculator = Speculator::new(drafter, draft_max)?;
+        let min = self.draft_min.unwrap_or(0);
+        if min > 1 && self.draft_p_min.is_some_and(|p| p > 0.0) && plan.sampler.temperature != 0.0 {
+            bail!(
+                "--draft-min with --draft-p-min and a sampled run (--temperature {}): the draft's length then depends on the tokens it drew, and dropping the short drafts would change the output distribution; drop one of them, or decode greedily",
+                plan.sampler.temperature
+            );
+        }
+        let speculator = Speculator::new(drafter, draft_max)?.with_draft_min(min)?;
         Ok(Some(if self.draft_adaptive {
             speculator.with_adaptive()
         } else {

@@ -119,7 +119,8 @@ fn a_served_draft_model_changes_no_greedy_output() {
     let (status, lines) = server.terminate();
     assert!(status.success(), "exit status {status:?}: {lines:?}");
 
-    // A draft that stops where it is unsure (`--draft-p-min`).
+    // A draft that stops where it is unsure (`--draft-p-min`), verified from three tokens
+    // (`--draft-min`).
     let server = Served::start(
         &model,
         &[
@@ -131,12 +132,14 @@ fn a_served_draft_model_changes_no_greedy_output() {
             m,
             "--draft-p-min",
             "0.5",
+            "--draft-min",
+            "3",
         ],
     );
     assert!(
-        server
-            .banner
-            .contains("drafting 8 tokens a step, stopping below p 0.5"),
+        server.banner.contains(
+            "drafting 8 tokens a step, verifying drafts of 3 or more, stopping below p 0.5"
+        ),
         "{}",
         server.banner
     );
@@ -192,13 +195,18 @@ fn bad_server_draft_settings_are_clear_errors() {
     let missing = dir.join("missing.gguf");
     let other = dir.join("other-vocab.gguf");
     TinyLlama::SMALL.write_constant(&other, 0.01);
-    let cases: [(&[&str], &str); 9] = [
+    let cases: [(&[&str], &str); 11] = [
         (
             &["--draft-max", "4"],
             "give --draft-model FILE or --self-speculative L",
         ),
         (&["--draft-vocab", "100"], "give --draft-model FILE"),
         (&["--draft-p-min", "0.5"], "give --draft-model FILE"),
+        (&["--draft-min", "2"], "give --draft-model FILE"),
+        (
+            &["--draft-model", m, "--draft-max", "4", "--draft-min", "5"],
+            "--draft-min 5 is more than the longest draft (--draft-max 4)",
+        ),
         (
             &["--draft-model", m, "--draft-p-min", "1.5"],
             "--draft-p-min 1.5: a probability, between 0 and 1",

@@ -122,6 +122,16 @@ fn greedy_output_is_unchanged_by_each_drafter() {
                 "--draft-vocab",
                 "4096",
             ],
+            &[
+                "--lookup-ngram",
+                "3",
+                "--lookup-min",
+                "1",
+                "--draft-max",
+                "6",
+                "--draft-min",
+                "3",
+            ],
         ] {
             assert_eq!(
                 plain,
@@ -155,6 +165,14 @@ fn greedy_output_is_unchanged_by_each_drafter() {
                 "8",
                 "--draft-p-min",
                 "0.75",
+            ],
+            &[
+                "--draft-model",
+                model_str,
+                "--draft-p-min",
+                "0.75",
+                "--draft-min",
+                "3",
             ],
             &["--lookup-ngram", "2"],
         ] {
@@ -262,7 +280,7 @@ fn bad_drafting_settings_are_clear_errors() {
         return;
     };
     let m = model.to_str().unwrap();
-    let cases: [(&[&str], &str); 12] = [
+    let cases: [(&[&str], &str); 15] = [
         (
             &["--lookup-ngram", "2", "--draft-max", "0"],
             "--draft-max must be at least 1",
@@ -298,6 +316,24 @@ fn bad_drafting_settings_are_clear_errors() {
         (
             &["--self-speculative", "4", "--draft-p-min", "1.5"],
             "--draft-p-min 1.5: a probability, between 0 and 1",
+        ),
+        (&["--draft-min", "2"], "--draft-min needs a drafter"),
+        (
+            &["--lookup-ngram", "2", "--draft-min", "5"],
+            "--draft-min 5 is more than the longest draft (--draft-max 4)",
+        ),
+        (
+            &[
+                "--self-speculative",
+                "4",
+                "--draft-p-min",
+                "0.5",
+                "--draft-min",
+                "2",
+                "--temperature",
+                "0.8",
+            ],
+            "--draft-min with --draft-p-min and a sampled run (--temperature 0.8)",
         ),
     ];
     for (extra, needle) in cases {

@@ -53,6 +53,14 @@ pub trait Drafter {
         Ok(())
     }
 
+    /// Whether a proposal's length can depend on the tokens it draws (a sampled draft that
+    /// ends where it is unsure, [`ModelDrafter::with_p_min`]), not on the context alone:
+    /// then drafts may not be dropped by their length
+    /// ([`Speculator::with_draft_min`](crate::Speculator::with_draft_min)), which would
+    /// change the output distribution. No default: a wrapper must pass its drafter's answer
+    /// on.
+    fn length_follows_draws(&self) -> bool;
+
     /// How many of the last proposal's `proposed` tokens the target accepted. The default
     /// ignores it.
     fn accepted(&mut self, proposed: usize, accepted: usize) {
@@ -172,6 +180,11 @@ impl PromptLookup {
 }
 
 impl Drafter for PromptLookup {
+    /// No: a lookup draft follows from the context.
+    fn length_follows_draws(&self) -> bool {
+        false
+    }
+
     fn propose(
         &mut self,
         context: &[u32],
@@ -352,6 +365,11 @@ impl<M: LanguageModel> ModelDrafter<M> {
 }
 
 impl<M: LanguageModel> Drafter for ModelDrafter<M> {
+    /// Where it samples and ends where it is unsure ([`ModelDrafter::with_p_min`]).
+    fn length_follows_draws(&self) -> bool {
+        self.p_min > 0.0 && self.sampler.config().temperature != 0.0
+    }
+
     fn prefill(&mut self, context: &[u32]) -> Result<(), GenerateError> {
         if context.is_empty() || context.len() > self.session.context_length(&self.model) {
             // Nothing to run, or more than the draft's context: `propose` declines then.

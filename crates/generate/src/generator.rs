@@ -104,12 +104,13 @@ impl<'a, M: LanguageModel, D: TokenDecoder + ?Sized> Generator<'a, M, D> {
     /// the events, stops, limits and logprobs (the target's) are those of a plain run.
     ///
     /// Errors: [`GenerateError::InvalidDraft`] for a mirostat sampler (no fixed distribution
-    /// to verify against).
+    /// to verify against), and for a sampled one where the speculator drops short drafts of
+    /// a drafter whose length depends on its draws ([`Speculator::with_draft_min`]).
     pub fn with_speculator(
         mut self,
         speculator: &'a mut Speculator,
     ) -> Result<Self, GenerateError> {
-        SpecRun::check_sampler(self.sampler)?;
+        SpecRun::check_sampler(self.sampler, speculator)?;
         self.spec = Some(SpecRun::new(speculator));
         Ok(self)
     }
@@ -571,7 +572,11 @@ impl<'a> SpecRun<'a> {
     }
 
     /// Refuse samplers whose distribution cannot be verified.
-    pub(crate) fn check_sampler(sampler: &Sampler) -> Result<(), GenerateError> {
+    pub(crate) fn check_sampler(
+        sampler: &Sampler,
+        speculator: &Speculator,
+    ) -> Result<(), GenerateError> {
+        speculator.check_target(sampler)?;
         let config = sampler.config();
         if config.temperature != 0.0 && config.mirostat != Mirostat::Off {
             return Err(GenerateError::InvalidDraft(
@@ -615,6 +620,8 @@ impl<'a> SpecRun<'a> {
             .min(core.room().saturating_sub(1))
             .min(cache_room.saturating_sub(1))
             .min(crate::model::ModelCache::max_pass(session.cache()).saturating_sub(1));
+        // A step that may draft fewer tokens than the minimum drafts nothing.
+        let k = if k < self.spec.draft_min { 0 } else { k };
         if self.timed && k > 0 {
             let mut context = Vec::with_capacity(session.len() + 1);
             context.extend_from_slice(session.tokens());
@@ -624,6 +631,11 @@ impl<'a> SpecRun<'a> {
                 return Some(Err(e));
             }
         } else {
+            self.spec.draft.clear();
+        }
+        let drafted = self.spec.draft.tokens.len();
+        if drafted > 0 && drafted < self.spec.draft_min {
+            self.spec.stats.short_drafts += 1;
             self.spec.draft.clear();
         }
         let draft_time = t0.elapsed();

@@ -110,9 +110,10 @@ impl<M: LanguageModel, D: TokenDecoder> Sequence<M, D> {
     /// [`speculative_step`](Self::speculative_step), a verification pass scoring the last
     /// token and a draft in one forward pass of this sequence's session.
     ///
-    /// Errors: [`GenerateError::InvalidDraft`] for a mirostat sampler.
+    /// Errors: [`GenerateError::InvalidDraft`] for a mirostat sampler, and as
+    /// [`Generator::with_speculator`](crate::Generator::with_speculator).
     pub fn with_speculator(mut self, speculator: Speculator) -> Result<Self, GenerateError> {
-        SpecRun::check_sampler(&self.sampler)?;
+        SpecRun::check_sampler(&self.sampler, &speculator)?;
         self.spec = Some(SpecRun::owned(speculator));
         Ok(self)
     }

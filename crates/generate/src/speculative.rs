@@ -31,8 +31,12 @@ pub struct SpecStats {
     /// Tokens emitted by verification passes (accepted plus one per pass).
     pub emitted: usize,
     /// One-token target passes taken without a draft (the first decode step, or nothing
-    /// proposed, or no room left).
+    /// proposed, or no room left, or a draft shorter than the minimum).
     pub plain_steps: usize,
+    /// Drafts dropped for being shorter than the minimum
+    /// ([`Speculator::with_draft_min`]): each gave a plain step instead of a verification
+    /// pass (their tokens are not counted as drafted).
+    pub short_drafts: usize,
     /// Time in the drafter's proposals.
     pub draft_time: Duration,
     /// Time the drafter took to take in the prompt (part of the prefill's time).
@@ -75,8 +79,12 @@ impl SpecStats {
     pub fn line(&self) -> String {
         let ms = |t: std::time::Duration| t.as_secs_f64() * 1e3;
         let per_pass = |t| ms(t) / self.passes.max(1) as f64;
+        let short = match self.short_drafts {
+            0 => String::new(),
+            n => format!(" ({n} after a draft under the minimum)"),
+        };
         format!(
-            "speculative: {} drafted, {} accepted ({:.1}%), {} verification passes + {} plain steps, {:.2} tokens per target pass, draft {:.1} ms ({:.1} a pass; the prompt's {:.1} ms in the prefill), verify {:.1} ms ({:.1} a pass), speedup estimate {}",
+            "speculative: {} drafted, {} accepted ({:.1}%), {} verification passes + {} plain steps{short}, {:.2} tokens per target pass, draft {:.1} ms ({:.1} a pass; the prompt's {:.1} ms in the prefill), verify {:.1} ms ({:.1} a pass), speedup estimate {}",
             self.drafted,
             self.accepted,
             100.0 * self.acceptance_rate(),
@@ -137,6 +145,8 @@ pub const MAX_DRAFT: usize = 14;
 pub struct Speculator {
     drafter: Box<dyn Drafter>,
     pub(crate) draft_max: usize,
+    /// The shortest draft verified ([`Speculator::with_draft_min`]; 0 or 1: every draft).
+    pub(crate) draft_min: usize,
     /// The draft length of the next step when adaptive ([`Speculator::with_adaptive`]).
     adaptive: Option<usize>,
     rule: AcceptRule,
@@ -161,6 +171,7 @@ impl Speculator {
         Ok(Speculator {
             drafter,
             draft_max,
+            draft_min: 0,
             adaptive: None,
             rule: AcceptRule::Exact,
             timing_step: false,
@@ -179,12 +190,60 @@ impl Speculator {
 
     /// Adapt the draft length as the target accepts or rejects drafts (Hugging Face's
     /// assisted generation schedule): start at `draft_max`, two more tokens after a draft
-    /// accepted whole (up to `draft_max`), one fewer after a rejection (down to one). Off by
+    /// accepted whole (up to `draft_max`), one fewer after a rejection (down to one, or to
+    /// the [minimum](Self::with_draft_min)). Off by
     /// default. A drafter that is often wrong then costs short verification passes instead
     /// of long ones; the output does not depend on it (each draft is verified the same way).
     pub fn with_adaptive(mut self) -> Self {
         self.adaptive = Some(self.draft_max);
         self
+    }
+
+    /// Verify only drafts of at least `min` tokens (llama.cpp's `--draft-min`): a shorter
+    /// draft is dropped and the step is a plain one-token pass, and a step that may draft
+    /// fewer than `min` tokens (near the end of the output or the cache) drafts nothing.
+    /// Where a verification pass costs much more than a plain step, a one- or two-token draft
+    /// is not worth it. `0` and `1` verify every draft; `min` is at most
+    /// [`draft_max`](Self::draft_max).
+    ///
+    /// The output stays the target's: a greedy run's tokens are the target's choices
+    /// whatever is verified, and a drafter whose draft length follows from the context alone
+    /// (prompt lookup; a draft model that drafts greedily or never stops early) is dropped or
+    /// kept before anything random is drawn. A sampled draft that ends where it is unsure
+    /// ([`ModelDrafter::with_p_min`](crate::ModelDrafter::with_p_min)) is refused with a
+    /// sampled target ([`Generator::with_speculator`](crate::Generator::with_speculator)):
+    /// its length depends on the tokens it drew, so dropping the short ones would verify
+    /// first tokens after which the draft is confident more often than the draft's own
+    /// distribution says, and the acceptance rule would no longer give the target's.
+    pub fn with_draft_min(mut self, min: usize) -> Result<Self, GenerateError> {
+        if min > self.draft_max {
+            return Err(GenerateError::InvalidDraft(format!(
+                "the minimum draft length ({min}) is more than the longest draft ({})",
+                self.draft_max
+            )));
+        }
+        self.draft_min = min;
+        Ok(self)
+    }
+
+    /// The shortest draft verified ([`with_draft_min`](Self::with_draft_min)).
+    pub fn draft_min(&self) -> usize {
+        self.draft_min
+    }
+
+    /// Refuse a target sampler the drafts could not be verified for exactly: a sampled one
+    /// with a minimum draft length over a drafter whose draft length depends on its draws
+    /// ([`with_draft_min`](Self::with_draft_min)).
+    pub(crate) fn check_target(&self, sampler: &Sampler) -> Result<(), GenerateError> {
+        if self.draft_min > 1
+            && sampler.config().temperature != 0.0
+            && self.drafter.length_follows_draws()
+        {
+            return Err(GenerateError::InvalidDraft(
+                "a minimum draft length cannot be combined with a sampled draft that ends where it is unsure (a draft minimum probability): the draft's length depends on the tokens it drew, so dropping the short ones would change the output distribution".into(),
+            ));
+        }
+        Ok(())
     }
 
     /// How many tokens the next step may draft: `draft_max`, or the adaptive length.
@@ -343,7 +402,7 @@ impl Speculator {
             *len = if accepted == k {
                 (*len + 2).min(self.draft_max)
             } else {
-                len.saturating_sub(1).max(1)
+                len.saturating_sub(1).max(self.draft_min.max(1))
             };
         }
         let stats = &mut self.stats;

@@ -30,8 +30,8 @@ pub struct AppState<C: TextCodec> {
     pub draining: Arc<AtomicBool>,
     /// When the server started (the model's `created`).
     pub started: u64,
-    /// With a draft model: the tokens it drafts a step unless a request says otherwise.
-    pub draft_max: Option<usize>,
+    /// With a draft model: how it drafts unless a request says otherwise.
+    pub draft: Option<crate::draft::DraftDefaults>,
 }
 
 pub(crate) type Shared<C> = Arc<AppState<C>>;

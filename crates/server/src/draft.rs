@@ -69,6 +69,12 @@ pub trait DraftSource: Send {
     fn pool_stats(&self) -> Option<kindle_generate::BlockStats> {
         None
     }
+
+    /// Where its drafts end unless a request says otherwise (`kindle serve --draft-p-min`;
+    /// 0: never early).
+    fn p_min(&self) -> f32 {
+        0.0
+    }
 }
 
 /// A draft model shared by every sequence (checking that it shares the target's vocabulary
@@ -181,6 +187,10 @@ where
     fn pool_stats(&self) -> Option<kindle_generate::BlockStats> {
         self.pool.as_ref().and_then(|pool| pool.stats())
     }
+
+    fn p_min(&self) -> f32 {
+        self.p_min
+    }
 }
 
 /// A draft model's paged pool, through its cache type: what [`DraftModel::pooled`] keeps of
@@ -240,6 +250,10 @@ impl<D: LanguageModel> Drafter for Publishing<D> {
         Ok(())
     }
 
+    fn length_follows_draws(&self) -> bool {
+        self.drafter.length_follows_draws()
+    }
+
     fn accepted(&mut self, proposed: usize, accepted: usize) {
         self.drafter.accepted(proposed, accepted);
     }
@@ -259,6 +273,18 @@ impl<D: LanguageModel> Publishing<D> {
 pub struct Drafting {
     source: Box<dyn DraftSource>,
     draft_max: usize,
+    draft_min: usize,
+}
+
+/// What a request drafting with the server's draft model gets unless it says otherwise.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DraftDefaults {
+    /// Most tokens drafted per step (`--draft-max`).
+    pub draft_max: usize,
+    /// The shortest draft verified (`--draft-min`; 0 or 1: every draft).
+    pub draft_min: usize,
+    /// Where a draft ends (`--draft-p-min`; 0: never early).
+    pub p_min: f32,
 }
 
 impl Drafting {
@@ -276,7 +302,34 @@ impl Drafting {
         Ok(Drafting {
             source: Box::new(source),
             draft_max,
+            draft_min: 0,
         })
+    }
+
+    /// Verify only drafts of at least `min` tokens unless a request says otherwise
+    /// (`kindle_draft_min`; [`Speculator::with_draft_min`]). A sampled request whose drafts
+    /// end where the draft is unsure (`--draft-p-min`) verifies every draft instead: dropping
+    /// the short ones would change its output distribution. Errors: `min` above the draft
+    /// length.
+    pub fn with_draft_min(mut self, min: usize) -> Result<Self, ServerError> {
+        if min > self.draft_max {
+            return Err(ServerError::InvalidSetting {
+                name: "--draft-min",
+                value: min.to_string(),
+                expected: "at most the draft length (--draft-max)",
+            });
+        }
+        self.draft_min = min;
+        Ok(self)
+    }
+
+    /// What a request gets unless it says otherwise.
+    pub fn defaults(&self) -> DraftDefaults {
+        DraftDefaults {
+            draft_max: self.draft_max,
+            draft_min: self.draft_min,
+            p_min: self.source.p_min(),
+        }
     }
 
     /// Tokens drafted per step unless a request says otherwise.
@@ -319,6 +372,10 @@ impl Drafter for Lazy {
         self.0.propose(context, max, out)
     }
 
+    fn length_follows_draws(&self) -> bool {
+        self.0.length_follows_draws()
+    }
+
     fn accepted(&mut self, proposed: usize, accepted: usize) {
         self.0.accepted(proposed, accepted);
     }
@@ -335,6 +392,8 @@ pub enum JobDraft {
         draft_max: usize,
         /// Where a draft ends (`kindle_draft_p_min`); `None`: the server's `--draft-p-min`.
         p_min: Option<f32>,
+        /// The shortest draft verified (`kindle_draft_min` or the server's `--draft-min`).
+        draft_min: usize,
     },
 }
 
@@ -347,8 +406,9 @@ pub(crate) fn with_lookup<M: PagedModel, D: kindle_generate::TokenDecoder>(
     let drafter = PromptLookup::new(lookup.ngram)
         .and_then(|d| d.with_min(lookup.ngram.min(2)))
         .map_err(|e| e.to_string())?;
-    let speculator =
-        Speculator::new(Box::new(drafter), lookup.draft_max).map_err(|e| e.to_string())?;
+    let speculator = Speculator::new(Box::new(drafter), lookup.draft_max)
+        .and_then(|s| s.with_draft_min(lookup.draft_min))
+        .map_err(|e| e.to_string())?;
     seq.with_speculator(speculator).map_err(|e| e.to_string())
 }
 
@@ -367,6 +427,8 @@ pub(crate) struct DraftJob<'a> {
     pub reuse: bool,
     /// Where a draft ends; `None`: the server's `--draft-p-min`.
     pub p_min: Option<f32>,
+    /// The shortest draft verified.
+    pub draft_min: usize,
 }
 
 /// `seq` drafting with the server's draft model, `draft_max` tokens a step, for `job` (the
@@ -388,6 +450,8 @@ pub(crate) fn with_draft_model<M: PagedModel, D: kindle_generate::TokenDecoder>(
     metrics
         .draft_prefix_hit_tokens
         .fetch_add(reused as u64, std::sync::atomic::Ordering::SeqCst);
-    let speculator = Speculator::new(drafter, draft_max).map_err(|e| e.to_string())?;
+    let speculator = Speculator::new(drafter, draft_max)
+        .and_then(|s| s.with_draft_min(job.draft_min))
+        .map_err(|e| e.to_string())?;
     seq.with_speculator(speculator).map_err(|e| e.to_string())
 }

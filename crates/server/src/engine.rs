@@ -411,13 +411,18 @@ impl<M: PagedModel, C: TextCodec> Engine<M, C> {
                     .map_err(|e| e.to_string())
                     .and_then(|seq| match job.draft {
                         Some(JobDraft::Lookup(lookup)) => with_lookup(seq, lookup),
-                        Some(JobDraft::Model { draft_max, p_min }) => {
+                        Some(JobDraft::Model {
+                            draft_max,
+                            p_min,
+                            draft_min,
+                        }) => {
                             let for_job = DraftJob {
                                 sampler: draft_sampler,
                                 capacity: job.capacity,
                                 prompt: &job.prompt,
                                 reuse: prefix,
                                 p_min,
+                                draft_min,
                             };
                             let drafting = self.drafting.as_ref();
                             with_draft_model(seq, drafting, draft_max, for_job, &self.metrics)

@@ -9,7 +9,7 @@ use crate::error::ApiError;
 pub use crate::fields::{Object, boolean, integer, number, parse_object, string};
 pub(crate) use crate::fields::{expected, field, short};
 pub use crate::request_draft::{DraftAsk, Lookup, MAX_LOOKUP_NGRAM};
-use crate::request_draft::{draft_ask, draft_p_min};
+use crate::request_draft::{draft_ask, draft_min, draft_p_min};
 
 /// What every generation request shares: sampling, stops, counts, streaming, logprobs.
 #[derive(Debug, Clone, PartialEq)]
@@ -56,6 +56,10 @@ pub struct GenerationParams {
     /// likely token is less likely than this (llama-server's `speculative.p_min`); `None`:
     /// the server's `--draft-p-min`.
     pub draft_p_min: Option<f32>,
+    /// `kindle_draft_min` (0-14): the shortest draft verified (llama-server's
+    /// `speculative.n_min`); `None`: the server's `--draft-min` with its draft model, every
+    /// draft with prompt lookup.
+    pub draft_min: Option<usize>,
     /// `dry_sequence_breakers` as texts (each stands for the last token of its encoding,
     /// resolved with the vocabulary); `None`: llama.cpp's defaults where DRY is on.
     pub dry_breakers: Option<Vec<String>>,
@@ -269,6 +273,7 @@ pub fn generation_params(object: &Object, chat: bool) -> Result<GenerationParams
     }
     let draft = draft_ask(object, trace)?;
     let draft_p_min = draft_p_min(object, draft, trace)?;
+    let draft_min = draft_min(object, draft, trace)?;
     let dry_breakers = dry_breakers(object)?;
     Ok(GenerationParams {
         model,
@@ -288,6 +293,7 @@ pub fn generation_params(object: &Object, chat: bool) -> Result<GenerationParams
         echo,
         draft,
         draft_p_min,
+        draft_min,
         dry_breakers,
     })
 }

@@ -1,5 +1,5 @@
-//! The drafting fields of a generation request: `kindle_lookup_ngram`, `kindle_draft_max`
-//! and `kindle_draft_p_min` (see [`crate::request`]).
+//! The drafting fields of a generation request: `kindle_lookup_ngram`, `kindle_draft_max`,
+//! `kindle_draft_min` and `kindle_draft_p_min` (see [`crate::request`]).
 
 use kindle_generate::{DEFAULT_LOOKUP_DRAFT_MAX, MAX_DRAFT};
 
@@ -13,6 +13,8 @@ pub struct Lookup {
     pub ngram: usize,
     /// Most tokens drafted per step.
     pub draft_max: usize,
+    /// The shortest draft verified (`kindle_draft_min`; 0 or 1: every draft).
+    pub draft_min: usize,
 }
 
 /// What a request says about speculative decoding.
@@ -62,6 +64,46 @@ pub(crate) fn draft_p_min(
     ))
 }
 
+/// `kindle_draft_min` (0-14): the shortest draft verified, whichever drafter the request
+/// drafts with; at most its draft length where the request gives it (prompt lookup's, or
+/// `kindle_draft_max`; against the server's draft model's default, and whether the server has
+/// one, it is checked with the server's state).
+pub(crate) fn draft_min(
+    object: &Object,
+    draft: DraftAsk,
+    trace: bool,
+) -> Result<Option<usize>, ApiError> {
+    let Some(min) = integer(object, "kindle_draft_min", 0, MAX_DRAFT as i64)? else {
+        return Ok(None);
+    };
+    let min = min as usize;
+    let max = match draft {
+        DraftAsk::ServerDefault => return Ok(Some(min)),
+        DraftAsk::Lookup(lookup) => lookup.draft_max,
+        DraftAsk::Model { draft_max } => draft_max,
+        DraftAsk::Off => {
+            let why = if trace {
+                "'kindle_trace' turns drafting off (verified tokens are not traced)"
+            } else {
+                "'kindle_draft_max': 0 turns drafting off"
+            };
+            return Err(ApiError::invalid(
+                "kindle_draft_min",
+                format!("'kindle_draft_min' sets the shortest draft verified: {why}."),
+            ));
+        }
+    };
+    if min > max {
+        return Err(ApiError::invalid(
+            "kindle_draft_min",
+            format!(
+                "'kindle_draft_min' ({min}) is more than the request's longest draft ({max}): no draft would be verified."
+            ),
+        ));
+    }
+    Ok(Some(min))
+}
+
 /// `kindle_lookup_ngram` (1-16) with `kindle_draft_max` (1-14, default 4): prompt lookup;
 /// `kindle_draft_max` alone: 0 turns drafting off, 1-14 sets the server's draft model's draft
 /// length (whether the server has one is checked with the server's state).
@@ -100,6 +142,7 @@ pub(crate) fn draft_ask(object: &Object, trace: bool) -> Result<DraftAsk, ApiErr
     Ok(DraftAsk::Lookup(Lookup {
         ngram: ngram as usize,
         draft_max: draft_max.map_or(DEFAULT_LOOKUP_DRAFT_MAX, |k| k as usize),
+        draft_min: 0,
     }))
 }
 
@@ -119,7 +162,8 @@ mod tests {
             ask(r#"{"kindle_lookup_ngram":3}"#),
             DraftAsk::Lookup(Lookup {
                 ngram: 3,
-                draft_max: DEFAULT_LOOKUP_DRAFT_MAX
+                draft_max: DEFAULT_LOOKUP_DRAFT_MAX,
+                draft_min: 0,
             })
         );
         assert_eq!(DEFAULT_LOOKUP_DRAFT_MAX, 4);
@@ -127,7 +171,8 @@ mod tests {
             ask(r#"{"kindle_lookup_ngram":2,"kindle_draft_max":8}"#),
             DraftAsk::Lookup(Lookup {
                 ngram: 2,
-                draft_max: 8
+                draft_max: 8,
+                draft_min: 0,
             })
         );
     }
@@ -168,6 +213,49 @@ mod tests {
         ] {
             let err = p_min(json, trace).unwrap_err();
             assert_eq!(err.param.as_deref(), Some("kindle_draft_p_min"), "{json}");
+            assert!(err.message.contains(needle), "{json}: {}", err.message);
+        }
+    }
+
+    #[test]
+    fn a_draft_length_minimum_is_at_most_the_requests_longest_draft() {
+        let min = |json: &str, trace| {
+            let object = obj(json);
+            draft_min(&object, draft_ask(&object, trace)?, trace)
+        };
+        assert_eq!(min(r#"{"kindle_draft_min":3}"#, false).unwrap(), Some(3));
+        assert_eq!(
+            min(r#"{"kindle_draft_min":4,"kindle_lookup_ngram":2}"#, false).unwrap(),
+            Some(4)
+        );
+        assert_eq!(
+            min(r#"{"kindle_draft_min":6,"kindle_draft_max":6}"#, false).unwrap(),
+            Some(6)
+        );
+        assert_eq!(min(r#"{}"#, false).unwrap(), None);
+        for (json, trace, needle) in [
+            (r#"{"kindle_draft_min":15}"#, false, "kindle_draft_min"),
+            (r#"{"kindle_draft_min":-1}"#, false, "kindle_draft_min"),
+            (r#"{"kindle_draft_min":2.5}"#, false, "kindle_draft_min"),
+            (
+                r#"{"kindle_draft_min":5,"kindle_lookup_ngram":2}"#,
+                false,
+                "more than the request's longest draft (4)",
+            ),
+            (
+                r#"{"kindle_draft_min":7,"kindle_draft_max":6}"#,
+                false,
+                "more than the request's longest draft (6)",
+            ),
+            (
+                r#"{"kindle_draft_min":2,"kindle_draft_max":0}"#,
+                false,
+                "turns drafting off",
+            ),
+            (r#"{"kindle_draft_min":2}"#, true, "'kindle_trace'"),
+        ] {
+            let err = min(json, trace).unwrap_err();
+            assert_eq!(err.param.as_deref(), Some("kindle_draft_min"), "{json}");
             assert!(err.message.contains(needle), "{json}: {}", err.message);
         }
     }

@@ -24,11 +24,13 @@ use tower_http::timeout::RequestBodyTimeoutLayer;
 
 use crate::app::{AppState, Shared, json_response, read_json};
 use crate::codec::{Encoding, TextCodec};
+use crate::draft::DraftDefaults;
 use crate::engine::{Command, Job, JobDraft, Update};
 use crate::error::ApiError;
 use crate::prompts::{Encoded, encode_prompts};
 use crate::reasoning::ReasoningFormat;
 use crate::request::{DraftAsk, GenerationParams, generation_params, integer};
+use crate::request_draft::Lookup;
 use crate::response::{
     Choice, ChunkWriter, Endpoint, ResponseMeta, TokenReport, body as response_body, finish_reason,
 };
@@ -244,14 +246,18 @@ async fn chat_completions<C: TextCodec>(
     generation(state, headers, body, Endpoint::Chat).await
 }
 
-/// How a request's jobs draft: what it asks for ([`DraftAsk`], and `p_min`, where the draft
-/// model's drafts end), with the server's draft model (drafting `server_max` tokens a step,
-/// where there is one) by default. Asking for drafting with mirostat, or for the draft model
-/// of a server without one, is a 400; mirostat without asking takes no drafts.
+/// How a request's jobs draft: what it asks for ([`DraftAsk`], `p_min`, where the draft
+/// model's drafts end, and `min`, the shortest draft verified), with the server's draft model
+/// (`server`, where there is one) by default. Asking for drafting with mirostat, or for the
+/// draft model of a server without one, is a 400; mirostat without asking takes no drafts.
+/// A sampled request whose draft model's drafts end where it is unsure verifies every draft:
+/// its own `kindle_draft_min` above 1 is a 400 (dropping the short drafts would change its
+/// output distribution), the server's `--draft-min` does not apply to it.
 fn job_draft(
-    server_max: Option<usize>,
+    server: Option<DraftDefaults>,
     ask: DraftAsk,
     p_min: Option<f32>,
+    min: Option<usize>,
     sampler: &kindle_sampling::SamplerConfig,
 ) -> Result<Option<JobDraft>, ApiError> {
     // Mirostat's state follows each draw: no fixed distribution to verify drafts against.
@@ -269,33 +275,73 @@ fn job_draft(
     };
     if p_min.is_some() {
         asked("kindle_draft_p_min")?;
-        if server_max.is_none() {
+        if server.is_none() {
             return Err(ApiError::invalid(
                 "kindle_draft_p_min",
                 "'kindle_draft_p_min' ends the server's draft model's drafts: this server has none (start it with --draft-model).",
             ));
         }
     }
-    Ok(match ask {
-        DraftAsk::Off => None,
-        DraftAsk::ServerDefault => server_max
-            .filter(|_| !mirostat)
-            .map(|draft_max| JobDraft::Model { draft_max, p_min }),
+    if min.is_some() {
+        asked("kindle_draft_min")?;
+    }
+    // The server's draft model, `draft_max` tokens a step.
+    let model = |server: DraftDefaults, draft_max: usize| {
+        let stops = p_min.unwrap_or(server.p_min) > 0.0 && sampler.temperature != 0.0;
+        let draft_min = match min {
+            Some(min) if min > draft_max => {
+                return Err(ApiError::invalid(
+                    "kindle_draft_min",
+                    format!(
+                        "'kindle_draft_min' ({min}) is more than the server's longest draft ({draft_max}): no draft would be verified."
+                    ),
+                ));
+            }
+            Some(min) if min > 1 && stops => {
+                return Err(ApiError::invalid(
+                    "kindle_draft_min",
+                    "'kindle_draft_min' cannot be combined with sampling where the draft model's drafts end where it is unsure ('kindle_draft_p_min' or the server's --draft-p-min): a draft's length then depends on the tokens it drew, and dropping the short ones would change the output distribution.",
+                ));
+            }
+            Some(min) => min,
+            None if stops => 0,
+            None => server.draft_min.min(draft_max),
+        };
+        Ok(Some(JobDraft::Model {
+            draft_max,
+            p_min,
+            draft_min,
+        }))
+    };
+    match ask {
+        DraftAsk::Off => Ok(None),
+        DraftAsk::ServerDefault => match server {
+            Some(server) if !mirostat => model(server, server.draft_max),
+            Some(_) => Ok(None),
+            None if min.is_some() => Err(ApiError::invalid(
+                "kindle_draft_min",
+                "'kindle_draft_min' needs a drafter: set 'kindle_lookup_ngram' (this server has no draft model: start it with --draft-model).",
+            )),
+            None => Ok(None),
+        },
         DraftAsk::Lookup(lookup) => {
             asked("kindle_lookup_ngram")?;
-            Some(JobDraft::Lookup(lookup))
+            Ok(Some(JobDraft::Lookup(Lookup {
+                draft_min: min.unwrap_or(0),
+                ..lookup
+            })))
         }
         DraftAsk::Model { draft_max } => {
             asked("kindle_draft_max")?;
-            if server_max.is_none() {
-                return Err(ApiError::invalid(
+            match server {
+                Some(server) => model(server, draft_max),
+                None => Err(ApiError::invalid(
                     "kindle_draft_max",
                     "'kindle_draft_max' needs a drafter: set 'kindle_lookup_ngram' (this server has no draft model: start it with --draft-model).",
-                ));
+                )),
             }
-            Some(JobDraft::Model { draft_max, p_min })
         }
-    })
+    }
 }
 
 /// One engine job per choice of each prompt; `index` = prompt × n + choice.
@@ -331,7 +377,13 @@ fn jobs<C: TextCodec>(
         Endpoint::Chat => usize::MAX,
     };
     let max_tokens = params.max_tokens.unwrap_or(default_max);
-    let draft = job_draft(state.draft_max, params.draft, params.draft_p_min, &base)?;
+    let draft = job_draft(
+        state.draft,
+        params.draft,
+        params.draft_p_min,
+        params.draft_min,
+        &base,
+    )?;
     let mut out = Vec::with_capacity(prompts.len() * params.n);
     for (p, prompt) in prompts.into_iter().enumerate() {
         let room = state.config.context - prompt.len();

@@ -51,7 +51,7 @@ where
         pool_blocks: config.pool_blocks(),
         block_size: config.block_size,
     };
-    let draft_max = drafting.as_ref().map(Drafting::draft_max);
+    let draft = drafting.as_ref().map(Drafting::defaults);
     let (engine, thread) = engine::spawn(
         model,
         drafting,
@@ -69,7 +69,7 @@ where
         config,
         draining: Arc::clone(&draining),
         started: now_seconds(),
-        draft_max,
+        draft,
     });
     let drain = async move {
         shutdown.await;

@@ -1,7 +1,8 @@
 //! A server with a draft model (`kindle serve --draft-model`): requests draft with it by
 //! default and give what they give without it (tokens, logprobs, usage), alone or in chat;
 //! beside other requests they decode in the batch instead of in passes of their own;
-//! `kindle_draft_max` sets the draft length or (0) turns drafting off; bad settings are clear
+//! `kindle_draft_max` sets the draft length or (0) turns drafting off, `kindle_draft_p_min`
+//! where drafts end and `kindle_draft_min` the shortest verified; bad settings are clear
 //! 400s; `/metrics` counts drafted and accepted tokens.
 
 mod common;
@@ -19,7 +20,7 @@ use serde_json::{Value, json};
 
 /// A draft model: the target's logits (from a [`HashModel`] of its own), except in about one
 /// row in four (by a hash of the row), where the peak moves to another token: its drafts are
-/// accepted in part. Its model counts its passes and sleeps `delay` in each one-row pass.
+/// accepted in part; in another one row in four its peak is lower (the draft is unsure). Its model counts its passes and sleeps `delay` in each one-row pass.
 #[derive(Clone)]
 struct Draft {
     inner: HashModel,
@@ -49,12 +50,16 @@ impl Draft {
         let h = row.iter().fold(7u64, |h, x| {
             h.wrapping_mul(31).wrapping_add(u64::from(x.to_bits()))
         });
+        let peak = (0..row.len())
+            .max_by(|&a, &b| row[a].total_cmp(&row[b]))
+            .unwrap();
         if h % 4 == 0 {
-            let peak = (0..row.len())
-                .max_by(|&a, &b| row[a].total_cmp(&row[b]))
-                .unwrap();
             row[peak] = -5.0;
             row[peak % 26 + 1] = 3.0;
+        } else if h % 4 == 1 {
+            // Unsure: the same peak, lower (about 0.2 of the probability, where the other
+            // rows' peaks have about 0.7).
+            row[peak] = 1.0;
         }
         row
     }
@@ -126,6 +131,14 @@ async fn counter(server: &TestServer, name: &str) -> u64 {
         .unwrap()
 }
 
+/// Verification passes and drafted tokens so far, from `/metrics`.
+async fn drafts(server: &TestServer) -> (u64, u64) {
+    (
+        counter(server, "kindle_draft_passes_total").await,
+        counter(server, "kindle_draft_tokens_total").await,
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_draft_model_gives_the_output_of_the_request_without_it() {
     let (server, draft) = drafting_server(Duration::ZERO, 4).await;
@@ -188,6 +201,27 @@ async fn a_draft_model_gives_the_output_of_the_request_without_it() {
     assert_eq!(s7, 200, "{g}");
     assert_eq!(a["choices"], g["choices"]);
     assert!(counter(&server, "kindle_draft_passes_total").await > passes);
+    // Drafts ending where the draft is unsure, with `kindle_draft_min` at the draft length:
+    // only whole drafts are verified (every pass four tokens), where without it some are
+    // shorter; the output is the same.
+    for (min, whole) in [(None, false), (Some(4), true)] {
+        let (passes, tokens) = drafts(&server).await;
+        let mut ask = json!({"kindle_draft_p_min": 0.5});
+        if let Some(min) = min {
+            ask["kindle_draft_min"] = json!(min);
+        }
+        let (status, h) = server
+            .post("/v1/completions", &with(drafted.clone(), ask))
+            .await;
+        assert_eq!(status, 200, "{h}");
+        assert_eq!(a["choices"], h["choices"]);
+        let (p, t) = drafts(&server).await;
+        let (p, t) = (p - passes, t - tokens);
+        assert!(p > 0, "min {min:?}: nothing verified");
+        // Whole drafts only, or short ones in more places than the output's end.
+        let fits = if whole { t == 4 * p } else { t + 4 < 4 * p };
+        assert!(fits, "min {min:?}: {t} tokens in {p} passes");
+    }
     let chat = json!({
         "model": "toy", "messages": [{"role": "user", "content": "a dog ran"}],
         "max_tokens": 60, "temperature": 0,
@@ -358,6 +392,41 @@ async fn bad_draft_settings_are_clear_errors() {
             "kindle_draft_max",
             "between 1 and 14",
         ),
+        (
+            json!({"kindle_draft_min": 15}),
+            "kindle_draft_min",
+            "between 0 and 14",
+        ),
+        (
+            json!({"kindle_draft_min": 5}),
+            "kindle_draft_min",
+            "more than the server's longest draft (4)",
+        ),
+        (
+            json!({"kindle_draft_min": 3, "kindle_draft_max": 2}),
+            "kindle_draft_min",
+            "more than the request's longest draft (2)",
+        ),
+        (
+            json!({"kindle_draft_min": 5, "kindle_lookup_ngram": 3}),
+            "kindle_draft_min",
+            "more than the request's longest draft (4)",
+        ),
+        (
+            json!({"kindle_draft_min": 2, "kindle_draft_max": 0}),
+            "kindle_draft_min",
+            "turns drafting off",
+        ),
+        (
+            json!({"kindle_draft_min": 2, "mirostat": 2, "temperature": 0.8}),
+            "kindle_draft_min",
+            "mirostat",
+        ),
+        (
+            json!({"kindle_draft_min": 2, "kindle_draft_p_min": 0.5, "temperature": 0.8}),
+            "kindle_draft_min",
+            "would change the output distribution",
+        ),
     ] {
         let (status, body) = server
             .post("/v1/completions", &with(base.clone(), extra.clone()))
@@ -375,6 +444,47 @@ async fn bad_draft_settings_are_clear_errors() {
             .unwrap_or_else(|| panic!("--draft-max {k} taken"));
         assert!(error.to_string().contains("--draft-max"), "{error}");
     }
+    let error = Drafting::new(DraftModel::new(Draft::new(Duration::ZERO)), 4)
+        .and_then(|d| d.with_draft_min(5))
+        .err()
+        .unwrap();
+    assert!(error.to_string().contains("--draft-min"), "{error}");
+}
+
+/// A server whose draft model's drafts end where it is unsure (`--draft-p-min`) and that
+/// verifies only whole drafts (`--draft-min` at the draft length): a greedy request gets only
+/// whole drafts verified; a sampled one gets every draft verified instead (dropping the short
+/// ones would change its distribution), and asking for a minimum itself is a 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_servers_draft_minimum_applies_where_it_keeps_the_distribution() {
+    let draft = Draft::new(Duration::ZERO);
+    let model = DraftModel::new(draft.clone()).with_p_min(0.5).unwrap();
+    let drafting = Drafting::new(model, 4)
+        .and_then(|d| d.with_draft_min(4))
+        .unwrap();
+    let server = TestServer::start_drafting(config(), Duration::ZERO, Some(drafting)).await;
+    let greedy = json!({
+        "model": "toy", "prompt": "the cat sat on", "max_tokens": 80, "temperature": 0,
+    });
+    let sampled = json!({
+        "model": "toy", "prompt": "the cat sat on", "max_tokens": 80, "temperature": 0.8,
+        "seed": 5, "ignore_eos": true,
+    });
+    for (body, whole) in [(&greedy, true), (&sampled, false)] {
+        let (passes, tokens) = drafts(&server).await;
+        let (status, out) = server.post("/v1/completions", body).await;
+        assert_eq!(status, 200, "{out}");
+        let (p, t) = drafts(&server).await;
+        let (p, t) = (p - passes, t - tokens);
+        assert!(p > 0, "{body}: nothing verified");
+        let fits = if whole { t == 4 * p } else { t + 4 < 4 * p };
+        assert!(fits, "{body}: {t} tokens in {p} passes");
+    }
+    let asked = with(sampled, json!({"kindle_draft_min": 4}));
+    let (status, out) = server.post("/v1/completions", &asked).await;
+    assert_eq!(status, 400, "{out}");
+    assert_eq!(out["error"]["param"], "kindle_draft_min", "{out}");
+    server.stop().await;
 }
 
 /// The same request twice to a server drafting with a fresh [`Draft`], its own pool or none:

@@ -1,4 +1,5 @@
-//! Prompt-lookup drafting per request (`kindle_lookup_ngram`, `kindle_draft_max`): a greedy
+//! Prompt-lookup drafting per request (`kindle_lookup_ngram`, `kindle_draft_max`,
+//! `kindle_draft_min`): a greedy
 //! request gives what it gives without drafting (tokens, finish reason, logprobs, usage),
 //! beside other requests in the same batches; bad settings are clear 400s.
 
@@ -42,6 +43,37 @@ async fn drafting_gives_the_output_of_the_request_without_it() {
         "model": "toy", "messages": [{"role": "user", "content": "abcab abcab abcab"}],
         "max_tokens": 80, "temperature": 0,
     });
+    // Single-token lookup, eight tokens a draft, then only drafts of three tokens or more
+    // verified (`kindle_draft_min`): the same output, fewer passes (the short drafts dropped),
+    // every verified draft at least three tokens long.
+    let metric = |name| server.metric(name);
+    let (passes, tokens) = (
+        metric("kindle_draft_passes_total").await,
+        metric("kindle_draft_tokens_total").await,
+    );
+    let probe = with(
+        plain.clone(),
+        json!({"kindle_lookup_ngram": 1, "kindle_draft_max": 8}),
+    );
+    let (status, probed) = server.post("/v1/completions", &probe).await;
+    assert_eq!(status, 200, "{probed}");
+    assert_eq!(a.1["choices"], probed["choices"]);
+    let p0 = metric("kindle_draft_passes_total").await - passes;
+    let t0 = metric("kindle_draft_tokens_total").await - tokens;
+    let (passes, tokens) = (
+        metric("kindle_draft_passes_total").await,
+        metric("kindle_draft_tokens_total").await,
+    );
+    let long = with(probe.clone(), json!({"kindle_draft_min": 3}));
+    let (status, long) = server.post("/v1/completions", &long).await;
+    assert_eq!(status, 200, "{long}");
+    assert_eq!(a.1["choices"], long["choices"]);
+    let p = metric("kindle_draft_passes_total").await - passes;
+    let t = metric("kindle_draft_tokens_total").await - tokens;
+    assert!(
+        p > 0.0 && p < p0 && t >= 3.0 * p,
+        "{t} tokens in {p} passes, without the minimum {t0} in {p0}"
+    );
     let (s1, plain_chat) = server.post("/v1/chat/completions", &chat).await;
     let chat = with(chat, json!({"kindle_lookup_ngram": 2}));
     let (s2, drafted_chat) = server.post("/v1/chat/completions", &chat).await;
@@ -79,6 +111,11 @@ async fn bad_drafting_settings_are_clear_errors() {
             json!({"kindle_draft_p_min": 0.5}),
             "kindle_draft_p_min",
             "this server has none",
+        ),
+        (
+            json!({"kindle_draft_min": 2}),
+            "kindle_draft_min",
+            "needs a drafter",
         ),
         (
             json!({"kindle_lookup_ngram": 3, "kindle_trace": true, "logprobs": 1}),

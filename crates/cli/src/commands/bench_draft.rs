@@ -165,6 +165,9 @@ fn check(args: &DraftBench<'_>) -> Result<()> {
 /// How the drafter is named in the rows.
 fn drafter_name(draft: &DraftSettings) -> String {
     let max = draft.draft_max();
+    let min = draft
+        .draft_min
+        .map_or_else(String::new, |n| format!(", min {n}"));
     let what = if let Some(n) = draft.lookup_ngram {
         format!("lookup {n}-gram")
     } else if let Some(path) = &draft.draft_model {
@@ -188,7 +191,7 @@ fn drafter_name(draft: &DraftSettings) -> String {
     } else {
         ""
     };
-    format!("{what} (max {max}{vocab}{p_min}{adaptive})")
+    format!("{what} (max {max}{min}{vocab}{p_min}{adaptive})")
 }
 
 /// Add one generation's counters to `total`.
@@ -198,6 +201,7 @@ fn add(total: &mut SpecStats, s: &SpecStats) {
     total.accepted += s.accepted;
     total.emitted += s.emitted;
     total.plain_steps += s.plain_steps;
+    total.short_drafts += s.short_drafts;
     total.draft_time += s.draft_time;
     total.prefill_time += s.prefill_time;
     total.verify_time += s.verify_time;
@@ -542,6 +546,7 @@ mod tests {
             accepted: 6,
             emitted: 8,
             plain_steps: 1,
+            short_drafts: 1,
             draft_time: std::time::Duration::from_millis(3),
             prefill_time: std::time::Duration::from_millis(1),
             verify_time: std::time::Duration::from_millis(5),
@@ -554,6 +559,7 @@ mod tests {
         assert_eq!(total.accepted, 12);
         assert_eq!(total.emitted, 16);
         assert_eq!(total.plain_steps, 2);
+        assert_eq!(total.short_drafts, 2);
         assert_eq!(total.verify_time, std::time::Duration::from_millis(10));
         assert_eq!(total.acceptance_rate(), 0.75);
     }
@@ -578,8 +584,13 @@ mod tests {
         let layers = DraftSettings {
             self_speculative: Some(8),
             draft_max: Some(5),
+            draft_min: Some(2),
+            draft_p_min: Some(0.5),
             ..DraftSettings::default()
         };
-        assert_eq!(drafter_name(&layers), "self 8 layers (max 5)");
+        assert_eq!(
+            drafter_name(&layers),
+            "self 8 layers (max 5, min 2, p-min 0.5)"
+        );
     }
 }

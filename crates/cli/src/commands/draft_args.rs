@@ -23,6 +23,11 @@ pub struct DraftArgs {
     /// Most tokens drafted per step [default: 4 with --lookup-ngram, 8 with a draft model]
     #[arg(long, value_name = "K")]
     pub draft_max: Option<usize>,
+    /// Verify only drafts of at least N tokens (llama.cpp's --draft-min): a shorter draft is
+    /// dropped for a plain step, where a verification pass costs more than it would win
+    /// [default: 0, every draft]
+    #[arg(long, value_name = "N")]
+    pub draft_min: Option<usize>,
     /// Adapt the draft length: two more tokens after a draft accepted whole (up to
     /// --draft-max), one fewer after a rejection (down to 1)
     #[arg(long)]
@@ -76,6 +81,7 @@ impl DraftArgs {
             lookup_ngram: self.lookup_ngram,
             lookup_min: self.lookup_min,
             draft_adaptive: self.draft_adaptive,
+            draft_min: self.draft_min,
             ..self.model.settings(self.draft_max)
         }
     }

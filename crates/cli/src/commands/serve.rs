@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use kindle_cli::chat::encode_chat_ending;
+use kindle_cli::draft::DraftSettings;
 use kindle_cli::engine::{ContextMode, parse_bytes};
 use kindle_cli::plan::{
     ContextSettings, GenerationSettings, ModelSettings, PromptEncoding, PromptSettings, RunPlan,
@@ -106,6 +107,12 @@ pub struct ServeArgs {
     /// [default: 8]
     #[arg(long, value_name = "K")]
     pub draft_max: Option<usize>,
+    /// The shortest draft of the draft model verified (llama-server's --draft-min): a shorter
+    /// one gives a plain step, unless a request's kindle_draft_min says otherwise. Sampled
+    /// requests verify every draft where --draft-p-min ends drafts early (dropping the short
+    /// ones would change their output distribution) [default: 0, every draft]
+    #[arg(long, value_name = "N")]
+    pub draft_min: Option<usize>,
 }
 
 /// `--reasoning-format`'s parser.
@@ -129,16 +136,20 @@ pub fn run(args: ServeArgs) -> Result<()> {
         );
     }
     let settings = args.settings()?;
-    let drafts = args.draft.settings(args.draft_max);
+    let drafts = DraftSettings {
+        draft_min: args.draft_min,
+        ..args.draft.settings(args.draft_max)
+    };
     if drafts.draft_model.is_none()
         && drafts.self_speculative.is_none()
         && (drafts.draft_max.is_some()
+            || drafts.draft_min.is_some()
             || drafts.draft_activations.is_some()
             || drafts.draft_vocab.is_some()
             || drafts.draft_p_min.is_some())
     {
         bail!(
-            "--draft-max, --draft-activations, --draft-vocab and --draft-p-min set the server's draft model: give --draft-model FILE or --self-speculative L (a request asks for prompt lookup itself, with kindle_lookup_ngram)"
+            "--draft-max, --draft-min, --draft-activations, --draft-vocab and --draft-p-min set the server's draft model: give --draft-model FILE or --self-speculative L (a request asks for prompt lookup itself, with kindle_lookup_ngram)"
         );
     }
     drafts.check()?;
@@ -184,7 +195,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 None => model,
             }
             .with_p_min(drafts.draft_p_min.unwrap_or(0.0))?;
-            Some(Drafting::new(model, drafts.draft_max())?)
+            let drafting = Drafting::new(model, drafts.draft_max())?;
+            Some(drafting.with_draft_min(drafts.draft_min.unwrap_or(0))?)
         }
         None => None,
     };
@@ -200,7 +212,15 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 .filter(|&p| p > 0.0)
                 .map(|p| format!(", stopping below p {p}"))
                 .unwrap_or_default();
-            format!(", drafting {} tokens a step{p_min}{pool}", d.draft_max())
+            let min = drafts
+                .draft_min
+                .filter(|&n| n > 1)
+                .map(|n| format!(", verifying drafts of {n} or more"))
+                .unwrap_or_default();
+            format!(
+                ", drafting {} tokens a step{min}{p_min}{pool}",
+                d.draft_max()
+            )
         })
         .unwrap_or_default();
     // The pool now (`run` keeps it), to say what its sliding-window layers hold.
