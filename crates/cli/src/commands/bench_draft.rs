@@ -169,7 +169,10 @@ fn drafter_name(draft: &DraftSettings) -> String {
         .draft_min
         .map_or_else(String::new, |n| format!(", min {n}"));
     let what = if let Some(n) = draft.lookup_ngram {
-        format!("lookup {n}-gram")
+        match draft.lookup_min {
+            Some(m) => format!("lookup {n}-gram, from {m}"),
+            None => format!("lookup {n}-gram"),
+        }
     } else if let Some(path) = &draft.draft_model {
         path.file_name().map_or_else(
             || path.display().to_string(),
@@ -571,6 +574,11 @@ mod tests {
             ..DraftSettings::default()
         };
         assert_eq!(drafter_name(&lookup), "lookup 3-gram (max 4)");
+        let shorter = DraftSettings {
+            lookup_min: Some(1),
+            ..lookup.clone()
+        };
+        assert_eq!(drafter_name(&shorter), "lookup 3-gram, from 1 (max 4)");
         let model = DraftSettings {
             draft_model: Some("dir/draft.gguf".into()),
             draft_vocab: Some(8192),
