@@ -92,6 +92,8 @@ pub struct Metrics {
     pub drafted_tokens: AtomicU64,
     /// Drafted tokens the target accepted.
     pub accepted_tokens: AtomicU64,
+    /// Drafts dropped for being shorter than the request's minimum (`kindle_draft_min`).
+    pub short_drafts: AtomicU64,
     /// Where the paged KV pool's blocks are (set by the engine after each step).
     blocks: Mutex<BlockStats>,
     /// Where its local layers' blocks are, for a model with sliding-window layers.
@@ -118,6 +120,7 @@ impl Default for Metrics {
             draft_passes: AtomicU64::new(0),
             drafted_tokens: AtomicU64::new(0),
             accepted_tokens: AtomicU64::new(0),
+            short_drafts: AtomicU64::new(0),
             blocks: Mutex::new(BlockStats::default()),
             local_blocks: Mutex::new(None),
             requests: Mutex::new(BTreeMap::new()),
@@ -136,6 +139,8 @@ impl Metrics {
             .fetch_add(stats.drafted as u64, Ordering::SeqCst);
         self.accepted_tokens
             .fetch_add(stats.accepted as u64, Ordering::SeqCst);
+        self.short_drafts
+            .fetch_add(stats.short_drafts as u64, Ordering::SeqCst);
     }
 
     /// Record where the KV pool's blocks are.
@@ -332,6 +337,11 @@ impl Metrics {
                 "kindle_draft_accepted_tokens_total",
                 "Drafted tokens the model accepted.",
                 &self.accepted_tokens,
+            ),
+            (
+                "kindle_draft_short_total",
+                "Drafts shorter than their minimum, dropped for plain steps.",
+                &self.short_drafts,
             ),
         ];
         for (name, help, value) in counters {

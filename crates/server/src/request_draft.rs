@@ -53,15 +53,21 @@ pub(crate) fn draft_p_min(
     let why = match draft {
         DraftAsk::ServerDefault | DraftAsk::Model { .. } => return Ok(Some(p as f32)),
         DraftAsk::Lookup(_) => "prompt lookup ('kindle_lookup_ngram') drafts without probabilities",
-        DraftAsk::Off if trace => {
-            "'kindle_trace' turns drafting off (verified tokens are not traced)"
-        }
-        DraftAsk::Off => "'kindle_draft_max': 0 turns drafting off",
+        DraftAsk::Off => off_reason(trace),
     };
     Err(ApiError::invalid(
         "kindle_draft_p_min",
         format!("'kindle_draft_p_min' ends the server's draft model's drafts: {why}."),
     ))
+}
+
+/// Why a request does not draft ([`DraftAsk::Off`]): it is traced, or `kindle_draft_max` is 0.
+fn off_reason(trace: bool) -> &'static str {
+    if trace {
+        "'kindle_trace' turns drafting off (verified tokens are not traced)"
+    } else {
+        "'kindle_draft_max': 0 turns drafting off"
+    }
 }
 
 /// `kindle_draft_min` (0-14): the shortest draft verified, whichever drafter the request
@@ -82,14 +88,12 @@ pub(crate) fn draft_min(
         DraftAsk::Lookup(lookup) => lookup.draft_max,
         DraftAsk::Model { draft_max } => draft_max,
         DraftAsk::Off => {
-            let why = if trace {
-                "'kindle_trace' turns drafting off (verified tokens are not traced)"
-            } else {
-                "'kindle_draft_max': 0 turns drafting off"
-            };
             return Err(ApiError::invalid(
                 "kindle_draft_min",
-                format!("'kindle_draft_min' sets the shortest draft verified: {why}."),
+                format!(
+                    "'kindle_draft_min' sets the shortest draft verified: {}.",
+                    off_reason(trace)
+                ),
             ));
         }
     };

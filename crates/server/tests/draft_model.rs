@@ -131,11 +131,13 @@ async fn counter(server: &TestServer, name: &str) -> u64 {
         .unwrap()
 }
 
-/// Verification passes and drafted tokens so far, from `/metrics`.
-async fn drafts(server: &TestServer) -> (u64, u64) {
+/// Verification passes, drafted tokens and drafts dropped for their length so far, from
+/// `/metrics`.
+async fn drafts(server: &TestServer) -> (u64, u64, u64) {
     (
         counter(server, "kindle_draft_passes_total").await,
         counter(server, "kindle_draft_tokens_total").await,
+        counter(server, "kindle_draft_short_total").await,
     )
 }
 
@@ -205,7 +207,7 @@ async fn a_draft_model_gives_the_output_of_the_request_without_it() {
     // only whole drafts are verified (every pass four tokens), where without it some are
     // shorter; the output is the same.
     for (min, whole) in [(None, false), (Some(4), true)] {
-        let (passes, tokens) = drafts(&server).await;
+        let (passes, tokens, short) = drafts(&server).await;
         let mut ask = json!({"kindle_draft_p_min": 0.5});
         if let Some(min) = min {
             ask["kindle_draft_min"] = json!(min);
@@ -215,9 +217,10 @@ async fn a_draft_model_gives_the_output_of_the_request_without_it() {
             .await;
         assert_eq!(status, 200, "{h}");
         assert_eq!(a["choices"], h["choices"]);
-        let (p, t) = drafts(&server).await;
-        let (p, t) = (p - passes, t - tokens);
+        let (p, t, dropped) = drafts(&server).await;
+        let (p, t, dropped) = (p - passes, t - tokens, dropped - short);
         assert!(p > 0, "min {min:?}: nothing verified");
+        assert_eq!(dropped > 0, whole, "min {min:?}: {dropped} dropped");
         // Whole drafts only, or short ones in more places than the output's end.
         let fits = if whole { t == 4 * p } else { t + 4 < 4 * p };
         assert!(fits, "min {min:?}: {t} tokens in {p} passes");
@@ -471,12 +474,13 @@ async fn the_servers_draft_minimum_applies_where_it_keeps_the_distribution() {
         "seed": 5, "ignore_eos": true,
     });
     for (body, whole) in [(&greedy, true), (&sampled, false)] {
-        let (passes, tokens) = drafts(&server).await;
+        let (passes, tokens, short) = drafts(&server).await;
         let (status, out) = server.post("/v1/completions", body).await;
         assert_eq!(status, 200, "{out}");
-        let (p, t) = drafts(&server).await;
-        let (p, t) = (p - passes, t - tokens);
+        let (p, t, dropped) = drafts(&server).await;
+        let (p, t, dropped) = (p - passes, t - tokens, dropped - short);
         assert!(p > 0, "{body}: nothing verified");
+        assert_eq!(dropped > 0, whole, "{body}: {dropped} dropped");
         let fits = if whole { t == 4 * p } else { t + 4 < 4 * p };
         assert!(fits, "{body}: {t} tokens in {p} passes");
     }

@@ -70,9 +70,10 @@ async fn drafting_gives_the_output_of_the_request_without_it() {
     assert_eq!(a.1["choices"], long["choices"]);
     let p = metric("kindle_draft_passes_total").await - passes;
     let t = metric("kindle_draft_tokens_total").await - tokens;
+    let dropped = metric("kindle_draft_short_total").await;
     assert!(
-        p > 0.0 && p < p0 && t >= 3.0 * p,
-        "{t} tokens in {p} passes, without the minimum {t0} in {p0}"
+        p > 0.0 && p < p0 && t >= 3.0 * p && p + dropped == p0,
+        "{t} tokens in {p} passes and {dropped} dropped, without the minimum {t0} in {p0}"
     );
     let (s1, plain_chat) = server.post("/v1/chat/completions", &chat).await;
     let chat = with(chat, json!({"kindle_lookup_ngram": 2}));
