@@ -76,11 +76,13 @@ pub enum FileType {
     Q5_K_M,
     /// `Q6_K`.
     Q6_K,
+    /// Every matrix `BF16` (bfloat16: the top half of an `f32`).
+    BF16,
 }
 
 impl FileType {
     /// Every file type, in `llama_ftype` order.
-    pub const ALL: [FileType; 16] = [
+    pub const ALL: [FileType; 17] = [
         FileType::F32,
         FileType::F16,
         FileType::Q4_0,
@@ -97,6 +99,7 @@ impl FileType {
         FileType::Q5_K_S,
         FileType::Q5_K_M,
         FileType::Q6_K,
+        FileType::BF16,
     ];
 
     /// The value of `general.file_type` (`llama_ftype`).
@@ -118,6 +121,7 @@ impl FileType {
             FileType::Q5_K_S => 16,
             FileType::Q5_K_M => 17,
             FileType::Q6_K => 18,
+            FileType::BF16 => 32,
         }
     }
 
@@ -140,6 +144,7 @@ impl FileType {
             FileType::Q5_K_S => "Q5_K_S",
             FileType::Q5_K_M => "Q5_K_M",
             FileType::Q6_K => "Q6_K",
+            FileType::BF16 => "BF16",
         }
     }
 
@@ -171,6 +176,7 @@ impl FileType {
             FileType::Q4_K_S | FileType::Q4_K_M => GgmlType::Q4_K,
             FileType::Q5_K_S | FileType::Q5_K_M => GgmlType::Q5_K,
             FileType::Q6_K => GgmlType::Q6_K,
+            FileType::BF16 => GgmlType::BF16,
         }
     }
 
@@ -494,7 +500,7 @@ pub fn tensor_types(
             continue;
         }
         let default = ftype.default_type();
-        let quantized = !matches!(default, GgmlType::F32 | GgmlType::F16);
+        let quantized = !matches!(default, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
         types[i] = Some(if !quantized {
             default
         } else {
@@ -569,7 +575,8 @@ mod tests {
         assert_eq!(FileType::Q4_K_M.id(), 15);
         assert_eq!(FileType::Q6_K.id(), 18);
         assert_eq!(FileType::of_type(GgmlType::Q6_K), Some(FileType::Q6_K));
-        assert_eq!(FileType::of_type(GgmlType::BF16), None);
+        assert_eq!(FileType::of_type(GgmlType::BF16), Some(FileType::BF16));
+        assert_eq!(FileType::parse("bf16").map(FileType::id), Some(32));
         for t in FileType::ALL {
             assert_eq!(FileType::parse(t.name()), Some(t));
         }
@@ -677,6 +684,12 @@ mod tests {
         assert_eq!(t(FileType::Q4_0, "token_embd.weight"), Some(GgmlType::Q8_0));
         assert_eq!(t(FileType::F16, "token_embd.weight"), Some(GgmlType::F16));
         assert_eq!(t(FileType::F16, "output_norm.weight"), None);
+        assert_eq!(t(FileType::BF16, "token_embd.weight"), Some(GgmlType::BF16));
+        assert_eq!(
+            t(FileType::BF16, "blk.3.attn_v.weight"),
+            Some(GgmlType::BF16)
+        );
+        assert_eq!(t(FileType::BF16, "output_norm.weight"), None);
     }
 
     /// The counters follow llama-quantize's order (by layer, then name), not the file's: the

@@ -61,7 +61,7 @@ pub struct ModelArgs {
     #[arg(short, long, value_name = "PATH|DIR|NAME")]
     pub model: Option<PathBuf>,
     /// Quantize the model's dense (f32, f16, bf16) weight matrices at load, for the CPU
-    /// kernels: q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k or q6_k (also f16, f32;
+    /// kernels: q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k or q6_k (also f16, bf16, f32;
     /// a matrix whose rows are not whole blocks takes llama-quantize's fallback type);
     /// quantized matrices stay as they are
     #[arg(long, value_name = "TYPE", value_parser = quantize_type)]

@@ -19,8 +19,8 @@ pub struct QuantizeArgs {
     pub input: PathBuf,
     /// The GGUF file to write
     pub output: PathBuf,
-    /// The file type, as llama-quantize names it: f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k,
-    /// q3_k_s, q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s, q5_k_m or q6_k (q3_k, q4_k and q5_k are
+    /// The file type, as llama-quantize names it: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1,
+    /// q2_k, q3_k_s, q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s, q5_k_m or q6_k (q3_k, q4_k and q5_k are
     /// the _m mixtures). A mixture gives some matrices more bits (the output, some attention
     /// values and feed-forward down projections) as llama-quantize does; a matrix whose rows are
     /// not whole blocks of its type takes llama-quantize's fallback (q4_k -> q5_0, q5_k -> q5_1,

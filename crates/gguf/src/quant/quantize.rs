@@ -1,15 +1,17 @@
 //! Quantisation of `f32` values to the types `kindle quantize` writes, following ggml's
 //! reference functions (`quantize_row_q8_0_ref`, `quantize_row_q4_0_ref`, `_q4_1_ref`,
-//! `_q5_0_ref`, `_q5_1_ref`, and the `f16` conversion, round to nearest even) operation by
+//! `_q5_0_ref`, `_q5_1_ref`, the `f16` conversion, round to nearest even, and ggml's
+//! `ggml_compute_fp32_to_bf16`) operation by
 //! operation, so the bytes are those ggml writes (`tests/ggml_quantizers.rs`); `Q3_K` and
 //! `Q2_K` in `quantize_low_k.rs`, `Q4_K`, `Q5_K` and `Q6_K` in `quantize_k.rs`.
 
 use super::{GgmlType, QK_K, QK32, QuantError};
 
 /// The types [`quantize`] can produce.
-pub const QUANTIZE_TYPES: [GgmlType; 12] = [
+pub const QUANTIZE_TYPES: [GgmlType; 13] = [
     GgmlType::F32,
     GgmlType::F16,
+    GgmlType::BF16,
     GgmlType::Q8_0,
     GgmlType::Q4_0,
     GgmlType::Q4_1,
@@ -54,6 +56,9 @@ pub fn quantize(ty: GgmlType, values: &[f32]) -> Result<Vec<u8>, QuantError> {
             .iter()
             .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
         GgmlType::F16 => values.iter().for_each(|v| out.extend_from_slice(&f16(*v))),
+        GgmlType::BF16 => values
+            .iter()
+            .for_each(|v| out.extend_from_slice(&bf16(*v).to_le_bytes())),
         GgmlType::Q8_0 => values.chunks_exact(QK32).for_each(|b| q8_0(b, &mut out)),
         GgmlType::Q4_0 => values.chunks_exact(QK32).for_each(|b| q4_0(b, &mut out)),
         GgmlType::Q5_0 => values.chunks_exact(QK32).for_each(|b| q5_0(b, &mut out)),
@@ -80,6 +85,17 @@ pub fn quantize(ty: GgmlType, values: &[f32]) -> Result<Vec<u8>, QuantError> {
 
 fn f16(v: f32) -> [u8; 2] {
     half::f16::from_f32(v).to_le_bytes()
+}
+
+/// ggml's `ggml_compute_fp32_to_bf16`: the top 16 bits, rounded to nearest even (a value
+/// that rounds past the largest finite one becomes infinity); a NaN keeps its top bits and
+/// is made quiet.
+pub(crate) fn bf16(v: f32) -> u16 {
+    let u = v.to_bits();
+    if u & 0x7fff_ffff > 0x7f80_0000 {
+        return ((u >> 16) | 64) as u16;
+    }
+    ((u + (0x7fff + ((u >> 16) & 1))) >> 16) as u16
 }
 
 fn q8_0(x: &[f32], out: &mut Vec<u8>) {

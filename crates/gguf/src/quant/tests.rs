@@ -90,6 +90,41 @@ fn bf16_conversions() {
     assert_eq!(out, [1.0, -3.0, 3.140625, f32::from_bits(0x0001_0000)]);
 }
 
+/// `BF16` written as ggml's `ggml_compute_fp32_to_bf16` writes it: the top half rounded to
+/// nearest, ties to even; past the largest finite value to infinity; NaN kept quiet.
+#[test]
+fn bf16_encoding_rounds_to_nearest_even() {
+    let cases: [(u32, u16); 12] = [
+        (0x3F80_0000, 0x3F80), // 1.0 exactly
+        (0x3F80_7FFF, 0x3F80), // below the half: down
+        (0x3F80_8000, 0x3F80), // the half, even below: down
+        (0x3F81_8000, 0x3F82), // the half, odd below: up to even
+        (0x3F80_8001, 0x3F81), // above the half: up
+        (0xC040_0000, 0xC040), // -3.0
+        (0x7F7F_FFFF, 0x7F80), // f32::MAX rounds past bf16's largest: infinity
+        (0x7F80_0000, 0x7F80), // infinity
+        (0xFF80_0000, 0xFF80), // -infinity
+        (0x7F80_0001, 0x7FC0), // a signalling NaN made quiet (ggml: `| 64`)
+        (0xFFC1_2345, 0xFFC1), // a quiet NaN keeps its top bits
+        (0x0000_8001, 0x0001), // a subnormal rounds like any value
+    ];
+    for (input, want) in cases {
+        let bytes = quantize(GgmlType::BF16, &[f32::from_bits(input)]).unwrap();
+        assert_eq!(
+            u16::from_le_bytes([bytes[0], bytes[1]]),
+            want,
+            "{input:#010x}"
+        );
+    }
+    // Every bf16 value survives the round trip: widening is exact.
+    let all: Vec<u8> = (0..=u16::MAX)
+        .filter(|b| b & 0x7FFF <= 0x7F80) // NaNs aside
+        .flat_map(u16::to_le_bytes)
+        .collect();
+    let values = deq(GgmlType::BF16, &all);
+    assert_eq!(quantize(GgmlType::BF16, &values).unwrap(), all);
+}
+
 #[test]
 fn consecutive_blocks_land_in_place() {
     // Three Q8_0 blocks with d = 1, 2, -1 and qs[j] = j: value 32*b + j = j * d_b.
