@@ -13,7 +13,7 @@ use kindle_kernels::{ActivationFormat, Kernels, QuantMatrix, RowArithmetic, Weig
 fn matrix(ty: GgmlType, rows: usize, cols: usize) -> QuantMatrix {
     let (block, size) = (ty.block_size(), ty.type_size());
     let mut state = 0x2545_F491_4F6C_DD1Du64;
-    if matches!(ty, GgmlType::F32 | GgmlType::F16) {
+    if matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
         // Dense weights: finite values in (-0.05, 0.05).
         let mut bytes = Vec::with_capacity(rows * cols * size);
         for _ in 0..rows * cols {
@@ -23,6 +23,7 @@ fn matrix(ty: GgmlType, rows: usize, cols: usize) -> QuantMatrix {
             let v = ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.1;
             match ty {
                 GgmlType::F16 => bytes.extend(half::f16::from_f32(v).to_le_bytes()),
+                GgmlType::BF16 => bytes.extend(half::bf16::from_f32(v).to_le_bytes()),
                 _ => bytes.extend(v.to_le_bytes()),
             }
         }
@@ -163,6 +164,7 @@ fn rows(c: &mut Criterion) {
             (GgmlType::Q6_K, 640, 2048),
             // Dense targets of a speculative pair (`kindle quantize --type f16|f32`).
             (GgmlType::F16, 1536, 576),
+            (GgmlType::BF16, 1536, 576),
             (GgmlType::F32, 1536, 576),
             (GgmlType::F16, 576, 1536),
         ];

@@ -1,4 +1,4 @@
-//! Products of dense (`F32`, `F16`, or dequantised) weight rows with `f32` activation rows:
+//! Products of dense (`F32`, `F16`, `BF16`, or dequantised) weight rows with `f32` activation rows:
 //! rows read in place where they can be, in tiles of several weight rows by several
 //! activation rows for the AVX2 kernels (`x86_dense.rs`), one row by up to twelve for the
 //! AVX-512 ones, a plain dot product without SIMD. A row has the same bits alone and in a
@@ -15,13 +15,15 @@ pub(crate) enum Dense<'a> {
     F32(&'a [f32]),
     /// `f16` values (their bits).
     F16(&'a [u16]),
+    /// `bf16` values (their bits: the top half of an `f32`'s).
+    Bf16(&'a [u16]),
 }
 
 impl<'a> Dense<'a> {
     fn len(self) -> usize {
         match self {
             Dense::F32(a) => a.len(),
-            Dense::F16(a) => a.len(),
+            Dense::F16(a) | Dense::Bf16(a) => a.len(),
         }
     }
 
@@ -30,13 +32,14 @@ impl<'a> Dense<'a> {
         match self {
             Dense::F32(a) => Dense::F32(&a[w * cols..(w + 1) * cols]),
             Dense::F16(a) => Dense::F16(&a[w * cols..(w + 1) * cols]),
+            Dense::Bf16(a) => Dense::Bf16(&a[w * cols..(w + 1) * cols]),
         }
     }
 }
 
-/// An `F32` or `F16` row read in place (little-endian bytes, aligned for the element type),
-/// or `None` (another type, a misaligned row, or `F16` without the SIMD kernels that widen
-/// it in registers: then it is dequantised into the caller's reused buffer).
+/// An `F32`, `F16` or `BF16` row read in place (little-endian bytes, aligned for the element
+/// type), or `None` (another type, a misaligned row, or `F16`/`BF16` without the SIMD kernels
+/// that widen it in registers: then it is dequantised into the caller's reused buffer).
 pub(crate) fn in_place(ty: GgmlType, simd: Simd, row: &[u8]) -> Option<Dense<'_>> {
     if cfg!(target_endian = "big") {
         return None;
@@ -51,6 +54,11 @@ pub(crate) fn in_place(ty: GgmlType, simd: Simd, row: &[u8]) -> Option<Dense<'_>
             // SAFETY: every bit pattern is a valid `u16`; `align_to` keeps the alignment.
             let (head, values, tail) = unsafe { row.align_to::<u16>() };
             (head.is_empty() && tail.is_empty()).then_some(Dense::F16(values))
+        }
+        GgmlType::BF16 if cfg!(target_arch = "x86_64") && simd.any() => {
+            // SAFETY: as for `F16`.
+            let (head, values, tail) = unsafe { row.align_to::<u16>() };
+            (head.is_empty() && tail.is_empty()).then_some(Dense::Bf16(values))
         }
         _ => None,
     }
@@ -107,6 +115,7 @@ pub(crate) fn dot_rows(simd: Simd, a: Dense<'_>, cols: usize, xs: &[f32], out: &
                             match a {
                                 Dense::F32(a) => x86::dot_f32_rows_avx512::<$n>(a, bs, o),
                                 Dense::F16(a) => x86::dot_f16_rows_avx512::<$n>(a, bs, o),
+                                Dense::Bf16(a) => x86::dot_bf16_rows_avx512::<$n>(a, bs, o),
                             }
                         }
                     }};
@@ -159,6 +168,9 @@ pub(crate) fn dot_rows(simd: Simd, a: Dense<'_>, cols: usize, xs: &[f32], out: &
                             Dense::F16(a) => {
                                 x86::dot_f16_tile::<$w, $n>(a, cols, bs, &mut o, ahead)
                             }
+                            Dense::Bf16(a) => {
+                                x86::dot_bf16_tile::<$w, $n>(a, cols, bs, &mut o, ahead)
+                            }
                         }
                     }
                     for (w, o) in o.iter().enumerate() {
@@ -197,6 +209,13 @@ pub(crate) fn dot_rows(simd: Simd, a: Dense<'_>, cols: usize, xs: &[f32], out: &
                 widened = a
                     .iter()
                     .map(|&h| half::f16::from_bits(h).to_f32())
+                    .collect();
+                &widened
+            }
+            Dense::Bf16(a) => {
+                widened = a
+                    .iter()
+                    .map(|&h| f32::from_bits(u32::from(h) << 16))
                     .collect();
                 &widened
             }

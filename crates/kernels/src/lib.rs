@@ -2,7 +2,7 @@
 //!
 //! A [`QuantMatrix`] is a weight of `rows` output features, each row `cols` input values stored
 //! as whole GGUF blocks (`Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0`, `Q2_K`, `Q3_K`, `Q4_K`, `Q5_K`,
-//! `Q6_K`, or plain `F32`/`F16`).
+//! `Q6_K`, or plain `F32`/`F16`/`BF16`).
 //! [`QuantMatrix::matmul`] computes `y[m, rows] = x[m, cols] W^T` without ever materialising
 //! `W` in `f32`: decode (`m = 1`) is a matrix-vector product bound by how fast the weight
 //! bytes stream from memory (or, for the `f32` kernels, by the vector pipes), so reading
@@ -17,8 +17,8 @@
 //! of a vector, its 16-value scales per row; the same bytes) read by its group kernels, and
 //! `Q3_K` and `Q2_K` into the same shape with narrower quants (`packed_low_k.rs`; `Q3_K` 4%
 //! larger than the file, its scales as bytes), read by the same kernels. The
-//! file's pages are then released, so resident memory stays near the file size. `F32` and
-//! `F16` are read in place from the memory-mapped file, a row at a time.
+//! file's pages are then released, so resident memory stays near the file size. `F32`, `F16`
+//! and `BF16` are read in place from the memory-mapped file, in tiles of a few rows.
 //!
 //! Two activation formats, chosen by [`ActivationFormat`]:
 //! - [`ActivationFormat::F32`] (the default): each weight block is dequantised in registers
@@ -163,7 +163,7 @@ pub enum KernelError {
 /// batch of decode steps), and the same bits in every prefill of 32 rows or more; between
 /// the two it differs only by the order of the sums (a few units in the last place). `Int8`
 /// is llama.cpp's scheme: faster, about as exact as llama.cpp; its prefill of weights
-/// without an integer group kernel (`F16`, `F32`) runs the `f32` prefill product.
+/// without an integer group kernel (`F16`, `BF16`, `F32`) runs the `f32` prefill product.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ActivationFormat {
     /// 8-bit activations per 32-value block, integer dot products (falls back to `F32` for
@@ -222,7 +222,7 @@ pub fn supports(ty: GgmlType) -> bool {
     use GgmlType::*;
     matches!(
         ty,
-        F32 | F16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K
+        F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K
     )
 }
 
@@ -242,8 +242,8 @@ impl QuantMatrix {
     /// A matrix of `rows` rows of `cols` values of type `ty`, stored row after row in `data`.
     ///
     /// Quantized data is copied into the interleaved layout the group kernels read (and a
-    /// mapped range's pages are released: it is not read again); `F32` and `F16` keep `data`
-    /// as it is.
+    /// mapped range's pages are released: it is not read again); `F32`, `F16` and `BF16` keep
+    /// `data` as it is.
     pub fn new(
         ty: GgmlType,
         rows: usize,
@@ -491,7 +491,7 @@ impl QuantMatrix {
             .iter()
             .map(|(w, _)| (w.ty, w.rows, w.cols, w.n_bytes()));
         // As `matmul` records it: 8-bit when a kernel of the job reads 8-bit activations (a
-        // dense `F16`/`F32` matrix multiplies `f32` ones whatever the format).
+        // dense `F16`/`BF16`/`F32` matrix multiplies `f32` ones whatever the format).
         let int8 = products.iter().any(|(w, _)| kernel_of(w).int8());
         profile::record(t0, shapes, m, int8);
     }
@@ -781,7 +781,7 @@ fn gemm_tile() -> Option<usize> {
 /// group kernels are faster, SmolLM2's `Q4_1` pp512 405-429 tok/s against 364-374 in `f32` at
 /// one thread, and give a row the same bits in any batch; `Q6_K` joined them when it was
 /// packed: Gemma-3's 8-bit pp512 438-469 -> 477-481 tok/s at one thread). 8-bit activations
-/// on other types (`F16`, `F32`) run it in `f32`.
+/// on other types (`F16`, `BF16`, `F32`) run it in `f32`.
 fn runs_gemm(int8: bool, packed: bool, m: usize, arithmetic: RowArithmetic) -> bool {
     let rows = match arithmetic {
         RowArithmetic::ByRows => m >= PREFILL_ROWS,

@@ -166,6 +166,7 @@ mod tests {
             GgmlType::Q4_K,
             GgmlType::Q6_K,
             GgmlType::F16,
+            GgmlType::BF16,
             GgmlType::F32,
         ] {
             let w = random_matrix(ty, rows, cols, &mut rng);

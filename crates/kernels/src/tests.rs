@@ -40,6 +40,9 @@ fn random_bytes(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8
     match ty {
         GgmlType::F32 => (0..n).flat_map(|_| rng.float().to_le_bytes()).collect(),
         GgmlType::F16 => (0..n).flat_map(|_| f16_bytes(rng.float())).collect(),
+        GgmlType::BF16 => (0..n)
+            .flat_map(|_| ((rng.float().to_bits() >> 16) as u16).to_le_bytes())
+            .collect(),
         _ => {
             let (block, size) = (ty.block_size(), ty.type_size());
             let mut bytes = Vec::new();
@@ -67,9 +70,10 @@ fn random_bytes(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8
     }
 }
 
-pub(super) const TYPES: [GgmlType; 12] = [
+pub(super) const TYPES: [GgmlType; 13] = [
     GgmlType::F32,
     GgmlType::F16,
+    GgmlType::BF16,
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
@@ -145,6 +149,47 @@ fn int8_kernels_match_the_reference_within_activation_rounding() {
                 Kernel::select_simd(ty, ActivationFormat::Int8, simd),
                 0.01,
             );
+        }
+    }
+}
+
+/// A `bf16` value widens exactly (it is an `f32`'s top half), and the dense kernels sum every
+/// output in one order: a `BF16` matrix gives the bits of the `F32` matrix of its widened
+/// values, at every SIMD level, alone and in batches, in either activation format (8-bit
+/// activations fall back to `f32` on dense rows).
+#[test]
+fn bf16_rows_give_the_bits_of_their_f32_widening() {
+    let mut rng = Rng(0xbf16);
+    for (rows, cols) in [(29, 235), (16, 576), (3, 40)] {
+        let bytes = random_bytes(GgmlType::BF16, rows, cols, &mut rng);
+        let widened: Vec<u8> = bytes
+            .chunks_exact(2)
+            .flat_map(|b| (u32::from(u16::from_le_bytes([b[0], b[1]])) << 16).to_le_bytes())
+            .collect();
+        let bf16 = QuantMatrix::new(GgmlType::BF16, rows, cols, WeightBytes::owned(bytes)).unwrap();
+        let f32s =
+            QuantMatrix::new(GgmlType::F32, rows, cols, WeightBytes::owned(widened)).unwrap();
+        for m in [1, 2, 3, 4, 5, 9, 12] {
+            let x: Vec<f32> = (0..m * cols).map(|_| rng.float()).collect();
+            for simd in Simd::available() {
+                for format in [ActivationFormat::F32, ActivationFormat::Int8] {
+                    let mut want = vec![f32::NAN; m * rows];
+                    let kernel = Kernel::select_simd(GgmlType::F32, format, simd);
+                    f32s.matmul_kernel(&x, m, &mut want, kernel, &threads());
+                    let mut got = vec![f32::NAN; m * rows];
+                    let kernel = Kernel::select_simd(GgmlType::BF16, format, simd);
+                    bf16.matmul_kernel(&x, m, &mut got, kernel, &threads());
+                    for i in 0..got.len() {
+                        assert_eq!(
+                            got[i].to_bits(),
+                            want[i].to_bits(),
+                            "{simd:?} {format:?} {rows}x{cols} m={m} [{i}]: {} vs {}",
+                            got[i],
+                            want[i]
+                        );
+                    }
+                }
+            }
         }
     }
 }
@@ -306,6 +351,7 @@ fn batched_products_give_the_bits_of_single_rows() {
         (GgmlType::Q4_K, 768),
         (GgmlType::F32, 235),
         (GgmlType::F16, 235),
+        (GgmlType::BF16, 235),
     ] {
         let w = random_matrix(ty, 29, cols, &mut rng);
         // Up to 23 rows: one and several calls of every multi-row kernel, partial ones, and
@@ -730,6 +776,7 @@ fn products_run_together_give_the_bits_of_products_run_alone() {
         (GgmlType::Q4_K, 24),
         (GgmlType::Q4_1, 9),
         (GgmlType::F16, 5),
+        (GgmlType::BF16, 7),
     ];
     let ws: Vec<QuantMatrix> = types
         .iter()

@@ -1,11 +1,12 @@
-//! Multi-row dot products of dense `f32` and `f16` weight rows (read in place from the
+//! Multi-row dot products of dense `f32`, `f16` and `bf16` weight rows (read in place from the
 //! file) with `f32` activation rows: AVX2 + FMA + F16C kernels over 256-bit vectors, and
 //! AVX-512 ones over 512-bit vectors (twice the lanes per instruction and 32 registers: more
 //! rows at once).
 //!
 //! Each kernel gives every output the same arithmetic whatever the number of rows it is
 //! computed with, so a row has the same bits alone (decode) and in a batch (prefill,
-//! verification of a speculative draft); `f16` values are widened exactly. The AVX2 kernels
+//! verification of a speculative draft); `f16` and `bf16` values are widened exactly (a
+//! `bf16` is an `f32`'s top half: a zero extension and a shift). The AVX2 kernels
 //! sum every output in one accumulator of eight lanes over 8-value chunks in order, then the
 //! lanes (`hsum`), then the scalar tail: a tile of several weight rows by several activation
 //! rows keeps one accumulator per pair, so each weight vector loaded serves every activation
@@ -122,6 +123,17 @@ unsafe fn load_f16(p: *const u16, i: usize) -> __m256 {
     unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.add(i) as *const __m128i)) }
 }
 
+/// `bf16` weights (their bits): eight values per load, widened exactly (zero-extended to 32
+/// bits and shifted into an `f32`'s top half).
+#[inline(always)]
+unsafe fn load_bf16(p: *const u16, i: usize) -> __m256 {
+    // SAFETY: the caller keeps `i + 8` within the tile; AVX2 is enabled by the caller.
+    unsafe {
+        let h = _mm256_cvtepu16_epi32(_mm_loadu_si128(p.add(i) as *const __m128i));
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(h))
+    }
+}
+
 dot_tile_kernel!(
     /// `out[w][j] = a_w . bs[j]` for the `W` `f32` weight rows of `n` values that `a` holds
     /// one after another and `J` activation rows, each output with the same arithmetic
@@ -142,6 +154,15 @@ dot_tile_kernel!(
     /// As [`dot_f32_tile`].
     dot_f16_tile, u16, load_f16,
     |a: &[u16], t: usize| half::f16::from_bits(a[t]).to_f32()
+);
+dot_tile_kernel!(
+    /// [`dot_f32_tile`] for `bf16` weight rows (their bits), widened in registers: the bits
+    /// of the same rows widened to `f32` first.
+    ///
+    /// # Safety
+    /// As [`dot_f32_tile`].
+    dot_bf16_tile, u16, load_bf16,
+    |a: &[u16], t: usize| f32::from_bits(u32::from(a[t]) << 16)
 );
 
 /// `out[j] = a . bs[j]` for `J` rows with 512-bit vectors: two accumulators of 16 lanes over
@@ -240,6 +261,36 @@ pub(crate) unsafe fn dot_f16_rows_avx512<const J: usize>(
             tail[..len].copy_from_slice(&a[i..i + len]);
             // SAFETY: `tail` holds 16 values (caller: AVX-512F).
             unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(tail.as_ptr() as *const __m256i)) }
+        }
+    };
+    let ahead = |i: usize| super::prefetch::prefetch_ahead(p.wrapping_add(i).cast(), 128);
+    dot_rows_body_512!(a.len(), load, ahead, bs, out, J)
+}
+
+/// [`dot_f32_rows_avx512`] for a `bf16` weight row (its bits), widened in registers: the
+/// bits of the same row widened to `f32` first.
+///
+/// # Safety
+/// As [`dot_f32_rows_avx512`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f")]
+pub(crate) unsafe fn dot_bf16_rows_avx512<const J: usize>(
+    a: &[u16],
+    bs: [&[f32]; J],
+    out: &mut [f32],
+) {
+    let p = a.as_ptr();
+    let widen = |h: __m256i| _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)));
+    let load = |i: usize, mask: __mmask16| {
+        if mask == 0xFFFF {
+            // SAFETY: the body keeps `i + 16` within `a` for a full mask (caller: AVX-512F).
+            unsafe { widen(_mm256_loadu_si256(p.add(i) as *const __m256i)) }
+        } else {
+            // The tail through the stack, as `dot_f16_rows_avx512`'s (zero bits widen to 0.0).
+            let mut tail = [0u16; 16];
+            let len = mask.count_ones() as usize;
+            tail[..len].copy_from_slice(&a[i..i + len]);
+            // SAFETY: `tail` holds 16 values (caller: AVX-512F).
+            unsafe { widen(_mm256_loadu_si256(tail.as_ptr() as *const __m256i)) }
         }
     };
     let ahead = |i: usize| super::prefetch::prefetch_ahead(p.wrapping_add(i).cast(), 128);
