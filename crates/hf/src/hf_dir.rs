@@ -20,7 +20,7 @@ use crate::vocab_spm;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToGgufOptions {
     /// The type of the weight matrices. `None` keeps them: F32 stays F32, F16 stays F16,
-    /// BF16 becomes F32 (exact). `Some(t)` (F32, F16, Q8_0, Q4_0 or Q4_1) encodes every
+    /// BF16 stays BF16 (as llama.cpp's `convert_hf_to_gguf.py --outtype auto`). `Some(t)` (F32, F16, Q8_0, Q4_0 or Q4_1) encodes every
     /// two-dimensional tensor whose rows are whole blocks of `t` with kindle-gguf's
     /// quantizers, as `kindle quantize` does. One-dimensional tensors (norms, biases) are
     /// always F32, as llama.cpp writes them.
@@ -160,16 +160,18 @@ impl HfDir {
             });
         }
         let mut tensors = Vec::with_capacity(planned.len());
-        let mut any_f16 = false;
+        let (mut any_f16, mut any_bf16) = (false, false);
         for (_, gguf, hf, transform) in planned {
             let (ty, dims, bytes) =
                 self.convert_tensor(&hf, &gguf, transform, options.tensor_type)?;
             any_f16 |= ty == GgmlType::F16;
+            any_bf16 |= ty == GgmlType::BF16;
             tensors.push((gguf, dims, ty, bytes));
         }
         let file_type = match options.tensor_type {
             Some(t) => file_type(t),
             None if any_f16 => 1,
+            None if any_bf16 => file_type(GgmlType::BF16),
             None => 0,
         };
         meta.push(("general.file_type".into(), MetadataValue::U32(file_type)));
@@ -205,6 +207,7 @@ impl HfDir {
                 // Rows that are not whole blocks: llama-quantize's fallback type.
                 Some(t) => kindle_gguf::mix::fallback(t, dims[0]),
                 None if info.dtype == Dtype::F16 => GgmlType::F16,
+                None if info.dtype == Dtype::BF16 => GgmlType::BF16,
                 None => GgmlType::F32,
             }
         };

@@ -105,7 +105,7 @@ pub fn read_tokenizer_model(bytes: &[u8]) -> Result<Vec<(String, f32, i32)>> {
 }
 
 /// Opens the Hugging Face directory `dir` and converts it to an in-memory GGUF file with the
-/// default options (tensors kept as F32/F16, BF16 as F32; tokenizer included).
+/// default options (tensors kept as F32, F16 or BF16; tokenizer included).
 pub fn load_gguf(dir: impl AsRef<Path>) -> Result<kindle_gguf::GgufFile> {
     HfDir::open(dir)?.to_gguf_file(&ToGgufOptions::default())
 }

@@ -159,11 +159,11 @@ fn llama_names_permutation_and_metadata() {
     assert_eq!(file.dequantize("blk.0.attn_v.weight").unwrap(), v.3);
     assert_eq!(file.tensor("blk.0.attn_q.weight").unwrap().dims, [D, 8]);
     assert_eq!(file.tensor("blk.0.ffn_down.weight").unwrap().dims, [FF, D]);
-    // BF16 becomes F32 exactly; F16 stays F16; the rotary buffer is left out.
+    // BF16 stays BF16 (its values exactly); F16 stays F16; the rotary buffer is left out.
     let embd = file.tensor("token_embd.weight").unwrap();
     assert_eq!(
         (embd.ty, embd.dims.clone()),
-        (kindle_gguf::GgmlType::F32, vec![D, 16])
+        (kindle_gguf::GgmlType::BF16, vec![D, 16])
     );
     let bf16: Vec<f32> = globals(false)[0]
         .3

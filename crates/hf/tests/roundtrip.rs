@@ -64,7 +64,7 @@ fn every_architecture_round_trips_bit_exact_through_f32() {
 }
 
 #[test]
-fn half_precision_outputs_round_to_the_nearest_and_stay_f16() {
+fn half_precision_outputs_round_to_the_nearest_and_stay_half() {
     for (arch, pre) in ARCHS {
         let gguf = tiny_gguf(arch, pre);
         for dtype in [HfDtype::F16, HfDtype::BF16] {
@@ -74,13 +74,16 @@ fn half_precision_outputs_round_to_the_nearest_and_stay_f16() {
             )
             .unwrap();
             assert_eq!(config["torch_dtype"], dtype.torch_name());
+            // llama.cpp's `general.file_type`: MOSTLY_F16 (1) or MOSTLY_BF16 (32).
+            let file_type = if dtype == HfDtype::F16 { 1 } else { 32 };
+            assert_eq!(back.get_u64("general.file_type").unwrap(), file_type);
             for info in gguf.tensors() {
                 let b = back.tensor(&info.name).unwrap();
-                // F16 matrices stay F16; BF16 ones become F32 (exact); 1-D tensors are F32.
-                let want = if dtype == HfDtype::F16 && info.dims.len() == 2 {
-                    GgmlType::F16
-                } else {
-                    GgmlType::F32
+                // F16 matrices stay F16, BF16 ones BF16; 1-D tensors are F32.
+                let want = match dtype {
+                    _ if info.dims.len() != 2 => GgmlType::F32,
+                    HfDtype::F16 => GgmlType::F16,
+                    _ => GgmlType::BF16,
                 };
                 assert_eq!(b.ty, want, "{arch} {dtype:?} {}", info.name);
                 let orig = gguf.dequantize(&info.name).unwrap();
@@ -149,6 +152,7 @@ fn a_target_type_quantizes_matrices_whose_rows_are_whole_blocks() {
         GgmlType::Q4_0,
         GgmlType::Q4_1,
         GgmlType::F16,
+        GgmlType::BF16,
     ] {
         let options = ToGgufOptions {
             tensor_type: Some(ty),
@@ -172,11 +176,11 @@ fn a_target_type_quantizes_matrices_whose_rows_are_whole_blocks() {
     let err = HfDir::open(dir.path())
         .unwrap()
         .to_gguf(&ToGgufOptions {
-            tensor_type: Some(GgmlType::BF16),
+            tensor_type: Some(GgmlType::Q8_K),
             tokenizer: false,
         })
         .unwrap_err();
-    assert!(err.to_string().contains("BF16"), "{err}");
+    assert!(err.to_string().contains("Q8_K"), "{err}");
 }
 
 #[test]

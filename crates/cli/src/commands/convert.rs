@@ -44,9 +44,9 @@ pub struct ConvertArgs {
     /// --to hf: the weights' dtype
     #[arg(long, value_enum, default_value = "f32")]
     pub dtype: Dtype,
-    /// --to gguf: the weight matrices' type (f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k,
-    /// q3_k, q4_k, q5_k, q6_k; rows that are not whole blocks take llama-quantize's fallback)
-    /// [default: as stored: f32 and f16 stay, bf16 becomes f32]
+    /// --to gguf: the weight matrices' type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1,
+    /// q2_k, q3_k, q4_k, q5_k, q6_k; rows that are not whole blocks take llama-quantize's
+    /// fallback) [default: as stored: f32, f16 and bf16 stay]
     #[arg(long = "type", value_name = "TYPE")]
     pub ty: Option<String>,
     /// Replace an existing output
