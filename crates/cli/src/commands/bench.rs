@@ -168,7 +168,13 @@ pub fn run(mut args: BenchArgs) -> Result<()> {
     let mut model = engine::load_model(&loaded, &args.device)?;
     let config = model.llama.config().clone();
     let vocab = config.vocab_size;
-    let file_bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    // A Hugging Face directory: the bytes of the tensors it converts to (its files hold them
+    // in another dtype, beside a tokenizer).
+    let file_bytes = if path.is_dir() {
+        loaded.file.tensors().iter().map(|t| t.n_bytes()).sum()
+    } else {
+        std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0)
+    };
     let threads = if !args.device.device.is_host() {
         // The GPU does the work; host threads only matter to the CPU kernels.
         if !args.thread_counts.is_empty() {
