@@ -92,8 +92,9 @@ mod tests {
         ]
     }
 
-    /// `write` streams the bytes `to_bytes` builds: odd tensor sizes, padding longer than
-    /// the writer's zero buffer (alignment 8192) and none at all.
+    /// `write` streams the bytes `to_bytes` builds, and `into_bytes` builds them too: odd
+    /// tensor sizes, padding longer than the writer's zero buffer (alignment 8192) and none at
+    /// all.
     #[test]
     fn written_files_are_to_bytes_bytes() {
         let dir = std::env::temp_dir().join(format!("kindle-gguf-write-{}", std::process::id()));
@@ -109,6 +110,9 @@ mod tests {
             writer.write(&path).unwrap();
             assert_eq!(std::fs::read(&path).unwrap(), writer.to_bytes());
             writer.write_checked(&path).unwrap();
+            let bytes = writer.to_bytes();
+            assert_eq!(bytes.len(), bytes.capacity(), "reserved exactly");
+            assert_eq!(writer.into_bytes(), bytes);
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }

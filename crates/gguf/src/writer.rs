@@ -132,11 +132,33 @@ impl GgufWriter {
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = self.header();
         let align = self.data_alignment();
+        out.reserve_exact(self.data_len(align));
         for t in &self.tensors {
             out.extend_from_slice(&t.bytes);
             pad(&mut out, align);
         }
         out
+    }
+
+    /// The file's bytes, as [`to_bytes`](Self::to_bytes), each tensor's buffer freed once it
+    /// is copied: the writer and the file are not both whole in memory at once.
+    pub fn into_bytes(mut self) -> Vec<u8> {
+        let mut out = self.header();
+        let align = self.data_alignment();
+        out.reserve_exact(self.data_len(align));
+        for t in std::mem::take(&mut self.tensors) {
+            out.extend_from_slice(&t.bytes);
+            pad(&mut out, align);
+        }
+        out
+    }
+
+    /// The bytes of the tensors' data, each padded to `align`.
+    fn data_len(&self, align: u64) -> usize {
+        self.tensors
+            .iter()
+            .map(|t| (t.bytes.len() as u64).next_multiple_of(align) as usize)
+            .sum()
     }
 
     /// Everything before the tensor data: the header, the metadata, the tensor infos and the

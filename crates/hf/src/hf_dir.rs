@@ -198,6 +198,8 @@ impl HfDir {
             tensor: hf.to_owned(),
         })?;
         let values = decode_f32(hf, info.dtype, file.data(info))?;
+        // Converted: its pages need not stay resident beside the GGUF bytes being built.
+        file.release(info);
         let (values, shape) = names::apply(transform, false, hf, values, &info.shape)?;
         let dims: Vec<u64> = shape.iter().rev().copied().collect();
         let ty = if dims.len() < 2 {
@@ -221,7 +223,8 @@ impl HfDir {
 
     /// The GGUF file's bytes (see [`to_gguf`](Self::to_gguf)), read back as a [`GgufFile`].
     pub fn to_gguf_file(&self, options: &ToGgufOptions) -> Result<GgufFile> {
-        let bytes = self.to_gguf(options)?.to_bytes();
+        // The writer's tensors freed as the file's bytes take them: one copy at a time.
+        let bytes = self.to_gguf(options)?.into_bytes();
         Ok(GgufFile::from_bytes(bytes)?)
     }
 

@@ -141,6 +141,26 @@ impl SafetensorsFile {
         &self.metadata
     }
 
+    /// Let the operating system drop the resident pages of `tensor`'s bytes, for a caller
+    /// that has converted them (a memory-mapped file only; owned bytes stay). They stay
+    /// readable: a later read faults them back in from the file.
+    pub fn release(&self, tensor: &SafetensorsTensor) {
+        #[cfg(unix)]
+        if let Storage::Mapped(map) = &self.storage {
+            let start = self.data_start.saturating_add(tensor.range.start);
+            let len = tensor.range.end.saturating_sub(tensor.range.start);
+            if start.saturating_add(len) <= map.len() && len > 0 {
+                // SAFETY: the map is a read-only mapping of the file, so dropping its pages
+                // loses nothing: the next read of any of them refills it from the file.
+                let _ = unsafe {
+                    map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, len)
+                };
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = tensor;
+    }
+
     /// The bytes of `tensor` (a tensor of this file).
     pub fn data(&self, tensor: &SafetensorsTensor) -> &[u8] {
         let start = self.data_start.saturating_add(tensor.range.start);

@@ -203,6 +203,10 @@ fn written_directories_hold_what_transformers_reads() {
     let qkv = st.tensor("transformer.h.0.attn.c_attn.weight").unwrap();
     assert_eq!(qkv.shape, [common::D, 3 * common::D]);
     assert!(st.tensor("lm_head.weight").is_none());
+    // Released pages (a converted tensor's) read back the same bytes from the file.
+    let before = st.data(qkv).to_vec();
+    st.release(qkv);
+    assert_eq!(st.data(qkv), before);
     let config: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("config.json")).unwrap())
             .unwrap();
