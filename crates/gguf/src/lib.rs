@@ -92,7 +92,7 @@ mod tests {
         ]
     }
 
-    /// `write` streams the bytes `to_bytes` builds, and `into_bytes` builds them too: odd
+    /// `write` streams the bytes `to_bytes` builds, and `into_bytes_with` builds them too: odd
     /// tensor sizes, padding longer than the writer's zero buffer (alignment 8192) and none at
     /// all.
     #[test]
@@ -112,7 +112,31 @@ mod tests {
             writer.write_checked(&path).unwrap();
             let bytes = writer.to_bytes();
             assert_eq!(bytes.len(), bytes.capacity(), "reserved exactly");
-            assert_eq!(writer.into_bytes(), bytes);
+            let into = writer
+                .clone()
+                .into_bytes_with(|_, _| Err("nothing is planned"));
+            assert_eq!(into.as_ref(), Ok(&bytes));
+            // The same file with `b` planned: its bytes come from `fill` at its place.
+            let planned = GgufWriter::new()
+                .alignment(alignment)
+                .metadata("general.architecture", "llama")
+                .tensor("a", &[3], GgmlType::I8, vec![1, 2, 3])
+                .planned_tensor("b", &[5], GgmlType::F32, 20)
+                .tensor("c", &[32], GgmlType::I8, vec![7; 32]);
+            let mut asked = Vec::new();
+            let built = planned.clone().into_bytes_with(|i, out| {
+                asked.push(i);
+                out.extend(
+                    [1.0f32, 2.0, 3.0, 4.0, 5.0]
+                        .iter()
+                        .flat_map(|v| v.to_le_bytes()),
+                );
+                Ok::<_, ()>(())
+            });
+            assert_eq!(built, Ok(bytes));
+            assert_eq!(asked, [1]);
+            // `fill`'s error is returned.
+            assert_eq!(planned.into_bytes_with(|_, _| Err("stop")), Err("stop"));
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }

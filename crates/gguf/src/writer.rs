@@ -14,6 +14,28 @@ struct PendingTensor {
     dims: Vec<u64>,
     ty: GgmlType,
     bytes: Vec<u8>,
+    /// For a tensor added by [`GgufWriter::planned_tensor`]: its length, its bytes (empty
+    /// here) to come from [`GgufWriter::into_bytes_with`]'s `fill`.
+    planned: Option<usize>,
+}
+
+impl PendingTensor {
+    fn len(&self) -> usize {
+        self.planned.unwrap_or(self.bytes.len())
+    }
+
+    /// Its bytes, for the methods that write what they were given.
+    ///
+    /// # Panics
+    /// For a planned tensor: only [`GgufWriter::into_bytes_with`] has its bytes.
+    fn given(&self) -> &[u8] {
+        assert!(
+            self.planned.is_none(),
+            "tensor {}: its bytes are planned, so only into_bytes_with writes it",
+            self.name
+        );
+        &self.bytes
+    }
 }
 
 /// Builds a GGUF version 3 file in memory.
@@ -85,6 +107,28 @@ impl GgufWriter {
             dims: dims.to_vec(),
             ty,
             bytes,
+            planned: None,
+        });
+        self
+    }
+
+    /// Add a tensor whose `len` bytes are not given yet: [`into_bytes_with`](Self::into_bytes_with)
+    /// asks for them when it reaches the tensor, so a converter can write a file's bytes
+    /// without holding every tensor beside them. The other methods that write bytes panic on
+    /// a writer with planned tensors.
+    pub fn planned_tensor(
+        mut self,
+        name: impl Into<String>,
+        dims: &[u64],
+        ty: GgmlType,
+        len: usize,
+    ) -> Self {
+        self.tensors.push(PendingTensor {
+            name: name.into(),
+            dims: dims.to_vec(),
+            ty,
+            bytes: Vec::new(),
+            planned: Some(len),
         });
         self
     }
@@ -134,30 +178,51 @@ impl GgufWriter {
         let align = self.data_alignment();
         out.reserve_exact(self.data_len(align));
         for t in &self.tensors {
-            out.extend_from_slice(&t.bytes);
+            out.extend_from_slice(t.given());
             pad(&mut out, align);
         }
         out
     }
 
-    /// The file's bytes, as [`to_bytes`](Self::to_bytes), each tensor's buffer freed once it
-    /// is copied: the writer and the file are not both whole in memory at once.
-    pub fn into_bytes(mut self) -> Vec<u8> {
+    /// The file's bytes, as [`to_bytes`](Self::to_bytes), in one buffer reserved whole; each
+    /// tensor's buffer is freed once copied, and the bytes of a planned tensor
+    /// ([`planned_tensor`](Self::planned_tensor)) are appended by `fill(index, out)` (`index`
+    /// counts every tensor added) when the file reaches it, so the writer's tensors and the
+    /// file are never both whole in memory. `fill`'s error stops the writing and is returned.
+    ///
+    /// # Panics
+    /// When `fill` appends another number of bytes than the tensor's planned length.
+    pub fn into_bytes_with<E>(
+        mut self,
+        mut fill: impl FnMut(usize, &mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<Vec<u8>, E> {
         let mut out = self.header();
         let align = self.data_alignment();
         out.reserve_exact(self.data_len(align));
-        for t in std::mem::take(&mut self.tensors) {
-            out.extend_from_slice(&t.bytes);
+        for (i, t) in std::mem::take(&mut self.tensors).into_iter().enumerate() {
+            match t.planned {
+                Some(len) => {
+                    let start = out.len();
+                    fill(i, &mut out)?;
+                    assert_eq!(
+                        out.len() - start,
+                        len,
+                        "tensor {}: fill wrote another length than planned",
+                        t.name
+                    );
+                }
+                None => out.extend_from_slice(&t.bytes),
+            }
             pad(&mut out, align);
         }
-        out
+        Ok(out)
     }
 
     /// The bytes of the tensors' data, each padded to `align`.
     fn data_len(&self, align: u64) -> usize {
         self.tensors
             .iter()
-            .map(|t| (t.bytes.len() as u64).next_multiple_of(align) as usize)
+            .map(|t| (t.len() as u64).next_multiple_of(align) as usize)
             .sum()
     }
 
@@ -185,7 +250,7 @@ impl GgufWriter {
             }
             out.extend_from_slice(&t.ty.id().to_le_bytes());
             out.extend_from_slice(&offset.to_le_bytes());
-            offset = (offset + t.bytes.len() as u64).next_multiple_of(align);
+            offset = (offset + t.len() as u64).next_multiple_of(align);
         }
         pad(&mut out, align);
         out
@@ -201,8 +266,9 @@ impl GgufWriter {
         out.write_all(&header)?;
         let zeros = [0u8; MAX_PAD];
         for t in &self.tensors {
-            out.write_all(&t.bytes)?;
-            let padded = (t.bytes.len() as u64).next_multiple_of(align) - t.bytes.len() as u64;
+            let bytes = t.given();
+            out.write_all(bytes)?;
+            let padded = (bytes.len() as u64).next_multiple_of(align) - bytes.len() as u64;
             let mut left = padded as usize;
             while left > 0 {
                 let n = left.min(MAX_PAD);
@@ -252,7 +318,7 @@ impl GgufWriter {
             if t.name != info.name
                 || t.dims != info.dims
                 || t.ty != info.ty
-                || t.bytes != file.tensor_bytes(info)
+                || t.given() != file.tensor_bytes(info)
             {
                 return Err(bad(format!(
                     "tensor {} does not read back as written",

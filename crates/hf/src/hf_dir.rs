@@ -104,6 +104,18 @@ impl HfDir {
     /// the tokenizer metadata (unless `options` says not to), and every tensor under its GGUF
     /// name (llama.cpp's names and transforms).
     pub fn to_gguf(&self, options: &ToGgufOptions) -> Result<GgufWriter> {
+        let (mut w, plan) = self.plan(options)?;
+        for t in &plan {
+            let mut bytes = Vec::with_capacity(t.len);
+            self.encode(t, &mut bytes)?;
+            w = w.tensor(t.gguf.clone(), &t.dims, t.ty, bytes);
+        }
+        Ok(w)
+    }
+
+    /// The writer with the metadata, and what each tensor becomes (in the file's order),
+    /// before any tensor's values are read.
+    fn plan(&self, options: &ToGgufOptions) -> Result<(GgufWriter, Vec<PlannedTensor>)> {
         if let Some(t) = options.tensor_type.filter(|t| !QUANTIZE_TYPES.contains(t)) {
             return Err(HfError::Unsupported {
                 key: "tensor type".into(),
@@ -146,32 +158,28 @@ impl HfDir {
             Vec::new()
         };
 
-        let mut planned = Vec::new();
+        let mut named = Vec::new();
         for (name, _) in &self.tensors {
             if let Some((gguf, t)) = names::hf_to_gguf(&self.config, name)? {
-                planned.push((order_key(&gguf), gguf, name.clone(), t));
+                named.push((order_key(&gguf), gguf, name.clone(), t));
             }
         }
-        planned.sort_by(|a, b| a.0.cmp(&b.0));
-        if let Some(w) = planned.windows(2).find(|w| w[0].1 == w[1].1) {
+        named.sort_by(|a, b| a.0.cmp(&b.0));
+        if let Some(w) = named.windows(2).find(|w| w[0].1 == w[1].1) {
             return Err(HfError::Unsupported {
                 key: w[1].2.clone(),
                 reason: format!("`{}` and `{}` both map to `{}`", w[0].2, w[1].2, w[1].1),
             });
         }
-        let mut tensors = Vec::with_capacity(planned.len());
-        let (mut any_f16, mut any_bf16) = (false, false);
-        for (_, gguf, hf, transform) in planned {
-            let (ty, dims, bytes) =
-                self.convert_tensor(&hf, &gguf, transform, options.tensor_type)?;
-            any_f16 |= ty == GgmlType::F16;
-            any_bf16 |= ty == GgmlType::BF16;
-            tensors.push((gguf, dims, ty, bytes));
-        }
+        let plan = named
+            .into_iter()
+            .map(|(_, gguf, hf, transform)| self.plan_tensor(hf, gguf, transform, options))
+            .collect::<Result<Vec<_>>>()?;
+        let any = |ty: GgmlType| plan.iter().any(|t| t.ty == ty);
         let file_type = match options.tensor_type {
             Some(t) => file_type(t),
-            None if any_f16 => 1,
-            None if any_bf16 => file_type(GgmlType::BF16),
+            None if any(GgmlType::F16) => 1,
+            None if any(GgmlType::BF16) => file_type(GgmlType::BF16),
             None => 0,
         };
         meta.push(("general.file_type".into(), MetadataValue::U32(file_type)));
@@ -180,32 +188,31 @@ impl HfDir {
         for (k, v) in meta {
             w = w.metadata(k, v);
         }
-        for (name, dims, ty, bytes) in tensors {
-            w = w.tensor(name, &dims, ty, bytes);
-        }
-        Ok(w)
+        Ok((w, plan))
     }
 
-    /// One tensor: values as `f32`, the transform, then the output type; the GGUF dims.
-    fn convert_tensor(
+    /// What tensor `hf` becomes: its GGUF dims after the transform (a transposed weight's
+    /// swapped), its type (1-D tensors `F32`; matrices the target type or llama-quantize's
+    /// fallback for it, else their own: F16, BF16, or F32) and its length in bytes.
+    fn plan_tensor(
         &self,
-        hf: &str,
-        gguf: &str,
+        hf: String,
+        gguf: String,
         transform: Transform,
-        target: Option<GgmlType>,
-    ) -> Result<(GgmlType, Vec<u64>, Vec<u8>)> {
-        let (file, info) = self.find(hf).ok_or_else(|| HfError::MissingTensor {
-            tensor: hf.to_owned(),
-        })?;
-        let values = decode_f32(hf, info.dtype, file.data(info))?;
-        // Converted: its pages need not stay resident beside the GGUF bytes being built.
-        file.release(info);
-        let (values, shape) = names::apply(transform, false, hf, values, &info.shape)?;
+        options: &ToGgufOptions,
+    ) -> Result<PlannedTensor> {
+        let (_, info) = self
+            .find(&hf)
+            .ok_or_else(|| HfError::MissingTensor { tensor: hf.clone() })?;
+        let mut shape = info.shape.clone();
+        if transform == Transform::Transpose && shape.len() == 2 {
+            shape.swap(0, 1);
+        }
         let dims: Vec<u64> = shape.iter().rev().copied().collect();
         let ty = if dims.len() < 2 {
             GgmlType::F32
         } else {
-            match target {
+            match options.tensor_type {
                 // Rows that are not whole blocks: llama-quantize's fallback type.
                 Some(t) => kindle_gguf::mix::fallback(t, dims[0]),
                 None if info.dtype == Dtype::F16 => GgmlType::F16,
@@ -213,18 +220,60 @@ impl HfDir {
                 None => GgmlType::F32,
             }
         };
-        let bytes = quantize(ty, &values).map_err(|reason| HfError::Quant {
-            tensor: gguf.to_owned(),
+        let values: u64 = dims.iter().product();
+        let len = (values / ty.block_size() as u64 * ty.type_size() as u64) as usize;
+        Ok(PlannedTensor {
+            hf,
+            gguf,
+            transform,
+            dims,
             ty,
+            len,
+        })
+    }
+
+    /// Tensor `t`'s bytes appended to `out`: its values as `f32`, the transform, then its
+    /// type.
+    fn encode(&self, t: &PlannedTensor, out: &mut Vec<u8>) -> Result<()> {
+        let (file, info) = self.find(&t.hf).ok_or_else(|| HfError::MissingTensor {
+            tensor: t.hf.clone(),
+        })?;
+        let values = decode_f32(&t.hf, info.dtype, file.data(info))?;
+        // Converted: its pages need not stay resident beside the GGUF bytes being built.
+        file.release(info);
+        let (values, shape) = names::apply(t.transform, false, &t.hf, values, &info.shape)?;
+        debug_assert!(shape.iter().rev().eq(&t.dims), "{}: planned dims", t.hf);
+        let bytes = quantize(t.ty, &values).map_err(|reason| HfError::Quant {
+            tensor: t.gguf.clone(),
+            ty: t.ty,
             reason,
         })?;
-        Ok((ty, dims, bytes))
+        if bytes.len() != t.len {
+            return Err(HfError::Quant {
+                tensor: t.gguf.clone(),
+                ty: t.ty,
+                reason: kindle_gguf::quant::QuantError::SizeMismatch {
+                    ty: t.ty,
+                    bytes: bytes.len(),
+                    values: values.len(),
+                    block: t.ty.block_size(),
+                    block_bytes: t.ty.type_size(),
+                },
+            });
+        }
+        out.extend_from_slice(&bytes);
+        Ok(())
     }
 
     /// The GGUF file's bytes (see [`to_gguf`](Self::to_gguf)), read back as a [`GgufFile`].
+    /// Each tensor is converted straight into the file's bytes (and its safetensors pages
+    /// dropped): the tensors are never held twice.
     pub fn to_gguf_file(&self, options: &ToGgufOptions) -> Result<GgufFile> {
-        // The writer's tensors freed as the file's bytes take them: one copy at a time.
-        let bytes = self.to_gguf(options)?.into_bytes();
+        let (mut w, plan) = self.plan(options)?;
+        for t in &plan {
+            w = w.planned_tensor(t.gguf.clone(), &t.dims, t.ty, t.len);
+        }
+        let bytes = w.into_bytes_with(|i, out| self.encode(&plan[i], out))?;
         Ok(GgufFile::from_bytes(bytes)?)
     }
 
@@ -236,6 +285,20 @@ impl HfDir {
             .write_checked(path)
             .map_err(io_error(path))
     }
+}
+
+/// What one tensor of the directory becomes in the GGUF file.
+struct PlannedTensor {
+    /// Its Hugging Face name.
+    hf: String,
+    /// Its GGUF name.
+    gguf: String,
+    transform: Transform,
+    /// GGUF dims (ggml order).
+    dims: Vec<u64>,
+    ty: GgmlType,
+    /// Its bytes in the file.
+    len: usize,
 }
 
 /// llama.cpp's `LlamaFileType` of a weight type (a K-quant's `_M` mixture's, as llama-quantize

@@ -25,6 +25,42 @@ fn round_trip(gguf: &GgufFile, dtype: HfDtype, options: &ToGgufOptions) -> (Temp
     (dir, back)
 }
 
+/// The in-memory file (each tensor converted straight into its bytes) is the file the writer
+/// builds from converted tensors, byte for byte: every architecture (GPT-2's transposed
+/// weights, Llama's permuted rows, Gemma's norms), kept and re-encoded types.
+#[test]
+fn the_file_built_in_place_is_the_writer_s() {
+    for (arch, pre) in ARCHS {
+        let gguf = tiny_gguf(arch, pre);
+        for (dtype, ty) in [
+            (HfDtype::BF16, None),
+            (HfDtype::F16, None),
+            (HfDtype::F32, Some(GgmlType::Q8_0)),
+        ] {
+            let dir = TempDir::new("inplace");
+            write_hf(&gguf, dir.path(), dtype).unwrap();
+            let hf = HfDir::open(dir.path()).unwrap();
+            let options = ToGgufOptions {
+                tensor_type: ty,
+                tokenizer: true,
+            };
+            let path = dir.path().join("written.gguf");
+            hf.write_gguf(&path, &options).unwrap();
+            let written = GgufFile::open(&path).unwrap();
+            let built = hf.to_gguf_file(&options).unwrap();
+            assert_eq!(built.metadata(), written.metadata(), "{arch} {dtype:?}");
+            assert_eq!(built.tensors(), written.tensors(), "{arch} {dtype:?}");
+            for t in written.tensors() {
+                assert!(
+                    built.tensor_bytes(t) == written.tensor_bytes(t),
+                    "{arch} {dtype:?} {}",
+                    t.name
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn every_architecture_round_trips_bit_exact_through_f32() {
     for (arch, pre) in ARCHS {
