@@ -75,6 +75,8 @@ mod gather;
 mod gemm;
 #[cfg(test)]
 mod gemm_tests;
+#[cfg(test)]
+mod kq_tests;
 mod packed;
 mod packed_low_k;
 mod pool;
