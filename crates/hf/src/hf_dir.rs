@@ -20,9 +20,10 @@ use crate::vocab_spm;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToGgufOptions {
     /// The type of the weight matrices. `None` keeps them: F32 stays F32, F16 stays F16,
-    /// BF16 stays BF16 (as llama.cpp's `convert_hf_to_gguf.py --outtype auto`). `Some(t)` (F32, F16, Q8_0, Q4_0 or Q4_1) encodes every
-    /// two-dimensional tensor whose rows are whole blocks of `t` with kindle-gguf's
-    /// quantizers, as `kindle quantize` does. One-dimensional tensors (norms, biases) are
+    /// BF16 stays BF16 (as llama.cpp's `convert_hf_to_gguf.py --outtype auto`). `Some(t)` (one
+    /// of [`QUANTIZE_TYPES`]) encodes every two-dimensional tensor whose rows are whole blocks
+    /// of `t` with kindle-gguf's quantizers (others take llama-quantize's fallback type), as
+    /// `kindle quantize` does. One-dimensional tensors (norms, biases) are
     /// always F32, as llama.cpp writes them.
     pub tensor_type: Option<GgmlType>,
     /// Write the `tokenizer.*` metadata (from tokenizer.json, or tokenizer.model for
