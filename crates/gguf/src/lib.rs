@@ -43,7 +43,7 @@ pub use quant::{GgmlType, QuantError};
 pub use reader::{GgufFile, SharedBytes};
 pub use strings::StringArray;
 pub use value::{MetadataArray, MetadataValue};
-pub use writer::GgufWriter;
+pub use writer::{GgufWriter, WriteError};
 
 #[cfg(test)]
 mod tests {
@@ -133,8 +133,37 @@ mod tests {
                 );
                 Ok::<_, ()>(())
             });
-            assert_eq!(built, Ok(bytes));
+            assert_eq!(built.as_ref(), Ok(&bytes));
             assert_eq!(asked, [1]);
+            // Written to disk the same way, and checked; `fill`'s error removes the file.
+            let out = dir.join(format!("p{alignment}.gguf"));
+            let fill = |_: usize, out: &mut Vec<u8>| {
+                out.extend(
+                    [1.0f32, 2.0, 3.0, 4.0, 5.0]
+                        .iter()
+                        .flat_map(|v| v.to_le_bytes()),
+                );
+                Ok::<_, ()>(())
+            };
+            planned.write_checked_with(&out, fill).unwrap();
+            assert_eq!(std::fs::read(&out).unwrap(), bytes);
+            let stopped = planned.write_checked_with(&out, |_, _| Err("stop"));
+            assert!(matches!(stopped, Err(crate::WriteError::Fill("stop"))));
+            assert!(!out.exists());
+            // A length other than planned is an error naming the tensor, and no file.
+            let short = planned.write_checked_with(&out, |_, out| {
+                out.push(0);
+                Ok::<_, ()>(())
+            });
+            let Err(crate::WriteError::Io(e)) = short else {
+                panic!("{short:?}")
+            };
+            assert!(
+                e.to_string()
+                    .contains("tensor b: 1 bytes given, 20 planned"),
+                "{e}"
+            );
+            assert!(!out.exists());
             // `fill`'s error is returned.
             assert_eq!(planned.into_bytes_with(|_, _| Err("stop")), Err("stop"));
         }

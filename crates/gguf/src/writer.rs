@@ -7,6 +7,27 @@ use super::layout::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAX_ALIGNMENT};
 use super::value::{MetadataArray, MetadataValue};
 use crate::quant::GgmlType;
 
+/// Why [`GgufWriter::write_checked_with`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError<E> {
+    /// Writing the file or reading it back (a difference is `InvalidData`, named).
+    #[error(transparent)]
+    Io(#[from] io::Error),
+    /// The `fill` callback's error.
+    #[error("{0}")]
+    Fill(E),
+}
+
+/// A digest of `bytes` (SipHash, this process's keys), for the read-back check of bytes the
+/// writer does not keep.
+fn digest(bytes: &[u8]) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    static KEYS: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
+    let mut h = KEYS.get_or_init(std::hash::RandomState::new).build_hasher();
+    h.write(bytes);
+    h.finish()
+}
+
 /// A tensor queued for writing.
 #[derive(Debug, Clone)]
 struct PendingTensor {
@@ -292,8 +313,74 @@ impl GgufWriter {
         result
     }
 
+    /// [`write_checked`](Self::write_checked) for a writer with planned tensors
+    /// ([`planned_tensor`](Self::planned_tensor)): each one's bytes come from `fill(index,
+    /// buffer)` (`index` counts every tensor added; the buffer is emptied before each call and
+    /// reused) when the file reaches it, and are written at once, so one tensor at a time is
+    /// in memory. Reading back checks what `write_checked` checks, a planned tensor's bytes
+    /// against a digest of what `fill` gave, and drops each tensor's mapped pages once read.
+    /// `fill`'s error stops the writing ([`WriteError::Fill`]); the file is then removed, as
+    /// after an I/O error ([`WriteError::Io`]).
+    pub fn write_checked_with<E>(
+        &self,
+        path: impl AsRef<Path>,
+        mut fill: impl FnMut(usize, &mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<(), WriteError<E>> {
+        use std::io::Write;
+        let path = path.as_ref();
+        let mut digests = vec![None; self.tensors.len()];
+        let written = (|| -> Result<(), WriteError<E>> {
+            let align = self.data_alignment();
+            let mut out = io::BufWriter::new(std::fs::File::create(path)?);
+            out.write_all(&self.header())?;
+            let mut buffer = Vec::new();
+            let zeros = [0u8; MAX_PAD];
+            for (i, t) in self.tensors.iter().enumerate() {
+                let bytes = match t.planned {
+                    Some(len) => {
+                        buffer.clear();
+                        fill(i, &mut buffer).map_err(WriteError::Fill)?;
+                        if buffer.len() != len {
+                            return Err(WriteError::Io(io::Error::new(
+                                io::ErrorKind::InvalidData,
+                                format!(
+                                    "tensor {}: {} bytes given, {len} planned",
+                                    t.name,
+                                    buffer.len()
+                                ),
+                            )));
+                        }
+                        digests[i] = Some(digest(&buffer));
+                        &buffer[..]
+                    }
+                    None => &t.bytes[..],
+                };
+                out.write_all(bytes)?;
+                let mut left =
+                    ((bytes.len() as u64).next_multiple_of(align) - bytes.len() as u64) as usize;
+                while left > 0 {
+                    let n = left.min(MAX_PAD);
+                    out.write_all(&zeros[..n])?;
+                    left -= n;
+                }
+            }
+            out.flush()?;
+            self.check_with(path, &digests)?;
+            Ok(())
+        })();
+        if written.is_err() {
+            let _ = std::fs::remove_file(path);
+        }
+        written
+    }
+
     /// What [`write_checked`](Self::write_checked) checks of the file at `path`.
     fn check(&self, path: &Path) -> io::Result<()> {
+        self.check_with(path, &vec![None; self.tensors.len()])
+    }
+
+    /// [`check`](Self::check), with the digests of the planned tensors' bytes (by index).
+    fn check_with(&self, path: &Path, digests: &[Option<u64>]) -> io::Result<()> {
         let bad = |what: String| io::Error::new(io::ErrorKind::InvalidData, what);
         let file = crate::GgufFile::open(path)
             .map_err(|e| bad(format!("reading back {}: {e}", path.display())))?;
@@ -314,12 +401,15 @@ impl GgufWriter {
         if file.tensors().len() != self.tensors.len() {
             return Err(bad("the tensor count does not read back as written".into()));
         }
-        for (t, info) in self.tensors.iter().zip(file.tensors()) {
-            if t.name != info.name
-                || t.dims != info.dims
-                || t.ty != info.ty
-                || t.given() != file.tensor_bytes(info)
-            {
+        for ((t, info), planned) in self.tensors.iter().zip(file.tensors()).zip(digests) {
+            let bytes = file.shared_tensor_bytes(info);
+            let same = match planned {
+                Some(d) => digest(&bytes) == *d,
+                None => t.given() == &bytes[..],
+            };
+            // Read: its pages need not stay resident while the rest is checked.
+            bytes.release_pages();
+            if t.name != info.name || t.dims != info.dims || t.ty != info.ty || !same {
                 return Err(bad(format!(
                     "tensor {} does not read back as written",
                     t.name

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use kindle_gguf::quant::{QUANTIZE_TYPES, quantize};
-use kindle_gguf::{GgmlType, GgufFile, GgufWriter, MetadataValue};
+use kindle_gguf::{GgmlType, GgufFile, GgufWriter, MetadataValue, WriteError};
 use safetensors::Dtype;
 use serde_json::Value;
 
@@ -278,13 +278,19 @@ impl HfDir {
         Ok(GgufFile::from_bytes(bytes)?)
     }
 
-    /// Writes the GGUF file to `path` and reads it back to check it
-    /// ([`GgufWriter::write_checked`]).
+    /// Writes the GGUF file to `path`, each tensor converted as the file reaches it (one at a
+    /// time in memory), and reads it back to check it ([`GgufWriter::write_checked_with`]).
     pub fn write_gguf(&self, path: impl AsRef<Path>, options: &ToGgufOptions) -> Result<()> {
         let path = path.as_ref();
-        self.to_gguf(options)?
-            .write_checked(path)
-            .map_err(io_error(path))
+        let (mut w, plan) = self.plan(options)?;
+        for t in &plan {
+            w = w.planned_tensor(t.gguf.clone(), &t.dims, t.ty, t.len);
+        }
+        w.write_checked_with(path, |i, out| self.encode(&plan[i], out))
+            .map_err(|e| match e {
+                WriteError::Io(e) => io_error(path)(e),
+                WriteError::Fill(e) => e,
+            })
     }
 }
 
