@@ -71,6 +71,7 @@ mod hf_dir;
 mod json;
 pub mod names;
 mod pre_tokenizer;
+mod rope;
 mod safetensors_file;
 mod spm_proto;
 mod vocab_export;
@@ -83,6 +84,7 @@ pub use config::{Arch, ModelConfig, RopeScaling, SUPPORTED_ARCHITECTURES};
 pub use error::{HfError, Result};
 pub use export::{HfDtype, HfWriteOptions, write_hf, write_hf_with};
 pub use hf_dir::{HfDir, ToGgufOptions};
+pub use rope::Llama3Scaling;
 pub use safetensors_file::{MAX_HEADER_LEN, SafetensorsFile, SafetensorsTensor};
 
 /// Whether `path` is a Hugging Face model directory (a directory with a config.json), the

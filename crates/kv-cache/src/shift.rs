@@ -16,7 +16,12 @@
 //! out[b] = x[a] * sin + x[b] * cos        (a, b) = (2i, 2i+1) or (i, i + d/2)
 //! ```
 //!
-//! Unscaled RoPE only (the model loader refuses rotary scaling).
+//! A model that scales its rotary frequencies (Llama 3's frequency factors, linear or YaRN
+//! scaling) gives each layer's angles per position ([`KeyRotation::frequencies`]); a shift
+//! turns by `delta` times those. YaRN's magnitude is in the keys already and is not applied
+//! again.
+
+use std::sync::Arc;
 
 use burn::prelude::*;
 
@@ -29,34 +34,47 @@ pub enum RotaryPairs {
     Halves,
 }
 
-/// How a layer's keys were rotated: the pairs and the base.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// How a layer's keys were rotated: the pairs, the base, and the angles of a scaled model.
+#[derive(Debug, Clone, PartialEq)]
 pub struct KeyRotation {
     /// Which features form a pair.
     pub pairs: RotaryPairs,
     /// The rotary base `theta`.
     pub theta: f64,
+    /// Each pair's angle per position when the model scales its frequencies (`head_dim / 2`
+    /// values); `None`: `theta^(-2i/head_dim)`.
+    pub frequencies: Option<Arc<[f64]>>,
 }
 
 impl KeyRotation {
-    /// Adjacent pairs with base `theta` (the llama layout).
-    pub fn adjacent(theta: f64) -> Self {
+    /// Pairs `pairs` turned with base `theta`, unscaled.
+    pub fn new(pairs: RotaryPairs, theta: f64) -> Self {
         KeyRotation {
-            pairs: RotaryPairs::Adjacent,
+            pairs,
             theta,
+            frequencies: None,
         }
     }
-}
 
-/// `(cos, sin)` of `delta * theta^(-2i/head_dim)` for each pair `i < head_dim / 2`.
-fn shift_angles(delta: i64, head_dim: usize, rope_theta: f64) -> (Vec<f32>, Vec<f32>) {
-    (0..head_dim / 2)
-        .map(|i| {
-            let inv_freq = rope_theta.powf(-2.0 * i as f64 / head_dim as f64);
-            let angle = delta as f64 * inv_freq;
-            (angle.cos() as f32, angle.sin() as f32)
-        })
-        .unzip()
+    /// Adjacent pairs with base `theta` (the llama layout).
+    pub fn adjacent(theta: f64) -> Self {
+        KeyRotation::new(RotaryPairs::Adjacent, theta)
+    }
+
+    /// `(cos, sin)` of `delta` times pair `i`'s angle per position, for each `i <
+    /// head_dim / 2`.
+    fn shift_angles(&self, delta: i64, head_dim: usize) -> (Vec<f32>, Vec<f32>) {
+        (0..head_dim / 2)
+            .map(|i| {
+                let freq = match &self.frequencies {
+                    Some(f) => f[i],
+                    None => self.theta.powf(-2.0 * i as f64 / head_dim as f64),
+                };
+                let angle = delta as f64 * freq;
+                (angle.cos() as f32, angle.sin() as f32)
+            })
+            .unzip()
+    }
 }
 
 /// Rotate every head of `keys` (`[batch, heads, T, head_dim]`, `head_dim` even) by `delta`
@@ -86,7 +104,7 @@ pub fn k_shift(keys: Tensor<4>, delta: i64, rope_theta: f64) -> Tensor<4> {
 /// let device = Device::flex();
 /// // Halves: features 0 and 2 are pair 0 (base^0 = 1), features 1 and 3 pair 1.
 /// let keys = Tensor::<4>::from_data(TensorData::new(vec![1.0f32, 0.0, 0.0, 0.0], [1, 1, 1, 4]), &device);
-/// let rotation = KeyRotation { pairs: RotaryPairs::Halves, theta: 10000.0 };
+/// let rotation = KeyRotation::new(RotaryPairs::Halves, 10000.0);
 /// let out: Vec<f32> = k_shift_as(keys, 1, rotation).into_data().try_into_vec().unwrap();
 /// assert!((out[0] - 1f32.cos()).abs() < 1e-6 && (out[2] - 1f32.sin()).abs() < 1e-6);
 /// assert_eq!((out[1], out[3]), (0.0, 0.0));
@@ -97,7 +115,7 @@ pub fn k_shift_as(keys: Tensor<4>, delta: i64, rotation: KeyRotation) -> Tensor<
         return keys;
     }
     let device = keys.device();
-    let (cos, sin) = shift_angles(delta, d, rotation.theta);
+    let (cos, sin) = rotation.shift_angles(delta, d);
     // The pair's two features along `axis` of the 5-D view, the pair index along the other.
     let (axis, view, table) = match rotation.pairs {
         RotaryPairs::Adjacent => (4, [b, h, t, d / 2, 2], [1, 1, 1, d / 2, 1]),
@@ -127,7 +145,7 @@ pub fn k_shift_host_as(x: &mut [f32], head_dim: usize, delta: i64, rotation: Key
         return;
     }
     let half = head_dim / 2;
-    let (cos, sin) = shift_angles(delta, head_dim, rotation.theta);
+    let (cos, sin) = rotation.shift_angles(delta, head_dim);
     for head in x.chunks_exact_mut(head_dim) {
         for i in 0..half {
             let (a, b) = match rotation.pairs {
@@ -167,12 +185,9 @@ mod tests {
         let device = Device::flex();
         let data: Vec<f32> = (0..2 * 3 * 8).map(|i| (i as f32 * 0.37).sin()).collect();
         for pairs in [RotaryPairs::Adjacent, RotaryPairs::Halves] {
-            let rotation = KeyRotation {
-                pairs,
-                theta: 500.0,
-            };
+            let rotation = KeyRotation::new(pairs, 500.0);
             let t = Tensor::<4>::from_data(TensorData::new(data.clone(), [1, 2, 3, 8]), &device);
-            let out: Vec<f32> = k_shift_as(t, -5, rotation)
+            let out: Vec<f32> = k_shift_as(t, -5, rotation.clone())
                 .into_data()
                 .try_into_vec()
                 .unwrap();
@@ -195,10 +210,7 @@ mod tests {
             &mut halves,
             d,
             3,
-            KeyRotation {
-                pairs: RotaryPairs::Halves,
-                theta: 100.0,
-            },
+            KeyRotation::new(RotaryPairs::Halves, 100.0),
         );
         let interleave =
             |v: &[f32]| -> Vec<f32> { (0..d / 2).flat_map(|i| [v[i], v[i + d / 2]]).collect() };

@@ -134,8 +134,8 @@ impl SlidingWindowCache {
         }
         let rotations = &self.rotations;
         self.inner
-            .remove_range(start, n, |layer, keys| match rotations[layer] {
-                Some(rotation) => k_shift_as(keys, -(n as i64), rotation),
+            .remove_range(start, n, |layer, keys| match &rotations[layer] {
+                Some(rotation) => k_shift_as(keys, -(n as i64), rotation.clone()),
                 None => keys,
             });
         self.discarded += n;
@@ -260,10 +260,7 @@ mod tests {
             .flat_map(|&t| (0..4).map(move |i| (10 * t + i) as f32))
             .collect();
         assert_eq!(keys, want);
-        let rotation = KeyRotation {
-            pairs: RotaryPairs::Halves,
-            theta: 100.0,
-        };
+        let rotation = KeyRotation::new(RotaryPairs::Halves, 100.0);
         let (turned, _) = run(Some(rotation), 7);
         assert_eq!(turned[..8], want[..8], "the kept prefix is never turned");
         assert_ne!(turned[8..], want[8..]);

@@ -50,7 +50,7 @@ pub use arch::{
 };
 pub use config::{AttentionShape, LlamaConfig};
 pub use recipe::{BatchSequence, LogitsFor};
-pub use rope::RopeTable;
+pub use rope::{RopeScaling, RopeScalingKind, RopeTable, Rotary};
 pub use weights::{Block, Norm};
 
 /// A Llama-family model.
@@ -282,11 +282,18 @@ impl Llama {
             arch::RopeStyle::Halves => RotaryPairs::Halves,
         };
         let rotary = self.arch.positions == arch::Positions::Rotary;
-        let rotations = (0..self.config().n_layers)
+        let config = self.config();
+        let rotations = (0..config.n_layers)
             .map(|l| {
-                rotary.then(|| KeyRotation {
-                    pairs,
-                    theta: self.arch.layer(self.config(), l).rope_theta,
+                rotary.then(|| {
+                    let spec = self.arch.layer(config, l);
+                    KeyRotation {
+                        frequencies: config
+                            .rope_scaling
+                            .is_some()
+                            .then(|| config.rotary(&spec).frequencies.into()),
+                        ..KeyRotation::new(pairs, spec.rope_theta)
+                    }
                 })
             })
             .collect();

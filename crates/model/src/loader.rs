@@ -8,6 +8,7 @@ use crate::error::ModelError;
 use crate::linear::QLinear;
 use crate::llama::{
     ArchSpec, Block, LayerPattern, Llama, LlamaConfig, Norm, NormKind, Parts, Positions,
+    RopeScaling, RopeScalingKind,
 };
 use kindle_gguf::GgufFile;
 use kindle_kernels::{self, KernelOptions, Kernels, QuantMatrix};
@@ -168,8 +169,13 @@ impl LlamaConfig {
             key_length,
             sliding_window,
             query_scale,
+            rope_scaling: None,
         };
-        Ok(config)
+        let rope_scaling = rope_scaling_of(file, spec, config.head_dim(), config.context_length)?;
+        Ok(LlamaConfig {
+            rope_scaling,
+            ..config
+        })
     }
 
     /// What is wrong with these hyperparameters read from `file`: the first inconsistency
@@ -186,8 +192,8 @@ impl LlamaConfig {
         }
     }
 
-    /// Partial rotary embeddings, rotary scaling, final logit soft-capping and mixtures of
-    /// experts are not supported.
+    /// Partial rotary embeddings, final logit soft-capping and mixtures of experts are not
+    /// supported.
     fn check_features(&self, file: &GgufFile) -> Result<(), ModelError> {
         let arch = file.architecture()?;
         let key = |name: &str| format!("{arch}.{name}");
@@ -201,15 +207,6 @@ impl LlamaConfig {
                     "partial rotary embeddings are not supported ({rope_dim} rotated of {} per head)",
                     config.head_dim()
                 ),
-            });
-        }
-        if let Some(factor) = file.opt_f64(&key("rope.scaling.factor"))?
-            && factor != 1.0
-            && file.opt_str(&key("rope.scaling.type"))? != Some("none")
-        {
-            return Err(ModelError::Hyperparameter {
-                key: key("rope.scaling.factor"),
-                problem: format!("rotary scaling (factor {factor}) is not supported"),
             });
         }
         if let Some(cap) = file.opt_f64(&key("final_logit_softcapping"))?
@@ -335,6 +332,103 @@ impl LlamaConfig {
         }
         tensors
     }
+}
+
+/// How `file`'s model stretches its rotary frequencies, read as llama.cpp reads it:
+/// `{arch}.rope.scaling.type` (`none`, `linear` or `yarn`; `linear` when absent),
+/// `.factor` (or the older `rope.scale_linear`; absent or 0: 1), `.attn_factor`,
+/// `.original_context_length` (YaRN; else the training context), and a llama file's
+/// `rope_freqs.weight` (Llama 3's per-pair frequency divisors). `None` when nothing
+/// changes the trained frequencies. `longrope`, YaRN's log multiplier (DeepSeek) and
+/// frequency factors outside the llama architecture are refused, naming the key.
+fn rope_scaling_of(
+    file: &GgufFile,
+    spec: &ArchSpec,
+    head_dim: usize,
+    context_length: usize,
+) -> Result<Option<RopeScaling>, ModelError> {
+    let key = |name: &str| format!("{}.rope.{name}", spec.name);
+    let bad = |k: String, problem: String| ModelError::Hyperparameter { key: k, problem };
+    let type_key = key("scaling.type");
+    let kind = match file.opt_str(&type_key)?.unwrap_or("linear") {
+        "none" => RopeScalingKind::None,
+        "linear" => RopeScalingKind::Linear,
+        "yarn" => RopeScalingKind::Yarn,
+        other => {
+            return Err(bad(
+                type_key,
+                format!("rotary scaling `{other}` is not supported (none, linear and yarn are)"),
+            ));
+        }
+    };
+    let factor_key = key("scaling.factor");
+    let factor = match file.opt_f64(&factor_key)? {
+        Some(f) => f,
+        None => file.opt_f64(&key("scale_linear"))?.unwrap_or(0.0),
+    };
+    if !(factor.is_finite() && factor >= 0.0) {
+        return Err(bad(
+            factor_key,
+            format!("must be a positive number, got {factor}"),
+        ));
+    }
+    let factor = if factor == 0.0 { 1.0 } else { factor };
+    let attn_key = key("scaling.attn_factor");
+    let attn_factor = file.opt_f64(&attn_key)?.unwrap_or(1.0);
+    if !(attn_factor.is_finite() && attn_factor > 0.0) {
+        return Err(bad(
+            attn_key,
+            format!("must be a positive number, got {attn_factor}"),
+        ));
+    }
+    let log_key = key("scaling.yarn_log_multiplier");
+    if let Some(m) = file.opt_f64(&log_key)?
+        && m != 0.0
+    {
+        return Err(bad(
+            log_key,
+            format!("YaRN's log multiplier ({m}, DeepSeek's attention scaling) is not supported"),
+        ));
+    }
+    let original_context = match file.opt_u64(&key("scaling.original_context_length"))? {
+        Some(n) if n > 0 => n as usize,
+        _ => context_length,
+    };
+    const FREQS: &str = "rope_freqs.weight";
+    let freq_factors = match file.tensor(FREQS) {
+        None => None,
+        Some(_) if spec.name != ArchSpec::LLAMA.name => {
+            return Err(bad(
+                FREQS.into(),
+                format!(
+                    "frequency factors are read for llama files only, not {}",
+                    spec.name
+                ),
+            ));
+        }
+        Some(_) => {
+            check_shape(file, FREQS, &[(head_dim / 2) as u64])?;
+            let values = file.dequantize(FREQS)?;
+            if let Some(v) = values.iter().find(|v| !(v.is_finite() && **v > 0.0)) {
+                return Err(bad(
+                    FREQS.into(),
+                    format!("frequency factors must be positive numbers, one is {v}"),
+                ));
+            }
+            Some(values)
+        }
+    };
+    let stretched = kind != RopeScalingKind::None && factor != 1.0;
+    if !stretched && attn_factor == 1.0 && freq_factors.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(RopeScaling {
+        kind,
+        factor,
+        original_context,
+        attn_factor,
+        freq_factors,
+    }))
 }
 
 fn check_shape(file: &GgufFile, name: &str, expected: &[u64]) -> Result<(), ModelError> {

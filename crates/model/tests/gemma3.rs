@@ -288,23 +288,20 @@ fn a_context_shift_turns_each_layer_with_its_own_base() {
 fn a_context_shift_with_the_wrong_rotation_is_caught() {
     let stream = tokens(77, 60, VOCAB);
     let model = tiny_gemma3(2, Some(512), 1000);
-    let right = KeyRotation {
-        pairs: RotaryPairs::Halves,
-        theta: 10000.0,
-    };
+    let right = KeyRotation::new(RotaryPairs::Halves, 10000.0);
     for (what, wrong) in [
         ("adjacent pairs", KeyRotation::adjacent(10000.0)),
         (
             "the global base",
             KeyRotation {
                 theta: 1e6,
-                ..right
+                ..right.clone()
             },
         ),
-        ("the right rotation", right),
+        ("the right rotation", right.clone()),
     ] {
         let config = model.config().kv_cache_config(16);
-        let rotations = vec![Some(wrong); 2];
+        let rotations = vec![Some(wrong.clone()); 2];
         let cache =
             SlidingWindowCache::with_rotations(config, KvType::F32, 3, rotations, &Device::flex())
                 .unwrap();

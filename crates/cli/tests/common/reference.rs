@@ -209,9 +209,20 @@ pub fn teacher_forced(model: &Llama, passes: Passes) -> TeacherForced {
 /// Teacher-forced over every reference prompt of `which`: the prompt and llama.cpp's greedy
 /// continuation fed as `passes` say, every step's distribution compared.
 pub fn teacher_forced_on(model: &Llama, which: RealModel, passes: Passes) -> TeacherForced {
+    teacher_forced_over(model, &which.prompts(), passes)
+}
+
+/// Teacher-forced over `prompts` (entries of a reference's `prompts`, by name): the prompt
+/// and llama.cpp's greedy continuation fed as `passes` say, every step's distribution
+/// compared.
+pub fn teacher_forced_over(
+    model: &Llama,
+    prompts: &[(String, &Value)],
+    passes: Passes,
+) -> TeacherForced {
     let vocab = model.config().vocab_size;
     let mut found = TeacherForced::default();
-    for (name, prompt) in which.prompts() {
+    for (name, prompt) in prompts {
         let prompt_ids = ids(&prompt["prompt_ids"]);
         let greedy = ids(&prompt["greedy_ids"]);
         let mut all = prompt_ids.clone();
@@ -219,7 +230,7 @@ pub fn teacher_forced_on(model: &Llama, which: RealModel, passes: Passes) -> Tea
         let logits = all_logits(model, &all, passes);
         for (i, step) in prompt["steps"].as_array().unwrap().iter().enumerate() {
             let pos = prompt_ids.len() - 1 + i;
-            found.check_row(&name, i, step, &logits[pos * vocab..(pos + 1) * vocab]);
+            found.check_row(name, i, step, &logits[pos * vocab..(pos + 1) * vocab]);
         }
     }
     found
@@ -247,9 +258,19 @@ pub fn check_free_running(model: &Llama, passes: Passes) {
 /// Free-running greedy decoding against llama.cpp's on `which`, up to the first close call;
 /// the prompt prefilled as `passes` say. Returns the decisive steps checked.
 pub fn check_free_running_on(model: &Llama, which: RealModel, passes: Passes) -> usize {
+    check_free_running_over(model, &which.prompts(), passes)
+}
+
+/// Free-running greedy decoding against llama.cpp's over `prompts`, up to each one's first
+/// close call; the prompt prefilled as `passes` say. Returns the decisive steps checked.
+pub fn check_free_running_over(
+    model: &Llama,
+    prompts: &[(String, &Value)],
+    passes: Passes,
+) -> usize {
     let vocab = model.config().vocab_size;
     let mut total = 0;
-    for (name, prompt) in which.prompts() {
+    for (name, prompt) in prompts {
         let prompt_ids = ids(&prompt["prompt_ids"]);
         let greedy = ids(&prompt["greedy_ids"]);
         let steps = prompt["steps"].as_array().unwrap();

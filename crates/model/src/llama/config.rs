@@ -4,6 +4,7 @@
 use burn::config::Config;
 use kindle_kv_cache::KvCacheConfig;
 
+use super::rope::{RopeScaling, Rotary};
 use crate::error::ModelError;
 
 /// Hyperparameters of a Llama-family model.
@@ -43,6 +44,9 @@ pub struct LlamaConfig {
     /// What queries are multiplied by before attention, when not `1 / sqrt(head_dim)`
     /// (llama.cpp's Gemma-3 27B: `1 / sqrt(d_model / heads)`).
     pub query_scale: Option<f64>,
+    /// How the rotary frequencies are stretched (`rope.scaling.*`, `rope_freqs.weight`);
+    /// `None`: the trained frequencies.
+    pub rope_scaling: Option<RopeScaling>,
 }
 
 /// The shape of a layer's attention: every width and head count the recipe, both executors,
@@ -87,6 +91,17 @@ impl LlamaConfig {
     pub fn attention_scale(&self) -> f32 {
         self.query_scale
             .unwrap_or_else(|| 1.0 / (self.head_dim() as f64).sqrt()) as f32
+    }
+
+    /// What a layer of spec `layer` rotates its queries and keys by: its base, with the
+    /// model's [`RopeScaling`] (linear and YaRN factors on global layers only, as llama.cpp).
+    pub fn rotary(&self, layer: &super::LayerSpec) -> Rotary {
+        Rotary::new(
+            self.head_dim(),
+            layer.rope_theta,
+            self.rope_scaling.as_ref(),
+            layer.window.is_none(),
+        )
     }
 
     /// Head counts and widths of the attention (see [`AttentionShape`]).

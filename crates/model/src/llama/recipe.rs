@@ -209,15 +209,16 @@ pub(super) fn forward<O: LayerOps>(
     let mut buffers = Buffers::default();
     // The rotation table of the current rotary base (one for the whole pass unless the
     // architecture changes bases between layers); none with learned positions.
-    let mut rope: Option<(f64, O::Rope)> = None;
+    let mut rope: Option<((f64, bool), O::Rope)> = None;
     for (index, block) in model.layers.iter().enumerate() {
         let spec = arch.layer(config, index);
-        let theta = spec.rope_theta;
+        // A layer's angles follow from its base and whether it is global (scaled).
+        let key = (spec.rope_theta, spec.window.is_none());
         let rotary = arch.positions == Positions::Rotary;
-        if rotary && rope.as_ref().is_none_or(|&(current, _)| current != theta) {
-            let table =
-                RopeTable::new(pass.positions, shape.head_dim, theta).with_style(arch.rope_style);
-            rope = Some((theta, ops.rope_table(table)));
+        if rotary && rope.as_ref().is_none_or(|&(current, _)| current != key) {
+            let angles = config.rotary(&spec);
+            let table = RopeTable::of(pass.positions, &angles).with_style(arch.rope_style);
+            rope = Some((key, ops.rope_table(table)));
         }
         let layer = Layer {
             index,

@@ -1,6 +1,123 @@
 //! Rotary position embeddings: the one table both executors rotate with.
 
+use burn::config::Config;
+
 use super::RopeStyle;
+
+/// How a model stretches its rotary frequencies (GGUF's `{arch}.rope.scaling.*` keys and
+/// Llama 3's `rope_freqs.weight`), exactly as llama.cpp's `ggml_rope_ext` turns them:
+///
+/// - `freq_factors` (Llama 3.1 and later): pair `i`'s frequency is divided by
+///   `freq_factors[i]` on every layer.
+/// - [`RopeScalingKind::Linear`]: positions are divided by `factor` (the frequency times
+///   `1 / factor`) on global layers (a local, sliding-window layer of Gemma-3 keeps its own).
+/// - [`RopeScalingKind::Yarn`]: YaRN, pair by pair a mix of the interpolated
+///   (`1 / factor`) and the original frequency by the ramp between llama.cpp's correction
+///   dimensions (`beta_fast` 32, `beta_slow` 1, over `original_context` positions), and
+///   `cos`/`sin` scaled by `1 + 0.1 ln(factor)` (llama.cpp's `mscale`).
+///
+/// `attn_factor` (`rope.scaling.attn_factor`) multiplies `cos` and `sin` in every case.
+#[derive(Config, Debug, PartialEq)]
+pub struct RopeScaling {
+    /// How positions are stretched on global layers.
+    pub kind: RopeScalingKind,
+    /// `rope.scaling.factor`: how many times longer the context is stretched (1: not).
+    #[config(default = 1.0)]
+    pub factor: f64,
+    /// YaRN's original context length (`rope.scaling.original_context_length`, else the
+    /// model's `context_length`).
+    #[config(default = 0)]
+    pub original_context: usize,
+    /// `rope.scaling.attn_factor`: what `cos` and `sin` are multiplied by.
+    #[config(default = 1.0)]
+    pub attn_factor: f64,
+    /// Per-pair divisors of the frequencies (`rope_freqs.weight`, `head_dim / 2` values).
+    pub freq_factors: Option<Vec<f32>>,
+}
+
+/// The kinds of [`RopeScaling`] (GGUF's `rope.scaling.type`).
+#[derive(Config, Debug, Copy, PartialEq, Eq)]
+pub enum RopeScalingKind {
+    /// `none`: the trained frequencies (frequency factors still apply).
+    None,
+    /// `linear`: positions divided by the factor.
+    Linear,
+    /// `yarn`: YaRN.
+    Yarn,
+}
+
+/// What a layer rotates by: each pair's angle per position (radians) and what `cos` and `sin`
+/// are multiplied by.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rotary {
+    /// Pair `i`'s angle per position, `head_dim / 2` values.
+    pub frequencies: Vec<f64>,
+    /// What `cos` and `sin` are multiplied by (1 but for YaRN and `attn_factor`).
+    pub magnitude: f64,
+}
+
+impl Rotary {
+    /// The trained frequencies `theta^(-2i / head_dim)` of `head_dim`-wide heads, with
+    /// `scaling` where the model has it; `global`: the layer sees the whole context (scaled
+    /// by a linear or YaRN factor), not a sliding window.
+    pub fn new(head_dim: usize, theta: f64, scaling: Option<&RopeScaling>, global: bool) -> Self {
+        let half = head_dim / 2;
+        let mut frequencies: Vec<f64> = (0..half)
+            .map(|i| theta.powf(-2.0 * i as f64 / head_dim as f64))
+            .collect();
+        let Some(s) = scaling else {
+            return Rotary {
+                frequencies,
+                magnitude: 1.0,
+            };
+        };
+        if let Some(factors) = &s.freq_factors {
+            for (f, &ff) in frequencies.iter_mut().zip(factors) {
+                *f /= f64::from(ff);
+            }
+        }
+        let mut magnitude = s.attn_factor;
+        let scale = if global && s.kind != RopeScalingKind::None {
+            1.0 / s.factor
+        } else {
+            1.0
+        };
+        match s.kind {
+            RopeScalingKind::None => {}
+            RopeScalingKind::Linear => frequencies.iter_mut().for_each(|f| *f *= scale),
+            RopeScalingKind::Yarn => {
+                let [low, high] = yarn_correction_dims(head_dim, s.original_context, theta);
+                for (i, f) in frequencies.iter_mut().enumerate() {
+                    let ramp = 1.0 - ((i as f64 - low) / (high - low).max(0.001)).clamp(0.0, 1.0);
+                    *f *= scale * (1.0 - ramp) + ramp;
+                }
+                // llama.cpp's `yarn_attn_factor` (`get_mscale(factor)` over the same factor
+                // it cancels) times `rope_yarn`'s `1 + 0.1 ln(1 / freq_scale)`.
+                if global && s.factor > 1.0 {
+                    magnitude *= 1.0 + 0.1 * s.factor.ln();
+                }
+            }
+        }
+        Rotary {
+            frequencies,
+            magnitude,
+        }
+    }
+}
+
+/// YaRN's correction dimensions (llama.cpp's `ggml_rope_yarn_corr_dims` with `beta_fast` 32
+/// and `beta_slow` 1): the pairs below `low` keep their frequency, those above `high` are
+/// interpolated, a linear ramp between.
+fn yarn_correction_dims(head_dim: usize, original_context: usize, theta: f64) -> [f64; 2] {
+    let dim = |rotations: f64| {
+        head_dim as f64 * (original_context as f64 / (rotations * 2.0 * std::f64::consts::PI)).ln()
+            / (2.0 * theta.ln())
+    };
+    [
+        dim(32.0).floor().max(0.0),
+        dim(1.0).ceil().min(head_dim as f64 - 1.0),
+    ]
+}
 
 /// `cos` and `sin` of the rotary angles `position * theta^(-2i / head_dim)` of a pass's rows,
 /// `[rows, head_dim / 2]` row-major. The angles are computed in `f64` and stored as `f32`
@@ -22,17 +139,25 @@ impl RopeTable {
     /// The table of `positions` (one row each) for heads `head_dim` wide (even), rotary base
     /// `theta`.
     pub fn new(positions: &[usize], head_dim: usize, theta: f64) -> Self {
-        let half = head_dim / 2;
-        let inv_freq: Vec<f64> = (0..half)
-            .map(|i| theta.powf(-2.0 * i as f64 / head_dim as f64))
-            .collect();
+        Self::of(positions, &Rotary::new(head_dim, theta, None, true))
+    }
+
+    /// The table of `positions` (one row each) for the angles and magnitude of `rotary`.
+    pub fn of(positions: &[usize], rotary: &Rotary) -> Self {
+        let half = rotary.frequencies.len();
         let mut cos = Vec::with_capacity(positions.len() * half);
         let mut sin = Vec::with_capacity(positions.len() * half);
+        let m = rotary.magnitude;
         for &pos in positions {
-            for &freq in &inv_freq {
+            for &freq in &rotary.frequencies {
                 let angle = pos as f64 * freq;
-                cos.push(angle.cos() as f32);
-                sin.push(angle.sin() as f32);
+                if m == 1.0 {
+                    cos.push(angle.cos() as f32);
+                    sin.push(angle.sin() as f32);
+                } else {
+                    cos.push((angle.cos() * m) as f32);
+                    sin.push((angle.sin() * m) as f32);
+                }
             }
         }
         RopeTable {
