@@ -25,6 +25,8 @@ enum Edit {
     DropTensor(&'static str),
     /// Replace a tensor by a zero-filled one of other dimensions.
     Reshape(&'static str, Vec<u64>),
+    /// Add an `F32` tensor of these values (one dimension).
+    AddTensor(&'static str, Vec<f32>),
 }
 
 /// The tiny model's metadata: byte-level-ish vocabulary of 64 printable ASCII tokens.
@@ -116,6 +118,7 @@ fn values(name: &str, n: usize) -> Vec<f32> {
 fn tiny_model(edits: &[Edit]) -> Vec<u8> {
     let mut meta = metadata();
     let mut tens = tensors();
+    let mut added = Vec::new();
     for edit in edits {
         match edit {
             Edit::Set(key, value) => {
@@ -131,6 +134,7 @@ fn tiny_model(edits: &[Edit]) -> Vec<u8> {
                     }
                 }
             }
+            Edit::AddTensor(name, values) => added.push((*name, values.clone())),
         }
     }
     let mut writer = GgufWriter::new();
@@ -140,6 +144,9 @@ fn tiny_model(edits: &[Edit]) -> Vec<u8> {
     for (name, dims) in tens {
         let n = dims.iter().product::<u64>() as usize;
         writer = writer.tensor_f32(name.clone(), &dims, &values(&name, n));
+    }
+    for (name, v) in added {
+        writer = writer.tensor_f32(name, &[v.len() as u64], &v);
     }
     writer.to_bytes()
 }
@@ -528,4 +535,69 @@ fn more_tokens_than_the_cache_holds() {
         .forward(&[1, 2, 3], &mut cache, LogitsFor::Last)
         .unwrap_err();
     assert!(matches!(err, ModelError::Cache(_)), "{err:?}");
+}
+
+/// Rotary scaling the file states: linear, YaRN and Llama 3's frequency factors load (and
+/// change the logits); what llama.cpp does not run, or runs as something else, is refused
+/// naming the key or tensor.
+#[test]
+fn rotary_scaling_keys_and_frequency_factors() {
+    let logits = |edits: &[Edit]| {
+        let model = load(edits).unwrap();
+        let mut cache = model.new_cache(8);
+        model
+            .forward(&[5, 9, 3], &mut cache, LogitsFor::All)
+            .unwrap()
+    };
+    let plain = logits(&[]);
+    let factor = |f: f32| Edit::Set("llama.rope.scaling.factor", MetadataValue::F32(f));
+    let kind = |k: &'static str| Edit::Set("llama.rope.scaling.type", k.into());
+    let freqs = |v: Vec<f32>| Edit::AddTensor("rope_freqs.weight", v);
+    for edits in [
+        vec![kind("linear"), factor(4.0)],
+        // No type: llama.cpp's default, linear.
+        vec![factor(4.0)],
+        vec![kind("yarn"), factor(4.0)],
+        vec![freqs(vec![1.0, 8.0])],
+    ] {
+        assert_ne!(logits(&edits), plain);
+    }
+    // `none`, or a factor of 1 or 0, change nothing.
+    for edits in [
+        vec![kind("none"), factor(4.0)],
+        vec![kind("linear"), factor(1.0)],
+        vec![factor(0.0)],
+    ] {
+        assert_eq!(logits(&edits), plain);
+        assert_eq!(load(&edits).unwrap().config().rope_scaling, None);
+    }
+    load_err(
+        &[kind("longrope"), factor(4.0)],
+        &["llama.rope.scaling.type", "longrope", "linear and yarn"],
+    );
+    load_err(&[factor(-2.0)], &["llama.rope.scaling.factor", "-2"]);
+    load_err(
+        &[Edit::Set(
+            "llama.rope.scaling.attn_factor",
+            MetadataValue::F32(f32::NAN),
+        )],
+        &["llama.rope.scaling.attn_factor", "NaN"],
+    );
+    load_err(
+        &[
+            kind("yarn"),
+            factor(4.0),
+            Edit::Set(
+                "llama.rope.scaling.yarn_log_multiplier",
+                MetadataValue::F32(0.1),
+            ),
+        ],
+        &["yarn_log_multiplier", "not supported"],
+    );
+    let err = load_err(&[freqs(vec![1.0; 3])], &["rope_freqs.weight", "[2]", "[3]"]);
+    assert!(matches!(err, ModelError::TensorShape { .. }));
+    load_err(
+        &[freqs(vec![1.0, 0.0])],
+        &["rope_freqs.weight", "positive", "0"],
+    );
 }

@@ -1,9 +1,19 @@
 //! Scaled rotary tables against ggml's own rotation (`ggml_rope_ext`, the op llama.cpp runs):
 //! Llama 3's frequency factors, linear and YaRN scaling (adjacent pairs and halves, with an
 //! attention factor, and a local layer under YaRN), on fixed vectors at positions up to 250
-//! (`testdata/reference/ggml-rope-scaling.json`).
+//! (`testdata/reference/ggml-rope-scaling.json`); then both executors and the context shift
+//! on tiny models with each scaling.
 
+mod common;
+
+use burn::prelude::*;
+use common::max_diff;
+use common::paths::{check_paths, tiny_quantized_config, tokens};
+use common::shifts::{Compare, check_shifts, shift_errors};
+use kindle_gguf::quant::GgmlType;
+use kindle_kv_cache::shift::KeyRotation;
 use kindle_model::llama::{RopeScaling, RopeScalingKind, RopeStyle, RopeTable, Rotary};
+use kindle_model::{KvType, LlamaConfig, LogitsFor, SlidingWindowCache};
 use serde_json::Value;
 
 /// ggml accumulates each pair's angle per position in `f32` (`theta *= theta_scale`), kindle
@@ -121,5 +131,96 @@ fn a_wrong_scaling_is_caught() {
         });
         let worst = found.iter().find(|(n, _)| n == target).unwrap().1;
         assert!(worst > 100.0 * TOLERANCE, "{target}: only {worst}");
+    }
+}
+
+/// A linear, a YaRN (with an attention factor) and a Llama 3 (frequency factors) scaling for
+/// heads `head_dim` wide, with an original context short enough that YaRN's ramp moves pairs.
+fn scalings(head_dim: usize) -> Vec<RopeScaling> {
+    let plain = RopeScaling::new(RopeScalingKind::None);
+    let factors: Vec<f32> = (0..head_dim / 2).map(|i| 1.0 + i as f32 * 1.5).collect();
+    vec![
+        RopeScaling {
+            kind: RopeScalingKind::Linear,
+            factor: 4.0,
+            ..plain.clone()
+        },
+        RopeScaling {
+            kind: RopeScalingKind::Yarn,
+            factor: 4.0,
+            original_context: 16,
+            attn_factor: 0.9,
+            ..plain.clone()
+        },
+        RopeScaling {
+            freq_factors: Some(factors),
+            ..plain
+        },
+    ]
+}
+
+/// Both executors rotate by the scaled table: the host path (CPU kernels, host cache) and
+/// the Burn path give the same logits for each scaling, and those differ from the unscaled
+/// model's.
+#[test]
+fn host_and_burn_paths_agree_under_rotary_scaling() {
+    let config = || LlamaConfig::new(96, 64, 2, 4, 2, 96).with_context_length(96);
+    let plain = tiny_quantized_config(config(), GgmlType::F16, false);
+    let prompt = tokens(7, 20, 96);
+    let unscaled = plain
+        .forward(&prompt[..5], &mut plain.new_cache(40), LogitsFor::All)
+        .unwrap();
+    for scaling in scalings(16) {
+        let label = format!("{:?}", scaling.kind);
+        let model = tiny_quantized_config(
+            config().with_rope_scaling(Some(scaling)),
+            GgmlType::F16,
+            false,
+        );
+        for len in [5, 20] {
+            check_paths(
+                &model,
+                &prompt[..len],
+                12,
+                2e-3,
+                || model.new_cache(40),
+                &label,
+            );
+        }
+        let scaled = model
+            .forward(&prompt[..5], &mut model.new_cache(40), LogitsFor::All)
+            .unwrap();
+        assert!(max_diff(&scaled, &unscaled) > 1e-2, "{label}: no effect");
+    }
+}
+
+/// A context shift re-rotates the kept keys by the scaled angles: a one-layer model's logits
+/// right after each shift equal a fresh prefill's; turned by the unscaled angles they do not.
+#[test]
+fn a_shift_under_rotary_scaling_equals_a_fresh_prefill() {
+    let stream: Vec<u32> = (0..60).map(|i| (i * 7 + 3) % 64).collect();
+    for scaling in scalings(8) {
+        let label = format!("{:?}", scaling.kind);
+        let model = LlamaConfig::new(64, 32, 1, 4, 2, 48)
+            .with_rope_scaling(Some(scaling))
+            .init_random(11, &Device::flex());
+        for keep in [0, 4] {
+            check_shifts(&model, KvType::F32, (16, keep), &stream, Compare::Logits, 3);
+        }
+        let unscaled = Some(KeyRotation::adjacent(model.config().rope_theta));
+        let config = model.config().kv_cache_config(16);
+        let cache = SlidingWindowCache::with_rotations(
+            config,
+            KvType::F32,
+            0,
+            vec![unscaled],
+            &Device::flex(),
+        )
+        .unwrap();
+        let (shifts, worst) = shift_errors(&model, cache, KvType::F32, &stream, Compare::Logits);
+        assert!(
+            shifts >= 3 && worst > 1e-2,
+            "{label}: the unscaled shift is {worst} off"
+        );
     }
 }

@@ -176,6 +176,18 @@ pub fn tiny_quantized_shaped(tied: bool, up: GgmlType, context: usize, shape: Ti
         .with_tied_embeddings(tied)
         .with_context_length(context)
         .with_sliding_window(window);
+    tiny_quantized_config(config, up, dense_up)
+}
+
+/// [`tiny_quantized_shaped`] of hyperparameters `config` (vocabulary and feed-forward width
+/// 96; untied unless `config` ties the embeddings).
+pub fn tiny_quantized_config(config: LlamaConfig, up: GgmlType, dense_up: bool) -> Llama {
+    let (d, heads, kv_heads, tied) = (
+        config.d_model,
+        config.n_heads,
+        config.n_kv_heads,
+        config.tied_embeddings,
+    );
     let (hd, ff, vocab) = (config.head_dim(), 96, 96);
     let device = Device::flex();
     let mut seed = 1;
