@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 
 use crate::error::{HfError, Result};
 use crate::json::{JsonObject, f32_number};
+use crate::rope::Llama3Scaling;
 
 /// An architecture kindle converts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,12 +81,54 @@ impl Arch {
 /// Rotary scaling (`rope_scaling` in config.json, `rope.scaling.*` in GGUF).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RopeScaling {
-    /// `linear` or `yarn`.
+    /// `linear`, `yarn` or `llama3` (Llama 3.1 and later: frequency factors, which a GGUF
+    /// file holds as the `rope_freqs.weight` tensor, not as keys).
     pub kind: String,
     /// The factor.
     pub factor: f64,
-    /// The original context length (yarn).
+    /// The original context length (yarn, llama3).
     pub original_context_length: Option<u64>,
+    /// `low_freq_factor` (llama3).
+    pub low_freq_factor: Option<f64>,
+    /// `high_freq_factor` (llama3).
+    pub high_freq_factor: Option<f64>,
+}
+
+impl RopeScaling {
+    /// The `llama3` scaling's parameters, if it is one.
+    pub fn llama3(&self) -> Option<Llama3Scaling> {
+        let d = Llama3Scaling::default();
+        (self.kind == "llama3").then(|| Llama3Scaling {
+            factor: self.factor,
+            low_freq_factor: self.low_freq_factor.unwrap_or(d.low_freq_factor),
+            high_freq_factor: self.high_freq_factor.unwrap_or(d.high_freq_factor),
+            original_context: self.original_context_length.unwrap_or(d.original_context),
+        })
+    }
+
+    /// The `llama3` scaling whose frequency factors (`rope_freqs.weight`) are `factors`, for
+    /// heads `head_dim` wide and base `theta`: the converter's defaults with the factors'
+    /// last value as the factor (Llama 3.1's 8, 3.2's 32), if they give the same factors
+    /// (to 1e-5: the converter computes them with torch's `pow`).
+    fn llama3_of(factors: &[f32], head_dim: usize, theta: f64) -> Option<RopeScaling> {
+        let scaling = Llama3Scaling {
+            factor: f64::from(*factors.last()?),
+            ..Llama3Scaling::default()
+        };
+        let again = scaling.frequency_factors(head_dim, theta);
+        let same = again.len() == factors.len()
+            && again
+                .iter()
+                .zip(factors)
+                .all(|(a, b)| (a - b).abs() <= 1e-5 * b.abs());
+        same.then(|| RopeScaling {
+            kind: "llama3".into(),
+            factor: scaling.factor,
+            original_context_length: Some(scaling.original_context),
+            low_freq_factor: Some(scaling.low_freq_factor),
+            high_freq_factor: Some(scaling.high_freq_factor),
+        })
+    }
 }
 
 /// The hyperparameters of a model, as both formats hold them.
@@ -189,6 +232,19 @@ impl ModelConfig {
             None => n_heads,
         };
         let rope_scaling = rope_scaling(c)?;
+        if let Some(s) = rope_scaling.as_ref().filter(|s| s.llama3().is_some())
+            && arch != Arch::Llama
+        {
+            return Err(HfError::Unsupported {
+                key: "rope_scaling.rope_type".into(),
+                reason: format!(
+                    "`{}` scaling is converted for Llama models only (llama.cpp's converter \
+                     writes its frequency factors for them), not {}",
+                    s.kind,
+                    arch.gguf_name()
+                ),
+            });
+        }
         let rope_theta = c
             .opt_f64("rope_theta")?
             .or(gemma.then_some(1_000_000.0))
@@ -278,7 +334,9 @@ impl ModelConfig {
         if let Some(cap) = self.final_logit_softcapping {
             put("final_logit_softcapping", f32_of(cap));
         }
-        if let Some(s) = &self.rope_scaling {
+        // Llama 3's scaling is the `rope_freqs.weight` tensor, not keys (as llama.cpp's
+        // converter writes it).
+        if let Some(s) = self.rope_scaling.as_ref().filter(|s| s.llama3().is_none()) {
             put("rope.scaling.type", s.kind.as_str().into());
             put("rope.scaling.factor", f32_of(s.factor));
             if let Some(n) = s.original_context_length {
@@ -315,8 +373,34 @@ impl ModelConfig {
                 factor: file.get_f64(&key("rope.scaling.factor"))?,
                 original_context_length: file
                     .opt_u64(&key("rope.scaling.original_context_length"))?,
+                low_freq_factor: None,
+                high_freq_factor: None,
             }),
             _ => None,
+        };
+        let rope_scaling = match file.tensor("rope_freqs.weight") {
+            None => rope_scaling,
+            Some(_) => {
+                let factors = file.dequantize("rope_freqs.weight")?;
+                let head_dim = match file.opt_u64(&key("attention.key_length"))? {
+                    Some(k) => k,
+                    None => d_model / n_heads.max(1),
+                } as usize;
+                let theta = file.opt_f64(&key("rope.freq_base"))?.unwrap_or(10000.0);
+                let llama3 = RopeScaling::llama3_of(&factors, head_dim, theta);
+                match (rope_scaling, llama3) {
+                    (None, Some(llama3)) => Some(llama3),
+                    _ => {
+                        return Err(HfError::Unsupported {
+                            key: "rope_freqs.weight".into(),
+                            reason: "these rotary frequency factors are not a Llama 3 \
+                                     `rope_scaling` (factor, low_freq_factor 1, high_freq_factor \
+                                     4, original context 8192) that config.json can state"
+                                .into(),
+                        });
+                    }
+                }
+            }
         };
         Ok(Self {
             arch,
@@ -422,6 +506,10 @@ impl ModelConfig {
             if let Some(n) = s.original_context_length {
                 v["original_max_position_embeddings"] = json!(n);
             }
+            if let Some(l3) = s.llama3() {
+                v["low_freq_factor"] = num(l3.low_freq_factor);
+                v["high_freq_factor"] = num(l3.high_freq_factor);
+            }
             v
         });
         set("rope_scaling", Some(scaling.unwrap_or(Value::Null)));
@@ -463,8 +551,8 @@ fn token_id(c: &JsonObject, key: &str) -> Result<Option<u64>> {
     }
 }
 
-/// `rope_scaling` (or `rope_parameters`): `linear` and `yarn` as llama.cpp writes them;
-/// `llama3` (llama.cpp computes a `rope_freqs` tensor for it) and others are refused.
+/// `rope_scaling` (or `rope_parameters`): `linear` and `yarn` as llama.cpp writes them, and
+/// `llama3` (a `rope_freqs.weight` tensor in the GGUF file); others are refused.
 fn rope_scaling(c: &JsonObject) -> Result<Option<RopeScaling>> {
     let Some(s) = c.object("rope_scaling")? else {
         return Ok(None);
@@ -482,10 +570,30 @@ fn rope_scaling(c: &JsonObject) -> Result<Option<RopeScaling>> {
                 .ok_or_else(|| s.missing("rope_scaling.factor"))?,
             original_context_length: s.opt_u64("original_max_position_embeddings")?,
             kind,
+            low_freq_factor: None,
+            high_freq_factor: None,
         })),
+        // The converter's defaults where a key is missing.
+        "llama3" => {
+            let d = Llama3Scaling::default();
+            Ok(Some(RopeScaling {
+                factor: s.opt_f64("factor")?.unwrap_or(d.factor),
+                original_context_length: Some(
+                    s.opt_u64("original_max_position_embeddings")?
+                        .unwrap_or(d.original_context),
+                ),
+                low_freq_factor: Some(s.opt_f64("low_freq_factor")?.unwrap_or(d.low_freq_factor)),
+                high_freq_factor: Some(
+                    s.opt_f64("high_freq_factor")?.unwrap_or(d.high_freq_factor),
+                ),
+                kind,
+            }))
+        }
         other => Err(HfError::Unsupported {
             key: "rope_scaling.rope_type".into(),
-            reason: format!("rotary scaling type `{other}` is not converted (linear and yarn are)"),
+            reason: format!(
+                "rotary scaling type `{other}` is not converted (linear, yarn and llama3 are)"
+            ),
         }),
     }
 }

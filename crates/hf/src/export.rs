@@ -103,6 +103,10 @@ pub fn write_hf_with(
     let dtype = options.dtype;
     let mut tensors: Vec<(String, Vec<u64>, Vec<u8>)> = Vec::with_capacity(file.tensors().len());
     for info in file.tensors() {
+        // Llama 3's frequency factors are config.json's `rope_scaling` (checked to be one).
+        if info.name == "rope_freqs.weight" {
+            continue;
+        }
         let (hf, transform) = names::gguf_to_hf(&config, &info.name)?;
         let values = file.dequantize(&info.name)?;
         let shape: Vec<u64> = info.dims.iter().rev().copied().collect();

@@ -172,10 +172,15 @@ impl HfDir {
                 reason: format!("`{}` and `{}` both map to `{}`", w[0].2, w[1].2, w[1].1),
             });
         }
-        let plan = named
+        let mut plan = named
             .into_iter()
             .map(|(_, gguf, hf, transform)| self.plan_tensor(hf, gguf, transform, options))
             .collect::<Result<Vec<_>>>()?;
+        if let Some(t) = self.rope_freqs() {
+            // Where llama.cpp's converter puts it: first (its extra tensors come first).
+            let at = plan.partition_point(|p| order_key(&p.gguf) < order_key(&t.gguf));
+            plan.insert(at, t);
+        }
         let any = |ty: GgmlType| plan.iter().any(|t| t.ty == ty);
         let file_type = match options.tensor_type {
             Some(t) => file_type(t),
@@ -190,6 +195,24 @@ impl HfDir {
             w = w.metadata(k, v);
         }
         Ok((w, plan))
+    }
+
+    /// Llama 3's `rope_freqs.weight` (`F32`, `head_dim / 2` values), which llama.cpp's
+    /// converter computes from a `llama3` `rope_scaling`.
+    fn rope_freqs(&self) -> Option<PlannedTensor> {
+        let c = &self.config;
+        let llama3 = c.rope_scaling.as_ref()?.llama3()?;
+        let head_dim = c.head_dim.unwrap_or(c.d_model / c.n_heads.max(1)) as usize;
+        let values = llama3.frequency_factors(head_dim, c.rope_theta.unwrap_or(10000.0));
+        Some(PlannedTensor {
+            hf: String::new(),
+            gguf: "rope_freqs.weight".into(),
+            transform: Transform::Keep,
+            dims: vec![values.len() as u64],
+            ty: GgmlType::F32,
+            len: 4 * values.len(),
+            generated: Some(values),
+        })
     }
 
     /// What tensor `hf` becomes: its GGUF dims after the transform (a transposed weight's
@@ -230,12 +253,17 @@ impl HfDir {
             dims,
             ty,
             len,
+            generated: None,
         })
     }
 
     /// Tensor `t`'s bytes appended to `out`: its values as `f32`, the transform, then its
     /// type.
     fn encode(&self, t: &PlannedTensor, out: &mut Vec<u8>) -> Result<()> {
+        if let Some(values) = &t.generated {
+            out.extend(values.iter().flat_map(|v| v.to_le_bytes()));
+            return Ok(());
+        }
         let (file, info) = self.find(&t.hf).ok_or_else(|| HfError::MissingTensor {
             tensor: t.hf.clone(),
         })?;
@@ -306,6 +334,8 @@ struct PlannedTensor {
     ty: GgmlType,
     /// Its bytes in the file.
     len: usize,
+    /// The `F32` values of a tensor the conversion computes (no Hugging Face tensor).
+    generated: Option<Vec<f32>>,
 }
 
 /// llama.cpp's `LlamaFileType` of a weight type (a K-quant's `_M` mixture's, as llama-quantize

@@ -308,14 +308,21 @@ fn config_json_missing_keys_and_wrong_types_are_named() {
         &HfDir::open(dir.path()).unwrap_err(),
         &["`n_layer`", "config.json"],
     );
-    // An unconverted rotary scaling.
+    // An unconverted rotary scaling, and Llama 3's on another architecture.
     let dir = TempDir::new("rope");
     let mut config = common::llama_config(true);
-    config["rope_scaling"] = json!({ "rope_type": "llama3", "factor": 8.0 });
+    config["rope_scaling"] = json!({ "rope_type": "longrope", "factor": 8.0 });
     write_hf_dir(dir.path(), &config, &tensors);
     assert_names(
         &HfDir::open(dir.path()).unwrap_err(),
-        &["rope_scaling.rope_type", "llama3"],
+        &["rope_scaling.rope_type", "longrope", "llama3"],
+    );
+    config["rope_scaling"] = json!({ "rope_type": "llama3", "factor": 8.0 });
+    config["architectures"] = json!(["Qwen2ForCausalLM"]);
+    write_hf_dir(dir.path(), &config, &tensors);
+    assert_names(
+        &HfDir::open(dir.path()).unwrap_err(),
+        &["rope_scaling.rope_type", "llama3", "qwen2"],
     );
 }
 

@@ -260,3 +260,65 @@ fn written_directories_hold_what_transformers_reads() {
     let v = common::vocab();
     assert_eq!(generation["eos_token_id"], common::id_of(&v, "<|im_end|>"));
 }
+
+/// The tiny llama model with base `theta` and `factors` as its `rope_freqs.weight`.
+fn with_rope_freqs(theta: f32, factors: &[f32]) -> GgufFile {
+    let gguf = tiny_gguf("llama", "llama-bpe");
+    let mut w = kindle_gguf::GgufWriter::new();
+    for (key, value) in gguf.metadata() {
+        let value = match key.as_str() {
+            "llama.rope.freq_base" => kindle_gguf::MetadataValue::F32(theta),
+            _ => value.clone(),
+        };
+        w = w.metadata(key.clone(), value);
+    }
+    w = w.tensor_f32("rope_freqs.weight", &[factors.len() as u64], factors);
+    for t in gguf.tensors() {
+        w = w.tensor(t.name.clone(), &t.dims, t.ty, gguf.tensor_bytes(t).to_vec());
+    }
+    GgufFile::from_bytes(w.to_bytes()).unwrap()
+}
+
+/// Llama 3's frequency factors go to config.json as a `llama3` `rope_scaling` (not as a
+/// weight) and come back as the same `rope_freqs.weight`, first, as llama.cpp's converter
+/// writes it; factors no `llama3` scaling gives are refused, naming the tensor.
+#[test]
+fn llama3_frequency_factors_round_trip_through_rope_scaling() {
+    let theta = 1e7;
+    let scaling = kindle_hf::Llama3Scaling {
+        factor: 32.0,
+        ..Default::default()
+    };
+    let factors = scaling.frequency_factors(4, f64::from(theta as f32));
+    assert_eq!(factors, [1.0, 32.0]);
+    let gguf = with_rope_freqs(theta, &factors);
+    let (dir, back) = round_trip(&gguf, HfDtype::F32, &ToGgufOptions::default());
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("config.json")).unwrap())
+            .unwrap();
+    let s = &config["rope_scaling"];
+    assert_eq!(s["rope_type"], "llama3", "{config}");
+    assert_eq!(
+        (&s["factor"], &s["low_freq_factor"], &s["high_freq_factor"]),
+        (&32.0.into(), &1.0.into(), &4.0.into())
+    );
+    assert_eq!(s["original_max_position_embeddings"], 8192);
+    assert_eq!(back.tensors()[0].name, "rope_freqs.weight");
+    let (a, b) = (
+        back.tensor("rope_freqs.weight").unwrap(),
+        gguf.tensor("rope_freqs.weight").unwrap(),
+    );
+    assert_eq!(back.tensor_bytes(a), gguf.tensor_bytes(b));
+    assert!(back.get("llama.rope.scaling.type").is_none());
+    for (key, value) in gguf.metadata() {
+        assert_eq!(back.get(key), Some(value), "metadata {key}");
+    }
+    let err = write_hf(
+        &with_rope_freqs(theta, &[2.0, 3.0]),
+        TempDir::new("rf").path(),
+        HfDtype::F32,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("rope_freqs.weight"), "{err}");
+}
