@@ -229,6 +229,38 @@ fn a_good_tiny_model_would_load() {
     assert_eq!(json["problems"], serde_json::json!([]));
 }
 
+/// A file's rotary scaling is shown (text and JSON); one kindle does not run is a reason the
+/// model would not load, naming the key.
+#[test]
+fn rotary_scaling_is_shown_or_refused() {
+    let yarn = [
+        ("llama.rope.scaling.type", "yarn".into()),
+        ("llama.rope.scaling.factor", MetadataValue::F32(4.0)),
+        (
+            "llama.rope.scaling.original_context_length",
+            MetadataValue::U32(1024),
+        ),
+    ];
+    let out = inspect("yarn.gguf", &yarn, false);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("rotary scaling: YaRN x4 from 1024 positions (cos and sin x1.139)"),
+        "{stdout}"
+    );
+    let out = inspect("yarn.gguf", &yarn, true);
+    let json: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(
+        json["rope_scaling"],
+        "YaRN x4 from 1024 positions (cos and sin x1.139)"
+    );
+    assert_would_not_load(
+        "longrope.gguf",
+        &[("llama.rope.scaling.type", "longrope".into())],
+        &["llama.rope.scaling.type", "longrope"],
+    );
+}
+
 #[test]
 fn a_malformed_file_is_still_an_error() {
     let dir = scratch();

@@ -418,8 +418,14 @@ fn rope_scaling_of(
             Some(values)
         }
     };
-    let stretched = kind != RopeScalingKind::None && factor != 1.0;
-    if !stretched && attn_factor == 1.0 && freq_factors.is_none() {
+    // A factor of 1 stretches nothing, whatever the type (YaRN's ramp mixes a frequency
+    // with itself, its magnitude is 1 + 0.1 ln 1).
+    let kind = if factor == 1.0 {
+        RopeScalingKind::None
+    } else {
+        kind
+    };
+    if kind == RopeScalingKind::None && attn_factor == 1.0 && freq_factors.is_none() {
         return Ok(None);
     }
     Ok(Some(RopeScaling {

@@ -93,6 +93,13 @@ pub fn run(args: InspectArgs) -> Result<()> {
         out["path"] = json!(path.display().to_string());
         out["kv_cache"] = json!(kv);
         out["supported"] = json!(config.as_ref().err().map(|e| e.to_string()));
+        out["rope_scaling"] = json!(
+            config
+                .as_ref()
+                .ok()
+                .and_then(|c| c.rope_scaling.as_ref())
+                .map(|s| s.describe())
+        );
         out["problems"] = json!(problems);
         println!("{out}");
     } else {
@@ -208,6 +215,9 @@ fn print_model(c: &LlamaConfig, kv: &Value) {
         c.vocab_size,
         c.context_length
     );
+    if let Some(s) = &c.rope_scaling {
+        println!("rotary scaling: {}", s.describe());
+    }
     let local = match (
         kv["local_layers"].as_u64(),
         kv["local_layer_positions"].as_u64(),

@@ -35,6 +35,37 @@ pub struct RopeScaling {
     pub freq_factors: Option<Vec<f32>>,
 }
 
+impl RopeScaling {
+    /// In words, as `kindle inspect` shows it: `linear x4`, `YaRN x4 from 1024 positions
+    /// (cos and sin x1.139)`, `Llama 3 frequency factors 1 to 8 (32 pairs)`, joined by `; `.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        match self.kind {
+            RopeScalingKind::None => {}
+            RopeScalingKind::Linear => parts.push(format!("linear x{}", self.factor)),
+            RopeScalingKind::Yarn => parts.push(format!(
+                "YaRN x{} from {} positions (cos and sin x{:.3})",
+                self.factor,
+                self.original_context,
+                1.0 + 0.1 * self.factor.max(1.0).ln()
+            )),
+        }
+        if let Some(f) = &self.freq_factors {
+            let (lo, hi) = f
+                .iter()
+                .fold((f32::INFINITY, 0f32), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+            parts.push(format!(
+                "Llama 3 frequency factors {lo} to {hi} ({} pairs)",
+                f.len()
+            ));
+        }
+        if self.attn_factor != 1.0 {
+            parts.push(format!("attention factor {}", self.attn_factor));
+        }
+        parts.join("; ")
+    }
+}
+
 /// The kinds of [`RopeScaling`] (GGUF's `rope.scaling.type`).
 #[derive(Config, Debug, Copy, PartialEq, Eq)]
 pub enum RopeScalingKind {
@@ -238,6 +269,47 @@ mod tests {
         // Pair 0 turns by 3 radians, pair 1 by 3 / 100^(2/4) = 0.3.
         assert_eq!((cos[0], sin[0]), (3f64.cos() as f32, 3f64.sin() as f32));
         assert!((cos[1] - 0.3f32.cos()).abs() < 1e-6 && (sin[1] - 0.3f32.sin()).abs() < 1e-6);
+    }
+
+    /// Linear and YaRN factors stretch global layers only (llama.cpp gives a local layer
+    /// `freq_scale` 1); frequency factors and the attention factor apply to every layer.
+    #[test]
+    fn local_layers_keep_their_frequencies() {
+        let plain = Rotary::new(8, 100.0, None, true);
+        for kind in [RopeScalingKind::Linear, RopeScalingKind::Yarn] {
+            let s = RopeScaling::new(kind).with_factor(8.0).with_original_context(64);
+            assert_eq!(Rotary::new(8, 100.0, Some(&s), false), plain, "{kind:?}");
+            assert_ne!(Rotary::new(8, 100.0, Some(&s), true), plain, "{kind:?}");
+            let s = s.with_attn_factor(0.5).with_freq_factors(Some(vec![1.0, 2.0, 4.0, 8.0]));
+            let local = Rotary::new(8, 100.0, Some(&s), false);
+            assert_eq!(local.magnitude, 0.5);
+            for (i, (a, b)) in local.frequencies.iter().zip(&plain.frequencies).enumerate() {
+                assert_eq!(*a, b / f64::from(1u32 << i), "pair {i}");
+            }
+        }
+    }
+
+    /// YaRN's ramp between llama.cpp's correction dimensions: 64-wide heads, base 100,000,
+    /// 1024 original positions: `64 ln(1024 / (32 * 2 pi)) / (2 ln 1e5)` = 4.52 and
+    /// `64 ln(1024 / (2 pi)) / (2 ln 1e5)` = 14.16, so pairs 0..=4 keep their frequency,
+    /// pairs from 15 on are divided by the factor, and pair 10 lies `(10 - 4) / 11` of the
+    /// way.
+    #[test]
+    fn yarn_ramps_between_the_correction_dimensions() {
+        assert_eq!(yarn_correction_dims(64, 1024, 1e5), [4.0, 15.0]);
+        let s = RopeScaling::new(RopeScalingKind::Yarn)
+            .with_factor(4.0)
+            .with_original_context(1024);
+        let plain = Rotary::new(64, 1e5, None, true);
+        let yarn = Rotary::new(64, 1e5, Some(&s), true);
+        let ratio: Vec<f64> = (0..32)
+            .map(|i| yarn.frequencies[i] / plain.frequencies[i])
+            .collect();
+        assert!(ratio[..=4].iter().all(|&r| r == 1.0), "{ratio:?}");
+        assert!(ratio[15..].iter().all(|&r| (r - 0.25).abs() < 1e-15), "{ratio:?}");
+        let mix = 6.0 / 11.0;
+        assert!((ratio[10] - (0.25 * mix + (1.0 - mix))).abs() < 1e-15);
+        assert!((yarn.magnitude - (1.0 + 0.1 * 4f64.ln())).abs() < 1e-15);
     }
 
     #[test]
