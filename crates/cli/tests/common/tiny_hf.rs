@@ -86,3 +86,64 @@ pub fn worst(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
         .flat_map(|(x, y)| x.iter().zip(y).map(|(p, q)| (p - q).abs()))
         .fold(0.0, f32::max)
 }
+
+/// llama.cpp's logits on the tiny models (`testdata/reference/tiny-archs-llama-cpp.json`),
+/// parsed once.
+pub fn llama_cpp_reference() -> &'static serde_json::Value {
+    static CELL: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+    CELL.get_or_init(|| {
+        let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../testdata/reference/tiny-archs-llama-cpp.json");
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        serde_json::from_str(&text).expect("parsing the reference JSON")
+    })
+}
+
+/// The bytes of a tiny model's GGUF file as llama.cpp ran it: `file` with
+/// `tokenizer.ggml.model = none` (llama.cpp then makes `{arch}.vocab_size` dummy tokens).
+pub fn for_llama_cpp(writer: kindle_gguf::GgufWriter) -> Vec<u8> {
+    writer.metadata("tokenizer.ggml.model", "none").to_bytes()
+}
+
+/// Case `name` of [`llama_cpp_reference`]: checks that `bytes` are the file llama.cpp ran
+/// (its sha256), then returns the tokens and llama.cpp's logits at every position.
+pub fn llama_cpp_case(name: &str, bytes: &[u8]) -> (Vec<u32>, Vec<Vec<f32>>) {
+    use sha2::{Digest, Sha256};
+    let case = &llama_cpp_reference()["cases"][name];
+    assert!(case.is_object(), "no llama.cpp case {name}");
+    let digest: String = Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(
+        digest, case["sha256"],
+        "{name}: the file written is not the one llama.cpp's reference was made on"
+    );
+    let tokens = case["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap() as u32)
+        .collect();
+    let logits = case["logits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            row.as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap() as f32)
+                .collect()
+        })
+        .collect();
+    (tokens, logits)
+}
+
+/// Writes `bytes` as `{name}.gguf` to `$KINDLE_TINY_ARCHS_DIR` (the reference's inputs; see
+/// its `about`).
+pub fn write_for_llama_cpp(name: &str, bytes: &[u8]) {
+    let dir = std::env::var("KINDLE_TINY_ARCHS_DIR").expect("KINDLE_TINY_ARCHS_DIR");
+    std::fs::write(Path::new(&dir).join(format!("{name}.gguf")), bytes).unwrap();
+}

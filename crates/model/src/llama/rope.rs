@@ -277,10 +277,14 @@ mod tests {
     fn local_layers_keep_their_frequencies() {
         let plain = Rotary::new(8, 100.0, None, true);
         for kind in [RopeScalingKind::Linear, RopeScalingKind::Yarn] {
-            let s = RopeScaling::new(kind).with_factor(8.0).with_original_context(64);
+            let s = RopeScaling::new(kind)
+                .with_factor(8.0)
+                .with_original_context(64);
             assert_eq!(Rotary::new(8, 100.0, Some(&s), false), plain, "{kind:?}");
             assert_ne!(Rotary::new(8, 100.0, Some(&s), true), plain, "{kind:?}");
-            let s = s.with_attn_factor(0.5).with_freq_factors(Some(vec![1.0, 2.0, 4.0, 8.0]));
+            let s = s
+                .with_attn_factor(0.5)
+                .with_freq_factors(Some(vec![1.0, 2.0, 4.0, 8.0]));
             let local = Rotary::new(8, 100.0, Some(&s), false);
             assert_eq!(local.magnitude, 0.5);
             for (i, (a, b)) in local.frequencies.iter().zip(&plain.frequencies).enumerate() {
@@ -306,7 +310,10 @@ mod tests {
             .map(|i| yarn.frequencies[i] / plain.frequencies[i])
             .collect();
         assert!(ratio[..=4].iter().all(|&r| r == 1.0), "{ratio:?}");
-        assert!(ratio[15..].iter().all(|&r| (r - 0.25).abs() < 1e-15), "{ratio:?}");
+        assert!(
+            ratio[15..].iter().all(|&r| (r - 0.25).abs() < 1e-15),
+            "{ratio:?}"
+        );
         let mix = 6.0 / 11.0;
         assert!((ratio[10] - (0.25 * mix + (1.0 - mix))).abs() < 1e-15);
         assert!((yarn.magnitude - (1.0 + 0.1 * 4f64.ln())).abs() < 1e-15);
