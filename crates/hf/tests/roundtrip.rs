@@ -289,7 +289,7 @@ fn llama3_frequency_factors_round_trip_through_rope_scaling() {
         factor: 32.0,
         ..Default::default()
     };
-    let factors = scaling.frequency_factors(4, f64::from(theta as f32));
+    let factors = scaling.frequency_factors(4, f64::from(theta));
     assert_eq!(factors, [1.0, 32.0]);
     let gguf = with_rope_freqs(theta, &factors);
     let (dir, back) = round_trip(&gguf, HfDtype::F32, &ToGgufOptions::default());

@@ -41,6 +41,7 @@ mod host_attend;
 mod host_ops;
 mod recipe;
 mod rope;
+mod rope_scaling;
 mod softmax;
 mod weights;
 
@@ -50,7 +51,8 @@ pub use arch::{
 };
 pub use config::{AttentionShape, LlamaConfig};
 pub use recipe::{BatchSequence, LogitsFor};
-pub use rope::{RopeScaling, RopeScalingKind, RopeTable, Rotary};
+pub use rope::{RopeTable, Rotary};
+pub use rope_scaling::{RopeScaling, RopeScalingKind};
 pub use weights::{Block, Norm};
 
 /// A Llama-family model.

@@ -115,7 +115,8 @@ fn scaled_tables_rotate_as_ggml() {
 /// the ramp's ends swapped, a frequency factor left out, linear scaling by 2 instead of 4.
 #[test]
 fn a_wrong_scaling_is_caught() {
-    let plants: [(&str, fn(&mut Rotary)); 4] = [
+    type Plant = (&'static str, fn(&mut Rotary));
+    let plants: [Plant; 4] = [
         ("yarn", |r| r.magnitude = 1.0),
         ("yarn", |r| r.frequencies.reverse()),
         ("llama3", |r| r.frequencies[20] *= 8.0),

@@ -4,7 +4,7 @@
 use burn::config::Config;
 use kindle_kv_cache::KvCacheConfig;
 
-use super::rope::{RopeScaling, Rotary};
+use super::rope_scaling::RopeScaling;
 use crate::error::ModelError;
 
 /// Hyperparameters of a Llama-family model.
@@ -91,17 +91,6 @@ impl LlamaConfig {
     pub fn attention_scale(&self) -> f32 {
         self.query_scale
             .unwrap_or_else(|| 1.0 / (self.head_dim() as f64).sqrt()) as f32
-    }
-
-    /// What a layer of spec `layer` rotates its queries and keys by: its base, with the
-    /// model's [`RopeScaling`] (linear and YaRN factors on global layers only, as llama.cpp).
-    pub fn rotary(&self, layer: &super::LayerSpec) -> Rotary {
-        Rotary::new(
-            self.head_dim(),
-            layer.rope_theta,
-            self.rope_scaling.as_ref(),
-            layer.window.is_none(),
-        )
     }
 
     /// Head counts and widths of the attention (see [`AttentionShape`]).
