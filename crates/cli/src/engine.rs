@@ -11,7 +11,8 @@ use kindle_gguf::mix::{FileType, ModelFacts};
 use kindle_gguf::quant::{GgmlType, QUANTIZE_TYPES, quantize};
 use kindle_gguf::{GgufFile, GgufWriter, MetadataValue};
 use kindle_model::{
-    ActivationFormat, DeviceKind, Dtype, Engine, EngineOptions, KvType, LlamaConfig,
+    ActivationFormat, DeviceKind, Dtype, Engine, EngineOptions, KvType, LlamaConfig, RopeOverrides,
+    RopeScalingKind,
 };
 use kindle_tokenizer::{Tokenizer, TokenizerError};
 
@@ -30,6 +31,15 @@ pub fn activations() -> impl TypedValueParser<Value = ActivationFormat> {
     PossibleValuesParser::new(["f32", "int8"]).map(|name| match name.as_str() {
         "int8" => ActivationFormat::Int8,
         _ => ActivationFormat::F32,
+    })
+}
+
+/// `--rope-scaling`'s parser: `none`, `linear` or `yarn`.
+fn rope_scaling() -> impl TypedValueParser<Value = RopeScalingKind> {
+    PossibleValuesParser::new(["none", "linear", "yarn"]).map(|name| match name.as_str() {
+        "linear" => RopeScalingKind::Linear,
+        "yarn" => RopeScalingKind::Yarn,
+        _ => RopeScalingKind::None,
     })
 }
 
@@ -53,6 +63,20 @@ pub struct DeviceArgs {
     /// devices keep the file's quantized weights and take only f32
     #[arg(long, default_value = "f32", value_parser = dtype())]
     pub dtype: Dtype,
+    /// Rotary scaling over the model file's, as llama.cpp's flag: none, linear or yarn (with
+    /// --rope-scale, to run past the trained context)
+    #[arg(long, value_name = "KIND", value_parser = rope_scaling())]
+    pub rope_scaling: Option<RopeScalingKind>,
+    /// The factor the context is stretched by (--rope-scaling linear or yarn); the context
+    /// length grows to match
+    #[arg(long, value_name = "N")]
+    pub rope_scale: Option<f64>,
+    /// The rotary base of the model's global layers, over the file's
+    #[arg(long, value_name = "N")]
+    pub rope_freq_base: Option<f64>,
+    /// YaRN's original context, over the file's (default: the file's, else its context)
+    #[arg(long, value_name = "N")]
+    pub yarn_orig_ctx: Option<usize>,
 }
 
 impl DeviceArgs {
@@ -74,6 +98,12 @@ impl DeviceArgs {
             threads: self.threads,
             activations: self.activations,
             kv_type: self.kv_type,
+            rope: RopeOverrides {
+                kind: self.rope_scaling,
+                factor: self.rope_scale,
+                freq_base: self.rope_freq_base,
+                original_context: self.yarn_orig_ctx,
+            },
             ..EngineOptions::default()
         }
     }
@@ -87,6 +117,10 @@ impl From<EngineOptions> for DeviceArgs {
             activations: options.activations,
             kv_type: options.kv_type,
             dtype: options.dtype,
+            rope_scaling: options.rope.kind,
+            rope_scale: options.rope.factor,
+            rope_freq_base: options.rope.freq_base,
+            yarn_orig_ctx: options.rope.original_context,
         }
     }
 }

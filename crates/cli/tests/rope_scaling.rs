@@ -10,7 +10,7 @@ use common::reference::{
 };
 use common::*;
 use kindle_gguf::{GgufFile, GgufWriter, MetadataValue};
-use kindle_model::{Llama, OpenDevice};
+use kindle_model::{Llama, LogitsFor, OpenDevice, RopeOverrides, RopeScalingKind};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
@@ -179,4 +179,121 @@ fn write_the_variant_files() {
             &Path::new(&dir).join(format!("{variant}.gguf")),
         );
     }
+}
+
+/// llama.cpp's run-time flags (`--rope-scaling`, `--rope-scale`, `--yarn-orig-ctx`) on the
+/// plain file give the model of the file that states the same scaling, bit for bit; `none`
+/// on a scaled file gives the plain model.
+#[test]
+fn run_time_rope_flags_equal_the_file_s_keys() {
+    let Some(plain_path) = real_model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let plain_file = GgufFile::open(&plain_path).unwrap();
+    let load = |file: &GgufFile, rope: RopeOverrides| {
+        let device = OpenDevice::flex();
+        let options = device.load_options().with_rope(rope);
+        Llama::from_gguf_with(file, &device.device, options).unwrap()
+    };
+    let tokens = ids(&reference()["variants"]["yarn"]["prompts"]["chat"]["prompt_ids"]);
+    let logits = |model: &Llama| {
+        let mut cache = model.new_cache(tokens.len());
+        model.forward(&tokens, &mut cache, LogitsFor::All).unwrap()
+    };
+    for (variant, rope) in [
+        (
+            "yarn",
+            RopeOverrides {
+                kind: Some(RopeScalingKind::Yarn),
+                factor: Some(4.0),
+                original_context: Some(1024),
+                ..RopeOverrides::default()
+            },
+        ),
+        (
+            "linear",
+            RopeOverrides {
+                kind: Some(RopeScalingKind::Linear),
+                factor: Some(4.0),
+                ..RopeOverrides::default()
+            },
+        ),
+    ] {
+        let path = dir.path().join(format!("{variant}.gguf"));
+        write_variant(&plain_file, variant, &path);
+        let scaled_file = GgufFile::open(&path).unwrap();
+        let from_keys = load(&scaled_file, RopeOverrides::default());
+        let from_flags = load(&plain_file, rope);
+        assert_eq!(
+            from_flags.config().rope_scaling,
+            from_keys.config().rope_scaling
+        );
+        assert!(logits(&from_flags) == logits(&from_keys), "{variant}");
+        let unscaled = load(
+            &scaled_file,
+            RopeOverrides {
+                kind: Some(RopeScalingKind::None),
+                ..RopeOverrides::default()
+            },
+        );
+        assert_eq!(unscaled.config().rope_scaling, None);
+        assert!(logits(&unscaled) == logits(model().unwrap()), "{variant}");
+    }
+}
+
+/// The flags through `kindle generate`: YaRN x2 stretches SmolLM2's 8192 positions to 16384
+/// (`-c 16384` is refused without it); a factor that is not a positive number is refused
+/// naming the flag.
+#[test]
+fn generate_takes_the_rope_flags() {
+    let Some(model) = real_model() else {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    };
+    let run = |extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_kindle"))
+            .args(["generate", "-m"])
+            .arg(&model)
+            .args(["-n", "4", "-t", "1", "The capital of France is"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["-c", "16384"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("--ctx-size 16384 is larger than the model's context length 8192"),
+        "{stderr}"
+    );
+    let out = run(&[
+        "-c",
+        "16384",
+        "--rope-scaling",
+        "yarn",
+        "--rope-scale",
+        "2",
+        "-v",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("rotary scaling: YaRN x2 from 8192 positions (cos and sin x1.069)"),
+        "{stderr}"
+    );
+    assert!(!String::from_utf8_lossy(&out.stdout).trim().is_empty());
+    let out = run(&["--rope-scaling", "yarn", "--rope-scale", "0"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("--rope-scale must be a positive number, got 0"),
+        "{stderr}"
+    );
+    let out = run(&["--rope-scaling", "longrope"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("longrope") && stderr.contains("yarn"),
+        "{stderr}"
+    );
 }

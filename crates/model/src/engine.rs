@@ -17,10 +17,10 @@ use kindle_kv_cache::{
 
 use crate::device::{DeviceKind, Dtype, OpenDevice};
 use crate::error::ModelError;
-use crate::llama::{BatchSequence, Llama, LogitsFor};
+use crate::llama::{BatchSequence, Llama, LogitsFor, RopeOverrides};
 
 /// Where and how a model runs: what every command that runs one shares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EngineOptions {
     /// The device.
     pub device: DeviceKind,
@@ -38,6 +38,8 @@ pub struct EngineOptions {
     /// requests together asks for [`RowArithmetic::Decode`], so that a row's logits do not
     /// depend on its batch, its prompt's chunking or a cached prefix.
     pub arithmetic: RowArithmetic,
+    /// Rotary settings over the file's (`--rope-scaling`, `--rope-scale`, ...).
+    pub rope: RopeOverrides,
 }
 
 impl Default for EngineOptions {
@@ -50,6 +52,7 @@ impl Default for EngineOptions {
             activations: ActivationFormat::F32,
             kv_type: KvType::F32,
             arithmetic: RowArithmetic::ByRows,
+            rope: RopeOverrides::default(),
         }
     }
 }
@@ -63,8 +66,12 @@ impl EngineOptions {
         }
     }
 
-    /// Check the options that need no device (threads from 1 to [`kindle_kernels::MAX_THREADS`]).
+    /// Check the options that need no device (threads from 1 to [`kindle_kernels::MAX_THREADS`],
+    /// rotary settings in range).
     pub fn validate(&self) -> Result<(), ModelError> {
+        if let Some(problem) = self.rope.problem() {
+            return Err(ModelError::Option(problem));
+        }
         match self.threads {
             Some(0) => Err(ModelError::Option("--threads must be at least 1".into())),
             Some(n) if n > kindle_kernels::MAX_THREADS => Err(ModelError::Option(format!(
@@ -126,7 +133,10 @@ impl Engine {
             }
             .into());
         }
-        let load = device.load_options().with_kernels(options.kernel_options());
+        let load = device
+            .load_options()
+            .with_kernels(options.kernel_options())
+            .with_rope(options.rope);
         let llama = Llama::from_gguf_with(file, &device.device, load)?;
         Ok(Engine {
             llama,

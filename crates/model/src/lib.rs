@@ -31,5 +31,7 @@ pub use kindle_kernels::{
 pub use kindle_kv_cache::{
     KvCache, KvCacheConfig, KvStore, KvType, SlidingWindowCache, WINDOW_SLACK, ring_slots,
 };
-pub use llama::{ArchSpec, BatchSequence, Llama, LlamaConfig, LogitsFor};
+pub use llama::{
+    ArchSpec, BatchSequence, Llama, LlamaConfig, LogitsFor, RopeOverrides, RopeScalingKind,
+};
 pub use loader::{LoadOptions, WeightFormat};

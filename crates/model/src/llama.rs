@@ -52,7 +52,7 @@ pub use arch::{
 pub use config::{AttentionShape, LlamaConfig};
 pub use recipe::{BatchSequence, LogitsFor};
 pub use rope::{RopeTable, Rotary};
-pub use rope_scaling::{RopeScaling, RopeScalingKind};
+pub use rope_scaling::{RopeOverrides, RopeScaling, RopeScalingKind};
 pub use weights::{Block, Norm};
 
 /// A Llama-family model.

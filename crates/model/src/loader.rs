@@ -8,7 +8,7 @@ use crate::error::ModelError;
 use crate::linear::QLinear;
 use crate::llama::{
     ArchSpec, Block, LayerPattern, Llama, LlamaConfig, Norm, NormKind, Parts, Positions,
-    RopeScaling, RopeScalingKind,
+    RopeOverrides, RopeScaling, RopeScalingKind,
 };
 use kindle_gguf::GgufFile;
 use kindle_kernels::{self, KernelOptions, Kernels, QuantMatrix};
@@ -418,23 +418,14 @@ fn rope_scaling_of(
             Some(values)
         }
     };
-    // A factor of 1 stretches nothing, whatever the type (YaRN's ramp mixes a frequency
-    // with itself, its magnitude is 1 + 0.1 ln 1).
-    let kind = if factor == 1.0 {
-        RopeScalingKind::None
-    } else {
-        kind
-    };
-    if kind == RopeScalingKind::None && attn_factor == 1.0 && freq_factors.is_none() {
-        return Ok(None);
-    }
-    Ok(Some(RopeScaling {
+    Ok(RopeScaling {
         kind,
         factor,
         original_context,
         attn_factor,
         freq_factors,
-    }))
+    }
+    .normalized())
 }
 
 fn check_shape(file: &GgufFile, name: &str, expected: &[u64]) -> Result<(), ModelError> {
@@ -492,13 +483,15 @@ impl WeightFormat {
 }
 
 /// Options for [`Llama::from_gguf_with`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LoadOptions {
     /// How the weight matrices (and the token embedding) are held.
     pub weights: WeightFormat,
     /// How quantized weights are multiplied (threads, activation format): the model holds
     /// the resulting [`Kernels`] ([`Llama::kernels`]).
     pub kernels: KernelOptions,
+    /// Rotary settings over the file's ([`LlamaConfig::with_rope_overrides`]).
+    pub rope: RopeOverrides,
 }
 
 impl LoadOptions {
@@ -507,6 +500,7 @@ impl LoadOptions {
         LoadOptions {
             weights,
             kernels: KernelOptions::default(),
+            rope: RopeOverrides::default(),
         }
     }
 
@@ -518,6 +512,11 @@ impl LoadOptions {
     /// The same options with the kernels' threads and activations as `kernels` says.
     pub fn with_kernels(self, kernels: KernelOptions) -> Self {
         LoadOptions { kernels, ..self }
+    }
+
+    /// The same options with rotary settings `rope` over the file's.
+    pub fn with_rope(self, rope: RopeOverrides) -> Self {
+        LoadOptions { rope, ..self }
     }
 }
 
@@ -631,7 +630,7 @@ impl Llama {
         options: LoadOptions,
     ) -> Result<Self, ModelError> {
         let arch = arch_spec_of(file)?;
-        let config = LlamaConfig::from_gguf(file)?;
+        let config = LlamaConfig::from_gguf(file)?.with_rope_overrides(&options.rope)?;
         let shape = config.attention();
         let (d, ff, q, kv) = (
             config.d_model,

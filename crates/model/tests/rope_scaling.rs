@@ -225,3 +225,108 @@ fn a_shift_under_rotary_scaling_equals_a_fresh_prefill() {
         );
     }
 }
+
+/// Run-time rotary settings over a file's, as llama.cpp applies its flags.
+#[test]
+fn rope_overrides_replace_the_file_s_settings() {
+    use kindle_model::{ModelError, RopeOverrides};
+    let config = || LlamaConfig::new(96, 64, 2, 4, 2, 96).with_context_length(2048);
+    let with = |o: RopeOverrides| config().with_rope_overrides(&o);
+    // Nothing given: the same hyperparameters.
+    assert_eq!(with(RopeOverrides::default()).unwrap(), config());
+    // The base only: the context and the scaling stay.
+    let c = with(RopeOverrides {
+        freq_base: Some(5e5),
+        ..RopeOverrides::default()
+    })
+    .unwrap();
+    assert_eq!(
+        (c.rope_theta, c.context_length, c.rope_scaling),
+        (5e5, 2048, None)
+    );
+    // Linear x2 doubles the context; YaRN x4 stretches the original (the file's context
+    // unless given).
+    let c = with(RopeOverrides {
+        kind: Some(RopeScalingKind::Linear),
+        factor: Some(2.0),
+        ..RopeOverrides::default()
+    })
+    .unwrap();
+    assert_eq!(c.context_length, 4096);
+    assert_eq!(c.rope_scaling.unwrap().kind, RopeScalingKind::Linear);
+    let c = with(RopeOverrides {
+        kind: Some(RopeScalingKind::Yarn),
+        factor: Some(4.0),
+        ..RopeOverrides::default()
+    })
+    .unwrap();
+    let s = c.rope_scaling.clone().unwrap();
+    assert_eq!(
+        (c.context_length, s.original_context, s.factor),
+        (8192, 2048, 4.0)
+    );
+    let c = with(RopeOverrides {
+        kind: Some(RopeScalingKind::Yarn),
+        factor: Some(4.0),
+        original_context: Some(1024),
+        ..RopeOverrides::default()
+    })
+    .unwrap();
+    assert_eq!(c.context_length, 4096);
+    // A kind without a factor (the file has none): nothing stretches.
+    let c = with(RopeOverrides {
+        kind: Some(RopeScalingKind::Yarn),
+        ..RopeOverrides::default()
+    })
+    .unwrap();
+    assert_eq!((c.context_length, c.rope_scaling), (2048, None));
+    // `none` over a scaled file drops the stretch but keeps frequency factors.
+    let scaled = config().with_rope_scaling(Some(RopeScaling {
+        kind: RopeScalingKind::Linear,
+        factor: 8.0,
+        freq_factors: Some(vec![1.0; 8]),
+        ..RopeScaling::new(RopeScalingKind::Linear)
+    }));
+    let none = RopeOverrides {
+        kind: Some(RopeScalingKind::None),
+        ..RopeOverrides::default()
+    };
+    let s = scaled
+        .with_rope_overrides(&none)
+        .unwrap()
+        .rope_scaling
+        .unwrap();
+    assert_eq!(
+        (s.kind, s.freq_factors),
+        (RopeScalingKind::None, Some(vec![1.0; 8]))
+    );
+    for (o, flag) in [
+        (
+            RopeOverrides {
+                factor: Some(-1.0),
+                ..RopeOverrides::default()
+            },
+            "--rope-scale",
+        ),
+        (
+            RopeOverrides {
+                freq_base: Some(f64::NAN),
+                ..RopeOverrides::default()
+            },
+            "--rope-freq-base",
+        ),
+        (
+            RopeOverrides {
+                original_context: Some(0),
+                ..RopeOverrides::default()
+            },
+            "--yarn-orig-ctx",
+        ),
+    ] {
+        let err = with(o).unwrap_err();
+        assert!(
+            matches!(&err, ModelError::Option(m) if m.contains(flag)),
+            "{err}"
+        );
+    }
+}

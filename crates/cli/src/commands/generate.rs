@@ -158,6 +158,11 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             plan.cache_summary()
         );
     }
+    if args.verbose
+        && let Some(scaling) = &plan.engine.llama.config().rope_scaling
+    {
+        eprintln!("kindle: rotary scaling: {}", scaling.describe());
+    }
     let mut sink = sink_for(
         args.format(),
         std::io::stdout().lock(),

@@ -4,7 +4,7 @@
 use burn::config::Config;
 use kindle_kv_cache::KvCacheConfig;
 
-use super::rope_scaling::RopeScaling;
+use super::rope_scaling::{RopeOverrides, RopeScaling, RopeScalingKind};
 use crate::error::ModelError;
 
 /// Hyperparameters of a Llama-family model.
@@ -91,6 +91,46 @@ impl LlamaConfig {
     pub fn attention_scale(&self) -> f32 {
         self.query_scale
             .unwrap_or_else(|| 1.0 / (self.head_dim() as f64).sqrt()) as f32
+    }
+
+    /// These hyperparameters with rotary settings `o` over the file's, as llama.cpp applies
+    /// its flags: `freq_base` replaces the global layers' base; `kind`, `factor` and
+    /// `original_context` replace the file's (YaRN's original context defaulting to the
+    /// file's, else the training context). A kind or factor given makes the context `f`
+    /// times the original (for YaRN llama.cpp's `n_ctx_train`; linear: the file's context),
+    /// if longer than the file's.
+    pub fn with_rope_overrides(self, o: &RopeOverrides) -> Result<Self, ModelError> {
+        if o.is_empty() {
+            return Ok(self);
+        }
+        if let Some(problem) = o.problem() {
+            return Err(ModelError::Option(problem));
+        }
+        let base = self.rope_scaling.clone().unwrap_or(RopeScaling {
+            kind: RopeScalingKind::None,
+            factor: 1.0,
+            original_context: self.context_length,
+            attn_factor: 1.0,
+            freq_factors: None,
+        });
+        let scaling = RopeScaling {
+            kind: o.kind.unwrap_or(base.kind),
+            factor: o.factor.unwrap_or(base.factor),
+            original_context: o.original_context.unwrap_or(base.original_context),
+            ..base
+        };
+        let stretched = match scaling.kind {
+            _ if o.kind.is_none() && o.factor.is_none() => self.context_length,
+            RopeScalingKind::None => self.context_length,
+            RopeScalingKind::Linear => (self.context_length as f64 * scaling.factor) as usize,
+            RopeScalingKind::Yarn => (scaling.original_context as f64 * scaling.factor) as usize,
+        };
+        Ok(LlamaConfig {
+            rope_theta: o.freq_base.unwrap_or(self.rope_theta),
+            context_length: self.context_length.max(stretched),
+            rope_scaling: scaling.normalized(),
+            ..self
+        })
     }
 
     /// Head counts and widths of the attention (see [`AttentionShape`]).

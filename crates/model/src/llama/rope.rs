@@ -120,14 +120,10 @@ impl RopeTable {
         let m = rotary.magnitude;
         for &pos in positions {
             for &freq in &rotary.frequencies {
+                // Times 1 (every model but YaRN's and an attention factor's) is exact.
                 let angle = pos as f64 * freq;
-                if m == 1.0 {
-                    cos.push(angle.cos() as f32);
-                    sin.push(angle.sin() as f32);
-                } else {
-                    cos.push((angle.cos() * m) as f32);
-                    sin.push((angle.sin() * m) as f32);
-                }
+                cos.push((angle.cos() * m) as f32);
+                sin.push((angle.sin() * m) as f32);
             }
         }
         RopeTable {

@@ -74,3 +74,63 @@ pub enum RopeScalingKind {
     /// `yarn`: YaRN.
     Yarn,
 }
+
+impl RopeScaling {
+    /// `None` when this scaling changes nothing (no stretch, no frequency factors, an
+    /// attention factor of 1); a factor of 1 stretches nothing whatever the kind (YaRN's ramp
+    /// then mixes a frequency with itself and its magnitude is `1 + 0.1 ln 1`).
+    pub fn normalized(self) -> Option<RopeScaling> {
+        let kind = if self.factor == 1.0 {
+            RopeScalingKind::None
+        } else {
+            self.kind
+        };
+        let trivial =
+            kind == RopeScalingKind::None && self.attn_factor == 1.0 && self.freq_factors.is_none();
+        (!trivial).then_some(RopeScaling { kind, ..self })
+    }
+}
+
+/// Rotary settings given at run time over a file's, as llama.cpp's `--rope-scaling`,
+/// `--rope-scale`, `--rope-freq-base` and `--yarn-orig-ctx` give them: to run a model past
+/// the context it was trained for (Qwen2.5's model cards ask for YaRN x4 over 32,768
+/// positions this way). Applied by [`LlamaConfig::with_rope_overrides`](super::LlamaConfig::with_rope_overrides).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RopeOverrides {
+    /// The scaling kind (`--rope-scaling none|linear|yarn`).
+    pub kind: Option<RopeScalingKind>,
+    /// The factor the context is stretched by (`--rope-scale N`).
+    pub factor: Option<f64>,
+    /// The rotary base of global layers (`--rope-freq-base N`).
+    pub freq_base: Option<f64>,
+    /// YaRN's original context (`--yarn-orig-ctx N`).
+    pub original_context: Option<usize>,
+}
+
+impl RopeOverrides {
+    /// Whether nothing is overridden.
+    pub fn is_empty(&self) -> bool {
+        *self == RopeOverrides::default()
+    }
+
+    /// The first setting out of range, in words naming its flag.
+    pub fn problem(&self) -> Option<String> {
+        let positive = |v: Option<f64>| v.is_none_or(|v| v.is_finite() && v > 0.0);
+        if !positive(self.factor) {
+            return Some(format!(
+                "--rope-scale must be a positive number, got {}",
+                self.factor.unwrap_or_default()
+            ));
+        }
+        if !positive(self.freq_base) {
+            return Some(format!(
+                "--rope-freq-base must be a positive number, got {}",
+                self.freq_base.unwrap_or_default()
+            ));
+        }
+        if self.original_context == Some(0) {
+            return Some("--yarn-orig-ctx must be at least 1".into());
+        }
+        None
+    }
+}
