@@ -49,6 +49,19 @@ pub enum ModelError {
     /// A tensor the architecture needs is not in the file.
     #[error("required tensor '{0}' is missing from the model file")]
     MissingTensor(String),
+    /// The file holds a tensor the architecture, as kindle runs it, does not read (llama.cpp
+    /// refuses a file with tensors it does not create; one it does create and kindle lacks,
+    /// a bias say, would be silently left out).
+    #[error(
+        "tensor '{name}' is in the model file but kindle's {arch} does not read it: running \
+         without it would give other numbers than the model's"
+    )]
+    UnexpectedTensor {
+        /// The tensor.
+        name: String,
+        /// The architecture (`general.architecture`).
+        arch: String,
+    },
     /// A tensor's shape does not match the hyperparameters.
     #[error("tensor '{name}' has shape {got:?}, expected {expected:?} from the hyperparameters")]
     TensorShape {

@@ -247,10 +247,28 @@ impl LlamaConfig {
             Ok(spec) => spec,
             Err(problem) => return vec![problem],
         };
-        self.tensors_of(spec)
-            .into_iter()
-            .filter_map(|(name, dims)| check_shape(file, &name, &dims).err())
-            .collect()
+        let expected = self.tensors_of(spec);
+        let mut problems: Vec<ModelError> = expected
+            .iter()
+            .filter_map(|(name, dims)| check_shape(file, name, dims).err())
+            .collect();
+        // Every tensor of the file is read: the expected ones, and Llama 3's frequency factors
+        // (read with the hyperparameters).
+        let known: std::collections::HashSet<&str> = expected
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .chain(["rope_freqs.weight"])
+            .collect();
+        problems.extend(
+            file.tensors()
+                .iter()
+                .filter(|t| !known.contains(t.name.as_str()))
+                .map(|t| ModelError::UnexpectedTensor {
+                    name: t.name.clone(),
+                    arch: spec.name.to_string(),
+                }),
+        );
+        problems
     }
 
     /// Every tensor a llama-architecture file must hold, with its GGUF dimensions

@@ -601,3 +601,18 @@ fn rotary_scaling_keys_and_frequency_factors() {
         &["rope_freqs.weight", "positive", "0"],
     );
 }
+
+/// A tensor the architecture does not read is refused, named: llama.cpp reads a llama
+/// file's optional biases, which kindle does not, so running without them would be a
+/// silently different model.
+#[test]
+fn a_tensor_the_architecture_does_not_read() {
+    let err = load_err(
+        &[Edit::AddTensor(
+            "blk.1.attn_output.bias",
+            vec![0.5; D as usize],
+        )],
+        &["blk.1.attn_output.bias", "llama", "does not read it"],
+    );
+    assert!(matches!(err, ModelError::UnexpectedTensor { .. }));
+}
