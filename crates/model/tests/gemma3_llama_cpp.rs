@@ -93,6 +93,16 @@ fn reference() -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
+/// A case's tokens.
+fn tokens_of(case: &Value) -> Vec<u32> {
+    case["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap() as u32)
+        .collect()
+}
+
 #[test]
 fn tiny_gemma3_matches_llama_cpp() {
     let reference = reference();
@@ -107,12 +117,7 @@ fn tiny_gemma3_matches_llama_cpp() {
             digest, case["sha256"],
             "{name}: the file written is not the one llama.cpp ran"
         );
-        let tokens: Vec<u32> = case["tokens"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t.as_u64().unwrap() as u32)
-            .collect();
+        let tokens = tokens_of(case);
         let expected: Vec<f32> = case["logits"]
             .as_array()
             .unwrap()
@@ -155,12 +160,7 @@ fn tiny_gemma3_matches_llama_cpp() {
 fn ignoring_gemma3_s_linear_scaling_is_caught() {
     let reference = reference();
     let case = &reference["cases"]["gemma3_linear_scaling"];
-    let tokens: Vec<u32> = case["tokens"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t.as_u64().unwrap() as u32)
-        .collect();
+    let tokens = tokens_of(case);
     let file = GgufFile::from_bytes(file_bytes(&[])).unwrap();
     let model = Llama::from_gguf_with(
         &file,
