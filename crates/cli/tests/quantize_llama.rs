@@ -1,7 +1,8 @@
-//! `kindle quantize` against `llama-quantize` on the real models: for eight file types of
+//! `kindle quantize` against `llama-quantize` on the real models: for ten file types of
 //! SmolLM2 (the K-quant mixtures `Q4_K_M`, `Q5_K_M`, `Q3_K_M`, `Q4_K_S`, `Q2_K`, and `Q6_K`,
-//! `Q5_0`, `BF16`) and three of Gemma-3 (`Q4_K_M`, `Q2_K`: its 640-wide matrices and four
-//! query heads a key head take other branches; `BF16`), every tensor has llama-quantize's type and llama-quantize's
+//! `Q5_0`, `BF16`, and the non-linear `IQ4_NL`, `IQ4_XS`) and four of Gemma-3 (`Q4_K_M`,
+//! `Q2_K`, `IQ4_XS`: its 640-wide matrices and four query heads a key head take other
+//! branches; `BF16`), every tensor has llama-quantize's type and llama-quantize's
 //! bytes, and the whole file is llama-quantize's byte for byte (their sha256 in
 //! `testdata/reference/llama-quantize-*.json`, written by `llama_quantize_digests.py` beside
 //! them from llama-quantize's own files).
@@ -115,7 +116,7 @@ fn quantize_writes_llama_quantize_s_smollm2_files() {
     let Some(model) = common::real_model() else {
         return; // KINDLE_SKIP_REAL_MODEL=1
     };
-    check_against(&model, &reference("smollm2"), 8);
+    check_against(&model, &reference("smollm2"), 10);
 }
 
 #[test]
@@ -123,7 +124,7 @@ fn quantize_writes_llama_quantize_s_gemma3_files() {
     let Some(model) = common::gemma3_model() else {
         return; // KINDLE_SKIP_REAL_MODEL=1
     };
-    check_against(&model, &reference("gemma3"), 3);
+    check_against(&model, &reference("gemma3"), 4);
 }
 
 /// The comparison above can fail: the `--pure` file (every matrix `Q4_K` or its fallback) is

@@ -401,7 +401,7 @@ fn quantize_keeps_metadata_and_refuses_unknown_types() {
             model.to_str().unwrap(),
             to.to_str().unwrap(),
             "--type",
-            "iq4_xs",
+            "iq2_xxs",
         ],
         "not a type kindle quantizes to",
     );

@@ -78,11 +78,17 @@ pub enum FileType {
     Q6_K,
     /// Every matrix `BF16` (bfloat16: the top half of an `f32`).
     BF16,
+    /// `IQ4_NL` (4-bit non-linear levels), the first eighth of the down projections `Q5_K`
+    /// and, with four or more query heads a key head, the attention values.
+    IQ4_NL,
+    /// `IQ4_XS` (`IQ4_NL`'s levels with a 6-bit scale per 32 values), the same exceptions;
+    /// rows that are not whole 256-value super-blocks `IQ4_NL`.
+    IQ4_XS,
 }
 
 impl FileType {
     /// Every file type, in `llama_ftype` order.
-    pub const ALL: [FileType; 17] = [
+    pub const ALL: [FileType; 19] = [
         FileType::F32,
         FileType::F16,
         FileType::Q4_0,
@@ -99,6 +105,8 @@ impl FileType {
         FileType::Q5_K_S,
         FileType::Q5_K_M,
         FileType::Q6_K,
+        FileType::IQ4_NL,
+        FileType::IQ4_XS,
         FileType::BF16,
     ];
 
@@ -121,6 +129,8 @@ impl FileType {
             FileType::Q5_K_S => 16,
             FileType::Q5_K_M => 17,
             FileType::Q6_K => 18,
+            FileType::IQ4_NL => 25,
+            FileType::IQ4_XS => 30,
             FileType::BF16 => 32,
         }
     }
@@ -144,6 +154,8 @@ impl FileType {
             FileType::Q5_K_S => "Q5_K_S",
             FileType::Q5_K_M => "Q5_K_M",
             FileType::Q6_K => "Q6_K",
+            FileType::IQ4_NL => "IQ4_NL",
+            FileType::IQ4_XS => "IQ4_XS",
             FileType::BF16 => "BF16",
         }
     }
@@ -176,6 +188,8 @@ impl FileType {
             FileType::Q4_K_S | FileType::Q4_K_M => GgmlType::Q4_K,
             FileType::Q5_K_S | FileType::Q5_K_M => GgmlType::Q5_K,
             FileType::Q6_K => GgmlType::Q6_K,
+            FileType::IQ4_NL => GgmlType::IQ4_NL,
+            FileType::IQ4_XS => GgmlType::IQ4_XS,
             FileType::BF16 => GgmlType::BF16,
         }
     }
@@ -283,6 +297,7 @@ pub fn fallback(target: GgmlType, ncols: u64) -> GgmlType {
         GgmlType::Q4_K => GgmlType::Q5_0,
         GgmlType::Q5_K => GgmlType::Q5_1,
         GgmlType::Q6_K => GgmlType::Q8_0,
+        GgmlType::IQ4_XS => GgmlType::IQ4_NL,
         other => other,
     };
     if whole(instead) {
@@ -382,6 +397,7 @@ impl Walk<'_> {
                 F::Q3_K_L => ty = T::Q5_K,
                 F::Q4_K_M | F::Q5_K_M if use_more_bits(i, n) => ty = T::Q6_K,
                 F::Q4_K_S if i < 4 => ty = T::Q5_K,
+                F::IQ4_NL | F::IQ4_XS if facts.n_gqa() >= 4 => ty = T::Q5_K,
                 _ => {}
             }
             if facts.is_70b() && matches!(ty, T::Q3_K | T::Q4_K) {
@@ -422,6 +438,8 @@ impl Walk<'_> {
                         T::Q4_K
                     }
                 }
+                // Without an importance matrix (kindle quantizes without one).
+                F::IQ4_NL | F::IQ4_XS if i < n / 8 => ty = T::Q5_K,
                 F::Q4_K_M | F::Q5_K_M if use_more_bits(i, n) => ty = T::Q6_K,
                 F::Q4_K_S if !falcon && i < n / 8 => ty = T::Q5_K,
                 _ => {}
@@ -432,7 +450,13 @@ impl Walk<'_> {
                 if facts.n_expert == 8 {
                     let more = matches!(
                         ftype,
-                        F::Q2_K | F::Q3_K_S | F::Q3_K_M | F::Q4_K_S | F::Q4_K_M
+                        F::Q2_K
+                            | F::Q3_K_S
+                            | F::Q3_K_M
+                            | F::Q4_K_S
+                            | F::Q4_K_M
+                            | F::IQ4_NL
+                            | F::IQ4_XS
                     );
                     if more {
                         ty = T::Q5_K;

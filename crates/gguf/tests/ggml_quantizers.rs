@@ -1,12 +1,13 @@
 //! `kindle quantize`'s encoders against ggml itself: `testdata/reference/ggml-quantizers.json`
 //! holds the blocks ggml's `quantize_row_<type>_ref` (what `llama-quantize` runs without an
-//! importance matrix) made of eight kinds of rows (`ggml_quantizers.py` beside it wrote the file
+//! importance matrix; for `IQ4_NL` and `IQ4_XS` their `quantize_iq4_*`) made of eight kinds of
+//! rows (`ggml_quantizers.py` beside it wrote the file
 //! through ctypes). kindle must write the same bytes.
 
 mod common;
 
 use common::hex;
-use kindle_gguf::quant::{GgmlType, quantize};
+use kindle_gguf::quant::{GgmlType, dequantize, quantize};
 use serde_json::Value;
 
 fn reference() -> Value {
@@ -25,7 +26,7 @@ fn rows(reference: &Value) -> Vec<Vec<f32>> {
         .collect()
 }
 
-const TYPES: [(&str, GgmlType); 8] = [
+const TYPES: [(&str, GgmlType); 10] = [
     ("Q8_0", GgmlType::Q8_0),
     ("Q4_0", GgmlType::Q4_0),
     ("Q4_1", GgmlType::Q4_1),
@@ -34,6 +35,8 @@ const TYPES: [(&str, GgmlType); 8] = [
     ("Q4_K", GgmlType::Q4_K),
     ("Q5_K", GgmlType::Q5_K),
     ("Q6_K", GgmlType::Q6_K),
+    ("IQ4_NL", GgmlType::IQ4_NL),
+    ("IQ4_XS", GgmlType::IQ4_XS),
 ];
 
 /// The blocks of `got` that differ from `want`'s, as (row, block) pairs.
@@ -68,6 +71,43 @@ fn every_type_quantizes_to_ggml_s_bytes() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// kindle's `IQ4_NL` and `IQ4_XS` decoders give ggml's `dequantize_row_iq4_nl` / `_iq4_xs`
+/// values bit for bit, on ggml's own blocks; and a changed index changes exactly one value.
+#[test]
+fn non_linear_decoders_give_ggml_s_values() {
+    let reference = reference();
+    for (name, ty) in [("IQ4_NL", GgmlType::IQ4_NL), ("IQ4_XS", GgmlType::IQ4_XS)] {
+        let blocks = reference["types"][name].as_array().expect("blocks");
+        let decoded = reference["decoded"][name].as_array().expect("decoded rows");
+        assert_eq!(blocks.len(), 8, "{name}");
+        for (r, (bytes, want)) in blocks.iter().zip(decoded).enumerate() {
+            let bytes = hex(bytes);
+            let want: Vec<u32> = want
+                .as_array()
+                .expect("f32 bits")
+                .iter()
+                .map(|v| v.as_u64().expect("u32") as u32)
+                .collect();
+            let mut got = vec![0f32; want.len()];
+            dequantize(ty, &bytes, &mut got).unwrap();
+            let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+            assert_eq!(got, want, "{name} row {r}");
+        }
+        // The first row's first value, its index moved by one level.
+        let mut bytes = hex(&blocks[0]);
+        let at = if ty == GgmlType::IQ4_NL { 2 } else { 8 };
+        bytes[at] ^= 0x01;
+        let mut got = vec![0f32; 4 * 256];
+        dequantize(ty, &bytes, &mut got).unwrap();
+        let want: Vec<f32> = decoded[0].as_array().unwrap()[..got.len()]
+            .iter()
+            .map(|v| f32::from_bits(v.as_u64().unwrap() as u32))
+            .collect();
+        let differ: Vec<usize> = (0..got.len()).filter(|&i| got[i] != want[i]).collect();
+        assert_eq!(differ, [0], "{name}");
+    }
 }
 
 /// The comparison above can fail: one changed bit in one block is named, and only that block.

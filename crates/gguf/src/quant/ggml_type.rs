@@ -44,6 +44,11 @@ pub enum GgmlType {
     F64,
     /// bfloat16: the top 16 bits of an `f32`.
     BF16,
+    /// 32 values: `f16` scale, 4-bit indices into a fixed non-linear table of 16 levels.
+    IQ4_NL,
+    /// 256 values: `f16` scale, 6-bit scales per 32 values, 4-bit indices into the table of
+    /// `IQ4_NL`.
+    IQ4_XS,
 }
 
 impl GgmlType {
@@ -65,6 +70,8 @@ impl GgmlType {
             13 => Q5_K,
             14 => Q6_K,
             15 => Q8_K,
+            20 => IQ4_NL,
+            23 => IQ4_XS,
             24 => I8,
             25 => I16,
             26 => I32,
@@ -93,6 +100,8 @@ impl GgmlType {
             Q5_K => 13,
             Q6_K => 14,
             Q8_K => 15,
+            IQ4_NL => 20,
+            IQ4_XS => 23,
             I8 => 24,
             I16 => 25,
             I32 => 26,
@@ -107,8 +116,8 @@ impl GgmlType {
         use GgmlType::*;
         match self {
             F32 | F16 | BF16 | I8 | I16 | I32 | I64 | F64 => 1,
-            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 => 32,
-            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K => 256,
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | IQ4_NL => 32,
+            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K | IQ4_XS => 256,
         }
     }
 
@@ -132,6 +141,8 @@ impl GgmlType {
             Q5_K => 176,
             Q6_K => 210,
             Q8_K => 292,
+            IQ4_NL => 18,
+            IQ4_XS => 136,
         }
     }
 
@@ -140,7 +151,20 @@ impl GgmlType {
         use GgmlType::*;
         matches!(
             self,
-            F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K
+            F32 | F16
+                | BF16
+                | Q4_0
+                | Q4_1
+                | Q5_0
+                | Q5_1
+                | Q8_0
+                | Q2_K
+                | Q3_K
+                | Q4_K
+                | Q5_K
+                | Q6_K
+                | IQ4_NL
+                | IQ4_XS
         )
     }
 
@@ -168,6 +192,8 @@ impl GgmlType {
             I64 => "I64",
             F64 => "F64",
             BF16 => "BF16",
+            IQ4_NL => "IQ4_NL",
+            IQ4_XS => "IQ4_XS",
         }
     }
 }

@@ -5,9 +5,11 @@
 //!
 //! The types live in [`GgmlType`]; the block decoders by family in `legacy` (the 32-value
 //! `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0` blocks), `kquants` (the 256-value `Q4_K`, `Q5_K`
-//! and `Q6_K` super-blocks) and `low_k` (the 256-value `Q2_K` and `Q3_K`), all re-exported here.
+//! and `Q6_K` super-blocks), `low_k` (the 256-value `Q2_K` and `Q3_K`) and `iq4` (the non-linear
+//! `IQ4_NL` and `IQ4_XS`), all re-exported here.
 
 mod ggml_type;
+mod iq4;
 mod kquants;
 mod legacy;
 mod low_k;
@@ -20,6 +22,10 @@ mod tests;
 use thiserror::Error;
 
 pub use ggml_type::GgmlType;
+pub use iq4::{
+    BLOCK_IQ4_NL_BYTES, BLOCK_IQ4_XS_BYTES, KVALUES_IQ4NL, dequantize_block_iq4_nl,
+    dequantize_block_iq4_xs, iq4_xs_factor,
+};
 pub use kquants::{
     BLOCK_Q4_K_BYTES, BLOCK_Q5_K_BYTES, BLOCK_Q6_K_BYTES, QK_K, dequantize_block_q4_k,
     dequantize_block_q5_k, dequantize_block_q6_k, unpack_scale_min_k4,
@@ -103,6 +109,8 @@ pub fn dequantize(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<(), Quan
         Q6_K => for_each_block(data, out, dequantize_block_q6_k),
         Q2_K => for_each_block(data, out, dequantize_block_q2_k),
         Q3_K => for_each_block(data, out, dequantize_block_q3_k),
+        IQ4_NL => for_each_block(data, out, dequantize_block_iq4_nl),
+        IQ4_XS => for_each_block(data, out, dequantize_block_iq4_xs),
         _ => return Err(QuantError::Unsupported(ty)),
     }
     Ok(())

@@ -3,12 +3,13 @@
 //! `_q5_0_ref`, `_q5_1_ref`, the `f16` conversion, round to nearest even, and ggml's
 //! `ggml_compute_fp32_to_bf16`) operation by
 //! operation, so the bytes are those ggml writes (`tests/ggml_quantizers.rs`); `Q3_K` and
-//! `Q2_K` in `quantize_low_k.rs`, `Q4_K`, `Q5_K` and `Q6_K` in `quantize_k.rs`.
+//! `Q2_K` in `quantize_low_k.rs`, `Q4_K`, `Q5_K` and `Q6_K` in `quantize_k.rs`, `IQ4_NL` and
+//! `IQ4_XS` in `iq4.rs`.
 
 use super::{GgmlType, QK_K, QK32, QuantError};
 
 /// The types [`quantize`] can produce.
-pub const QUANTIZE_TYPES: [GgmlType; 13] = [
+pub const QUANTIZE_TYPES: [GgmlType; 15] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -22,6 +23,8 @@ pub const QUANTIZE_TYPES: [GgmlType; 13] = [
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
 ];
 
 /// Encode `values` as `ty`: whole blocks (`values.len()` a multiple of `ty.block_size()`, else
@@ -78,6 +81,12 @@ pub fn quantize(ty: GgmlType, values: &[f32]) -> Result<Vec<u8>, QuantError> {
         GgmlType::Q2_K => values
             .chunks_exact(QK_K)
             .for_each(|b| super::quantize_low_k::q2_k(b, &mut out)),
+        GgmlType::IQ4_NL => values
+            .chunks_exact(QK32)
+            .for_each(|b| super::iq4::iq4_nl(b, &mut out)),
+        GgmlType::IQ4_XS => values
+            .chunks_exact(QK_K)
+            .for_each(|b| super::iq4::iq4_xs(b, &mut out)),
         _ => values.chunks_exact(QK32).for_each(|b| q4_1(b, &mut out)),
     }
     Ok(out)
@@ -208,11 +217,12 @@ mod tests {
     /// fixed points), and the error is within half a step.
     #[test]
     fn round_trips_and_error_bounds() {
-        // The K-quants search their scales (requantising is not a fixed point); they are
-        // checked against ggml's own quantizer (`tests/ggml_low_k.rs`).
+        // The K-quants and `IQ4_NL` search their scales (requantising is not a fixed point);
+        // they are checked against ggml's own quantizer (`tests/ggml_quantizers.rs`).
         for ty in QUANTIZE_TYPES
             .into_iter()
             .filter(|t| t.block_size() == 32 || t.block_size() == 1)
+            .filter(|t| *t != GgmlType::IQ4_NL)
         {
             let x = values(32 * 64, 7);
             let bytes = quantize(ty, &x).unwrap();
