@@ -61,6 +61,19 @@ pub(crate) struct Weights<'a> {
     pub packing: Option<Packing>,
 }
 
+impl Weights<'_> {
+    /// Where plain row `r` starts: a row of an unpacked matrix, or one of the `rows % 8` left
+    /// after a packed matrix's groups (which may be larger than the file's rows: `IQ4_XS`).
+    fn plain_row_at(&self, r: usize) -> usize {
+        match self.packing {
+            Some(p) if r >= p.grouped_rows => {
+                p.grouped_rows / GROUP * p.group_bytes() + (r - p.grouped_rows) * self.row_bytes
+            }
+            _ => r * self.row_bytes,
+        }
+    }
+}
+
 /// Activation rows a group kernel takes at once (each weight block is decoded once for all).
 const MAX_JN: usize = 8;
 
@@ -81,13 +94,14 @@ impl Kernel {
 
     /// As [`Kernel::select`], with a given instruction set (tests compare them).
     pub fn select_simd(ty: GgmlType, format: super::ActivationFormat, simd: Simd) -> Self {
-        // `Q4_K`, `Q5_K` (packed as `Q4_1`, `Q5_1`), `Q6_K`, `Q3_K` and `Q2_K` (packed in a
-        // form of their own) have 8-bit kernels only with SIMD.
-        let int8_type = matches!(
-            ty,
-            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q5_1
-        ) || ((k_quant(ty) || matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K))
-            && simd.any());
+        // `Q4_K`, `Q5_K` (packed as `Q4_1`, `Q5_1`), `Q6_K`, `Q3_K`, `Q2_K`, `IQ4_NL` and
+        // `IQ4_XS` (packed in forms of their own) have 8-bit kernels only with SIMD.
+        let int8_type =
+            matches!(
+                ty,
+                GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q5_1
+            ) || ((k_quant(ty) || iq4(ty) || matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K))
+                && simd.any());
         if format == super::ActivationFormat::Int8 && int8_type {
             Kernel::Int8 { ty, simd }
         } else {
@@ -224,6 +238,26 @@ impl Kernel {
                     if !whole {
                         out.copy_from_slice(&padded[..real * m]);
                     }
+                } else if iq4(w.ty) {
+                    // No SIMD (so `f32` activations): each row dequantised from the packed
+                    // form (which does not keep `IQ4_XS`'s fields), then dot products.
+                    let cols = acts.cols;
+                    let mut row = vec![0f32; cols];
+                    for i in 0..real {
+                        let mut scratch = Vec::new();
+                        packed::dequantize_row(
+                            w.ty,
+                            Some(&p),
+                            w.data,
+                            0,
+                            r + i,
+                            &mut row,
+                            &mut scratch,
+                        );
+                        for (j, o) in out[i * m..(i + 1) * m].iter_mut().enumerate() {
+                            *o = scalar::dot_f32(&row, &acts.f32[j * cols..(j + 1) * cols]);
+                        }
+                    }
                 } else {
                     // No SIMD: each row back in GGUF layout, then the portable kernels.
                     unpacked.resize(p.row_bytes(), 0);
@@ -244,7 +278,8 @@ impl Kernel {
             let cols = acts.cols;
             while r < end {
                 let tile = dense_tile(simd, m).min(end - r);
-                let bytes = &w.data[r * w.row_bytes..(r + tile) * w.row_bytes];
+                let at = w.plain_row_at(r);
+                let bytes = &w.data[at..at + tile * w.row_bytes];
                 let dense = match in_place(ty, simd, bytes) {
                     Some(dense) => dense,
                     None => {
@@ -260,7 +295,8 @@ impl Kernel {
             }
         } else {
             for r in r..end {
-                let row = &w.data[r * w.row_bytes..(r + 1) * w.row_bytes];
+                let at = w.plain_row_at(r);
+                let row = &w.data[at..at + w.row_bytes];
                 self.row(row, acts, &mut out[(r - start) * m..(r - start + 1) * m]);
             }
         }
@@ -341,6 +377,7 @@ impl Kernel {
             return 2;
         }
         match self {
+            Kernel::F32 { ty, .. } if iq4(ty) => 4,
             Kernel::Int8 { ty, .. } if k_quant(ty) || q5(ty) => 4,
             Kernel::F32 { ty, .. } if k_quant(ty) || q5(ty) => 2,
             _ => MAX_JN,
@@ -446,6 +483,10 @@ impl Kernel {
             // SAFETY: forwarded from the caller.
             unsafe {
                 match (self, simd) {
+                    (Kernel::Int8 { .. }, _) if iq4(ty) => super::x86_iq4::iq4_q8(w, nb, q8, out),
+                    (Kernel::F32 { .. }, _) if iq4(ty) => {
+                        super::x86_iq4::iq4_f32(w, nb, f32_rows, out)
+                    }
                     (Kernel::Int8 { .. }, _) if k_quant(ty) => {
                         use super::x86_q6::{Q2, Q3, Q6, q6_q8, q6_q8_avx512, q6_q8_vnni};
                         // The instance of each instruction set, for each form.
@@ -594,6 +635,12 @@ fn q5(ty: GgmlType) -> bool {
     matches!(ty, GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q5_K)
 }
 
+/// Whether `ty` is `IQ4_NL` or `IQ4_XS` (packed in the form of `packed_iq4.rs`; SIMD group
+/// kernels in `x86_iq4.rs`).
+fn iq4(ty: GgmlType) -> bool {
+    super::packed_iq4::iq4(ty)
+}
+
 /// Whether `ty` has a fused dequantise-and-multiply `f32` kernel.
 fn fused_f32(ty: GgmlType) -> bool {
     matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0)
@@ -602,6 +649,10 @@ fn fused_f32(ty: GgmlType) -> bool {
 /// One weight row (whole blocks of `ty`) times one quantized activation row.
 #[inline]
 fn dot_q8(ty: GgmlType, simd: Simd, row: &[u8], y: &[BlockQ8]) -> f32 {
+    if iq4(ty) {
+        // The `rows % 8` rows left outside the packed groups.
+        return scalar::dot_iq4_q8(ty, row, y);
+    }
     #[cfg(target_arch = "x86_64")]
     if simd.any() && !q5(ty) {
         // SAFETY: a SIMD level is only chosen when AVX2, FMA and F16C were detected.

@@ -78,6 +78,7 @@ mod gemm_tests;
 #[cfg(test)]
 mod kq_tests;
 mod packed;
+mod packed_iq4;
 mod packed_low_k;
 mod pool;
 #[cfg(target_arch = "x86_64")]
@@ -95,6 +96,8 @@ mod x86;
 mod x86_512;
 #[cfg(target_arch = "x86_64")]
 mod x86_dense;
+#[cfg(target_arch = "x86_64")]
+mod x86_iq4;
 #[cfg(target_arch = "x86_64")]
 mod x86_q5;
 #[cfg(target_arch = "x86_64")]
@@ -224,7 +227,20 @@ pub fn supports(ty: GgmlType) -> bool {
     use GgmlType::*;
     matches!(
         ty,
-        F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K
+        F32 | F16
+            | BF16
+            | Q4_0
+            | Q4_1
+            | Q5_0
+            | Q5_1
+            | Q8_0
+            | Q2_K
+            | Q3_K
+            | Q4_K
+            | Q5_K
+            | Q6_K
+            | IQ4_NL
+            | IQ4_XS
     )
 }
 

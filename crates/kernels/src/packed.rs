@@ -73,7 +73,7 @@
 
 use kindle_gguf::quant::GgmlType;
 
-use super::packed_low_k;
+use super::{packed_iq4, packed_low_k};
 
 /// Rows per interleaved group.
 pub(crate) const GROUP: usize = 8;
@@ -87,8 +87,16 @@ pub(crate) fn packs(ty: GgmlType) -> bool {
     use GgmlType::*;
     matches!(
         ty,
-        Q4_0 | Q4_1 | Q8_0 | Q5_0 | Q5_1 | Q4_K | Q5_K | Q6_K | Q3_K | Q2_K
+        Q4_0 | Q4_1 | Q8_0 | Q5_0 | Q5_1 | Q4_K | Q5_K | Q6_K | Q3_K | Q2_K | IQ4_NL | IQ4_XS
     )
+}
+
+/// Where row `r` of a packed matrix lies: its group's first byte, its row within the group
+/// and the lane of its scales (for the forms of `packed_iq4.rs`).
+fn group_place(p: &Packing, r: usize) -> (usize, usize, usize) {
+    let (g, i) = (r / GROUP, r % GROUP);
+    let lane = LANE_ROWS.iter().position(|&row| row == i).unwrap_or(0);
+    (g * p.group_bytes(), i, lane)
 }
 
 /// Whether `ty` is packed as K-quant super-block columns (`Q4_K`, `Q5_K`).
@@ -231,6 +239,14 @@ impl Packing {
                 nb,
                 grouped_rows: rows.next_multiple_of(GROUP),
                 column_bytes: k_column_bytes(ty == GgmlType::Q5_K),
+            };
+        }
+        if packed_iq4::iq4(ty) {
+            return Packing {
+                block_bytes,
+                nb,
+                grouped_rows: rows - rows % GROUP,
+                column_bytes: packed_iq4::columns_per_block(ty) * packed_iq4::IQ4_COLUMN_BYTES,
             };
         }
         Packing {
@@ -395,6 +411,8 @@ pub(crate) fn pack_releasing(
                 }
             } else if k_packed(ty) {
                 put_k(ty, &p, r, b, src, out);
+            } else if packed_iq4::iq4(ty) {
+                packed_iq4::put(ty, group_place(&p, r), b, src, out);
             } else {
                 p.block_parts(ty, r, b).put(ty, src, out);
             }
@@ -438,6 +456,9 @@ pub(crate) fn dequantize_row(
         }
         Some(p) if (qh_bytes(ty) == 4 || ty == GgmlType::Q5_K) && r < p.grouped_rows => {
             return dequantize_q5_row(ty, p, data, r, out);
+        }
+        Some(p) if packed_iq4::iq4(ty) && r < p.grouped_rows => {
+            return packed_iq4::dequantize(data, group_place(p, r), out);
         }
         Some(p) => {
             scratch.resize(row_bytes, 0);
@@ -530,7 +551,9 @@ fn dequantize_q5_row(ty: GgmlType, p: &Packing, data: &[u8], r: usize, out: &mut
     }
 }
 
-/// Row `r` of a packed matrix back in GGUF layout, written to `out` (`row_bytes` long).
+/// Row `r` of a packed matrix back in GGUF layout, written to `out` (`row_bytes` long). Not
+/// for the grouped rows of `IQ4_NL` and `IQ4_XS` (their form keeps `IQ4_XS`'s scales as
+/// `f32` products, not the file's fields): read those with [`dequantize_row`].
 pub(crate) fn unpack_row(ty: GgmlType, p: &Packing, data: &[u8], r: usize, out: &mut [u8]) {
     let row_bytes = p.row_bytes();
     if r >= p.grouped_rows {

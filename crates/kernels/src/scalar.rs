@@ -78,6 +78,37 @@ pub fn dot_q5_q8<const ONE: bool>(row: &[u8], y: &[BlockQ8]) -> f32 {
     sum
 }
 
+/// `IQ4_NL` or `IQ4_XS` row (GGUF layout) times 8-bit activations: per 32 values, the
+/// integer sum of levels times quants, scaled by the block's scale (`IQ4_XS`: `d * (ls - 32)`)
+/// and the activations'.
+pub fn dot_iq4_q8(ty: GgmlType, row: &[u8], y: &[BlockQ8]) -> f32 {
+    let mut sum = 0f32;
+    let mut ys = y.iter();
+    for b in row.chunks_exact(ty.type_size()) {
+        let d = f16(b[0], b[1]);
+        for k in 0..ty.block_size() / 32 {
+            let (scale, qs) = if ty == GgmlType::IQ4_XS {
+                let block: &[u8; 136] = b.try_into().expect("an IQ4_XS block");
+                let ls = quant::iq4_xs_factor(block, k);
+                (d * (ls - 32) as f32, &b[8 + 16 * k..8 + 16 * (k + 1)])
+            } else {
+                (d, &b[2..18])
+            };
+            let Some(y) = ys.next() else {
+                return sum;
+            };
+            let level = |q: u8| i32::from(quant::KVALUES_IQ4NL[usize::from(q)]);
+            let mut isum = 0i32;
+            for j in 0..16 {
+                isum += level(qs[j] & 0x0F) * i32::from(y.qs[j]);
+                isum += level(qs[j] >> 4) * i32::from(y.qs[j + 16]);
+            }
+            sum += scale * y.d * isum as f32;
+        }
+    }
+    sum
+}
+
 /// Any dequantisable row times `f32` activations, one block at a time.
 pub fn dot_blocks_f32(ty: GgmlType, row: &[u8], x: &[f32]) -> f32 {
     let (block, bytes) = (ty.block_size(), ty.type_size());

@@ -61,6 +61,7 @@ pub(super) fn random_bytes(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng
                         put(82, rng.float() * 0.01);
                     }
                     GgmlType::Q3_K => put(108, rng.float() * 0.01),
+                    GgmlType::IQ4_NL | GgmlType::IQ4_XS => put(0, rng.float() * 0.01),
                     _ => unreachable!(),
                 }
                 bytes.extend(b);
@@ -70,7 +71,7 @@ pub(super) fn random_bytes(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng
     }
 }
 
-pub(super) const TYPES: [GgmlType; 13] = [
+pub(super) const TYPES: [GgmlType; 15] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -84,6 +85,8 @@ pub(super) const TYPES: [GgmlType; 13] = [
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
 ];
 
 /// `sum |w| |x|` per output: the scale rounding errors are relative to.
@@ -304,6 +307,8 @@ fn packed_rows_dequantize_to_the_file_rows() {
         GgmlType::Q6_K,
         GgmlType::Q3_K,
         GgmlType::Q2_K,
+        GgmlType::IQ4_NL,
+        GgmlType::IQ4_XS,
     ] {
         for rows in [1, 8, 13, 24, 31] {
             let cols = 3 * ty.block_size();
