@@ -127,6 +127,7 @@ fn same_shape(c: &mut Criterion) {
         GgmlType::Q8_0,
         GgmlType::Q5_0,
         GgmlType::Q5_1,
+        GgmlType::IQ4_NL,
     ];
     let k = [
         GgmlType::Q2_K,
@@ -134,6 +135,7 @@ fn same_shape(c: &mut Criterion) {
         GgmlType::Q4_K,
         GgmlType::Q5_K,
         GgmlType::Q6_K,
+        GgmlType::IQ4_XS,
     ];
     for (rows, cols) in [(576, 1536), (640, 2048), (2048, 640)] {
         let types = if cols % 256 == 0 {

@@ -128,7 +128,6 @@ pub(crate) unsafe fn iq4_f32<const JN: usize>(
         unsafe {
             let col = w.add(b * IQ4_COLUMN_BYTES);
             prefetch_ahead(col, IQ4_COLUMN_BYTES);
-            let d = _mm256_loadu_ps(col as *const f32);
             for s in 0..8 {
                 let (lo, hi) = levels(table, col.add(32 + 16 * LANE_ROWS[s]));
                 let widen = |v: __m128i| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
@@ -138,7 +137,8 @@ pub(crate) unsafe fn iq4_f32<const JN: usize>(
                     widen(hi),
                     widen(_mm_srli_si128::<8>(hi)),
                 ];
-                let ds = _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(s as i32));
+                // The row's scale in every lane, straight from memory (a load, no shuffle).
+                let ds = _mm256_broadcast_ss(&*(col as *const f32).add(s));
                 for j in 0..JN {
                     let x = xs[j].as_ptr().add(32 * b);
                     let mut t = _mm256_mul_ps(wq[0], _mm256_loadu_ps(x));
