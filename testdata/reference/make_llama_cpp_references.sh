@@ -5,8 +5,12 @@
 #   smollm2-rope-scaling-llama-cpp.json  llama_cpp_greedy.c: greedy steps on SmolLM2 rewritten
 #                                      with each rotary scaling
 #   smollm2-f32-llama-cpp.json         llama_cpp_top_logits.c: SmolLM2 as F32
+#   smollm2-iq4-llama-cpp.json         llama_cpp_greedy.c: greedy steps on SmolLM2 as IQ4_NL
+#                                      and IQ4_XS
+#   smollm2-iq4_xs-f32-llama-cpp.json  llama_cpp_top_logits.c: the IQ4_XS file decoded to F32
 # The input files are the ones the tests write (each test's ignored `write_the_*` test) and
-# `kindle quantize --type f32`; the tests check them by sha256.
+# `kindle quantize --type f32|iq4_nl|iq4_xs` (llama-quantize's bytes); the tests check them by
+# sha256.
 #
 # usage: testdata/reference/make_llama_cpp_references.sh LLAMA_CPP SMOLLM2_Q4_1_GGUF
 #   LLAMA_CPP: a llama.cpp source tree built with cmake (build/bin holds libllama.so), e.g.
@@ -31,6 +35,10 @@ KINDLE_TINY_ARCHS_DIR=$out/tiny cargo test --release -q -p kindle-model \
 KINDLE_ROPE_VARIANTS_DIR=$out/var KINDLE_MODEL=$MODEL cargo test --release -q -p kindle-cli \
     --test rope_scaling -- --ignored write_the
 cargo run --release -q -- quantize "$MODEL" "$out/f32.gguf" --type f32
+for t in iq4_nl iq4_xs; do
+    cargo run --release -q -- quantize "$MODEL" "$out/$t.gguf" --type $t
+done
+cargo run --release -q -- quantize "$out/iq4_xs.gguf" "$out/iq4_xs-f32.gguf" --type f32
 "$out/ggml_rope" > "$out/rope.json"
 python3 - "$out" "$here" "$MODEL" <<'PY'
 import hashlib, json, subprocess, sys
@@ -41,7 +49,8 @@ def update(name, change):
     path = f"{here}/{name}"
     data = json.load(open(path))
     change(data)
-    json.dump(data, open(path, "w"), **({"indent": 1} if "rope-scaling-llama" in name else {}))
+    indent = "rope-scaling-llama" in name or "iq4-llama" in name
+    json.dump(data, open(path, "w"), **({"indent": 1} if indent else {}))
 def run(*args):
     return json.loads(subprocess.run(args, check=True, capture_output=True).stdout)
 update("ggml-rope-scaling.json", lambda d: d.update(cases=json.load(open(f"{out}/rope.json"))))
@@ -67,5 +76,17 @@ def f32(d):
     seqs = [f"{n}={','.join(map(str, c['tokens']))}" for n, c in d["prompts"].items()]
     d.update(sha256=sha(f), prompts=run(f"{out}/llama_cpp_top_logits", f, "10", *seqs))
 update("smollm2-f32-llama-cpp.json", f32)
+def iq4(d):
+    for t, case in d["files"].items():
+        f = f"{out}/{t.lower()}.gguf"
+        got = run(f"{out}/llama_cpp_greedy", f, "48", f"france={out}/france.txt",
+                  f"chat={out}/chat.txt", "edit=testdata/speculative/edit_paragraph.txt")
+        case.update(sha256=sha(f), prompts=got["prompts"])
+update("smollm2-iq4-llama-cpp.json", iq4)
+def iq4_xs_f32(d):
+    f = f"{out}/iq4_xs-f32.gguf"
+    seqs = [f"{n}={','.join(map(str, c['tokens']))}" for n, c in d["prompts"].items()]
+    d.update(sha256=sha(f), prompts=run(f"{out}/llama_cpp_top_logits", f, "10", *seqs))
+update("smollm2-iq4_xs-f32-llama-cpp.json", iq4_xs_f32)
 PY
 echo "references rebuilt from $out"
