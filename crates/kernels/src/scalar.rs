@@ -99,9 +99,9 @@ pub fn dot_iq4_q8(ty: GgmlType, row: &[u8], y: &[BlockQ8]) -> f32 {
             };
             let level = |q: u8| i32::from(quant::KVALUES_IQ4NL[usize::from(q)]);
             let mut isum = 0i32;
-            for j in 0..16 {
-                isum += level(qs[j] & 0x0F) * i32::from(y.qs[j]);
-                isum += level(qs[j] >> 4) * i32::from(y.qs[j + 16]);
+            for (j, &q) in qs.iter().enumerate() {
+                isum += level(q & 0x0F) * i32::from(y.qs[j]);
+                isum += level(q >> 4) * i32::from(y.qs[j + 16]);
             }
             sum += scale * y.d * isum as f32;
         }

@@ -76,14 +76,15 @@ pub(crate) unsafe fn iq4_q8<const JN: usize>(
             });
             // Rows two at a time, reduced pairwise at once: few registers live.
             let mut h = [[_mm256_setzero_si256(); 4]; JN];
-            for pair in 0..4 {
-                let row = |s: usize| {
-                    let (lo, hi) = levels(table, col.add(32 + 16 * LANE_ROWS[s]));
-                    _mm256_set_m128i(hi, lo)
-                };
-                let (w0, w1) = (row(2 * pair), row(2 * pair + 1));
-                for j in 0..JN {
-                    h[j][pair] = _mm256_hadd_epi32(dot_i8(w0, yv[j]), dot_i8(w1, yv[j]));
+            let row = |r: usize| {
+                let (lo, hi) = levels(table, col.add(32 + 16 * r));
+                _mm256_set_m128i(hi, lo)
+            };
+            // Pair `pair` holds the rows of lanes `2 pair` and `2 pair + 1`.
+            for (pair, rows) in LANE_ROWS.chunks_exact(2).enumerate() {
+                let (w0, w1) = (row(rows[0]), row(rows[1]));
+                for (hj, yj) in h.iter_mut().zip(&yv) {
+                    hj[pair] = _mm256_hadd_epi32(dot_i8(w0, *yj), dot_i8(w1, *yj));
                 }
             }
             for j in 0..JN {
