@@ -185,8 +185,12 @@ pub enum GgufError {
         /// The type's block size.
         block_size: u64,
     },
-    /// A tensor has a ggml type id kindle does not know.
-    #[error("tensor `{tensor}` has unknown ggml type id {type_id}")]
+    /// A tensor has a ggml type id kindle does not know (named where ggml has a name for it:
+    /// [`ggml_type_name`](crate::quant::ggml_type_name)).
+    #[error(
+        "tensor `{tensor}` has ggml type id {type_id}{}, which kindle does not read",
+        crate::quant::ggml_type_name(*type_id).map(|n| format!(" ({n})")).unwrap_or_default()
+    )]
     UnknownTensorType {
         /// The tensor.
         tensor: String,

@@ -198,6 +198,31 @@ impl GgmlType {
     }
 }
 
+/// ggml's name for a type id kindle does not read (the other importance-matrix quants, the
+/// ternary and FP4 ones, and the retired ids), for error messages; `None` for an id ggml does
+/// not define either.
+pub fn ggml_type_name(id: u32) -> Option<&'static str> {
+    Some(match id {
+        4 | 5 => "Q4_2/Q4_3, retired by ggml",
+        16 => "IQ2_XXS",
+        17 => "IQ2_XS",
+        18 => "IQ3_XXS",
+        19 => "IQ1_S",
+        21 => "IQ3_S",
+        22 => "IQ2_S",
+        29 => "IQ1_M",
+        31..=33 => "Q4_0_4_4/Q4_0_4_8/Q4_0_8_8, retired by ggml: requantize the file",
+        34 => "TQ1_0",
+        35 => "TQ2_0",
+        36..=38 => "IQ4_NL_4_4/IQ4_NL_4_8/IQ4_NL_8_8, retired by ggml: requantize the file",
+        39 => "MXFP4",
+        40 => "NVFP4",
+        41 => "Q1_0",
+        42 => "Q2_0",
+        _ => return GgmlType::from_id(id).map(GgmlType::name),
+    })
+}
+
 impl std::fmt::Display for GgmlType {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())

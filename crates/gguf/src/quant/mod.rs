@@ -21,7 +21,7 @@ mod tests;
 
 use thiserror::Error;
 
-pub use ggml_type::GgmlType;
+pub use ggml_type::{GgmlType, ggml_type_name};
 pub use iq4::{
     BLOCK_IQ4_NL_BYTES, BLOCK_IQ4_XS_BYTES, KVALUES_IQ4NL, dequantize_block_iq4_nl,
     dequantize_block_iq4_xs, iq4_xs_factor,
