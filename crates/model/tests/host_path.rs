@@ -56,12 +56,17 @@ fn host_and_burn_paths_agree_for_every_kv_type() {
 }
 
 #[test]
-fn low_bit_k_quant_weights_give_the_logits_of_their_decoded_values() {
-    // `Q2_K` and `Q3_K` feed-forward up projections (rows of one 256-value super-block): the
-    // host path's AVX2 kernels and the Burn path agree, and both give the logits of the same
-    // model with the matrix stored as the `f32` values ggml's decoder gives (the dense
-    // kernels): the same products, summed in another order.
-    for up in [GgmlType::Q2_K, GgmlType::Q3_K] {
+fn low_bit_weights_give_the_logits_of_their_decoded_values() {
+    // `Q2_K`, `Q3_K`, `IQ4_NL` and `IQ4_XS` feed-forward up projections (rows of one
+    // 256-value super-block): the host path's AVX2 kernels and the Burn path agree, and both
+    // give the logits of the same model with the matrix stored as the `f32` values ggml's
+    // decoder gives (the dense kernels): the same products, summed in another order.
+    for up in [
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::IQ4_NL,
+        GgmlType::IQ4_XS,
+    ] {
         let shape = |dense_up| TinyShape {
             d: 256,
             dense_up,

@@ -67,6 +67,10 @@ pub fn encode(ty: GgmlType, w: &[f32]) -> Vec<u8> {
             }
             bytes
         }
+        // ggml's own encoders (`kindle quantize`'s).
+        GgmlType::IQ4_NL | GgmlType::IQ4_XS => {
+            kindle_gguf::quant::quantize(ty, w).expect("whole blocks")
+        }
         other => panic!("no encoder for {other:?}"),
     }
 }
