@@ -16,15 +16,15 @@
 
 mod common;
 
-use common::reference::{LOGPROB_TOLERANCE, Passes, check_free_running_over, teacher_forced_over};
+use common::reference::{
+    LOGPROB_TOLERANCE, Passes, check_free_running_over, teacher_forced_over, top_logits_differences,
+};
 use common::*;
 use kindle_gguf::quant::GgmlType;
 use kindle_gguf::{GgufFile, GgufWriter};
 use kindle_model::linear::DENSE_PREFILL_ROWS;
-use kindle_model::{ActivationFormat, Kernels, Llama, LogitsFor, OpenDevice};
-use kindle_sampling::logprobs::log_sum_exp;
+use kindle_model::{ActivationFormat, Kernels, Llama, OpenDevice};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -51,26 +51,10 @@ fn bounds(ftype: &str, format: ActivationFormat) -> (f64, usize) {
     }
 }
 
-fn read_reference(name: &str) -> Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/reference")
-        .join(name);
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    serde_json::from_str(&text).expect("parsing the reference JSON")
-}
-
 /// llama.cpp's greedy steps on the two files, parsed once.
 fn greedy_reference() -> &'static Value {
     static CELL: OnceLock<Value> = OnceLock::new();
-    CELL.get_or_init(|| read_reference("smollm2-iq4-llama-cpp.json"))
-}
-
-fn sha256(path: &Path) -> String {
-    Sha256::digest(std::fs::read(path).unwrap())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    CELL.get_or_init(|| reference_file("smollm2-iq4-llama-cpp.json"))
 }
 
 /// SmolLM2 as `ftype` (`IQ4_NL` or `IQ4_XS`), written once by `kindle quantize` and checked
@@ -101,7 +85,7 @@ fn quantized(ftype: &str) -> PathBuf {
             .as_str()
             .unwrap();
         assert_eq!(
-            sha256(&out),
+            sha256_hex(&out),
             want,
             "{ftype}: the file written is not the one llama.cpp's references were made on"
         );
@@ -117,44 +101,9 @@ fn load(path: &Path, format: ActivationFormat) -> Llama {
     model.with_kernels(Kernels::new(options))
 }
 
-/// The largest difference of `logits` (rows of the vocabulary) from the reference positions
-/// (their top 10 logits and log-sum-exp).
-fn worst(logits: &[f32], vocab: usize, positions: &[Value]) -> f32 {
-    let mut worst = 0f32;
-    for (row, want) in logits.chunks(vocab).zip(positions) {
-        let lse = log_sum_exp(row);
-        worst = worst.max((lse - want["lse"].as_f64().unwrap()).abs() as f32);
-        for pair in want["top"].as_array().unwrap() {
-            let id = pair[0].as_u64().unwrap() as usize;
-            worst = worst.max((row[id] - pair[1].as_f64().unwrap() as f32).abs());
-        }
-    }
-    worst
-}
-
-/// The worst logit difference of `model` from llama.cpp's exact logits of the `IQ4_XS`
-/// model, over the three sequences, in one pass (prefill) and token by token (decode).
-fn exact_differences(model: &Llama) -> Vec<(String, f32, f32)> {
-    let reference = read_reference("smollm2-iq4_xs-f32-llama-cpp.json");
-    let vocab = model.config().vocab_size;
-    let mut found = Vec::new();
-    for (name, case) in reference["prompts"].as_object().unwrap() {
-        let tokens = ids(&case["tokens"]);
-        let positions = case["positions"].as_array().unwrap();
-        let mut cache = model.new_cache(tokens.len());
-        let all = model.forward(&tokens, &mut cache, LogitsFor::All).unwrap();
-        let mut cache = model.new_cache(tokens.len());
-        let steps: Vec<f32> = tokens
-            .iter()
-            .flat_map(|&t| model.forward(&[t], &mut cache, LogitsFor::Last).unwrap())
-            .collect();
-        found.push((
-            name.clone(),
-            worst(&all, vocab, positions),
-            worst(&steps, vocab, positions),
-        ));
-    }
-    found
+/// llama.cpp's exact logits of the `IQ4_XS` model.
+fn exact_reference() -> Value {
+    reference_file("smollm2-iq4_xs-f32-llama-cpp.json")
 }
 
 #[test]
@@ -163,7 +112,7 @@ fn iq4_xs_logits_match_llama_cpp_s_exact_logits() {
         return; // KINDLE_SKIP_REAL_MODEL=1
     }
     let model = load(&quantized("IQ4_XS"), ActivationFormat::F32);
-    for (name, prefill, decode) in exact_differences(&model) {
+    for (name, prefill, decode) in top_logits_differences(&model, &exact_reference()) {
         eprintln!("{name}: prefill {prefill:.1e}, decode {decode:.1e}");
         assert!(
             prefill <= EXACT_TOLERANCE && decode <= EXACT_TOLERANCE,
@@ -202,7 +151,7 @@ fn a_neighbouring_level_is_caught() {
     let moved = dir.path().join("moved.gguf");
     w.write(&moved).unwrap();
     let model = load(&moved, ActivationFormat::F32);
-    for (name, prefill, decode) in exact_differences(&model) {
+    for (name, prefill, decode) in top_logits_differences(&model, &exact_reference()) {
         assert!(
             prefill > 10.0 * EXACT_TOLERANCE && decode > 10.0 * EXACT_TOLERANCE,
             "{name}: {prefill}, {decode}"
@@ -211,12 +160,7 @@ fn a_neighbouring_level_is_caught() {
 }
 
 fn prompts_of(ftype: &str) -> Vec<(String, &'static Value)> {
-    greedy_reference()["files"][ftype]["prompts"]
-        .as_object()
-        .expect("prompts")
-        .iter()
-        .map(|(k, v)| (k.clone(), v))
-        .collect()
+    named_prompts(&greedy_reference()["files"][ftype]["prompts"])
 }
 
 #[test]

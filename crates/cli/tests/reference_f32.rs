@@ -9,12 +9,11 @@
 
 mod common;
 
+use common::reference::{top_logits_difference, top_logits_differences};
 use common::*;
 use kindle_gguf::GgufFile;
 use kindle_model::{Llama, LoadOptions, LogitsFor, OpenDevice, RopeOverrides, WeightFormat};
-use kindle_sampling::logprobs::log_sum_exp;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -25,11 +24,7 @@ use std::sync::OnceLock;
 const TOLERANCE: f32 = 4e-4;
 
 fn reference() -> Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/reference/smollm2-f32-llama-cpp.json");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap()
+    reference_file("smollm2-f32-llama-cpp.json")
 }
 
 /// SmolLM2 as `F32`, written to `out` by `kindle quantize`.
@@ -46,20 +41,6 @@ fn write_f32(model: &Path, out: &Path) {
     );
 }
 
-/// The largest difference of `logits` (rows of the vocabulary) from the reference positions.
-fn worst(logits: &[f32], vocab: usize, positions: &[Value]) -> f32 {
-    let mut worst = 0f32;
-    for (row, want) in logits.chunks(vocab).zip(positions) {
-        let lse = log_sum_exp(row);
-        worst = worst.max((lse - want["lse"].as_f64().unwrap()).abs() as f32);
-        for pair in want["top"].as_array().unwrap() {
-            let id = pair[0].as_u64().unwrap() as usize;
-            worst = worst.max((row[id] - pair[1].as_f64().unwrap() as f32).abs());
-        }
-    }
-    worst
-}
-
 /// The `F32` file, written once for the tests of this binary and checked to be the one
 /// llama.cpp ran; `None` only with `KINDLE_SKIP_REAL_MODEL=1`.
 fn f32_file() -> Option<GgufFile> {
@@ -69,12 +50,8 @@ fn f32_file() -> Option<GgufFile> {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f32.gguf");
         write_f32(&model, &path);
-        let digest: String = Sha256::digest(std::fs::read(&path).unwrap())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
         assert_eq!(
-            digest,
+            sha256_hex(&path),
             reference()["sha256"],
             "the F32 file is not the one llama.cpp ran"
         );
@@ -93,21 +70,7 @@ fn f32_logits_match_llama_cpp_s_f32_logits() {
         let model =
             Llama::from_gguf_with(&file, &OpenDevice::flex().device, LoadOptions::new(weights))
                 .unwrap();
-        let vocab = model.config().vocab_size;
-        for (name, case) in reference["prompts"].as_object().unwrap() {
-            let tokens = ids(&case["tokens"]);
-            let positions = case["positions"].as_array().unwrap();
-            let mut cache = model.new_cache(tokens.len());
-            let all = model.forward(&tokens, &mut cache, LogitsFor::All).unwrap();
-            let mut cache = model.new_cache(tokens.len());
-            let steps: Vec<f32> = tokens
-                .iter()
-                .flat_map(|&t| model.forward(&[t], &mut cache, LogitsFor::Last).unwrap())
-                .collect();
-            let (a, s) = (
-                worst(&all, vocab, positions),
-                worst(&steps, vocab, positions),
-            );
+        for (name, a, s) in top_logits_differences(&model, &reference) {
             eprintln!("{name}, {weights:?}: prefill {a:.1e}, decode {s:.1e}");
             assert!(
                 a <= TOLERANCE && s <= TOLERANCE,
@@ -135,7 +98,7 @@ fn a_slightly_wrong_rotary_base_is_caught() {
     let tokens = ids(&case["tokens"]);
     let mut cache = model.new_cache(tokens.len());
     let all = model.forward(&tokens, &mut cache, LogitsFor::All).unwrap();
-    let off = worst(
+    let off = top_logits_difference(
         &all,
         model.config().vocab_size,
         case["positions"].as_array().unwrap(),

@@ -12,8 +12,7 @@ use common::*;
 use kindle_gguf::{GgufFile, GgufWriter, MetadataValue};
 use kindle_model::{Llama, LogitsFor, OpenDevice, RopeOverrides, RopeScalingKind};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::OnceLock;
 
 /// The variants: what each adds to SmolLM2's file.
@@ -34,13 +33,7 @@ const YARN_PAST_TOLERANCE: usize = 3;
 /// llama.cpp's outputs on the variant files, parsed once.
 fn reference() -> &'static Value {
     static CELL: OnceLock<Value> = OnceLock::new();
-    CELL.get_or_init(|| {
-        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../testdata/reference/smollm2-rope-scaling-llama-cpp.json");
-        let text = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-        serde_json::from_str(&text).expect("parsing the reference JSON")
-    })
+    CELL.get_or_init(|| reference_file("smollm2-rope-scaling-llama-cpp.json"))
 }
 
 /// SmolLM2's file with `variant`'s scaling, written to `out`: every key and tensor of the
@@ -92,13 +85,10 @@ fn variant_model(dir: &Path, variant: &str) -> Llama {
     let original = GgufFile::open(model_path()).unwrap();
     let path = dir.join(format!("{variant}.gguf"));
     write_variant(&original, variant, &path);
-    let digest: String = Sha256::digest(std::fs::read(&path).unwrap())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
     let want = reference()["variants"][variant]["sha256"].as_str().unwrap();
     assert_eq!(
-        digest, want,
+        sha256_hex(&path),
+        want,
         "{variant}: the file written is not the one llama.cpp's reference was made on"
     );
     let file = GgufFile::open(&path).unwrap();
@@ -106,12 +96,7 @@ fn variant_model(dir: &Path, variant: &str) -> Llama {
 }
 
 fn prompts_of(variant: &str) -> Vec<(String, &'static Value)> {
-    reference()["variants"][variant]["prompts"]
-        .as_object()
-        .expect("prompts")
-        .iter()
-        .map(|(k, v)| (k.clone(), v))
-        .collect()
+    named_prompts(&reference()["variants"][variant]["prompts"])
 }
 
 #[test]

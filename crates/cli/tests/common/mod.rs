@@ -61,14 +61,7 @@ impl RealModel {
             RealModel::SmolLM2 => (&SMOLLM2, "smollm2-135m-instruct-q4_1.json"),
             RealModel::Gemma3 => (&GEMMA3, "gemma3-270m-q4_k_m.json"),
         };
-        cell.get_or_init(|| {
-            let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../../testdata/reference")
-                .join(name);
-            let text = std::fs::read_to_string(&path)
-                .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-            serde_json::from_str(&text).expect("parsing the reference JSON")
-        })
+        cell.get_or_init(|| reference_file(name))
     }
 
     /// The reference prompts, by name.
@@ -93,6 +86,37 @@ pub fn gemma3_model() -> Option<PathBuf> {
 /// llama.cpp's reference outputs on SmolLM2 ([`RealModel::SmolLM2`]).
 pub fn reference() -> &'static Value {
     RealModel::SmolLM2.reference()
+}
+
+/// `testdata/reference/<name>`, parsed.
+pub fn reference_file(name: &str) -> Value {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/reference")
+        .join(name);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    serde_json::from_str(&text).expect("parsing the reference JSON")
+}
+
+/// The sha256 of a file's bytes, in hex (what the references name the files they were made
+/// on by).
+pub fn sha256_hex(path: &std::path::Path) -> String {
+    use sha2::{Digest, Sha256};
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The prompts of a reference object (`{"name": {...}, ...}`), by name.
+pub fn named_prompts(prompts: &'static Value) -> Vec<(String, &'static Value)> {
+    prompts
+        .as_object()
+        .expect("prompts")
+        .iter()
+        .map(|(k, v)| (k.clone(), v))
+        .collect()
 }
 
 /// Ids of a JSON array.

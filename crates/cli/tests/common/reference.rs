@@ -300,3 +300,43 @@ pub fn check_free_running_over(
     }
     total
 }
+
+/// The largest difference of `logits` (rows of the vocabulary) from the positions of a
+/// top-logits reference (each position's top logits and log-sum-exp, as
+/// `llama_cpp_top_logits.c` writes them).
+pub fn top_logits_difference(logits: &[f32], vocab: usize, positions: &[Value]) -> f32 {
+    let mut worst = 0f32;
+    for (row, want) in logits.chunks(vocab).zip(positions) {
+        let lse = log_sum_exp(row);
+        worst = worst.max((lse - want["lse"].as_f64().unwrap()).abs() as f32);
+        for pair in want["top"].as_array().unwrap() {
+            let id = pair[0].as_u64().unwrap() as usize;
+            worst = worst.max((row[id] - pair[1].as_f64().unwrap() as f32).abs());
+        }
+    }
+    worst
+}
+
+/// For each sequence of a top-logits reference (`reference["prompts"]`): `model`'s largest
+/// difference from it in one pass (prefill) and token by token (decode).
+pub fn top_logits_differences(model: &Llama, reference: &Value) -> Vec<(String, f32, f32)> {
+    let vocab = model.config().vocab_size;
+    let mut found = Vec::new();
+    for (name, case) in reference["prompts"].as_object().unwrap() {
+        let tokens = ids(&case["tokens"]);
+        let positions = case["positions"].as_array().unwrap();
+        let mut cache = model.new_cache(tokens.len());
+        let all = model.forward(&tokens, &mut cache, LogitsFor::All).unwrap();
+        let mut cache = model.new_cache(tokens.len());
+        let steps: Vec<f32> = tokens
+            .iter()
+            .flat_map(|&t| model.forward(&[t], &mut cache, LogitsFor::Last).unwrap())
+            .collect();
+        found.push((
+            name.clone(),
+            top_logits_difference(&all, vocab, positions),
+            top_logits_difference(&steps, vocab, positions),
+        ));
+    }
+    found
+}
