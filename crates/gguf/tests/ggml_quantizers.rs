@@ -125,3 +125,68 @@ fn a_changed_block_is_caught() {
         assert_eq!(differing_blocks(ty, &got, &want), [1], "{name}");
     }
 }
+
+/// The grid quants kindle reads (it does not write them), as in `ggml-grid-quants.json`.
+const GRID_TYPES: [(&str, GgmlType); 7] = [
+    ("IQ2_XXS", GgmlType::IQ2_XXS),
+    ("IQ2_XS", GgmlType::IQ2_XS),
+    ("IQ2_S", GgmlType::IQ2_S),
+    ("IQ3_XXS", GgmlType::IQ3_XXS),
+    ("IQ3_S", GgmlType::IQ3_S),
+    ("IQ1_S", GgmlType::IQ1_S),
+    ("IQ1_M", GgmlType::IQ1_M),
+];
+
+fn f32_bits(values: &Value) -> Vec<u32> {
+    let values = values.as_array().expect("f32 bits");
+    values.iter().map(|v| v.as_u64().expect("u32") as u32).collect()
+}
+
+fn decoded_bits(ty: GgmlType, bytes: &[u8]) -> Vec<u32> {
+    let mut got = vec![0f32; bytes.len() / ty.type_size() * ty.block_size()];
+    dequantize(ty, bytes, &mut got).unwrap();
+    got.iter().map(|v| v.to_bits()).collect()
+}
+
+/// kindle's grid-quant decoders give ggml's `dequantize_row_iq*` values bit for bit, on blocks
+/// ggml's quantizers made under an importance matrix and on random blocks (every index, sign
+/// and scale pattern).
+#[test]
+fn grid_decoders_give_ggml_s_values() {
+    let reference = common::reference("ggml-grid-quants.json");
+    for (name, ty) in GRID_TYPES {
+        let blocks = reference["types"][name].as_array().expect("blocks");
+        let decoded = reference["decoded"][name].as_array().expect("decoded rows");
+        assert_eq!((blocks.len(), decoded.len()), (6, 6), "{name}");
+        for (r, (bytes, want)) in blocks.iter().zip(decoded).enumerate() {
+            let got = decoded_bits(ty, &hex(bytes));
+            let want = f32_bits(want);
+            let differ = (0..want.len()).filter(|&i| got.get(i) != Some(&want[i]));
+            let differ: Vec<usize> = differ.collect();
+            assert!(differ.is_empty(), "{name} row {r}: values {differ:?} differ");
+        }
+    }
+}
+
+/// The comparison above can fail: one flipped bit of a grid index (the first byte after the
+/// scale) changes the values of its group only, and a flipped scale bit every value of its
+/// sub-block.
+#[test]
+fn a_changed_grid_index_is_caught() {
+    let reference = common::reference("ggml-grid-quants.json");
+    for (name, ty) in GRID_TYPES {
+        let mut bytes = hex(&reference["types"][name][4]);
+        let want = f32_bits(&reference["decoded"][name][4]);
+        // `IQ1_M` has no leading `f16`: its indices come first.
+        let at = if ty == GgmlType::IQ1_M { 0 } else { 2 };
+        bytes[at] ^= 0x01;
+        let got = decoded_bits(ty, &bytes);
+        let differ: Vec<usize> = (0..want.len()).filter(|&i| got[i] != want[i]).collect();
+        // `IQ3_XXS`'s and `IQ3_S`'s points hold four values, the others' eight.
+        let group = if matches!(ty, GgmlType::IQ3_XXS | GgmlType::IQ3_S) { 4 } else { 8 };
+        assert!(
+            !differ.is_empty() && differ.iter().all(|&i| i < group),
+            "{name}: {differ:?}"
+        );
+    }
+}

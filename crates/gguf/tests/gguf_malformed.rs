@@ -282,15 +282,15 @@ fn unknown_tensor_type() {
     assert_names(&err, &["`blk.0.ffn_up.weight`", "99"]);
 }
 
-/// A type ggml defines but kindle does not read is named: an `IQ2_XXS` matrix.
+/// A type ggml defines but kindle does not read is named: a `TQ1_0` (ternary) matrix.
 #[test]
 fn a_known_but_unread_tensor_type_is_named() {
     let bytes = Raw::header(3, 1, 0)
-        .tensor_info("blk.0.ffn_up.weight", &[256], 16, 0)
+        .tensor_info("blk.0.ffn_up.weight", &[256], 34, 0)
         .zeros(256)
         .0;
     let err = parse_err(bytes);
-    assert_names(&err, &["`blk.0.ffn_up.weight`", "16", "IQ2_XXS"]);
+    assert_names(&err, &["`blk.0.ffn_up.weight`", "34", "TQ1_0"]);
 }
 
 #[test]

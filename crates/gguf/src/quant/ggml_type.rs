@@ -49,6 +49,27 @@ pub enum GgmlType {
     /// 256 values: `f16` scale, 6-bit scales per 32 values, 4-bit indices into the table of
     /// `IQ4_NL`.
     IQ4_XS,
+    /// 256 values, 2.06 bits each: 8-bit indices into a grid of eight-value points, sign bits,
+    /// a 4-bit scale per 32 values.
+    IQ2_XXS,
+    /// 256 values, 2.31 bits each: 9-bit indices into a grid of eight-value points, sign bits,
+    /// a 4-bit scale per 16 values.
+    IQ2_XS,
+    /// 256 values, 2.56 bits each: 10-bit indices into a grid of eight-value points, a sign bit
+    /// a value, a 4-bit scale per 16 values.
+    IQ2_S,
+    /// 256 values, 3.06 bits each: 8-bit indices into a grid of four-value points, sign bits,
+    /// a 4-bit scale per 32 values.
+    IQ3_XXS,
+    /// 256 values, 3.44 bits each: 9-bit indices into a grid of four-value points, a sign bit
+    /// a value, a 4-bit scale per 32 values.
+    IQ3_S,
+    /// 256 values, 1.56 bits each: 11-bit indices into a grid of eight ternary values, a shift
+    /// and a 3-bit scale per 32 values.
+    IQ1_S,
+    /// 256 values, 1.75 bits each: 11-bit indices into `IQ1_S`'s grid, a shift per eight
+    /// values, a 3-bit scale per 16.
+    IQ1_M,
 }
 
 impl GgmlType {
@@ -70,13 +91,20 @@ impl GgmlType {
             13 => Q5_K,
             14 => Q6_K,
             15 => Q8_K,
+            16 => IQ2_XXS,
+            17 => IQ2_XS,
+            18 => IQ3_XXS,
+            19 => IQ1_S,
             20 => IQ4_NL,
+            21 => IQ3_S,
+            22 => IQ2_S,
             23 => IQ4_XS,
             24 => I8,
             25 => I16,
             26 => I32,
             27 => I64,
             28 => F64,
+            29 => IQ1_M,
             30 => BF16,
             _ => return None,
         })
@@ -100,8 +128,15 @@ impl GgmlType {
             Q5_K => 13,
             Q6_K => 14,
             Q8_K => 15,
+            IQ2_XXS => 16,
+            IQ2_XS => 17,
+            IQ3_XXS => 18,
+            IQ1_S => 19,
             IQ4_NL => 20,
+            IQ3_S => 21,
+            IQ2_S => 22,
             IQ4_XS => 23,
+            IQ1_M => 29,
             I8 => 24,
             I16 => 25,
             I32 => 26,
@@ -118,6 +153,7 @@ impl GgmlType {
             F32 | F16 | BF16 | I8 | I16 | I32 | I64 | F64 => 1,
             Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | IQ4_NL => 32,
             Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K | IQ4_XS => 256,
+            IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ3_S | IQ1_S | IQ1_M => 256,
         }
     }
 
@@ -143,6 +179,13 @@ impl GgmlType {
             Q8_K => 292,
             IQ4_NL => 18,
             IQ4_XS => 136,
+            IQ2_XXS => 66,
+            IQ2_XS => 74,
+            IQ2_S => 82,
+            IQ3_XXS => 98,
+            IQ3_S => 110,
+            IQ1_S => 50,
+            IQ1_M => 56,
         }
     }
 
@@ -165,6 +208,13 @@ impl GgmlType {
                 | Q6_K
                 | IQ4_NL
                 | IQ4_XS
+                | IQ2_XXS
+                | IQ2_XS
+                | IQ2_S
+                | IQ3_XXS
+                | IQ3_S
+                | IQ1_S
+                | IQ1_M
         )
     }
 
@@ -194,6 +244,13 @@ impl GgmlType {
             BF16 => "BF16",
             IQ4_NL => "IQ4_NL",
             IQ4_XS => "IQ4_XS",
+            IQ2_XXS => "IQ2_XXS",
+            IQ2_XS => "IQ2_XS",
+            IQ2_S => "IQ2_S",
+            IQ3_XXS => "IQ3_XXS",
+            IQ3_S => "IQ3_S",
+            IQ1_S => "IQ1_S",
+            IQ1_M => "IQ1_M",
         }
     }
 }
@@ -204,13 +261,6 @@ impl GgmlType {
 pub fn ggml_type_name(id: u32) -> Option<&'static str> {
     Some(match id {
         4 | 5 => "Q4_2/Q4_3, retired by ggml",
-        16 => "IQ2_XXS",
-        17 => "IQ2_XS",
-        18 => "IQ3_XXS",
-        19 => "IQ1_S",
-        21 => "IQ3_S",
-        22 => "IQ2_S",
-        29 => "IQ1_M",
         31..=33 => "Q4_0_4_4/Q4_0_4_8/Q4_0_8_8, retired by ggml: requantize the file",
         34 => "TQ1_0",
         35 => "TQ2_0",

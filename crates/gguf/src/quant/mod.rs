@@ -5,11 +5,15 @@
 //!
 //! The types live in [`GgmlType`]; the block decoders by family in `legacy` (the 32-value
 //! `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0` blocks), `kquants` (the 256-value `Q4_K`, `Q5_K`
-//! and `Q6_K` super-blocks), `low_k` (the 256-value `Q2_K` and `Q3_K`) and `iq4` (the non-linear
-//! `IQ4_NL` and `IQ4_XS`), all re-exported here.
+//! and `Q6_K` super-blocks), `low_k` (the 256-value `Q2_K` and `Q3_K`), `iq4` (the non-linear
+//! `IQ4_NL` and `IQ4_XS`) and `iq_grid` (the grid quants `IQ1_S` ... `IQ3_S`, their grids in
+//! `iq_grids` and `iq1_grid`), all re-exported here.
 
 mod ggml_type;
+mod iq1_grid;
 mod iq4;
+mod iq_grid;
+mod iq_grids;
 mod kquants;
 mod legacy;
 mod low_k;
@@ -25,6 +29,12 @@ pub use ggml_type::{GgmlType, ggml_type_name};
 pub use iq4::{
     BLOCK_IQ4_NL_BYTES, BLOCK_IQ4_XS_BYTES, KVALUES_IQ4NL, dequantize_block_iq4_nl,
     dequantize_block_iq4_xs, iq4_xs_factor,
+};
+pub use iq_grid::{
+    BLOCK_IQ1_M_BYTES, BLOCK_IQ1_S_BYTES, BLOCK_IQ2_S_BYTES, BLOCK_IQ2_XS_BYTES,
+    BLOCK_IQ2_XXS_BYTES, BLOCK_IQ3_S_BYTES, BLOCK_IQ3_XXS_BYTES, dequantize_block_iq1_m,
+    dequantize_block_iq1_s, dequantize_block_iq2_s, dequantize_block_iq2_xs,
+    dequantize_block_iq2_xxs, dequantize_block_iq3_s, dequantize_block_iq3_xxs, iq1_m_scale,
 };
 pub use kquants::{
     BLOCK_Q4_K_BYTES, BLOCK_Q5_K_BYTES, BLOCK_Q6_K_BYTES, QK_K, dequantize_block_q4_k,
@@ -111,6 +121,13 @@ pub fn dequantize(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<(), Quan
         Q3_K => for_each_block(data, out, dequantize_block_q3_k),
         IQ4_NL => for_each_block(data, out, dequantize_block_iq4_nl),
         IQ4_XS => for_each_block(data, out, dequantize_block_iq4_xs),
+        IQ2_XXS => for_each_block(data, out, dequantize_block_iq2_xxs),
+        IQ2_XS => for_each_block(data, out, dequantize_block_iq2_xs),
+        IQ2_S => for_each_block(data, out, dequantize_block_iq2_s),
+        IQ3_XXS => for_each_block(data, out, dequantize_block_iq3_xxs),
+        IQ3_S => for_each_block(data, out, dequantize_block_iq3_s),
+        IQ1_S => for_each_block(data, out, dequantize_block_iq1_s),
+        IQ1_M => for_each_block(data, out, dequantize_block_iq1_m),
         _ => return Err(QuantError::Unsupported(ty)),
     }
     Ok(())

@@ -1,0 +1,222 @@
+//! The grid quants of ggml (`IQ2_XXS`, `IQ2_XS`, `IQ2_S`, `IQ3_XXS`, `IQ3_S`, `IQ1_S`,
+//! `IQ1_M`): each group of four or eight values is one point of a fixed grid
+//! ([`iq_grids`](super::iq_grids), [`iq1_grid`](super::iq1_grid)), picked by an 8- to 11-bit
+//! index, with a sign bit a value (`IQ2`, `IQ3`) or a shift of the whole group (`IQ1`), and a
+//! scale per 16 or 32 values under an `f16` per 256. They are what `llama-quantize` writes
+//! for its 1- to 3-bit file types (`IQ2_M`, `IQ3_M`, ...), always from an importance matrix
+//! for the 1- and 2-bit ones.
+//!
+//! Decoding follows ggml's `dequantize_row_iq*` operation by operation (the same products
+//! in the same order, so the same bits: `tests/ggml_quantizers.rs` checks every type against
+//! `libggml-base`). kindle does not write these types: their encoders search the grid under
+//! an importance matrix, which kindle does not compute.
+
+use super::f16_le;
+use super::iq_grids::{IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
+use super::iq1_grid::IQ1S_GRID;
+use super::kquants::QK_K;
+
+/// Bytes in one `IQ2_XXS` super-block: `f16 d`, then per 32 values two `u32`: four 8-bit
+/// grid indices, and four 7-bit sign patterns with a 4-bit scale in the top bits.
+pub const BLOCK_IQ2_XXS_BYTES: usize = 66;
+/// Bytes in one `IQ2_XS` super-block: `f16 d`, 32 `u16` (a 9-bit grid index and a 7-bit sign
+/// pattern each), then per 32 values a byte of two 4-bit scales.
+pub const BLOCK_IQ2_XS_BYTES: usize = 74;
+/// Bytes in one `IQ2_S` super-block: `f16 d`, 32 low bytes of 10-bit grid indices, 32 bytes of
+/// signs, 8 bytes of the indices' high bits, 8 bytes of two 4-bit scales.
+pub const BLOCK_IQ2_S_BYTES: usize = 82;
+/// Bytes in one `IQ3_XXS` super-block: `f16 d`, 64 8-bit grid indices (four values each),
+/// then per 32 values a `u32` of four 7-bit sign patterns and a 4-bit scale.
+pub const BLOCK_IQ3_XXS_BYTES: usize = 98;
+/// Bytes in one `IQ3_S` super-block: `f16 d`, 64 low bytes of 9-bit grid indices, 8 bytes of
+/// their high bits, 32 bytes of signs, 4 bytes of two 4-bit scales (one per 32 values).
+pub const BLOCK_IQ3_S_BYTES: usize = 110;
+/// Bytes in one `IQ1_S` super-block: `f16 d`, 32 low bytes of 11-bit grid indices, then per
+/// 32 values a `u16` of the indices' high bits, a 3-bit scale and the shift's sign.
+pub const BLOCK_IQ1_S_BYTES: usize = 50;
+/// Bytes in one `IQ1_M` super-block: 32 low bytes of 11-bit grid indices, 16 bytes of their
+/// high bits and shift signs, 8 bytes of 3-bit scales per 16 values with the `f16` super-block
+/// scale spread over their top nibbles.
+pub const BLOCK_IQ1_M_BYTES: usize = 56;
+
+/// The shift of an `IQ1_S` or `IQ1_M` group (ggml's `IQ1S_DELTA`).
+const IQ1_DELTA: f32 = 0.125;
+
+/// ggml's `ksigns_iq2xs[i]`: a 7-bit sign pattern with an eighth bit making the count of
+/// minus signs even.
+#[inline(always)]
+fn ksigns(i: u32) -> u8 {
+    let i = (i & 127) as u8;
+    i | (((i.count_ones() & 1) as u8) << 7)
+}
+
+/// The `b`-th byte value of a grid point (`b` 0 is the lowest byte).
+#[inline(always)]
+fn byte_of(point: u64, b: usize) -> u8 {
+    (point >> (8 * b)) as u8
+}
+
+/// `out[j] = db * point[j]`, negated where bit `j` of `signs` is set (ggml's
+/// `db * grid[j] * (signs & kmask_iq2xs[j] ? -1.f : 1.f)`: the product, then an exact sign).
+#[inline(always)]
+fn signed8(db: f32, point: u64, signs: u8, out: &mut [f32]) {
+    for (j, o) in out[..8].iter_mut().enumerate() {
+        let v = db * f32::from(byte_of(point, j));
+        *o = if signs & (1 << j) != 0 { -v } else { v };
+    }
+}
+
+/// `db * (0.5 + ls) * scale`, in ggml's order.
+#[inline(always)]
+fn half_step(d: f32, ls: u32, scale: f32) -> f32 {
+    d * (0.5 + ls as f32) * scale
+}
+
+fn le_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+fn le_u16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+
+/// Dequantise one `IQ2_XXS` super-block: per 32 values `db = d * (0.5 + ls) / 4`, then four
+/// grid points of eight magnitudes with their signs.
+pub fn dequantize_block_iq2_xxs(block: &[u8; BLOCK_IQ2_XXS_BYTES], out: &mut [f32; QK_K]) {
+    let d = f16_le(block[0], block[1]);
+    for (ib, y) in out.chunks_exact_mut(32).enumerate() {
+        let at = 2 + 8 * ib;
+        let aux = le_u32(block, at + 4);
+        let db = half_step(d, aux >> 28, 0.25);
+        for l in 0..4 {
+            let point = IQ2XXS_GRID[usize::from(block[at + l])];
+            signed8(db, point, ksigns(aux >> (7 * l)), &mut y[8 * l..]);
+        }
+    }
+}
+
+/// Dequantise one `IQ2_XS` super-block: a 9-bit index and a 7-bit sign pattern per eight
+/// values, a 4-bit scale per 16.
+pub fn dequantize_block_iq2_xs(block: &[u8; BLOCK_IQ2_XS_BYTES], out: &mut [f32; QK_K]) {
+    let d = f16_le(block[0], block[1]);
+    for (ib, y) in out.chunks_exact_mut(32).enumerate() {
+        let sc = u32::from(block[66 + ib]);
+        let db = [half_step(d, sc & 0xF, 0.25), half_step(d, sc >> 4, 0.25)];
+        for l in 0..4 {
+            let q = u32::from(le_u16(block, 2 + 2 * (4 * ib + l)));
+            let point = IQ2XS_GRID[(q & 511) as usize];
+            signed8(db[l / 2], point, ksigns(q >> 9), &mut y[8 * l..]);
+        }
+    }
+}
+
+/// Dequantise one `IQ2_S` super-block: a 10-bit index and eight sign bits per eight values, a
+/// 4-bit scale per 16.
+pub fn dequantize_block_iq2_s(block: &[u8; BLOCK_IQ2_S_BYTES], out: &mut [f32; QK_K]) {
+    let d = f16_le(block[0], block[1]);
+    let (qs, signs, qh, scales) = (&block[2..34], &block[34..66], &block[66..74], &block[74..]);
+    for (ib, y) in out.chunks_exact_mut(32).enumerate() {
+        let sc = u32::from(scales[ib]);
+        let db = [half_step(d, sc & 0xF, 0.25), half_step(d, sc >> 4, 0.25)];
+        let high = u32::from(qh[ib]);
+        for l in 0..4 {
+            let index = u32::from(qs[4 * ib + l]) | ((high << (8 - 2 * l)) & 0x300);
+            let point = IQ2S_GRID[index as usize];
+            signed8(db[l / 2], point, signs[4 * ib + l], &mut y[8 * l..]);
+        }
+    }
+}
+
+/// Dequantise one `IQ3_XXS` super-block: per 32 values `db = d * (0.5 + ls) / 2`, eight grid
+/// points of four magnitudes, a 7-bit sign pattern per eight values.
+pub fn dequantize_block_iq3_xxs(block: &[u8; BLOCK_IQ3_XXS_BYTES], out: &mut [f32; QK_K]) {
+    let d = f16_le(block[0], block[1]);
+    for (ib, y) in out.chunks_exact_mut(32).enumerate() {
+        let aux = le_u32(block, 66 + 4 * ib);
+        let db = half_step(d, aux >> 28, 0.5);
+        for l in 0..4 {
+            let lo = IQ3XXS_GRID[usize::from(block[2 + 8 * ib + 2 * l])];
+            let hi = IQ3XXS_GRID[usize::from(block[2 + 8 * ib + 2 * l + 1])];
+            let point = u64::from(lo) | (u64::from(hi) << 32);
+            signed8(db, point, ksigns(aux >> (7 * l)), &mut y[8 * l..]);
+        }
+    }
+}
+
+/// Dequantise one `IQ3_S` super-block: per 32 values `db = d * (1 + 2 ls)`, eight grid points
+/// of four magnitudes (9-bit indices), eight sign bits per eight values.
+pub fn dequantize_block_iq3_s(block: &[u8; BLOCK_IQ3_S_BYTES], out: &mut [f32; QK_K]) {
+    let d = f16_le(block[0], block[1]);
+    let (qs, qh, signs, scales) = (&block[2..66], &block[66..74], &block[74..106], &block[106..]);
+    for (ib, y) in out.chunks_exact_mut(32).enumerate() {
+        let ls = u32::from(scales[ib / 2] >> (4 * (ib % 2))) & 0xF;
+        let db = d * (1 + 2 * ls) as f32;
+        let high = u32::from(qh[ib]);
+        for l in 0..4 {
+            let lo = u32::from(qs[8 * ib + 2 * l]) | ((high << (8 - 2 * l)) & 256);
+            let hi = u32::from(qs[8 * ib + 2 * l + 1]) | ((high << (7 - 2 * l)) & 256);
+            let point = u64::from(IQ3S_GRID[lo as usize]) | (u64::from(IQ3S_GRID[hi as usize]) << 32);
+            signed8(db, point, signs[4 * ib + l], &mut y[8 * l..]);
+        }
+    }
+}
+
+/// `out[j] = dl * (point[j] + delta)` for a point of eight `i8` values (ggml's `IQ1` order).
+#[inline(always)]
+fn shifted8(dl: f32, point: u64, delta: f32, out: &mut [f32]) {
+    for (j, o) in out[..8].iter_mut().enumerate() {
+        *o = dl * (f32::from(byte_of(point, j) as i8) + delta);
+    }
+}
+
+/// The shift of an `IQ1` group whose sign bit is `negative`.
+#[inline(always)]
+fn delta(negative: bool) -> f32 {
+    if negative { -IQ1_DELTA } else { IQ1_DELTA }
+}
+
+/// Dequantise one `IQ1_S` super-block: per 32 values `dl = d * (2 s + 1)` and a shift of
+/// `±1/8`, four grid points of eight values in `{-1, 0, 1}` (11-bit indices).
+pub fn dequantize_block_iq1_s(block: &[u8; BLOCK_IQ1_S_BYTES], out: &mut [f32; QK_K]) {
+    let d = f16_le(block[0], block[1]);
+    for (ib, y) in out.chunks_exact_mut(32).enumerate() {
+        let qh = u32::from(le_u16(block, 34 + 2 * ib));
+        let dl = d * (2 * ((qh >> 12) & 7) + 1) as f32;
+        let delta = delta(qh & 0x8000 != 0);
+        for l in 0..4 {
+            let index = u32::from(block[2 + 4 * ib + l]) | (((qh >> (3 * l)) & 7) << 8);
+            shifted8(dl, IQ1S_GRID[index as usize], delta, &mut y[8 * l..]);
+        }
+    }
+}
+
+/// The `f16` scale of an `IQ1_M` super-block, spread over the top nibbles of its four scale
+/// words.
+#[inline]
+pub fn iq1_m_scale(block: &[u8; BLOCK_IQ1_M_BYTES]) -> f32 {
+    let sc = |i: usize| le_u16(block, 48 + 2 * i);
+    let bits = (sc(0) >> 12) | ((sc(1) >> 8) & 0x00F0) | ((sc(2) >> 4) & 0x0F00) | (sc(3) & 0xF000);
+    half::f16::from_bits(bits).to_f32()
+}
+
+/// Dequantise one `IQ1_M` super-block: per 16 values `dl = d * (2 s + 1)`, per eight a shift
+/// of `±1/8` and a grid point of eight values in `{-1, 0, 1}` (11-bit indices).
+pub fn dequantize_block_iq1_m(block: &[u8; BLOCK_IQ1_M_BYTES], out: &mut [f32; QK_K]) {
+    let d = iq1_m_scale(block);
+    for (ib, y) in out.chunks_exact_mut(32).enumerate() {
+        let sc = u32::from(le_u16(block, 48 + 2 * (ib / 2)));
+        let shift = 6 * (ib % 2);
+        let dl = [
+            d * (2 * ((sc >> shift) & 7) + 1) as f32,
+            d * (2 * ((sc >> (shift + 3)) & 7) + 1) as f32,
+        ];
+        let qh = [u32::from(block[32 + 2 * ib]), u32::from(block[32 + 2 * ib + 1])];
+        for l in 0..4 {
+            let h = qh[l / 2];
+            let high = if l % 2 == 0 { (h << 8) & 0x700 } else { (h << 4) & 0x700 };
+            let index = u32::from(block[4 * ib + l]) | high;
+            let negative = h & if l % 2 == 0 { 0x08 } else { 0x80 } != 0;
+            shifted8(dl[l / 2], IQ1S_GRID[index as usize], delta(negative), &mut y[8 * l..]);
+        }
+    }
+}
