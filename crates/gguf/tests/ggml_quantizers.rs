@@ -139,7 +139,10 @@ const GRID_TYPES: [(&str, GgmlType); 7] = [
 
 fn f32_bits(values: &Value) -> Vec<u32> {
     let values = values.as_array().expect("f32 bits");
-    values.iter().map(|v| v.as_u64().expect("u32") as u32).collect()
+    values
+        .iter()
+        .map(|v| v.as_u64().expect("u32") as u32)
+        .collect()
 }
 
 fn decoded_bits(ty: GgmlType, bytes: &[u8]) -> Vec<u32> {
@@ -163,7 +166,10 @@ fn grid_decoders_give_ggml_s_values() {
             let want = f32_bits(want);
             let differ = (0..want.len()).filter(|&i| got.get(i) != Some(&want[i]));
             let differ: Vec<usize> = differ.collect();
-            assert!(differ.is_empty(), "{name} row {r}: values {differ:?} differ");
+            assert!(
+                differ.is_empty(),
+                "{name} row {r}: values {differ:?} differ"
+            );
         }
     }
 }
@@ -183,7 +189,11 @@ fn a_changed_grid_index_is_caught() {
         let got = decoded_bits(ty, &bytes);
         let differ: Vec<usize> = (0..want.len()).filter(|&i| got[i] != want[i]).collect();
         // `IQ3_XXS`'s and `IQ3_S`'s points hold four values, the others' eight.
-        let group = if matches!(ty, GgmlType::IQ3_XXS | GgmlType::IQ3_S) { 4 } else { 8 };
+        let group = if matches!(ty, GgmlType::IQ3_XXS | GgmlType::IQ3_S) {
+            4
+        } else {
+            8
+        };
         assert!(
             !differ.is_empty() && differ.iter().all(|&i| i < group),
             "{name}: {differ:?}"

@@ -51,6 +51,14 @@ fn matrix(ty: GgmlType, rows: usize, cols: usize) -> QuantMatrix {
                 b[0..2].copy_from_slice(&scale);
                 b[2..4].copy_from_slice(&scale);
             }
+            // The `f16` over the top nibbles of the four scale words.
+            GgmlType::IQ1_M => {
+                let d = u16::from_le_bytes(scale);
+                for i in 0..4 {
+                    let at = 49 + 2 * i;
+                    b[at] = (b[at] & 0x0F) | ((((d >> (4 * i)) & 0xF) as u8) << 4);
+                }
+            }
             _ => b[0..2].copy_from_slice(&scale),
         }
     }
@@ -136,6 +144,14 @@ fn same_shape(c: &mut Criterion) {
         GgmlType::Q5_K,
         GgmlType::Q6_K,
         GgmlType::IQ4_XS,
+        // The grid quants: decoded a tile at a time, then the dense `f32` kernels.
+        GgmlType::IQ2_XXS,
+        GgmlType::IQ2_XS,
+        GgmlType::IQ2_S,
+        GgmlType::IQ3_XXS,
+        GgmlType::IQ3_S,
+        GgmlType::IQ1_S,
+        GgmlType::IQ1_M,
     ];
     for (rows, cols) in [(576, 1536), (640, 2048), (2048, 640)] {
         let types = if cols % 256 == 0 {

@@ -284,8 +284,12 @@ impl Kernel {
                     Some(dense) => dense,
                     None => {
                         buf.resize(tile * cols, 0.0);
-                        quant::dequantize(ty, bytes, &mut buf)
-                            .expect("shape checked at construction");
+                        if super::grid::grid(ty) {
+                            super::grid::dequantize(simd, ty, bytes, &mut buf);
+                        } else {
+                            quant::dequantize(ty, bytes, &mut buf)
+                                .expect("shape checked at construction");
+                        }
                         Dense::F32(&buf[..])
                     }
                 };

@@ -78,6 +78,7 @@ mod gather;
 mod gemm;
 #[cfg(test)]
 mod gemm_tests;
+mod grid;
 #[cfg(test)]
 mod kq_tests;
 mod packed;
@@ -225,9 +226,12 @@ impl fmt::Debug for WeightBytes {
     }
 }
 
-/// Whether `ty` has a matrix kernel: the dense types and every packed quantized one.
+/// Whether `ty` has a matrix kernel: the dense types, every packed quantized one, and the grid
+/// quants (`IQ2_XXS` ... `IQ1_M`: rows decoded a tile at a time, then the dense kernels).
 pub fn supports(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) || packed::packs(ty)
+    matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+        || packed::packs(ty)
+        || grid::grid(ty)
 }
 
 /// A weight matrix `[rows, cols]` (rows are output features) kept in its GGUF encoding.

@@ -465,6 +465,10 @@ pub(crate) fn dequantize_row(
             unpack_row(ty, p, data, r, scratch);
             &scratch[..]
         }
+        None if super::grid::grid(ty) => {
+            let row = &data[r * row_bytes..(r + 1) * row_bytes];
+            return super::grid::dequantize(super::simd::Simd::detect(), ty, row, out);
+        }
         None => &data[r * row_bytes..(r + 1) * row_bytes],
     };
     kindle_gguf::quant::dequantize(ty, row, out).expect("shape checked at construction");

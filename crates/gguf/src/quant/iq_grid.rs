@@ -11,6 +11,7 @@
 //! `libggml-base`). kindle does not write these types: their encoders search the grid under
 //! an importance matrix, which kindle does not compute.
 
+use super::GgmlType;
 use super::f16_le;
 use super::iq_grids::{IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
 use super::iq1_grid::IQ1S_GRID;
@@ -80,87 +81,6 @@ fn le_u16(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([b[at], b[at + 1]])
 }
 
-/// Dequantise one `IQ2_XXS` super-block: per 32 values `db = d * (0.5 + ls) / 4`, then four
-/// grid points of eight magnitudes with their signs.
-pub fn dequantize_block_iq2_xxs(block: &[u8; BLOCK_IQ2_XXS_BYTES], out: &mut [f32; QK_K]) {
-    let d = f16_le(block[0], block[1]);
-    for (ib, y) in out.chunks_exact_mut(32).enumerate() {
-        let at = 2 + 8 * ib;
-        let aux = le_u32(block, at + 4);
-        let db = half_step(d, aux >> 28, 0.25);
-        for l in 0..4 {
-            let point = IQ2XXS_GRID[usize::from(block[at + l])];
-            signed8(db, point, ksigns(aux >> (7 * l)), &mut y[8 * l..]);
-        }
-    }
-}
-
-/// Dequantise one `IQ2_XS` super-block: a 9-bit index and a 7-bit sign pattern per eight
-/// values, a 4-bit scale per 16.
-pub fn dequantize_block_iq2_xs(block: &[u8; BLOCK_IQ2_XS_BYTES], out: &mut [f32; QK_K]) {
-    let d = f16_le(block[0], block[1]);
-    for (ib, y) in out.chunks_exact_mut(32).enumerate() {
-        let sc = u32::from(block[66 + ib]);
-        let db = [half_step(d, sc & 0xF, 0.25), half_step(d, sc >> 4, 0.25)];
-        for l in 0..4 {
-            let q = u32::from(le_u16(block, 2 + 2 * (4 * ib + l)));
-            let point = IQ2XS_GRID[(q & 511) as usize];
-            signed8(db[l / 2], point, ksigns(q >> 9), &mut y[8 * l..]);
-        }
-    }
-}
-
-/// Dequantise one `IQ2_S` super-block: a 10-bit index and eight sign bits per eight values, a
-/// 4-bit scale per 16.
-pub fn dequantize_block_iq2_s(block: &[u8; BLOCK_IQ2_S_BYTES], out: &mut [f32; QK_K]) {
-    let d = f16_le(block[0], block[1]);
-    let (qs, signs, qh, scales) = (&block[2..34], &block[34..66], &block[66..74], &block[74..]);
-    for (ib, y) in out.chunks_exact_mut(32).enumerate() {
-        let sc = u32::from(scales[ib]);
-        let db = [half_step(d, sc & 0xF, 0.25), half_step(d, sc >> 4, 0.25)];
-        let high = u32::from(qh[ib]);
-        for l in 0..4 {
-            let index = u32::from(qs[4 * ib + l]) | ((high << (8 - 2 * l)) & 0x300);
-            let point = IQ2S_GRID[index as usize];
-            signed8(db[l / 2], point, signs[4 * ib + l], &mut y[8 * l..]);
-        }
-    }
-}
-
-/// Dequantise one `IQ3_XXS` super-block: per 32 values `db = d * (0.5 + ls) / 2`, eight grid
-/// points of four magnitudes, a 7-bit sign pattern per eight values.
-pub fn dequantize_block_iq3_xxs(block: &[u8; BLOCK_IQ3_XXS_BYTES], out: &mut [f32; QK_K]) {
-    let d = f16_le(block[0], block[1]);
-    for (ib, y) in out.chunks_exact_mut(32).enumerate() {
-        let aux = le_u32(block, 66 + 4 * ib);
-        let db = half_step(d, aux >> 28, 0.5);
-        for l in 0..4 {
-            let lo = IQ3XXS_GRID[usize::from(block[2 + 8 * ib + 2 * l])];
-            let hi = IQ3XXS_GRID[usize::from(block[2 + 8 * ib + 2 * l + 1])];
-            let point = u64::from(lo) | (u64::from(hi) << 32);
-            signed8(db, point, ksigns(aux >> (7 * l)), &mut y[8 * l..]);
-        }
-    }
-}
-
-/// Dequantise one `IQ3_S` super-block: per 32 values `db = d * (1 + 2 ls)`, eight grid points
-/// of four magnitudes (9-bit indices), eight sign bits per eight values.
-pub fn dequantize_block_iq3_s(block: &[u8; BLOCK_IQ3_S_BYTES], out: &mut [f32; QK_K]) {
-    let d = f16_le(block[0], block[1]);
-    let (qs, qh, signs, scales) = (&block[2..66], &block[66..74], &block[74..106], &block[106..]);
-    for (ib, y) in out.chunks_exact_mut(32).enumerate() {
-        let ls = u32::from(scales[ib / 2] >> (4 * (ib % 2))) & 0xF;
-        let db = d * (1 + 2 * ls) as f32;
-        let high = u32::from(qh[ib]);
-        for l in 0..4 {
-            let lo = u32::from(qs[8 * ib + 2 * l]) | ((high << (8 - 2 * l)) & 256);
-            let hi = u32::from(qs[8 * ib + 2 * l + 1]) | ((high << (7 - 2 * l)) & 256);
-            let point = u64::from(IQ3S_GRID[lo as usize]) | (u64::from(IQ3S_GRID[hi as usize]) << 32);
-            signed8(db, point, signs[4 * ib + l], &mut y[8 * l..]);
-        }
-    }
-}
-
 /// `out[j] = dl * (point[j] + delta)` for a point of eight `i8` values (ggml's `IQ1` order).
 #[inline(always)]
 fn shifted8(dl: f32, point: u64, delta: f32, out: &mut [f32]) {
@@ -175,48 +95,211 @@ fn delta(negative: bool) -> f32 {
     if negative { -IQ1_DELTA } else { IQ1_DELTA }
 }
 
-/// Dequantise one `IQ1_S` super-block: per 32 values `dl = d * (2 s + 1)` and a shift of
-/// `±1/8`, four grid points of eight values in `{-1, 0, 1}` (11-bit indices).
-pub fn dequantize_block_iq1_s(block: &[u8; BLOCK_IQ1_S_BYTES], out: &mut [f32; QK_K]) {
+/// Each group of eight values of a sign-bit grid quant's super-block (`IQ2_XXS`, `IQ2_XS`,
+/// `IQ2_S`, `IQ3_XXS`, `IQ3_S`), in order: `emit(g, db, point, signs)` for values `8 g..8 g +
+/// 8`, which are `db * point[j]` negated where bit `j` of `signs` is set (a four-value grid's
+/// two points joined, the first in the low half). [`dequantize`](super::dequantize) and the
+/// SIMD decoders of `kindle-kernels` build on this walk.
+///
+/// # Panics
+/// If `ty` is not one of those types or `block` is not one of its super-blocks.
+#[inline(always)]
+pub fn for_each_signed_group(
+    ty: GgmlType,
+    block: &[u8],
+    mut emit: impl FnMut(usize, f32, u64, u8),
+) {
+    assert_eq!(block.len(), ty.type_size(), "one {ty} super-block");
     let d = f16_le(block[0], block[1]);
-    for (ib, y) in out.chunks_exact_mut(32).enumerate() {
-        let qh = u32::from(le_u16(block, 34 + 2 * ib));
-        let dl = d * (2 * ((qh >> 12) & 7) + 1) as f32;
-        let delta = delta(qh & 0x8000 != 0);
-        for l in 0..4 {
-            let index = u32::from(block[2 + 4 * ib + l]) | (((qh >> (3 * l)) & 7) << 8);
-            shifted8(dl, IQ1S_GRID[index as usize], delta, &mut y[8 * l..]);
+    match ty {
+        GgmlType::IQ2_XXS => {
+            for ib in 0..8 {
+                let at = 2 + 8 * ib;
+                let aux = le_u32(block, at + 4);
+                let db = half_step(d, aux >> 28, 0.25);
+                for l in 0..4 {
+                    let point = IQ2XXS_GRID[usize::from(block[at + l])];
+                    emit(4 * ib + l, db, point, ksigns(aux >> (7 * l)));
+                }
+            }
         }
+        GgmlType::IQ2_XS => {
+            for ib in 0..8 {
+                let sc = u32::from(block[66 + ib]);
+                let db = [half_step(d, sc & 0xF, 0.25), half_step(d, sc >> 4, 0.25)];
+                for l in 0..4 {
+                    let q = u32::from(le_u16(block, 2 + 2 * (4 * ib + l)));
+                    let point = IQ2XS_GRID[(q & 511) as usize];
+                    emit(4 * ib + l, db[l / 2], point, ksigns(q >> 9));
+                }
+            }
+        }
+        GgmlType::IQ2_S => {
+            let (qs, signs) = (&block[2..34], &block[34..66]);
+            let (qh, scales) = (&block[66..74], &block[74..82]);
+            for ib in 0..8 {
+                let sc = u32::from(scales[ib]);
+                let db = [half_step(d, sc & 0xF, 0.25), half_step(d, sc >> 4, 0.25)];
+                let high = u32::from(qh[ib]);
+                for l in 0..4 {
+                    let index = u32::from(qs[4 * ib + l]) | ((high << (8 - 2 * l)) & 0x300);
+                    let point = IQ2S_GRID[index as usize];
+                    emit(4 * ib + l, db[l / 2], point, signs[4 * ib + l]);
+                }
+            }
+        }
+        GgmlType::IQ3_XXS => {
+            for ib in 0..8 {
+                let aux = le_u32(block, 66 + 4 * ib);
+                let db = half_step(d, aux >> 28, 0.5);
+                for l in 0..4 {
+                    let at = 2 + 8 * ib + 2 * l;
+                    let lo = IQ3XXS_GRID[usize::from(block[at])];
+                    let hi = IQ3XXS_GRID[usize::from(block[at + 1])];
+                    let point = u64::from(lo) | (u64::from(hi) << 32);
+                    emit(4 * ib + l, db, point, ksigns(aux >> (7 * l)));
+                }
+            }
+        }
+        GgmlType::IQ3_S => {
+            let (qs, qh) = (&block[2..66], &block[66..74]);
+            let (signs, scales) = (&block[74..106], &block[106..110]);
+            for ib in 0..8 {
+                let ls = u32::from(scales[ib / 2] >> (4 * (ib % 2))) & 0xF;
+                let db = d * (1 + 2 * ls) as f32;
+                let high = u32::from(qh[ib]);
+                for l in 0..4 {
+                    let lo = u32::from(qs[8 * ib + 2 * l]) | ((high << (8 - 2 * l)) & 256);
+                    let hi = u32::from(qs[8 * ib + 2 * l + 1]) | ((high << (7 - 2 * l)) & 256);
+                    let point = u64::from(IQ3S_GRID[lo as usize])
+                        | (u64::from(IQ3S_GRID[hi as usize]) << 32);
+                    emit(4 * ib + l, db, point, signs[4 * ib + l]);
+                }
+            }
+        }
+        other => panic!("{other} is not a sign-bit grid quant"),
     }
 }
 
-/// The `f16` scale of an `IQ1_M` super-block, spread over the top nibbles of its four scale
-/// words.
+/// Each group of eight values of an `IQ1_S` or `IQ1_M` super-block, in order: `emit(g, dl,
+/// point, delta)` for values `8 g..8 g + 8`, which are `dl * (point[j] + delta)` with
+/// `point[j]` an `i8` of -1, 0 or 1 and `delta` `±1/8`.
+///
+/// # Panics
+/// If `ty` is neither or `block` is not one of its super-blocks.
+#[inline(always)]
+pub fn for_each_shifted_group(
+    ty: GgmlType,
+    block: &[u8],
+    mut emit: impl FnMut(usize, f32, u64, f32),
+) {
+    assert_eq!(block.len(), ty.type_size(), "one {ty} super-block");
+    match ty {
+        GgmlType::IQ1_S => {
+            let d = f16_le(block[0], block[1]);
+            for ib in 0..8 {
+                let qh = u32::from(le_u16(block, 34 + 2 * ib));
+                let dl = d * (2 * ((qh >> 12) & 7) + 1) as f32;
+                let delta = delta(qh & 0x8000 != 0);
+                for l in 0..4 {
+                    let index = u32::from(block[2 + 4 * ib + l]) | (((qh >> (3 * l)) & 7) << 8);
+                    emit(4 * ib + l, dl, IQ1S_GRID[index as usize], delta);
+                }
+            }
+        }
+        GgmlType::IQ1_M => {
+            let d = iq1_m_scale(block);
+            for ib in 0..8 {
+                let sc = u32::from(le_u16(block, 48 + 2 * (ib / 2)));
+                let shift = 6 * (ib % 2);
+                let dl = [
+                    d * (2 * ((sc >> shift) & 7) + 1) as f32,
+                    d * (2 * ((sc >> (shift + 3)) & 7) + 1) as f32,
+                ];
+                for l in 0..4 {
+                    let h = u32::from(block[32 + 2 * ib + l / 2]);
+                    let (high, bit) = if l % 2 == 0 {
+                        ((h << 8) & 0x700, 0x08)
+                    } else {
+                        ((h << 4) & 0x700, 0x80)
+                    };
+                    let index = u32::from(block[4 * ib + l]) | high;
+                    emit(
+                        4 * ib + l,
+                        dl[l / 2],
+                        IQ1S_GRID[index as usize],
+                        delta(h & bit != 0),
+                    );
+                }
+            }
+        }
+        other => panic!("{other} is not an IQ1 grid quant"),
+    }
+}
+
+/// The `f16` scale of an `IQ1_M` super-block (`block`: its 56 bytes), spread over the top
+/// nibbles of its four scale words.
 #[inline]
-pub fn iq1_m_scale(block: &[u8; BLOCK_IQ1_M_BYTES]) -> f32 {
+pub fn iq1_m_scale(block: &[u8]) -> f32 {
     let sc = |i: usize| le_u16(block, 48 + 2 * i);
     let bits = (sc(0) >> 12) | ((sc(1) >> 8) & 0x00F0) | ((sc(2) >> 4) & 0x0F00) | (sc(3) & 0xF000);
     half::f16::from_bits(bits).to_f32()
 }
 
+/// A sign-bit grid quant's super-block dequantised (see [`for_each_signed_group`]).
+#[inline]
+fn signed_block(ty: GgmlType, block: &[u8], out: &mut [f32; QK_K]) {
+    for_each_signed_group(ty, block, |g, db, point, signs| {
+        signed8(db, point, signs, &mut out[8 * g..8 * g + 8]);
+    });
+}
+
+/// An `IQ1` super-block dequantised (see [`for_each_shifted_group`]).
+#[inline]
+fn shifted_block(ty: GgmlType, block: &[u8], out: &mut [f32; QK_K]) {
+    for_each_shifted_group(ty, block, |g, dl, point, delta| {
+        shifted8(dl, point, delta, &mut out[8 * g..8 * g + 8]);
+    });
+}
+
+/// Dequantise one `IQ2_XXS` super-block: per 32 values `db = d * (0.5 + ls) / 4`, then four
+/// grid points of eight magnitudes with their signs.
+pub fn dequantize_block_iq2_xxs(block: &[u8; BLOCK_IQ2_XXS_BYTES], out: &mut [f32; QK_K]) {
+    signed_block(GgmlType::IQ2_XXS, block, out);
+}
+
+/// Dequantise one `IQ2_XS` super-block: a 9-bit index and a 7-bit sign pattern per eight
+/// values, a 4-bit scale per 16.
+pub fn dequantize_block_iq2_xs(block: &[u8; BLOCK_IQ2_XS_BYTES], out: &mut [f32; QK_K]) {
+    signed_block(GgmlType::IQ2_XS, block, out);
+}
+
+/// Dequantise one `IQ2_S` super-block: a 10-bit index and eight sign bits per eight values, a
+/// 4-bit scale per 16.
+pub fn dequantize_block_iq2_s(block: &[u8; BLOCK_IQ2_S_BYTES], out: &mut [f32; QK_K]) {
+    signed_block(GgmlType::IQ2_S, block, out);
+}
+
+/// Dequantise one `IQ3_XXS` super-block: per 32 values `db = d * (0.5 + ls) / 2`, eight grid
+/// points of four magnitudes, a 7-bit sign pattern per eight values.
+pub fn dequantize_block_iq3_xxs(block: &[u8; BLOCK_IQ3_XXS_BYTES], out: &mut [f32; QK_K]) {
+    signed_block(GgmlType::IQ3_XXS, block, out);
+}
+
+/// Dequantise one `IQ3_S` super-block: per 32 values `db = d * (1 + 2 ls)`, eight grid points
+/// of four magnitudes (9-bit indices), eight sign bits per eight values.
+pub fn dequantize_block_iq3_s(block: &[u8; BLOCK_IQ3_S_BYTES], out: &mut [f32; QK_K]) {
+    signed_block(GgmlType::IQ3_S, block, out);
+}
+
+/// Dequantise one `IQ1_S` super-block: per 32 values `dl = d * (2 s + 1)` and a shift of
+/// `±1/8`, four grid points of eight values in `{-1, 0, 1}` (11-bit indices).
+pub fn dequantize_block_iq1_s(block: &[u8; BLOCK_IQ1_S_BYTES], out: &mut [f32; QK_K]) {
+    shifted_block(GgmlType::IQ1_S, block, out);
+}
+
 /// Dequantise one `IQ1_M` super-block: per 16 values `dl = d * (2 s + 1)`, per eight a shift
 /// of `±1/8` and a grid point of eight values in `{-1, 0, 1}` (11-bit indices).
 pub fn dequantize_block_iq1_m(block: &[u8; BLOCK_IQ1_M_BYTES], out: &mut [f32; QK_K]) {
-    let d = iq1_m_scale(block);
-    for (ib, y) in out.chunks_exact_mut(32).enumerate() {
-        let sc = u32::from(le_u16(block, 48 + 2 * (ib / 2)));
-        let shift = 6 * (ib % 2);
-        let dl = [
-            d * (2 * ((sc >> shift) & 7) + 1) as f32,
-            d * (2 * ((sc >> (shift + 3)) & 7) + 1) as f32,
-        ];
-        let qh = [u32::from(block[32 + 2 * ib]), u32::from(block[32 + 2 * ib + 1])];
-        for l in 0..4 {
-            let h = qh[l / 2];
-            let high = if l % 2 == 0 { (h << 8) & 0x700 } else { (h << 4) & 0x700 };
-            let index = u32::from(block[4 * ib + l]) | high;
-            let negative = h & if l % 2 == 0 { 0x08 } else { 0x80 } != 0;
-            shifted8(dl[l / 2], IQ1S_GRID[index as usize], delta(negative), &mut y[8 * l..]);
-        }
-    }
+    shifted_block(GgmlType::IQ1_M, block, out);
 }

@@ -26,15 +26,16 @@ mod tests;
 use thiserror::Error;
 
 pub use ggml_type::{GgmlType, ggml_type_name};
-pub use iq4::{
-    BLOCK_IQ4_NL_BYTES, BLOCK_IQ4_XS_BYTES, KVALUES_IQ4NL, dequantize_block_iq4_nl,
-    dequantize_block_iq4_xs, iq4_xs_factor,
-};
 pub use iq_grid::{
     BLOCK_IQ1_M_BYTES, BLOCK_IQ1_S_BYTES, BLOCK_IQ2_S_BYTES, BLOCK_IQ2_XS_BYTES,
     BLOCK_IQ2_XXS_BYTES, BLOCK_IQ3_S_BYTES, BLOCK_IQ3_XXS_BYTES, dequantize_block_iq1_m,
     dequantize_block_iq1_s, dequantize_block_iq2_s, dequantize_block_iq2_xs,
-    dequantize_block_iq2_xxs, dequantize_block_iq3_s, dequantize_block_iq3_xxs, iq1_m_scale,
+    dequantize_block_iq2_xxs, dequantize_block_iq3_s, dequantize_block_iq3_xxs,
+    for_each_shifted_group, for_each_signed_group, iq1_m_scale,
+};
+pub use iq4::{
+    BLOCK_IQ4_NL_BYTES, BLOCK_IQ4_XS_BYTES, KVALUES_IQ4NL, dequantize_block_iq4_nl,
+    dequantize_block_iq4_xs, iq4_xs_factor,
 };
 pub use kquants::{
     BLOCK_Q4_K_BYTES, BLOCK_Q5_K_BYTES, BLOCK_Q6_K_BYTES, QK_K, dequantize_block_q4_k,

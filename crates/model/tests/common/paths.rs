@@ -67,6 +67,40 @@ pub fn encode(ty: GgmlType, w: &[f32]) -> Vec<u8> {
             }
             bytes
         }
+        // The grid quants (kindle has no encoder for them): bytes drawn from `w`'s bits, with
+        // the `f16` scale set so that the largest values are about `w`'s (`IQ2`: `d * 15.5 / 4
+        // * 43`; `IQ3_XXS`: `d * 15.5 / 2 * 62`; `IQ3_S`: `d * 31 * 15`; `IQ1`: `d * 15 *
+        // 1.125`). `IQ1_M` spreads it over the top nibbles of its scale words.
+        GgmlType::IQ2_XXS
+        | GgmlType::IQ2_XS
+        | GgmlType::IQ2_S
+        | GgmlType::IQ3_XXS
+        | GgmlType::IQ3_S
+        | GgmlType::IQ1_S
+        | GgmlType::IQ1_M => {
+            let amax = w.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let size = ty.type_size();
+            let mut bytes: Vec<u8> = (0..w.len() / 256 * size)
+                .map(|i| (w[(i * 7) % w.len()].to_bits() >> 7) as u8)
+                .collect();
+            let reach = match ty {
+                GgmlType::IQ2_XXS | GgmlType::IQ2_XS | GgmlType::IQ2_S => 167.0,
+                GgmlType::IQ3_XXS | GgmlType::IQ3_S => 480.0,
+                _ => 17.0,
+            };
+            let d = f16::from_f32(amax / reach).to_bits();
+            for block in bytes.chunks_exact_mut(size) {
+                if ty == GgmlType::IQ1_M {
+                    for i in 0..4 {
+                        let at = 49 + 2 * i;
+                        block[at] = (block[at] & 0x0F) | ((((d >> (4 * i)) & 0xF) as u8) << 4);
+                    }
+                } else {
+                    block[..2].copy_from_slice(&d.to_le_bytes());
+                }
+            }
+            bytes
+        }
         // ggml's own encoders (`kindle quantize`'s).
         GgmlType::IQ4_NL | GgmlType::IQ4_XS => {
             kindle_gguf::quant::quantize(ty, w).expect("whole blocks")
