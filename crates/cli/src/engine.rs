@@ -266,9 +266,21 @@ pub fn file_type(name: &str) -> Result<FileType> {
             .iter()
             .map(|t| t.name().to_ascii_lowercase())
             .collect();
+        // llama-quantize's importance-matrix file types: kindle reads them, not writes them.
+        let grid = [
+            "iq1_s", "iq1_m", "iq2_xxs", "iq2_xs", "iq2_s", "iq2_m", "iq3_xxs", "iq3_xs", "iq3_s",
+            "iq3_m",
+        ];
+        let why = if grid.contains(&name.to_ascii_lowercase().as_str()) {
+            " (kindle reads these files but does not write them: their encoders search a grid \
+             under an importance matrix, which kindle does not compute; make them with \
+             llama-quantize --imatrix)"
+        } else {
+            ""
+        };
         format!(
             "{name}: not a type kindle quantizes to ({}; q3_k, q4_k and q5_k are the _m mixtures, \
-             as in llama-quantize)",
+             as in llama-quantize){why}",
             names.join(", ")
         )
     })

@@ -405,6 +405,17 @@ fn quantize_keeps_metadata_and_refuses_unknown_types() {
         ],
         "not a type kindle quantizes to",
     );
+    // A grid quant's file type says why: kindle reads such files, it does not write them.
+    fails_with(
+        &[
+            "quantize",
+            model.to_str().unwrap(),
+            to.to_str().unwrap(),
+            "--type",
+            "IQ3_M",
+        ],
+        "llama-quantize --imatrix",
+    );
 }
 
 #[test]

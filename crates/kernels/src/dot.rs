@@ -96,12 +96,14 @@ impl Kernel {
     pub fn select_simd(ty: GgmlType, format: super::ActivationFormat, simd: Simd) -> Self {
         // `Q4_K`, `Q5_K` (packed as `Q4_1`, `Q5_1`), `Q6_K`, `Q3_K`, `Q2_K`, `IQ4_NL` and
         // `IQ4_XS` (packed in forms of their own) have 8-bit kernels only with SIMD.
-        let int8_type =
-            matches!(
-                ty,
-                GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q5_1
-            ) || ((k_quant(ty) || iq4(ty) || matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K))
-                && simd.any());
+        let int8_type = matches!(
+            ty,
+            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q5_1
+        ) || ((k_quant(ty)
+            || iq4(ty)
+            || super::grid::grid(ty)
+            || matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K))
+            && simd.any());
         if format == super::ActivationFormat::Int8 && int8_type {
             Kernel::Int8 { ty, simd }
         } else {
@@ -653,6 +655,9 @@ fn fused_f32(ty: GgmlType) -> bool {
 /// One weight row (whole blocks of `ty`) times one quantized activation row.
 #[inline]
 fn dot_q8(ty: GgmlType, simd: Simd, row: &[u8], y: &[BlockQ8]) -> f32 {
+    if super::grid::grid(ty) {
+        return super::grid::dot_q8(simd, ty, row, y);
+    }
     if iq4(ty) {
         // The `rows % 8` rows left outside the packed groups.
         return scalar::dot_iq4_q8(ty, row, y);

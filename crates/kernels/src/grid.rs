@@ -8,6 +8,7 @@
 //! multiplied, the signs set by a mask (`x86_grid`): the products of the scalar decoder, so
 //! the same bits.
 
+use super::q8::BlockQ8;
 use super::simd::Simd;
 use kindle_gguf::quant::{self, GgmlType};
 
@@ -35,44 +36,193 @@ pub(crate) fn dequantize(simd: Simd, ty: GgmlType, blocks: &[u8], out: &mut [f32
     quant::dequantize(ty, blocks, out).expect("whole super-blocks");
 }
 
+/// One grid-quant row (GGUF layout, whole super-blocks) times one row of 8-bit activations,
+/// with SIMD (the 8-bit kernels of the grid quants exist only with it: without, the `f32`
+/// path runs them).
+///
+/// # Panics
+/// Without SIMD.
+pub(crate) fn dot_q8(simd: Simd, ty: GgmlType, row: &[u8], y: &[BlockQ8]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if simd.any() {
+        // SAFETY: a SIMD level is only chosen when AVX2, FMA and F16C were detected.
+        return unsafe { x86_grid::dot_q8(ty, row, y) };
+    }
+    let _ = (row, y);
+    panic!("no 8-bit {ty} kernel at {simd:?}")
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86_grid {
+    use super::BlockQ8;
     use core::arch::x86_64::*;
     use kindle_gguf::quant::{GgmlType, for_each_shifted_group, for_each_signed_group};
 
-    /// [`super::dequantize`] with AVX2: one vector a group of eight values.
+    /// For each byte of sign bits, eight bytes of `_mm256_sign_epi8` multipliers: byte `j` is
+    /// `-1` where bit `j` is set, else `1`.
+    static SIGN_BYTES: [u64; 256] = {
+        let mut table = [0u64; 256];
+        let mut b = 0;
+        while b < 256 {
+            let mut j = 0;
+            while j < 8 {
+                let byte: u64 = if (b >> j) & 1 == 1 { 0xFF } else { 0x01 };
+                table[b] |= byte << (8 * j);
+                j += 1;
+            }
+            b += 1;
+        }
+        table
+    };
+
+    /// [`super::dequantize`] with AVX2, 32 values (four groups) at a time: the four grid
+    /// points in one vector of bytes, their signs set by one `vpsignb` (magnitudes are under
+    /// 64), each eight bytes widened to `f32` (exact) and multiplied by the group's scale:
+    /// `±(db * point[j])`, the scalar decoder's bits. `IQ1`'s `i8` points get their shift
+    /// added before the product, as there.
     ///
     /// # Safety
     /// The CPU has AVX2; `out` holds 256 values a super-block of `blocks`.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn dequantize(ty: GgmlType, blocks: &[u8], out: &mut [f32]) {
         let size = ty.type_size();
-        let bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
         for (block, y) in blocks.chunks_exact(size).zip(out.chunks_exact_mut(256)) {
             let y: &mut [f32; 256] = y.try_into().expect("a super-block's values");
+            let (mut points, mut scales, mut extra) = ([0u64; 4], [0f32; 4], [0u64; 4]);
+            let mut put = |g: usize, scale: f32, point: u64, extra_bits: u64| {
+                let k = g % 4;
+                (points[k], scales[k], extra[k]) = (point, scale, extra_bits);
+                if k < 3 {
+                    return;
+                }
+                let bytes = _mm256_setr_epi64x(
+                    points[0] as i64,
+                    points[1] as i64,
+                    points[2] as i64,
+                    points[3] as i64,
+                );
+                let shifted = matches!(ty, GgmlType::IQ1_S | GgmlType::IQ1_M);
+                let values = if shifted {
+                    bytes
+                } else {
+                    let signs = _mm256_setr_epi64x(
+                        extra[0] as i64,
+                        extra[1] as i64,
+                        extra[2] as i64,
+                        extra[3] as i64,
+                    );
+                    _mm256_sign_epi8(bytes, signs)
+                };
+                let (lo, hi) = (
+                    _mm256_castsi256_si128(values),
+                    _mm256_extracti128_si256::<1>(values),
+                );
+                let eights = [lo, _mm_srli_si128::<8>(lo), hi, _mm_srli_si128::<8>(hi)];
+                for (i, eight) in eights.into_iter().enumerate() {
+                    let mut v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(eight));
+                    if shifted {
+                        // The shift, carried as the bits of an `f32`.
+                        v = _mm256_add_ps(v, _mm256_set1_ps(f32::from_bits(extra[i] as u32)));
+                    }
+                    let v = _mm256_mul_ps(_mm256_set1_ps(scales[i]), v);
+                    let at = 8 * (g - 3 + i);
+                    // SAFETY: `at + 8 <= 256`.
+                    unsafe { _mm256_storeu_ps(y.as_mut_ptr().add(at), v) };
+                }
+            };
             if matches!(ty, GgmlType::IQ1_S | GgmlType::IQ1_M) {
                 for_each_shifted_group(ty, block, |g, dl, point, delta| {
-                    // `dl * (point[j] + delta)`: the `i8` values widened (exact), the shift
-                    // added (exact), then the one rounded product.
-                    let v = _mm256_cvtepi8_epi32(_mm_cvtsi64_si128(point as i64));
-                    let v = _mm256_add_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(delta));
-                    let v = _mm256_mul_ps(_mm256_set1_ps(dl), v);
-                    // SAFETY: `8 g + 8 <= 256`.
-                    unsafe { _mm256_storeu_ps(y.as_mut_ptr().add(8 * g), v) };
+                    put(g, dl, point, u64::from(delta.to_bits()));
                 });
             } else {
                 for_each_signed_group(ty, block, |g, db, point, signs| {
-                    // `db * point[j]`, then the sign bit set where `signs` has bit `j`.
-                    let v = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(point as i64));
-                    let v = _mm256_mul_ps(_mm256_set1_ps(db), _mm256_cvtepi32_ps(v));
-                    let set = _mm256_and_si256(_mm256_set1_epi32(i32::from(signs)), bits);
-                    let negative = _mm256_slli_epi32(_mm256_cmpeq_epi32(set, bits), 31);
-                    let v = _mm256_xor_ps(v, _mm256_castsi256_ps(negative));
-                    // SAFETY: `8 g + 8 <= 256`.
-                    unsafe { _mm256_storeu_ps(y.as_mut_ptr().add(8 * g), v) };
+                    put(g, db, point, SIGN_BYTES[usize::from(signs)]);
                 });
             }
         }
+    }
+
+    /// `[s0, s0, s1, s1, s2, s2, s3, s3] * dy`: each group's scale over the two `i32` lanes of
+    /// its eight values after `vpmaddwd`, times the activation block's scale.
+    #[target_feature(enable = "avx2,fma")]
+    fn lane_scales(scales: &[f32; 4], dy: f32) -> __m256 {
+        // SAFETY: `scales` is four `f32`.
+        let four = unsafe { _mm_loadu_ps(scales.as_ptr()) };
+        let four = _mm_mul_ps(four, _mm_set1_ps(dy));
+        let pairs = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+        _mm256_permutevar8x32_ps(_mm256_castps128_ps256(four), pairs)
+    }
+
+    /// The eight `f32` lanes of `v` summed.
+    #[target_feature(enable = "avx2,fma")]
+    fn hsum(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+    }
+
+    /// [`super::dot_q8`]: per 32 values (four groups) the four grid points in one vector,
+    /// multiplied with the activations' bytes by `vpmaddubsw` (magnitudes unsigned, the signs
+    /// moved onto the activations by `vpsignb`; `IQ1`'s points of -1, 0 and 1 act as signs
+    /// themselves), summed per group into `i32` lanes, then scaled by each group's scale and
+    /// the activation block's. An `IQ1` group adds `delta` times the sum of its activations.
+    ///
+    /// # Safety
+    /// The CPU has AVX2; `y` holds eight blocks a super-block of `row`.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn dot_q8(ty: GgmlType, row: &[u8], y: &[BlockQ8]) -> f32 {
+        let shifted = matches!(ty, GgmlType::IQ1_S | GgmlType::IQ1_M);
+        let (ones8, ones16) = (_mm256_set1_epi8(1), _mm256_set1_epi16(1));
+        let mut acc = _mm256_setzero_ps();
+        for (block, ys) in row.chunks_exact(ty.type_size()).zip(y.chunks_exact(8)) {
+            let (mut points, mut scales, mut extra) = ([0u64; 4], [0f32; 4], [0u64; 4]);
+            let mut put = |g: usize, scale: f32, point: u64, extra_bits: u64| {
+                let k = g % 4;
+                (points[k], scales[k], extra[k]) = (point, scale, extra_bits);
+                if k < 3 {
+                    return;
+                }
+                let yb = &ys[g / 4];
+                // SAFETY: `qs` is 32 bytes.
+                let q = unsafe { _mm256_loadu_si256(yb.qs.as_ptr() as *const __m256i) };
+                let bytes = _mm256_setr_epi64x(
+                    points[0] as i64,
+                    points[1] as i64,
+                    points[2] as i64,
+                    points[3] as i64,
+                );
+                let lanes = lane_scales(&scales, yb.d);
+                if shifted {
+                    let dot = _mm256_maddubs_epi16(ones8, _mm256_sign_epi8(q, bytes));
+                    let dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(dot, ones16));
+                    let sum = _mm256_maddubs_epi16(ones8, q);
+                    let sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(sum, ones16));
+                    let deltas = extra.map(|bits| f32::from_bits(bits as u32));
+                    let deltas = lane_scales(&deltas, 1.0);
+                    acc = _mm256_fmadd_ps(_mm256_fmadd_ps(deltas, sum, dot), lanes, acc);
+                } else {
+                    let signs = _mm256_setr_epi64x(
+                        extra[0] as i64,
+                        extra[1] as i64,
+                        extra[2] as i64,
+                        extra[3] as i64,
+                    );
+                    let dot = _mm256_maddubs_epi16(bytes, _mm256_sign_epi8(q, signs));
+                    let dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(dot, ones16));
+                    acc = _mm256_fmadd_ps(dot, lanes, acc);
+                }
+            };
+            if shifted {
+                for_each_shifted_group(ty, block, |g, dl, point, delta| {
+                    put(g, dl, point, u64::from(delta.to_bits()));
+                });
+            } else {
+                for_each_signed_group(ty, block, |g, db, point, signs| {
+                    put(g, db, point, SIGN_BYTES[usize::from(signs)]);
+                });
+            }
+        }
+        hsum(acc)
     }
 }
 

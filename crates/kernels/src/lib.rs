@@ -2,7 +2,7 @@
 //!
 //! A [`QuantMatrix`] is a weight of `rows` output features, each row `cols` input values stored
 //! as whole GGUF blocks (`Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0`, `Q2_K`, `Q3_K`, `Q4_K`, `Q5_K`,
-//! `Q6_K`, `IQ4_NL`, `IQ4_XS`, or plain `F32`/`F16`/`BF16`).
+//! `Q6_K`, `IQ4_NL`, `IQ4_XS`, the grid quants `IQ1_S` ... `IQ3_S`, or `F32`/`F16`/`BF16`).
 //! [`QuantMatrix::matmul`] computes `y[m, rows] = x[m, cols] W^T` without ever materialising
 //! `W` in `f32`: decode (`m = 1`) is a matrix-vector product bound by how fast the weight
 //! bytes stream from memory (or, for the `f32` kernels, by the vector pipes), so reading
@@ -18,7 +18,8 @@
 //! `Q3_K` and `Q2_K` into the same shape with narrower quants (`packed_low_k.rs`; `Q3_K` 4%
 //! larger than the file, its scales as bytes), read by the same kernels. `IQ4_NL` and `IQ4_XS`
 //! share a form of their own with `f32` block scales (`packed_iq4.rs`), whose kernels look each
-//! 4-bit index up in the level table with one byte shuffle (`x86_iq4.rs`). The
+//! 4-bit index up in the level table with one byte shuffle (`x86_iq4.rs`). The grid quants
+//! stay as in the file, their grid lookups done by `kindle_gguf`'s walks (`grid.rs`). The
 //! file's pages are then released, so resident memory stays near the file size. `F32`, `F16`
 //! and `BF16` are read in place from the memory-mapped file, in tiles of a few rows.
 //!
@@ -29,8 +30,7 @@
 //!   bits per 32-value block with an `f32` scale, and a weight block times an activation
 //!   block is an integer dot product (AVX-512 VNNI or AVX-VNNI `vpdpbusd`, or AVX2 `maddubs`),
 //!   scaled once per block. Used for `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0` and (with AVX2)
-//!   `Q2_K`, `Q3_K`, `Q4_K`, `Q5_K`, `Q6_K`, `IQ4_NL`, `IQ4_XS`; other types fall back to the
-//!   `f32` path.
+//!   `Q2_K`, `Q3_K`, `Q4_K`, `Q5_K`, `Q6_K`, `IQ4_NL`, `IQ4_XS` and the grid quants.
 //!
 //! Kernels are chosen at run time: AVX-512 (`f32` group kernels), AVX-VNNI, AVX2 + FMA +
 //! F16C, or portable Rust. The work is split over output rows between the threads of a small

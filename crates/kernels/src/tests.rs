@@ -62,6 +62,15 @@ pub(super) fn random_bytes(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng
                     }
                     GgmlType::Q3_K => put(108, rng.float() * 0.01),
                     GgmlType::IQ4_NL | GgmlType::IQ4_XS => put(0, rng.float() * 0.01),
+                    // The `f16` over the top nibbles of the four scale words.
+                    GgmlType::IQ1_M => {
+                        let d = half::f16::from_f32(rng.float().abs() * 0.01 + 1e-3).to_bits();
+                        for i in 0..4 {
+                            let at = 49 + 2 * i;
+                            b[at] = (b[at] & 0x0F) | ((((d >> (4 * i)) & 0xF) as u8) << 4);
+                        }
+                    }
+                    ty if crate::grid::grid(ty) => put(0, rng.float() * 0.01),
                     _ => unreachable!(),
                 }
                 bytes.extend(b);
@@ -71,7 +80,7 @@ pub(super) fn random_bytes(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng
     }
 }
 
-pub(super) const TYPES: [GgmlType; 15] = [
+pub(super) const TYPES: [GgmlType; 22] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -87,6 +96,13 @@ pub(super) const TYPES: [GgmlType; 15] = [
     GgmlType::Q6_K,
     GgmlType::IQ4_NL,
     GgmlType::IQ4_XS,
+    GgmlType::IQ2_XXS,
+    GgmlType::IQ2_XS,
+    GgmlType::IQ2_S,
+    GgmlType::IQ3_XXS,
+    GgmlType::IQ3_S,
+    GgmlType::IQ1_S,
+    GgmlType::IQ1_M,
 ];
 
 /// `sum |w| |x|` per output: the scale rounding errors are relative to.

@@ -43,12 +43,22 @@ pub const BLOCK_IQ1_M_BYTES: usize = 56;
 /// The shift of an `IQ1_S` or `IQ1_M` group (ggml's `IQ1S_DELTA`).
 const IQ1_DELTA: f32 = 0.125;
 
-/// ggml's `ksigns_iq2xs[i]`: a 7-bit sign pattern with an eighth bit making the count of
-/// minus signs even.
+/// ggml's `ksigns_iq2xs`: each 7-bit sign pattern with an eighth bit making the count of
+/// minus signs even (a table: a population count without its instruction is slower).
+static KSIGNS: [u8; 128] = {
+    let mut table = [0u8; 128];
+    let mut i = 0;
+    while i < 128 {
+        table[i] = i as u8 | (((i as u32).count_ones() as u8 & 1) << 7);
+        i += 1;
+    }
+    table
+};
+
+/// [`KSIGNS`] of the low seven bits of `i`.
 #[inline(always)]
 fn ksigns(i: u32) -> u8 {
-    let i = (i & 127) as u8;
-    i | (((i.count_ones() & 1) as u8) << 7)
+    KSIGNS[(i & 127) as usize]
 }
 
 /// The `b`-th byte value of a grid point (`b` 0 is the lowest byte).
