@@ -272,6 +272,18 @@ impl Kernel {
             }
         }
         if let Kernel::F32 { ty, simd } = self
+            && super::grid::grid(ty)
+            && super::grid::fused_f32(simd, m)
+        {
+            // A grid quant's few activation rows: each group decoded in registers and
+            // multiplied there.
+            let at = w.plain_row_at(r);
+            let data = &w.data[at..at + (end - r) * w.row_bytes];
+            let out = &mut out[(r - start) * m..(end - start) * m];
+            super::grid::rows_f32(simd, ty, data, &acts.f32[..m * acts.cols], m, out);
+            return;
+        }
+        if let Kernel::F32 { ty, simd } = self
             && !fused_f32(ty)
         {
             // Dequantise the rows of a tile once (aligned `F32` and `F16` rows are read in

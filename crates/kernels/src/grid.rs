@@ -1,12 +1,16 @@
-//! ggml's grid quants (`IQ2_XXS`, `IQ2_XS`, `IQ2_S`, `IQ3_XXS`, `IQ3_S`, `IQ1_S`, `IQ1_M`):
-//! kept as in the file and decoded a tile of rows at a time for the dense `f32` kernels
-//! (`dot.rs`) and the prefill product (`gemm.rs`), with the bits of `kindle_gguf`'s decoders.
+//! ggml's grid quants (`IQ2_XXS`, `IQ2_XS`, `IQ2_S`, `IQ3_XXS`, `IQ3_S`, `IQ1_S`, `IQ1_M`),
+//! kept as in the file: no repacking, since every index must be looked up in its grid anyway.
 //!
 //! Each group of eight values is a grid point (eight bytes: a table lookup by an 8- to 11-bit
 //! index, which `kindle_gguf`'s walks do) times a scale, with a sign bit a value or a shift of
-//! the group. With AVX2 a group is one vector: the point's bytes widened to `f32`, the scale
-//! multiplied, the signs set by a mask (`x86_grid`): the products of the scalar decoder, so
-//! the same bits.
+//! the group. With AVX2 (`x86_grid`) four groups (32 values) are one vector of bytes, their
+//! signs put on by one `vpsignb`:
+//! - 8-bit activations ([`dot_q8`]): `vpmaddubsw` of the magnitudes with the sign-moved
+//!   activation bytes, as ggml does;
+//! - `f32` activations: the bytes widened and multiplied by their group's scale (the scalar
+//!   decoder's products, so its bits), then for up to four activation rows multiplied into
+//!   their sums in registers ([`rows_f32`]), else stored into a tile of rows for the dense
+//!   kernels (`dot.rs`) and the prefill product (`gemm.rs`) ([`dequantize`]).
 
 use super::q8::BlockQ8;
 use super::simd::Simd;
@@ -34,6 +38,42 @@ pub(crate) fn dequantize(simd: Simd, ty: GgmlType, blocks: &[u8], out: &mut [f32
     }
     let _ = simd;
     quant::dequantize(ty, blocks, out).expect("whole super-blocks");
+}
+
+/// Whether the fused `f32` kernel ([`rows_f32`]) takes `m` activation rows at `simd`: with
+/// SIMD, up to four (more share the decoded tile better).
+pub(crate) fn fused_f32(simd: Simd, m: usize) -> bool {
+    simd.any() && (1..=4).contains(&m)
+}
+
+/// `out[i * m + j] = row i of data . x_j` for the grid-quant rows of `data` (GGUF layout) and
+/// the `m` (`1..=4`, [`fused_f32`]) activation rows of `x`: each group of eight values decoded
+/// in registers (the decoder's bits) and multiplied there.
+pub(crate) fn rows_f32(
+    simd: Simd,
+    ty: GgmlType,
+    data: &[u8],
+    x: &[f32],
+    m: usize,
+    out: &mut [f32],
+) {
+    assert!(fused_f32(simd, m), "{m} rows at {simd:?}");
+    let cols = x.len() / m;
+    let row_bytes = cols / 256 * ty.type_size();
+    #[cfg(target_arch = "x86_64")]
+    for (row, out) in data.chunks_exact(row_bytes).zip(out.chunks_exact_mut(m)) {
+        // SAFETY: a SIMD level is only chosen when AVX2, FMA and F16C were detected; `x`
+        // holds `m` rows of `cols` values, `row` `cols / 256` super-blocks.
+        unsafe {
+            match m {
+                1 => x86_grid::row_f32::<1>(ty, row, x, out),
+                2 => x86_grid::row_f32::<2>(ty, row, x, out),
+                3 => x86_grid::row_f32::<3>(ty, row, x, out),
+                _ => x86_grid::row_f32::<4>(ty, row, x, out),
+            }
+        }
+    }
+    let _ = (row_bytes, data, out);
 }
 
 /// One grid-quant row (GGUF layout, whole super-blocks) times one row of 8-bit activations,
@@ -223,6 +263,81 @@ mod x86_grid {
             }
         }
         hsum(acc)
+    }
+
+    /// One row times `JN` activation rows (`x`: `JN` rows of the row's values): per 32 values
+    /// the four groups' signed bytes as in [`dequantize`], each eight widened, scaled (the
+    /// decoder's `±(db * g)`) and multiplied into each activation row's sum.
+    ///
+    /// # Safety
+    /// The CPU has AVX2; `x` holds `JN` rows of `256 *` the row's super-blocks values.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn row_f32<const JN: usize>(
+        ty: GgmlType,
+        row: &[u8],
+        x: &[f32],
+        out: &mut [f32],
+    ) {
+        let cols = x.len() / JN;
+        let shifted = matches!(ty, GgmlType::IQ1_S | GgmlType::IQ1_M);
+        let mut acc = [_mm256_setzero_ps(); JN];
+        for (b, block) in row.chunks_exact(ty.type_size()).enumerate() {
+            let (mut points, mut scales, mut extra) = ([0u64; 4], [0f32; 4], [0u64; 4]);
+            let mut put = |g: usize, scale: f32, point: u64, extra_bits: u64| {
+                let k = g % 4;
+                (points[k], scales[k], extra[k]) = (point, scale, extra_bits);
+                if k < 3 {
+                    return;
+                }
+                let bytes = _mm256_setr_epi64x(
+                    points[0] as i64,
+                    points[1] as i64,
+                    points[2] as i64,
+                    points[3] as i64,
+                );
+                let values = if shifted {
+                    bytes
+                } else {
+                    let signs = _mm256_setr_epi64x(
+                        extra[0] as i64,
+                        extra[1] as i64,
+                        extra[2] as i64,
+                        extra[3] as i64,
+                    );
+                    _mm256_sign_epi8(bytes, signs)
+                };
+                let (lo, hi) = (
+                    _mm256_castsi256_si128(values),
+                    _mm256_extracti128_si256::<1>(values),
+                );
+                let eights = [lo, _mm_srli_si128::<8>(lo), hi, _mm_srli_si128::<8>(hi)];
+                for (i, eight) in eights.into_iter().enumerate() {
+                    let mut v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(eight));
+                    if shifted {
+                        v = _mm256_add_ps(v, _mm256_set1_ps(f32::from_bits(extra[i] as u32)));
+                    }
+                    let w = _mm256_mul_ps(_mm256_set1_ps(scales[i]), v);
+                    let at = 256 * b + 8 * (g - 3 + i);
+                    for (j, acc) in acc.iter_mut().enumerate() {
+                        // SAFETY: `j * cols + at + 8 <= x.len()`.
+                        let xv = unsafe { _mm256_loadu_ps(x.as_ptr().add(j * cols + at)) };
+                        *acc = _mm256_fmadd_ps(w, xv, *acc);
+                    }
+                }
+            };
+            if shifted {
+                for_each_shifted_group(ty, block, |g, dl, point, delta| {
+                    put(g, dl, point, u64::from(delta.to_bits()));
+                });
+            } else {
+                for_each_signed_group(ty, block, |g, db, point, signs| {
+                    put(g, db, point, SIGN_BYTES[usize::from(signs)]);
+                });
+            }
+        }
+        for (o, acc) in out.iter_mut().zip(acc) {
+            *o = hsum(acc);
+        }
     }
 }
 

@@ -227,7 +227,7 @@ impl fmt::Debug for WeightBytes {
 }
 
 /// Whether `ty` has a matrix kernel: the dense types, every packed quantized one, and the grid
-/// quants (`IQ2_XXS` ... `IQ1_M`: rows decoded a tile at a time, then the dense kernels).
+/// quants (`IQ2_XXS` ... `IQ1_M`: read as in the file, `grid.rs`).
 pub fn supports(ty: GgmlType) -> bool {
     matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
         || packed::packs(ty)
