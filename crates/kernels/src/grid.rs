@@ -115,11 +115,90 @@ mod x86_grid {
         table
     };
 
-    /// [`super::dequantize`] with AVX2, 32 values (four groups) at a time: the four grid
-    /// points in one vector of bytes, their signs set by one `vpsignb` (magnitudes are under
-    /// 64), each eight bytes widened to `f32` (exact) and multiplied by the group's scale:
-    /// `±(db * point[j])`, the scalar decoder's bits. `IQ1`'s `i8` points get their shift
-    /// added before the product, as there.
+    /// Four groups of a super-block (values `32 q..32 q + 32` for the `q` given with it): the
+    /// four grid points as one vector of bytes, for the sign-bit quants their signs as `±1`
+    /// bytes, each group's scale, and each `IQ1` group's shift.
+    struct Four {
+        points: __m256i,
+        signs: __m256i,
+        scales: [f32; 4],
+        deltas: [f32; 4],
+    }
+
+    /// Whether `ty` is an `IQ1` quant (points of -1, 0 and 1 and a shift, no sign bits).
+    fn shifted(ty: GgmlType) -> bool {
+        matches!(ty, GgmlType::IQ1_S | GgmlType::IQ1_M)
+    }
+
+    /// `f(q, four)` for each four groups of `block` (a super-block of the grid quant `ty`), in
+    /// order, on `kindle_gguf`'s walks.
+    #[target_feature(enable = "avx2,fma")]
+    fn for_each_four(ty: GgmlType, block: &[u8], mut f: impl FnMut(usize, &Four)) {
+        let (mut points, mut scales, mut extra) = ([0u64; 4], [0f32; 4], [0u64; 4]);
+        let mut put = |g: usize, scale: f32, point: u64, extra_bits: u64| {
+            let k = g % 4;
+            (points[k], scales[k], extra[k]) = (point, scale, extra_bits);
+            if k < 3 {
+                return;
+            }
+            let vector = |v: [u64; 4]| {
+                _mm256_setr_epi64x(v[0] as i64, v[1] as i64, v[2] as i64, v[3] as i64)
+            };
+            let shifted = shifted(ty);
+            let four = Four {
+                points: vector(points),
+                signs: if shifted {
+                    _mm256_setzero_si256()
+                } else {
+                    vector(extra)
+                },
+                scales,
+                // The shifts, carried as the bits of an `f32`.
+                deltas: if shifted {
+                    extra.map(|bits| f32::from_bits(bits as u32))
+                } else {
+                    [0.0; 4]
+                },
+            };
+            f(g / 4, &four);
+        };
+        if shifted(ty) {
+            for_each_shifted_group(ty, block, |g, dl, point, delta| {
+                put(g, dl, point, u64::from(delta.to_bits()));
+            });
+        } else {
+            for_each_signed_group(ty, block, |g, db, point, signs| {
+                put(g, db, point, SIGN_BYTES[usize::from(signs)]);
+            });
+        }
+    }
+
+    /// The 32 values of `four` as `f32`, eight a vector: each eight bytes widened (exact), the
+    /// sign-bit quants' signs set first by one `vpsignb` (magnitudes are under 64), `IQ1`'s
+    /// shift added, then multiplied by the group's scale: the scalar decoder's products
+    /// (`±(db * g)`, `dl * (g + delta)`), so its bits.
+    #[target_feature(enable = "avx2,fma")]
+    fn decoded(four: &Four, shifted: bool) -> [__m256; 4] {
+        let values = if shifted {
+            four.points
+        } else {
+            _mm256_sign_epi8(four.points, four.signs)
+        };
+        let (lo, hi) = (
+            _mm256_castsi256_si128(values),
+            _mm256_extracti128_si256::<1>(values),
+        );
+        let eights = [lo, _mm_srli_si128::<8>(lo), hi, _mm_srli_si128::<8>(hi)];
+        std::array::from_fn(|i| {
+            let mut v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(eights[i]));
+            if shifted {
+                v = _mm256_add_ps(v, _mm256_set1_ps(four.deltas[i]));
+            }
+            _mm256_mul_ps(_mm256_set1_ps(four.scales[i]), v)
+        })
+    }
+
+    /// [`super::dequantize`] with AVX2, 32 values (four groups, [`decoded`]) at a time.
     ///
     /// # Safety
     /// The CPU has AVX2; `out` holds 256 values a super-block of `blocks`.
@@ -127,58 +206,13 @@ mod x86_grid {
     pub(super) unsafe fn dequantize(ty: GgmlType, blocks: &[u8], out: &mut [f32]) {
         let size = ty.type_size();
         for (block, y) in blocks.chunks_exact(size).zip(out.chunks_exact_mut(256)) {
-            let y: &mut [f32; 256] = y.try_into().expect("a super-block's values");
-            let (mut points, mut scales, mut extra) = ([0u64; 4], [0f32; 4], [0u64; 4]);
-            let mut put = |g: usize, scale: f32, point: u64, extra_bits: u64| {
-                let k = g % 4;
-                (points[k], scales[k], extra[k]) = (point, scale, extra_bits);
-                if k < 3 {
-                    return;
+            for_each_four(ty, block, |q, four| {
+                let y = &mut y[32 * q..32 * q + 32];
+                for (i, v) in decoded(four, shifted(ty)).into_iter().enumerate() {
+                    // SAFETY: `8 i + 8 <= 32`.
+                    unsafe { _mm256_storeu_ps(y.as_mut_ptr().add(8 * i), v) };
                 }
-                let bytes = _mm256_setr_epi64x(
-                    points[0] as i64,
-                    points[1] as i64,
-                    points[2] as i64,
-                    points[3] as i64,
-                );
-                let shifted = matches!(ty, GgmlType::IQ1_S | GgmlType::IQ1_M);
-                let values = if shifted {
-                    bytes
-                } else {
-                    let signs = _mm256_setr_epi64x(
-                        extra[0] as i64,
-                        extra[1] as i64,
-                        extra[2] as i64,
-                        extra[3] as i64,
-                    );
-                    _mm256_sign_epi8(bytes, signs)
-                };
-                let (lo, hi) = (
-                    _mm256_castsi256_si128(values),
-                    _mm256_extracti128_si256::<1>(values),
-                );
-                let eights = [lo, _mm_srli_si128::<8>(lo), hi, _mm_srli_si128::<8>(hi)];
-                for (i, eight) in eights.into_iter().enumerate() {
-                    let mut v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(eight));
-                    if shifted {
-                        // The shift, carried as the bits of an `f32`.
-                        v = _mm256_add_ps(v, _mm256_set1_ps(f32::from_bits(extra[i] as u32)));
-                    }
-                    let v = _mm256_mul_ps(_mm256_set1_ps(scales[i]), v);
-                    let at = 8 * (g - 3 + i);
-                    // SAFETY: `at + 8 <= 256`.
-                    unsafe { _mm256_storeu_ps(y.as_mut_ptr().add(at), v) };
-                }
-            };
-            if matches!(ty, GgmlType::IQ1_S | GgmlType::IQ1_M) {
-                for_each_shifted_group(ty, block, |g, dl, point, delta| {
-                    put(g, dl, point, u64::from(delta.to_bits()));
-                });
-            } else {
-                for_each_signed_group(ty, block, |g, db, point, signs| {
-                    put(g, db, point, SIGN_BYTES[usize::from(signs)]);
-                });
-            }
+            });
         }
     }
 
@@ -201,73 +235,45 @@ mod x86_grid {
         _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
     }
 
-    /// [`super::dot_q8`]: per 32 values (four groups) the four grid points in one vector,
-    /// multiplied with the activations' bytes by `vpmaddubsw` (magnitudes unsigned, the signs
-    /// moved onto the activations by `vpsignb`; `IQ1`'s points of -1, 0 and 1 act as signs
-    /// themselves), summed per group into `i32` lanes, then scaled by each group's scale and
-    /// the activation block's. An `IQ1` group adds `delta` times the sum of its activations.
+    /// [`super::dot_q8`]: per 32 values (four groups) the four grid points multiplied with the
+    /// activations' bytes by `vpmaddubsw` (magnitudes unsigned, the signs moved onto the
+    /// activations by `vpsignb`; `IQ1`'s points of -1, 0 and 1 act as signs themselves),
+    /// summed per group into `i32` lanes, then scaled by each group's scale and the activation
+    /// block's. An `IQ1` group adds its shift times the sum of its activations.
     ///
     /// # Safety
     /// The CPU has AVX2; `y` holds eight blocks a super-block of `row`.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn dot_q8(ty: GgmlType, row: &[u8], y: &[BlockQ8]) -> f32 {
-        let shifted = matches!(ty, GgmlType::IQ1_S | GgmlType::IQ1_M);
+        let shifted = shifted(ty);
         let (ones8, ones16) = (_mm256_set1_epi8(1), _mm256_set1_epi16(1));
         let mut acc = _mm256_setzero_ps();
         for (block, ys) in row.chunks_exact(ty.type_size()).zip(y.chunks_exact(8)) {
-            let (mut points, mut scales, mut extra) = ([0u64; 4], [0f32; 4], [0u64; 4]);
-            let mut put = |g: usize, scale: f32, point: u64, extra_bits: u64| {
-                let k = g % 4;
-                (points[k], scales[k], extra[k]) = (point, scale, extra_bits);
-                if k < 3 {
-                    return;
-                }
-                let yb = &ys[g / 4];
+            for_each_four(ty, block, |q, four| {
+                let yb = &ys[q];
                 // SAFETY: `qs` is 32 bytes.
-                let q = unsafe { _mm256_loadu_si256(yb.qs.as_ptr() as *const __m256i) };
-                let bytes = _mm256_setr_epi64x(
-                    points[0] as i64,
-                    points[1] as i64,
-                    points[2] as i64,
-                    points[3] as i64,
-                );
-                let lanes = lane_scales(&scales, yb.d);
+                let qs = unsafe { _mm256_loadu_si256(yb.qs.as_ptr() as *const __m256i) };
+                let lanes = lane_scales(&four.scales, yb.d);
                 if shifted {
-                    let dot = _mm256_maddubs_epi16(ones8, _mm256_sign_epi8(q, bytes));
+                    let dot = _mm256_maddubs_epi16(ones8, _mm256_sign_epi8(qs, four.points));
                     let dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(dot, ones16));
-                    let sum = _mm256_maddubs_epi16(ones8, q);
+                    let sum = _mm256_maddubs_epi16(ones8, qs);
                     let sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(sum, ones16));
-                    let deltas = extra.map(|bits| f32::from_bits(bits as u32));
-                    let deltas = lane_scales(&deltas, 1.0);
+                    let deltas = lane_scales(&four.deltas, 1.0);
                     acc = _mm256_fmadd_ps(_mm256_fmadd_ps(deltas, sum, dot), lanes, acc);
                 } else {
-                    let signs = _mm256_setr_epi64x(
-                        extra[0] as i64,
-                        extra[1] as i64,
-                        extra[2] as i64,
-                        extra[3] as i64,
-                    );
-                    let dot = _mm256_maddubs_epi16(bytes, _mm256_sign_epi8(q, signs));
+                    let moved = _mm256_sign_epi8(qs, four.signs);
+                    let dot = _mm256_maddubs_epi16(four.points, moved);
                     let dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(dot, ones16));
                     acc = _mm256_fmadd_ps(dot, lanes, acc);
                 }
-            };
-            if shifted {
-                for_each_shifted_group(ty, block, |g, dl, point, delta| {
-                    put(g, dl, point, u64::from(delta.to_bits()));
-                });
-            } else {
-                for_each_signed_group(ty, block, |g, db, point, signs| {
-                    put(g, db, point, SIGN_BYTES[usize::from(signs)]);
-                });
-            }
+            });
         }
         hsum(acc)
     }
 
     /// One row times `JN` activation rows (`x`: `JN` rows of the row's values): per 32 values
-    /// the four groups' signed bytes as in [`dequantize`], each eight widened, scaled (the
-    /// decoder's `±(db * g)`) and multiplied into each activation row's sum.
+    /// the [`decoded`] values multiplied into each activation row's sum.
     ///
     /// # Safety
     /// The CPU has AVX2; `x` holds `JN` rows of `256 *` the row's super-blocks values.
@@ -279,61 +285,18 @@ mod x86_grid {
         out: &mut [f32],
     ) {
         let cols = x.len() / JN;
-        let shifted = matches!(ty, GgmlType::IQ1_S | GgmlType::IQ1_M);
         let mut acc = [_mm256_setzero_ps(); JN];
         for (b, block) in row.chunks_exact(ty.type_size()).enumerate() {
-            let (mut points, mut scales, mut extra) = ([0u64; 4], [0f32; 4], [0u64; 4]);
-            let mut put = |g: usize, scale: f32, point: u64, extra_bits: u64| {
-                let k = g % 4;
-                (points[k], scales[k], extra[k]) = (point, scale, extra_bits);
-                if k < 3 {
-                    return;
-                }
-                let bytes = _mm256_setr_epi64x(
-                    points[0] as i64,
-                    points[1] as i64,
-                    points[2] as i64,
-                    points[3] as i64,
-                );
-                let values = if shifted {
-                    bytes
-                } else {
-                    let signs = _mm256_setr_epi64x(
-                        extra[0] as i64,
-                        extra[1] as i64,
-                        extra[2] as i64,
-                        extra[3] as i64,
-                    );
-                    _mm256_sign_epi8(bytes, signs)
-                };
-                let (lo, hi) = (
-                    _mm256_castsi256_si128(values),
-                    _mm256_extracti128_si256::<1>(values),
-                );
-                let eights = [lo, _mm_srli_si128::<8>(lo), hi, _mm_srli_si128::<8>(hi)];
-                for (i, eight) in eights.into_iter().enumerate() {
-                    let mut v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(eight));
-                    if shifted {
-                        v = _mm256_add_ps(v, _mm256_set1_ps(f32::from_bits(extra[i] as u32)));
-                    }
-                    let w = _mm256_mul_ps(_mm256_set1_ps(scales[i]), v);
-                    let at = 256 * b + 8 * (g - 3 + i);
+            for_each_four(ty, block, |q, four| {
+                for (i, w) in decoded(four, shifted(ty)).into_iter().enumerate() {
+                    let at = 256 * b + 32 * q + 8 * i;
                     for (j, acc) in acc.iter_mut().enumerate() {
                         // SAFETY: `j * cols + at + 8 <= x.len()`.
                         let xv = unsafe { _mm256_loadu_ps(x.as_ptr().add(j * cols + at)) };
                         *acc = _mm256_fmadd_ps(w, xv, *acc);
                     }
                 }
-            };
-            if shifted {
-                for_each_shifted_group(ty, block, |g, dl, point, delta| {
-                    put(g, dl, point, u64::from(delta.to_bits()));
-                });
-            } else {
-                for_each_signed_group(ty, block, |g, db, point, signs| {
-                    put(g, db, point, SIGN_BYTES[usize::from(signs)]);
-                });
-            }
+            });
         }
         for (o, acc) in out.iter_mut().zip(acc) {
             *o = hsum(acc);
