@@ -54,10 +54,7 @@ fn matrix(ty: GgmlType, rows: usize, cols: usize) -> QuantMatrix {
             // The `f16` over the top nibbles of the four scale words.
             GgmlType::IQ1_M => {
                 let d = u16::from_le_bytes(scale);
-                for i in 0..4 {
-                    let at = 49 + 2 * i;
-                    b[at] = (b[at] & 0x0F) | ((((d >> (4 * i)) & 0xF) as u8) << 4);
-                }
+                kindle_gguf::quant::set_iq1_m_scale(b, d);
             }
             _ => b[0..2].copy_from_slice(&scale),
         }

@@ -322,10 +322,7 @@ mod tests {
         let d = half::f16::from_f32(0.01).to_bits();
         for block in bytes.chunks_exact_mut(ty.type_size()) {
             if ty == GgmlType::IQ1_M {
-                for i in 0..4 {
-                    let at = 49 + 2 * i;
-                    block[at] = (block[at] & 0x0F) | ((((d >> (4 * i)) & 0xF) as u8) << 4);
-                }
+                quant::set_iq1_m_scale(block, d);
             } else {
                 block[..2].copy_from_slice(&d.to_le_bytes());
             }

@@ -65,10 +65,7 @@ pub(super) fn random_bytes(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng
                     // The `f16` over the top nibbles of the four scale words.
                     GgmlType::IQ1_M => {
                         let d = half::f16::from_f32(rng.float().abs() * 0.01 + 1e-3).to_bits();
-                        for i in 0..4 {
-                            let at = 49 + 2 * i;
-                            b[at] = (b[at] & 0x0F) | ((((d >> (4 * i)) & 0xF) as u8) << 4);
-                        }
+                        kindle_gguf::quant::set_iq1_m_scale(&mut b, d);
                     }
                     ty if crate::grid::grid(ty) => put(0, rng.float() * 0.01),
                     _ => unreachable!(),

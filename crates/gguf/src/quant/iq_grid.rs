@@ -256,6 +256,16 @@ pub fn iq1_m_scale(block: &[u8]) -> f32 {
     half::f16::from_bits(bits).to_f32()
 }
 
+/// Writes `d` (an `f16`'s bits) as the scale of an `IQ1_M` super-block (`block`: its 56
+/// bytes): the top nibbles of its four scale words, the rest of each left as it is
+/// ([`iq1_m_scale`] reads it back).
+pub fn set_iq1_m_scale(block: &mut [u8], d: u16) {
+    for i in 0..4 {
+        let at = 49 + 2 * i;
+        block[at] = (block[at] & 0x0F) | ((((d >> (4 * i)) & 0xF) as u8) << 4);
+    }
+}
+
 /// A sign-bit grid quant's super-block dequantised (see [`for_each_signed_group`]).
 #[inline]
 fn signed_block(ty: GgmlType, block: &[u8], out: &mut [f32; QK_K]) {
@@ -312,4 +322,21 @@ pub fn dequantize_block_iq1_s(block: &[u8; BLOCK_IQ1_S_BYTES], out: &mut [f32; Q
 /// of `±1/8` and a grid point of eight values in `{-1, 0, 1}` (11-bit indices).
 pub fn dequantize_block_iq1_m(block: &[u8; BLOCK_IQ1_M_BYTES], out: &mut [f32; QK_K]) {
     shifted_block(GgmlType::IQ1_M, block, out);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An `IQ1_M` scale written is the scale read, and the 3-bit scales beside it are kept.
+    #[test]
+    fn an_iq1_m_scale_written_is_read_back() {
+        let mut block = [0xA5u8; BLOCK_IQ1_M_BYTES];
+        let d = half::f16::from_f32(0.0123);
+        set_iq1_m_scale(&mut block, d.to_bits());
+        assert_eq!(iq1_m_scale(&block), d.to_f32());
+        let low: Vec<u8> = block[48..].iter().map(|b| b & 0x0F).collect();
+        assert_eq!(low, [0x05; 8]);
+        assert!(block[..48].iter().all(|&b| b == 0xA5));
+    }
 }

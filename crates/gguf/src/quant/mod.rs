@@ -31,7 +31,7 @@ pub use iq_grid::{
     BLOCK_IQ2_XXS_BYTES, BLOCK_IQ3_S_BYTES, BLOCK_IQ3_XXS_BYTES, dequantize_block_iq1_m,
     dequantize_block_iq1_s, dequantize_block_iq2_s, dequantize_block_iq2_xs,
     dequantize_block_iq2_xxs, dequantize_block_iq3_s, dequantize_block_iq3_xxs,
-    for_each_shifted_group, for_each_signed_group, iq1_m_scale,
+    for_each_shifted_group, for_each_signed_group, iq1_m_scale, set_iq1_m_scale,
 };
 pub use iq4::{
     BLOCK_IQ4_NL_BYTES, BLOCK_IQ4_XS_BYTES, KVALUES_IQ4NL, dequantize_block_iq4_nl,
