@@ -95,7 +95,8 @@ impl Kernel {
     /// As [`Kernel::select`], with a given instruction set (tests compare them).
     pub fn select_simd(ty: GgmlType, format: super::ActivationFormat, simd: Simd) -> Self {
         // `Q4_K`, `Q5_K` (packed as `Q4_1`, `Q5_1`), `Q6_K`, `Q3_K`, `Q2_K`, `IQ4_NL` and
-        // `IQ4_XS` (packed in forms of their own) have 8-bit kernels only with SIMD.
+        // `IQ4_XS` (packed in forms of their own) and the grid quants (read as in the file)
+        // have 8-bit kernels only with SIMD.
         let int8_type = matches!(
             ty,
             GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q5_1
