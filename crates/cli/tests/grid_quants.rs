@@ -21,9 +21,10 @@
 mod common;
 
 use common::reference::{LOGPROB_TOLERANCE, Passes, teacher_forced_over, top_logits_differences};
+use common::{load_with_activations, named_prompts, rewrite_tensors};
+use kindle_gguf::GgufFile;
 use kindle_gguf::quant::GgmlType;
-use kindle_gguf::{GgufFile, GgufWriter};
-use kindle_model::{ActivationFormat, Kernels, Llama, OpenDevice};
+use kindle_model::ActivationFormat;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -89,13 +90,6 @@ fn exact_reference(dir: &Path, ftype: &str) -> Value {
     serde_json::json!({ "prompts": json(&dir.join(format!("{ftype}-exact.json"))) })
 }
 
-fn load(path: &Path, format: ActivationFormat) -> Llama {
-    let file = GgufFile::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let model = Llama::load(&file, &OpenDevice::flex()).unwrap();
-    let options = model.kernels().options().with_activations(format);
-    model.with_kernels(Kernels::new(options))
-}
-
 /// The grid type's matrices of a file, counted.
 fn count_of(path: &Path, ty: GgmlType) -> usize {
     let file = GgufFile::open(path).unwrap();
@@ -110,7 +104,7 @@ fn grid_quant_files_match_llama_cpp() {
         let path = dir.join(format!("smol-{ftype}.gguf"));
         let matrices = count_of(&path, grid);
         assert!(matrices >= 27, "{ftype}: {matrices} {grid} matrices");
-        let model = load(&path, ActivationFormat::F32);
+        let model = load_with_activations(&path, ActivationFormat::F32);
         let exact = exact_reference(&dir, ftype);
         for (name, prefill, decode) in top_logits_differences(&model, &exact) {
             eprintln!(
@@ -122,14 +116,9 @@ fn grid_quant_files_match_llama_cpp() {
             );
         }
         let greedy = json(&dir.join(format!("{ftype}-greedy.json")));
-        let prompts: Vec<(String, &Value)> = greedy["prompts"]
-            .as_object()
-            .expect("prompts")
-            .iter()
-            .map(|(k, v)| (k.clone(), v))
-            .collect();
+        let prompts = named_prompts(&greedy["prompts"]);
         for format in [ActivationFormat::F32, ActivationFormat::Int8] {
-            let model = load(&path, format);
+            let model = load_with_activations(&path, format);
             let found = teacher_forced_over(&model, &prompts, Passes::One);
             eprintln!("{ftype}, {format:?} activations:");
             found.report();
@@ -159,25 +148,17 @@ fn grid_quant_files_match_llama_cpp() {
 #[ignore = "needs the files of testdata/reference/grid_quants_llama_cpp.sh (KINDLE_GRID_QUANTS_DIR)"]
 fn a_neighbouring_grid_point_is_caught() {
     let dir = dir();
-    let file = GgufFile::open(dir.join("smol-IQ3_XXS.gguf")).unwrap();
-    let mut w = GgufWriter::new();
-    for (key, value) in file.metadata() {
-        w = w.metadata(key.clone(), value.clone());
-    }
-    for t in file.tensors() {
-        let mut bytes = file.tensor_bytes(t).to_vec();
+    let scratch = tempfile::tempdir().unwrap();
+    let moved = scratch.path().join("moved.gguf");
+    rewrite_tensors(&dir.join("smol-IQ3_XXS.gguf"), &moved, |t, bytes| {
         if t.ty == GgmlType::IQ3_XXS {
             // Bytes 2..66 of each 98-byte super-block are its 8-bit grid indices.
             for b in bytes.chunks_mut(98) {
                 b[2..66].iter_mut().for_each(|q| *q ^= 0x01);
             }
         }
-        w = w.tensor(t.name.clone(), &t.dims, t.ty, bytes);
-    }
-    let scratch = tempfile::tempdir().unwrap();
-    let moved = scratch.path().join("moved.gguf");
-    w.write(&moved).unwrap();
-    let model = load(&moved, ActivationFormat::F32);
+    });
+    let model = load_with_activations(&moved, ActivationFormat::F32);
     let exact = exact_reference(&dir, "IQ3_XXS");
     for (name, prefill, decode) in top_logits_differences(&model, &exact) {
         eprintln!("moved points, {name}: {prefill:.1e}, {decode:.1e}");

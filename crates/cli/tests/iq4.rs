@@ -21,11 +21,10 @@ use common::reference::{
 };
 use common::*;
 use kindle_gguf::quant::GgmlType;
-use kindle_gguf::{GgufFile, GgufWriter};
+use kindle_model::ActivationFormat;
 use kindle_model::linear::DENSE_PREFILL_ROWS;
-use kindle_model::{ActivationFormat, Kernels, Llama, OpenDevice};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
@@ -94,13 +93,6 @@ fn quantized(ftype: &str) -> PathBuf {
     .clone()
 }
 
-fn load(path: &Path, format: ActivationFormat) -> Llama {
-    let file = GgufFile::open(path).unwrap();
-    let model = Llama::load(&file, &OpenDevice::flex()).unwrap();
-    let options = model.kernels().options().with_activations(format);
-    model.with_kernels(Kernels::new(options))
-}
-
 /// llama.cpp's exact logits of the `IQ4_XS` model.
 fn exact_reference() -> Value {
     reference_file("smollm2-iq4_xs-f32-llama-cpp.json")
@@ -111,7 +103,7 @@ fn iq4_xs_logits_match_llama_cpp_s_exact_logits() {
     if real_model().is_none() {
         return; // KINDLE_SKIP_REAL_MODEL=1
     }
-    let model = load(&quantized("IQ4_XS"), ActivationFormat::F32);
+    let model = load_with_activations(&quantized("IQ4_XS"), ActivationFormat::F32);
     for (name, prefill, decode) in top_logits_differences(&model, &exact_reference()) {
         eprintln!("{name}: prefill {prefill:.1e}, decode {decode:.1e}");
         assert!(
@@ -129,28 +121,18 @@ fn a_neighbouring_level_is_caught() {
         return; // KINDLE_SKIP_REAL_MODEL=1
     }
     let dir = tempfile::tempdir().unwrap();
-    let file = GgufFile::open(quantized("IQ4_XS")).unwrap();
-    let mut w = GgufWriter::new();
-    for (key, value) in file.metadata() {
-        w = w.metadata(key.clone(), value.clone());
-    }
-    for t in file.tensors() {
-        let mut bytes = file.tensor_bytes(t).to_vec();
+    let moved = dir.path().join("moved.gguf");
+    rewrite_tensors(&quantized("IQ4_XS"), &moved, |t, bytes| {
         let (block, head) = match t.ty {
             GgmlType::IQ4_NL => (18, 2),
             GgmlType::IQ4_XS => (136, 8),
-            _ => (0, 0),
+            _ => return,
         };
-        if block > 0 {
-            for b in bytes.chunks_mut(block) {
-                b[head..].iter_mut().for_each(|q| *q ^= 0x11);
-            }
+        for b in bytes.chunks_mut(block) {
+            b[head..].iter_mut().for_each(|q| *q ^= 0x11);
         }
-        w = w.tensor(t.name.clone(), &t.dims, t.ty, bytes);
-    }
-    let moved = dir.path().join("moved.gguf");
-    w.write(&moved).unwrap();
-    let model = load(&moved, ActivationFormat::F32);
+    });
+    let model = load_with_activations(&moved, ActivationFormat::F32);
     for (name, prefill, decode) in top_logits_differences(&model, &exact_reference()) {
         assert!(
             prefill > 10.0 * EXACT_TOLERANCE && decode > 10.0 * EXACT_TOLERANCE,
@@ -172,7 +154,7 @@ fn iq4_files_match_llama_cpp_s_greedy_steps() {
         let path = quantized(ftype);
         let prompts = prompts_of(ftype);
         for format in [ActivationFormat::F32, ActivationFormat::Int8] {
-            let model = load(&path, format);
+            let model = load_with_activations(&path, format);
             // Under 16 rows a pass keeps the activation format on every machine.
             let passes = match format {
                 ActivationFormat::F32 => Passes::One,

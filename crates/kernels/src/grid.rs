@@ -95,6 +95,7 @@ pub(crate) fn dot_q8(simd: Simd, ty: GgmlType, row: &[u8], y: &[BlockQ8]) -> f32
 #[cfg(target_arch = "x86_64")]
 mod x86_grid {
     use super::BlockQ8;
+    use crate::x86_shared::hsum;
     use core::arch::x86_64::*;
     use kindle_gguf::quant::{GgmlType, for_each_shifted_group, for_each_signed_group};
 
@@ -132,7 +133,7 @@ mod x86_grid {
 
     /// `f(q, four)` for each four groups of `block` (a super-block of the grid quant `ty`), in
     /// order, on `kindle_gguf`'s walks.
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     fn for_each_four(ty: GgmlType, block: &[u8], mut f: impl FnMut(usize, &Four)) {
         let (mut points, mut scales, mut extra) = ([0u64; 4], [0f32; 4], [0u64; 4]);
         let mut put = |g: usize, scale: f32, point: u64, extra_bits: u64| {
@@ -177,7 +178,7 @@ mod x86_grid {
     /// sign-bit quants' signs set first by one `vpsignb` (magnitudes are under 64), `IQ1`'s
     /// shift added, then multiplied by the group's scale: the scalar decoder's products
     /// (`±(db * g)`, `dl * (g + delta)`), so its bits.
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     fn decoded(four: &Four, shifted: bool) -> [__m256; 4] {
         let values = if shifted {
             four.points
@@ -202,7 +203,7 @@ mod x86_grid {
     ///
     /// # Safety
     /// The CPU has AVX2; `out` holds 256 values a super-block of `blocks`.
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn dequantize(ty: GgmlType, blocks: &[u8], out: &mut [f32]) {
         let size = ty.type_size();
         for (block, y) in blocks.chunks_exact(size).zip(out.chunks_exact_mut(256)) {
@@ -218,21 +219,13 @@ mod x86_grid {
 
     /// `[s0, s0, s1, s1, s2, s2, s3, s3] * dy`: each group's scale over the two `i32` lanes of
     /// its eight values after `vpmaddwd`, times the activation block's scale.
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     fn lane_scales(scales: &[f32; 4], dy: f32) -> __m256 {
         // SAFETY: `scales` is four `f32`.
         let four = unsafe { _mm_loadu_ps(scales.as_ptr()) };
         let four = _mm_mul_ps(four, _mm_set1_ps(dy));
         let pairs = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
         _mm256_permutevar8x32_ps(_mm256_castps128_ps256(four), pairs)
-    }
-
-    /// The eight `f32` lanes of `v` summed.
-    #[target_feature(enable = "avx2,fma")]
-    fn hsum(v: __m256) -> f32 {
-        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
     }
 
     /// [`super::dot_q8`]: per 32 values (four groups) the four grid points multiplied with the
@@ -243,7 +236,7 @@ mod x86_grid {
     ///
     /// # Safety
     /// The CPU has AVX2; `y` holds eight blocks a super-block of `row`.
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn dot_q8(ty: GgmlType, row: &[u8], y: &[BlockQ8]) -> f32 {
         let shifted = shifted(ty);
         let (ones8, ones16) = (_mm256_set1_epi8(1), _mm256_set1_epi16(1));
@@ -277,7 +270,7 @@ mod x86_grid {
     ///
     /// # Safety
     /// The CPU has AVX2; `x` holds `JN` rows of `256 *` the row's super-blocks values.
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn row_f32<const JN: usize>(
         ty: GgmlType,
         row: &[u8],
@@ -307,28 +300,7 @@ mod x86_grid {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Super-blocks of random bytes with a sane scale.
-    fn random_blocks(ty: GgmlType, n: usize, seed: u64) -> Vec<u8> {
-        let mut state = seed;
-        let mut bytes: Vec<u8> = (0..n * ty.type_size())
-            .map(|_| {
-                state = state
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                (state >> 33) as u8
-            })
-            .collect();
-        let d = half::f16::from_f32(0.01).to_bits();
-        for block in bytes.chunks_exact_mut(ty.type_size()) {
-            if ty == GgmlType::IQ1_M {
-                quant::set_iq1_m_scale(block, d);
-            } else {
-                block[..2].copy_from_slice(&d.to_le_bytes());
-            }
-        }
-        bytes
-    }
+    use crate::tests::{Rng, random_bytes};
 
     /// The SIMD decoders give the scalar decoder's bits (which are ggml's:
     /// `kindle-gguf`'s `tests/ggml_quantizers.rs`), at every SIMD level this CPU runs.
@@ -336,7 +308,7 @@ mod tests {
     fn simd_decoders_give_the_scalar_bits() {
         use GgmlType::*;
         for ty in [IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M] {
-            let blocks = random_blocks(ty, 16, ty.id().into());
+            let blocks = random_bytes(ty, 16, 256, &mut Rng(ty.id().into()));
             let mut want = vec![0f32; 16 * 256];
             quant::dequantize(ty, &blocks, &mut want).unwrap();
             for simd in Simd::available() {

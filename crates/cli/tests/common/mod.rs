@@ -109,8 +109,40 @@ pub fn sha256_hex(path: &std::path::Path) -> String {
         .collect()
 }
 
+/// A GGUF model on the flex device with its kernels' activations in `format`.
+pub fn load_with_activations(
+    path: &std::path::Path,
+    format: kindle_model::ActivationFormat,
+) -> kindle_model::Llama {
+    let file =
+        kindle_gguf::GgufFile::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let model = kindle_model::Llama::load(&file, &kindle_model::OpenDevice::flex()).unwrap();
+    let options = model.kernels().options().with_activations(format);
+    model.with_kernels(kindle_model::Kernels::new(options))
+}
+
+/// The GGUF file `from` written to `to` with each tensor's bytes passed through `change`
+/// (metadata and shapes kept): a slightly wrong model, for a check that must catch it.
+pub fn rewrite_tensors(
+    from: &std::path::Path,
+    to: &std::path::Path,
+    mut change: impl FnMut(&kindle_gguf::TensorInfo, &mut [u8]),
+) {
+    let file = kindle_gguf::GgufFile::open(from).unwrap();
+    let mut w = kindle_gguf::GgufWriter::new();
+    for (key, value) in file.metadata() {
+        w = w.metadata(key.clone(), value.clone());
+    }
+    for t in file.tensors() {
+        let mut bytes = file.tensor_bytes(t).to_vec();
+        change(t, &mut bytes);
+        w = w.tensor(t.name.clone(), &t.dims, t.ty, bytes);
+    }
+    w.write(to).unwrap();
+}
+
 /// The prompts of a reference object (`{"name": {...}, ...}`), by name.
-pub fn named_prompts(prompts: &'static Value) -> Vec<(String, &'static Value)> {
+pub fn named_prompts(prompts: &Value) -> Vec<(String, &Value)> {
     prompts
         .as_object()
         .expect("prompts")
