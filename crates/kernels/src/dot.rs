@@ -187,19 +187,28 @@ impl Kernel {
     }
 
     /// How many times [`Activations::permuted`] holds each value: eight for the AVX2 `f32`
-    /// `Q4` kernels, which multiply a whole vector of one value (a load folded into the FMA;
-    /// a broadcast costs a Zen 3 half a cycle of a vector pipe), else one.
+    /// kernels of the packed types, which multiply a whole vector of one value (a load folded
+    /// into the FMA; a broadcast costs a Zen 3 half a cycle of a vector pipe), else one.
     pub fn copies(self) -> usize {
         if self.rows_in_lanes() { 8 } else { 1 }
     }
 
-    /// Whether this is an AVX2 `f32` `Q4` kernel (`x86::avx2::q4_1_f32`), which holds a
-    /// group's eight rows in the lanes and multiplies them by one activation at a time.
+    /// Whether this is an AVX2 `f32` kernel of a packed type (`x86::avx2::q4_1_f32`,
+    /// `x86_q5::q5_f32`, `x86_q6::q6_f32`), which holds a group's eight rows in the lanes and
+    /// multiplies them by one activation at a time.
     fn rows_in_lanes(self) -> bool {
         matches!(
             self,
             Kernel::F32 {
-                ty: GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K,
+                ty: GgmlType::Q4_0
+                    | GgmlType::Q4_1
+                    | GgmlType::Q4_K
+                    | GgmlType::Q5_0
+                    | GgmlType::Q5_1
+                    | GgmlType::Q5_K
+                    | GgmlType::Q6_K
+                    | GgmlType::Q3_K
+                    | GgmlType::Q2_K,
                 simd: Simd::Avx2 | Simd::Vnni,
             }
         )

@@ -18,8 +18,13 @@
 //!   broadcast, or `maddubs` (two vectors' products added in `i16`, at most `4 * 31 * 127`)
 //!   and one `madd`; one FMA by `d * y.d` and one by `m * y.s` per block column.
 //! - `f32` activations: each quant vector masked in place per byte of its 32-bit lanes and
-//!   converted (byte `p` at bit `8p`), times one activation broadcast, scaled by `2^-8p`
-//!   (`x86_shared::BYTE_SCALE`; every product exactly `q * x`), in four chains.
+//!   converted (byte `p` at bit `8p`), times one activation in every lane, scaled by `2^-8p`
+//!   (`x86_shared::BYTE_SCALE`; every product exactly `q * x`), in four chains. The AVX2
+//!   instance reads each activation in eight copies (`Kernel::copies`: a vector load folded
+//!   into the FMA, where a broadcast costs a Zen 3 half a cycle of a vector pipe; criterion,
+//!   one thread, best of two: `rows_q5_0_2048x640` one row 112 -> 110 us, two 194 -> 187,
+//!   nine 1273 -> 844; `Q6_K` 640 x 2048 134 -> 128, 297 -> 234, 1509 -> 1022); the
+//!   AVX-512VL one broadcasts.
 //!
 //! Every function requires AVX2, FMA and F16C (the caller checks them at run time), a whole
 //! group of `nb` block columns and activation rows of `nb` blocks.
@@ -201,7 +206,7 @@ q5_q8_kernel!(
 /// The `f32` kernel, once per instruction set: `avx2`, and `avx512` (AVX-512VL's 32
 /// registers and bit selects, still 256-bit vectors: eight rows in the lanes).
 macro_rules! q5_f32_kernel {
-    ($name:ident, $features:tt, $quants:ident) => {
+    ($name:ident, $features:tt, $quants:ident, $copies:literal) => {
         /// A `Q5_1` group (or another format `F` of its form) times `JN` rows of `f32`
         /// activations, each scaled by `x86_shared::BYTE_SCALE` (`xs`), with their sums per
         /// block (`sums`); the eight results of activation row `j` to `out[j]` in the lane
@@ -209,7 +214,7 @@ macro_rules! q5_f32_kernel {
         ///
         /// # Safety
         /// The instance's features; `w` holds `nb` block columns; each `xs[j]` `32 * nb`
-        /// values and each `sums[j]` `nb`.
+        /// values (each eight times over in the AVX2 instance) and each `sums[j]` `nb`.
         #[target_feature(enable = $features)]
         pub(crate) unsafe fn $name<const JN: usize, const F: u8>(
             w: *const u8,
@@ -236,8 +241,12 @@ macro_rules! q5_f32_kernel {
                             for p in 0..4 {
                                 let wv = _mm256_cvtepi32_ps(_mm256_and_si256(v, masks[p]));
                                 for j in 0..JN {
-                                    let x = *xs[j].get_unchecked(32 * b + 16 * h + 4 * c + p);
-                                    let x = _mm256_set1_ps(x);
+                                    let i = 32 * b + 16 * h + 4 * c + p;
+                                    let x = if $copies {
+                                        _mm256_loadu_ps(xs[j].as_ptr().add(8 * i))
+                                    } else {
+                                        _mm256_set1_ps(*xs[j].get_unchecked(i))
+                                    };
                                     part[j][p] = if c == 0 && h == 0 {
                                         _mm256_mul_ps(wv, x)
                                     } else {
@@ -264,8 +273,13 @@ macro_rules! q5_f32_kernel {
     };
 }
 
-q5_f32_kernel!(q5_f32, "avx2,fma,f16c", quants);
-q5_f32_kernel!(q5_f32_avx512, "avx2,fma,f16c,avx512f,avx512vl", quants_vl);
+q5_f32_kernel!(q5_f32, "avx2,fma,f16c", quants, true);
+q5_f32_kernel!(
+    q5_f32_avx512,
+    "avx2,fma,f16c,avx512f,avx512vl",
+    quants_vl,
+    false
+);
 
 /// Two 32-byte halves, from `a` and `b`, as one 512-bit vector.
 ///

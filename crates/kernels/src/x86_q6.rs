@@ -23,8 +23,9 @@
 //!   `4 * 63 * 127`) and one `madd`; the offset `32 * sum(a)` subtracted in `i32`, then one
 //!   multiply by each half's `d * sc` and one FMA by the block's `y.d`.
 //! - `f32` activations: each quant vector masked in place per byte of its 32-bit lanes and
-//!   converted (byte `p` at bit `8p`), times one activation broadcast, scaled by `2^-8p`
-//!   (`x86_shared::BYTE_SCALE`; every product exactly `q * x`), in four chains a half.
+//!   converted (byte `p` at bit `8p`), times one activation in every lane, scaled by `2^-8p`
+//!   (`x86_shared::BYTE_SCALE`; every product exactly `q * x`), in four chains a half;
+//!   the AVX2 instance reads each activation in eight copies, as `x86_q5`'s.
 //!
 //! Every function requires AVX2, FMA and F16C (the caller checks them at run time), a whole
 //! group of `nb` block columns (whole super-blocks) and activation rows of `nb` blocks.
@@ -410,7 +411,7 @@ q6_q8_kernel!(
 /// The `f32` kernel, once per instruction set: `avx2`, and `avx512` (AVX-512VL's 32
 /// registers and bit selects, still 256-bit vectors: eight rows in the lanes).
 macro_rules! q6_f32_kernel {
-    ($name:ident, $features:tt, $quants:ident) => {
+    ($name:ident, $features:tt, $quants:ident, $copies:literal) => {
         /// A packed `Q6_K` group times `JN` rows of `f32` activations, each scaled by
         /// `x86_shared::BYTE_SCALE` (`xs`), with their sums per 16 values (`sums`, two a
         /// block); the eight results of activation row `j` to `out[j]` in the lane order
@@ -418,7 +419,8 @@ macro_rules! q6_f32_kernel {
         ///
         /// # Safety
         /// The instance's features; `w` holds `nb` block columns (whole super-blocks); each
-        /// `xs[j]` `32 * nb` values and each `sums[j]` `2 * nb`.
+        /// `xs[j]` `32 * nb` values (each eight times over in the AVX2 instance) and each
+        /// `sums[j]` `2 * nb`.
         #[target_feature(enable = $features)]
         pub(crate) unsafe fn $name<const JN: usize, const F: u8>(
             w: *const u8,
@@ -444,8 +446,12 @@ macro_rules! q6_f32_kernel {
                             for p in 0..4 {
                                 let wv = _mm256_cvtepi32_ps(_mm256_and_si256(v, masks[p]));
                                 for j in 0..JN {
-                                    let x = *xs[j].get_unchecked(32 * b + 16 * h + 4 * c + p);
-                                    let x = _mm256_set1_ps(x);
+                                    let i = 32 * b + 16 * h + 4 * c + p;
+                                    let x = if $copies {
+                                        _mm256_loadu_ps(xs[j].as_ptr().add(8 * i))
+                                    } else {
+                                        _mm256_set1_ps(*xs[j].get_unchecked(i))
+                                    };
                                     part[j][h][p] = if c == 0 {
                                         _mm256_mul_ps(wv, x)
                                     } else {
@@ -479,8 +485,13 @@ macro_rules! q6_f32_kernel {
     };
 }
 
-q6_f32_kernel!(q6_f32, "avx2,fma,f16c", quants);
-q6_f32_kernel!(q6_f32_avx512, "avx2,fma,f16c,avx512f,avx512vl", quants_vl);
+q6_f32_kernel!(q6_f32, "avx2,fma,f16c", quants, true);
+q6_f32_kernel!(
+    q6_f32_avx512,
+    "avx2,fma,f16c,avx512f,avx512vl",
+    quants_vl,
+    false
+);
 
 /// [`q6_f32_avx512`] for two groups at once (`w` and `w + group_bytes`) in 16-lane vectors,
 /// as `x86_q5::q5_f32_x16`: each lane runs exactly the operations of the 8-lane kernel (the
