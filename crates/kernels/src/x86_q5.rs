@@ -33,7 +33,7 @@ use std::arch::x86_64::*;
 
 use super::columns::{SuperBlock, column, for_each_column};
 use super::prefetch::prefetch_range;
-use super::x86_shared::{Q8Block, Q8Rows};
+use super::x86_shared::{Q8Block, Q8Rows, activation};
 
 /// Quant vector `c` of the block column whose fifth bits (`qh`) start at `at`, and `qh`
 /// shifted so that the fifth bits of its values `4c + p` (then `16 + 4c + p`) lie at bit 4
@@ -242,11 +242,7 @@ macro_rules! q5_f32_kernel {
                                 let wv = _mm256_cvtepi32_ps(_mm256_and_si256(v, masks[p]));
                                 for j in 0..JN {
                                     let i = 32 * b + 16 * h + 4 * c + p;
-                                    let x = if $copies {
-                                        _mm256_loadu_ps(xs[j].as_ptr().add(8 * i))
-                                    } else {
-                                        _mm256_set1_ps(*xs[j].get_unchecked(i))
-                                    };
+                                    let x = activation::<$copies>(xs[j].as_ptr(), i);
                                     part[j][p] = if c == 0 && h == 0 {
                                         _mm256_mul_ps(wv, x)
                                     } else {

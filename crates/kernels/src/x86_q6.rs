@@ -37,7 +37,7 @@ use super::packed_low_k::{
     Q2_COLUMN_BYTES, Q3_COLUMN_BYTES, q2_scales_at, q2_sub_at, q3_scales_at, q3_sub_at,
 };
 use super::prefetch::{prefetch_ahead, prefetch_range};
-use super::x86_shared::Q8Block;
+use super::x86_shared::{Q8Block, activation};
 
 /// `JN` rows of 8-bit activation blocks for the `Q6_K` kernels: the blocks, their scales,
 /// and `32 *` the sum of each 16 quants (two a block: what the `-32` offset multiplies).
@@ -447,11 +447,7 @@ macro_rules! q6_f32_kernel {
                                 let wv = _mm256_cvtepi32_ps(_mm256_and_si256(v, masks[p]));
                                 for j in 0..JN {
                                     let i = 32 * b + 16 * h + 4 * c + p;
-                                    let x = if $copies {
-                                        _mm256_loadu_ps(xs[j].as_ptr().add(8 * i))
-                                    } else {
-                                        _mm256_set1_ps(*xs[j].get_unchecked(i))
-                                    };
+                                    let x = activation::<$copies>(xs[j].as_ptr(), i);
                                     part[j][h][p] = if c == 0 {
                                         _mm256_mul_ps(wv, x)
                                     } else {

@@ -1,6 +1,7 @@
 //! What the `Q5` and `Q6_K` group kernels (`x86_q5.rs`, `x86_q6.rs`) and the dense ones
 //! (`x86_dense.rs`) share: the view of an 8-bit activation block, rows of them, a lane sum,
-//! and the scaling of activations for values converted in place at bit `8p`. A leaf module.
+//! an activation in every lane, and the scaling of activations for values converted in place
+//! at bit `8p`. A leaf module.
 
 use std::arch::x86_64::*;
 
@@ -20,6 +21,24 @@ pub(crate) fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
+
+/// Activation `i` of a row in all eight lanes: read from its eight copies (`COPIES`, the
+/// layout of `Kernel::copies`: a load folded into the FMA), else broadcast from the one value.
+///
+/// # Safety
+/// `x` holds value `i` (eight times over, with `COPIES`).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(crate) unsafe fn activation<const COPIES: bool>(x: *const f32, i: usize) -> __m256 {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        if COPIES {
+            _mm256_loadu_ps(x.add(8 * i))
+        } else {
+            _mm256_broadcast_ss(&*x.add(i))
+        }
+    }
 }
 
 /// The factor each activation of a block is scaled by for the `Q5` and `Q6_K` `f32` kernels
