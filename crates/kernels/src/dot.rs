@@ -125,22 +125,7 @@ impl Kernel {
 
     /// Whether the kernel reads [`Activations::permuted`] and [`Activations::block_sums`].
     pub fn wants_permuted(self, packed: bool) -> bool {
-        match self {
-            Kernel::F32 {
-                ty:
-                    GgmlType::Q4_0
-                    | GgmlType::Q4_1
-                    | GgmlType::Q5_0
-                    | GgmlType::Q5_1
-                    | GgmlType::Q4_K
-                    | GgmlType::Q5_K
-                    | GgmlType::Q6_K
-                    | GgmlType::Q3_K
-                    | GgmlType::Q2_K,
-                simd,
-            } => packed && simd.any(),
-            _ => false,
-        }
+        matches!(self, Kernel::F32 { ty, simd } if packed && simd.any() && lane_f32(ty))
     }
 
     /// The order and scaling of each 32-value block of [`Activations::permuted`], and the
@@ -197,21 +182,7 @@ impl Kernel {
     /// `x86_q5::q5_f32`, `x86_q6::q6_f32`), which holds a group's eight rows in the lanes and
     /// multiplies them by one activation at a time.
     fn rows_in_lanes(self) -> bool {
-        matches!(
-            self,
-            Kernel::F32 {
-                ty: GgmlType::Q4_0
-                    | GgmlType::Q4_1
-                    | GgmlType::Q4_K
-                    | GgmlType::Q5_0
-                    | GgmlType::Q5_1
-                    | GgmlType::Q5_K
-                    | GgmlType::Q6_K
-                    | GgmlType::Q3_K
-                    | GgmlType::Q2_K,
-                simd: Simd::Avx2 | Simd::Vnni,
-            }
-        )
+        matches!(self, Kernel::F32 { ty, simd: Simd::Avx2 | Simd::Vnni } if lane_f32(ty))
     }
 
     /// `out[(r - start) * m + j] = row r . activation row j` for `r` in `start..end`
@@ -437,10 +408,7 @@ impl Kernel {
         // The activation rows' slices in the forms the kernel reads, made once for all the
         // groups (a form not prepared for this kernel is left alone).
         let int8 = matches!(self, Kernel::Int8 { .. });
-        let permuted = !int8
-            && (q5(ty)
-                || k_quant(ty)
-                || matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K));
+        let permuted = !int8 && lane_f32(ty);
         let f32_rows: [&[f32]; JN] = row_slices(acts.f32, j0, cols, true);
         let xs: [&[f32]; JN] = row_slices(acts.permuted, j0, cols * self.copies(), permuted);
         // `Q6_K`'s (`Q3_K`'s, `Q2_K`'s) sums are per 16 values.
@@ -656,6 +624,13 @@ fn row_slices<T, const JN: usize>(v: &[T], j0: usize, width: usize, read: bool) 
 /// `Q4_1` and `Q5` group kernels).
 fn k_quant(ty: GgmlType) -> bool {
     matches!(ty, GgmlType::Q6_K | GgmlType::Q3_K | GgmlType::Q2_K)
+}
+
+/// Whether `ty`'s `f32` SIMD group kernels take [`Activations::permuted`] and
+/// [`Activations::block_sums`] (the rows in the lanes, or in AVX-512's own forms): `Q4_0`,
+/// `Q4_1`, `Q4_K` (`x86.rs`), the [`q5`] types and the [`k_quant`] ones.
+fn lane_f32(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K) || q5(ty) || k_quant(ty)
 }
 
 /// Whether `ty` is `Q5_0`, `Q5_1` or `Q5_K` (packed; SIMD group kernels in `x86_q5.rs`).
