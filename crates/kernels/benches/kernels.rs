@@ -223,13 +223,13 @@ fn memory_baseline(c: &mut Criterion) {
     group.finish();
 }
 
-/// Gemma-3-270M's prefill shapes (one 256-row slice of a prompt, as the host executor runs
+/// Gemma-3-270M's prefill shapes (one 512-row slice of a prompt, as the host executor runs
 /// it), in multiply-adds per second: `cargo bench -p kindle-kernels --bench kernels -- prefill`.
 /// `F32` runs the prefill product; `Int8` the integer group kernels on packed types, the
 /// prefill product on the others.
 fn prefill(c: &mut Criterion) {
     use ActivationFormat::{F32, Int8};
-    let m = 256;
+    let m = 512;
     for (ty, rows, cols) in [
         (GgmlType::Q5_0, 2048, 640),
         (GgmlType::Q5_0, 1024, 640),

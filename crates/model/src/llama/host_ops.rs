@@ -24,7 +24,7 @@ use crate::error::ModelError;
 use crate::linear::{DENSE_PREFILL_ROWS, LinearWeight, QLinear};
 
 /// Most rows of one sequence that [`forward_batch_host`] runs through at once.
-pub(super) const HOST_UBATCH: usize = 256;
+pub(super) const HOST_UBATCH: usize = 512;
 
 /// Whether the host executor can run a model of these weights: every matrix (and the
 /// embeddings, `extra`: the output head and learned positions when there are) quantized,
@@ -282,7 +282,11 @@ pub(super) fn host_path_applies(
 /// arithmetic row by row (the kernels give a row the same bits in any prefill of 32 rows or
 /// more), with buffers half the size for a 512-token prompt (a few MB less resident).
 /// 256 rows: against 128, Gemma-3's pp512 went about 330 -> 370 tok/s at one thread (its
-/// weights dequantised half as often), SmolLM2's the same.
+/// weights dequantised half as often), SmolLM2's the same. 512 rows (llama.cpp's default
+/// micro-batch), against 256 on a Zen 4: Gemma-3's pp512 369-403 -> 415-425 tok/s at one
+/// thread, 738-742 -> 707-787 at two (its dequantisation about 7% of a pass at 256), SmolLM2's
+/// 374 -> 381-385 and the same at two; peak RSS 8-15 MB more (docs/performance.md,
+/// 2026-11-30 (6)).
 pub(super) fn forward_batch_host(
     model: &Model<'_>,
     kernels: &Kernels,
