@@ -147,9 +147,10 @@ impl Kernel {
         }
         #[cfg(target_arch = "x86_64")]
         if let Kernel::F32 { simd, .. } = self
-            && simd != Simd::Avx512
+            && q4_in_lanes(simd)
         {
-            // The AVX2 kernels' transposed words (`x86::Q4_LANE_ORDER`).
+            // The AVX2 kernels' transposed words (`x86::Q4_LANE_ORDER`), which the AVX-512
+            // one of a CPU that splits 512-bit operations reads too (`x86::q4_512`).
             return (super::x86::Q4_LANE_ORDER, super::x86::Q4_SCALE, 32);
         }
         // The AVX-512 kernels look the weights up as `d * q` and need no scaling.
@@ -328,6 +329,7 @@ impl Kernel {
             if matches!(self, Kernel::F32 { .. })
                 && simd == Simd::Avx512
                 && super::x86_512::covers(ty)
+                && !(q4(ty) && q4_in_lanes(simd))
             {
                 let rows = (acts.f32, acts.permuted, acts.block_sums);
                 // SAFETY: AVX-512 was detected (or is below what was), `data` holds `groups`
@@ -337,9 +339,12 @@ impl Kernel {
             }
             // Blocks of 32 values per row (a `Q4_K` super-block column holds eight).
             let (m, nb) = (acts.m, acts.cols / 32);
+            // Even shares of at most `max_batch` rows (nine rows of the AVX-512 `f32` `Q4`
+            // kernel as 3 + 3 + 3, not 4 + 4 + 1).
+            let per_call = m.div_ceil(m.div_ceil(self.max_batch()));
             let mut j = 0;
             while j < m {
-                let jn = (m - j).min(self.max_batch());
+                let jn = (m - j).min(per_call);
                 // SAFETY: `simd` was detected (or is below what was), `data` holds whole groups
                 // of `nb` block columns, and every activation row holds `nb` blocks.
                 unsafe {
@@ -367,7 +372,8 @@ impl Kernel {
 
     /// How many activation rows the group kernel takes at once: eight, or for the `Q5` and
     /// `Q6_K` (`Q3_K`, `Q2_K`) kernels and the AVX2 `f32` `Q4` ones (rows in the lanes,
-    /// several chains of partial sums a row) four (8-bit) or two (`f32`).
+    /// several chains of partial sums a row) four (8-bit) or two (`f32`; four for the
+    /// 16-lane AVX-512 `Q4` one, with its 32 registers).
     #[cfg(target_arch = "x86_64")]
     fn max_batch(self) -> usize {
         // Four chains of partial sums a row (`x86::avx2::q4_1_f32`): three or four rows at a
@@ -378,6 +384,9 @@ impl Kernel {
         match self {
             Kernel::F32 { ty, .. } if iq4(ty) => 4,
             Kernel::Int8 { ty, .. } if k_quant(ty) || q5(ty) => 4,
+            // Four chains a row: five rows spill (Zen 4, criterion `rows_q4_1_1536x576`: 5, 6
+            // and 16 rows 114 / 148 / 391 us at most six a call, 120 / 136 / 348 at four).
+            Kernel::F32 { ty, simd } if q4(ty) && q4_in_lanes(simd) => 4,
             Kernel::F32 { ty, .. } if k_quant(ty) || q5(ty) => 2,
             _ => MAX_JN,
         }
@@ -444,32 +453,39 @@ impl Kernel {
         let group_bytes = data.len() / groups.max(1);
         let mut first = 0;
         // (`Q3_K` and `Q2_K` run the 8-lane kernel.)
-        let x16 = q5(ty) || ty == GgmlType::Q6_K;
+        let x16 = q5(ty) || ty == GgmlType::Q6_K || (q4(ty) && q4_in_lanes(simd));
         if matches!(self, Kernel::F32 { .. }) && simd == Simd::Avx512 && x16 {
             // Two groups at a time in 16-lane vectors, each lane with the 8-lane kernel's
-            // arithmetic (a group left over runs that).
-            use super::columns::{Q5_0, Q5_1, Q5_K};
-            while first + 2 <= groups {
+            // arithmetic (a group left over runs that; for `Q4`, the 16-lane kernel with the
+            // group as both halves).
+            use super::columns::{Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K};
+            use super::x86::q4_512::q4_f32_x16;
+            while first + 2 <= groups || (q4(ty) && first < groups) {
                 let w = data[first * group_bytes..].as_ptr();
                 let mut res = [[0f32; 16]; JN];
                 let out = &mut res;
-                let gb = group_bytes;
-                // SAFETY: forwarded from the caller; groups `first` and `first + 1` exist.
+                let gb = if first + 2 <= groups { group_bytes } else { 0 };
+                // SAFETY: forwarded from the caller; groups `first` and `first + 1` exist
+                // (or `gb` is zero).
                 unsafe {
                     match ty {
+                        GgmlType::Q4_0 => q4_f32_x16::<JN, Q4_0>(w, gb, nb, xs, sums, out),
+                        GgmlType::Q4_1 => q4_f32_x16::<JN, Q4_1>(w, gb, nb, xs, sums, out),
+                        GgmlType::Q4_K => q4_f32_x16::<JN, Q4_K>(w, gb, nb, xs, sums, out),
                         GgmlType::Q6_K => super::x86_q6::q6_f32_x16::<JN>(w, gb, nb, xs, sums, out),
                         GgmlType::Q5_0 => x86_q5::q5_f32_x16::<JN, Q5_0>(w, gb, nb, xs, sums, out),
                         GgmlType::Q5_1 => x86_q5::q5_f32_x16::<JN, Q5_1>(w, gb, nb, xs, sums, out),
                         _ => x86_q5::q5_f32_x16::<JN, Q5_K>(w, gb, nb, xs, sums, out),
                     }
                 }
+                let pair = if gb == 0 { 1 } else { 2 };
                 for (jj, lanes) in res.iter().enumerate() {
-                    for (s, &v) in lanes.iter().enumerate() {
+                    for (s, &v) in lanes[..GROUP * pair].iter().enumerate() {
                         let row = GROUP * (first + s / GROUP) + packed::LANE_ROWS[s % GROUP];
                         dst[row * m + j0 + jj] = v;
                     }
                 }
-                first += 2;
+                first += pair;
             }
         }
         for g in first..groups {
@@ -630,7 +646,20 @@ fn k_quant(ty: GgmlType) -> bool {
 /// [`Activations::block_sums`] (the rows in the lanes, or in AVX-512's own forms): `Q4_0`,
 /// `Q4_1`, `Q4_K` (`x86.rs`), the [`q5`] types and the [`k_quant`] ones.
 fn lane_f32(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K) || q5(ty) || k_quant(ty)
+    q4(ty) || q5(ty) || k_quant(ty)
+}
+
+/// Whether the `f32` `Q4` kernels of `simd` hold a group's rows in the lanes: AVX2 always;
+/// AVX-512 where the CPU runs 512-bit operations in halves (`x86::q4_512`; elsewhere
+/// `x86_512`'s look-up kernels).
+#[cfg(target_arch = "x86_64")]
+fn q4_in_lanes(simd: Simd) -> bool {
+    simd != Simd::Avx512 || super::simd::avx512_in_halves()
+}
+
+/// Whether `ty` is `Q4_0`, `Q4_1` or `Q4_K` (packed as `Q4_1` groups).
+fn q4(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K)
 }
 
 /// Whether `ty` is `Q5_0`, `Q5_1` or `Q5_K` (packed; SIMD group kernels in `x86_q5.rs`).

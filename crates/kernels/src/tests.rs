@@ -605,12 +605,15 @@ fn products_run_together_give_the_bits_of_products_run_alone() {
 
 #[test]
 fn sixteen_lane_pairs_of_groups_give_the_bits_of_single_groups() {
-    // AVX-512 `f32` products of `Q5` and `Q6_K` run two groups at a time in 16-lane vectors
-    // and a group left over alone: a row's bits must not depend on which. Here the same rows
-    // are computed from group 0 (pairs 0+1, 2+3, group 4 alone) and from group 1 (pairs
-    // 1+2, 3+4), so that every group runs in both places.
+    // AVX-512 `f32` products of `Q4`, `Q5` and `Q6_K` run two groups at a time in 16-lane
+    // vectors and a group left over alone: a row's bits must not depend on which. Here the
+    // same rows are computed from group 0 (pairs 0+1, 2+3, group 4 alone) and from group 1
+    // (pairs 1+2, 3+4), so that every group runs in both places.
     let mut rng = Rng(1616);
     for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q4_K,
         GgmlType::Q5_0,
         GgmlType::Q5_1,
         GgmlType::Q5_K,
@@ -633,6 +636,42 @@ fn sixteen_lane_pairs_of_groups_give_the_bits_of_single_groups() {
             let (all, shifted) = (from(0), from(8));
             assert_eq!(&all[8 * m..], &shifted[..], "{ty:?} {simd:?}");
             assert!(all.iter().all(|v| v.is_finite()), "{ty:?} {simd:?}");
+        }
+    }
+}
+
+#[test]
+fn the_avx512_q4_kernel_gives_the_bits_of_the_avx2_one() {
+    // `x86::q4_512::q4_f32_x16` runs the AVX2 `f32` `Q4` kernel's operations in each lane, so
+    // a row has the same bits at either level (checked where the CPU runs it: AVX-512 in
+    // 256-bit halves; elsewhere the AVX-512 level looks the weights up, `x86_512.rs`).
+    if !Simd::available().contains(&Simd::Avx512) || !crate::simd::avx512_in_halves() {
+        eprintln!("this CPU does not run the 16-lane `Q4` kernel");
+        return;
+    }
+    let mut rng = Rng(4512);
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4_K] {
+        let (rows, cols) = (40, 512);
+        let w = random_matrix(ty, rows, cols, &mut rng);
+        for m in [1, 2, 3, 5, 9] {
+            let x: Vec<f32> = (0..m * cols).map(|_| rng.float()).collect();
+            let run = |simd: Simd| {
+                let kernel = Kernel::select_simd(ty, ActivationFormat::F32, simd);
+                let prepared = Prepared::new(kernel, true, &x, cols, RowArithmetic::Decode);
+                let acts = prepared.activations(&x, cols, m);
+                let mut out = vec![f32::NAN; rows * m];
+                with_permuted(kernel, prepared.permute, &acts, |acts| {
+                    kernel.rows(&w.weights(), acts, 0, rows, &mut out)
+                });
+                out
+            };
+            let (avx2, avx512) = (run(Simd::Avx2), run(Simd::Avx512));
+            assert!(avx2.iter().all(|v| v.is_finite()), "{ty:?} m={m}");
+            assert_eq!(
+                avx2.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                avx512.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{ty:?} m={m}"
+            );
         }
     }
 }

@@ -3,6 +3,8 @@
 
 use std::arch::x86_64::*;
 
+pub(crate) mod q4_512;
+
 use super::q8::BlockQ8;
 
 /// A little-endian `f16` at `p`, widened with F16C.

@@ -1,6 +1,8 @@
 //! The `f32` group kernels of `Q4_1`, `Q4_0`, `Q4_K` and `Q8_0` with 16-lane AVX-512 vectors
 //! and 32 registers: each pair of a weight row and an activation row keeps 16 lanes of
-//! partial sums until the end instead of reducing them per block.
+//! partial sums until the end instead of reducing them per block. (On a CPU that runs 512-bit
+//! operations as two halves, AMD's Zen 4, the `Q4` types run `x86::q4_512`'s kernel instead:
+//! `dot::q4_in_lanes`.)
 //!
 //! **The arithmetic.** `Q4`: a weight row's 32 values of a block are looked up (`vpermps`, by
 //! the nibble) in a table of `d * q` for `q` in `0..16`, exact (`d` has an 11-bit
