@@ -38,3 +38,17 @@ pub(crate) fn prefetch_range(at: *const u8, bytes: usize) {
         offset += 64;
     }
 }
+
+/// For a 16-lane kernel on two groups (`w1` the second, `group_bytes` on from the first): asks
+/// for block column `b` (`column_bytes`) of the next pair's second group. That group's stream
+/// starts cold at each pair (its own prefetch runs ahead within it, the first group's into it
+/// only later). Nothing when `group_bytes` is zero (a group run alone).
+#[inline(always)]
+pub(crate) fn prefetch_next_pair(w1: *const u8, group_bytes: usize, column_bytes: usize, b: usize) {
+    if group_bytes != 0 {
+        prefetch_range(
+            w1.wrapping_add(2 * group_bytes + b * column_bytes),
+            column_bytes,
+        );
+    }
+}

@@ -32,7 +32,7 @@
 use std::arch::x86_64::*;
 
 use super::columns::{SuperBlock, column, for_each_column};
-use super::prefetch::prefetch_range;
+use super::prefetch::prefetch_next_pair;
 use super::x86_shared::{Q8Block, Q8Rows, activation};
 
 /// Quant vector `c` of the block column whose fifth bits (`qh`) start at `at`, and `qh`
@@ -291,6 +291,32 @@ pub(crate) unsafe fn join(a: *const u8, b: *const u8) -> __m512i {
     }
 }
 
+/// Block column `b` of a pair of groups (`w`, and `w1` = `w + group_bytes`) in format `F`,
+/// for a 16-lane kernel: where each group's column starts, and the sixteen rows' `d` and `m`
+/// (the first group's in the low lanes), after asking for the next pair's column
+/// ([`prefetch_next_pair`]). Columns in order from 0, as [`column()`].
+///
+/// # Safety
+/// As [`column()`], for both groups.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+#[inline]
+pub(crate) unsafe fn pair_column<const F: u8>(
+    (w, w1): (*const u8, *const u8),
+    (group_bytes, column_bytes): (usize, usize),
+    b: usize,
+    sb: &mut [SuperBlock; 2],
+) -> ([*const u8; 2], __m512, __m512) {
+    prefetch_next_pair(w1, group_bytes, column_bytes, b);
+    // SAFETY: forwarded from the caller.
+    let ((at0, d0, m0), (at1, d1, m1)) = unsafe {
+        (
+            column::<F>(w, b, &mut sb[0]),
+            column::<F>(w1, b, &mut sb[1]),
+        )
+    };
+    ([at0, at1], join_ps(d0, d1), join_ps(m0, m1))
+}
+
 /// Two 8-lane vectors as one 16-lane vector.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
 #[inline]
@@ -330,16 +356,8 @@ pub(crate) unsafe fn q5_f32_x16<const JN: usize, const F: u8>(
         // SAFETY: block column `b` lies within both groups; activation block `b` within
         // `32 * nb` values and `nb` sums.
         unsafe {
-            // The second group's stream starts cold at each pair (its own prefetch runs ahead
-            // within it, the first group's into it only later): ask for the same column of
-            // the next pair's second group now.
-            prefetch_range(
-                w1.wrapping_add(2 * group_bytes + b * column_bytes),
-                column_bytes,
-            );
-            let (at0, d0, m0) = column::<F>(w, b, &mut sb[0]);
-            let (at1, d1, m1) = column::<F>(w1, b, &mut sb[1]);
-            let (d, m) = (join_ps(d0, d1), join_ps(m0, m1));
+            let ([at0, at1], d, m) =
+                pair_column::<F>((w, w1), (group_bytes, column_bytes), b, &mut sb);
             let qh = join(at0, at1);
             let mut part = [[_mm512_setzero_ps(); 4]; JN];
             for c in 0..4 {

@@ -36,7 +36,7 @@ use super::packed::{Q6_COLUMN_BYTES, q6_scales_at, q6_sub_at};
 use super::packed_low_k::{
     Q2_COLUMN_BYTES, Q3_COLUMN_BYTES, q2_scales_at, q2_sub_at, q3_scales_at, q3_sub_at,
 };
-use super::prefetch::{prefetch_ahead, prefetch_range};
+use super::prefetch::{prefetch_ahead, prefetch_next_pair};
 use super::x86_shared::{Q8Block, activation};
 
 /// `JN` rows of 8-bit activation blocks for the `Q6_K` kernels: the blocks, their scales,
@@ -521,13 +521,7 @@ pub(crate) unsafe fn q6_f32_x16<const JN: usize>(
         // SAFETY: block column `b` lies within both groups; activation block `b` within
         // `32 * nb` values and `2 * nb` sums.
         unsafe {
-            // The second group's stream starts cold at each pair (its own prefetch runs ahead
-            // within it, the first group's into it only later): ask for the same column of
-            // the next pair's second group now.
-            prefetch_range(
-                w1.wrapping_add(2 * group_bytes + b * column_bytes),
-                column_bytes,
-            );
+            prefetch_next_pair(w1, group_bytes, column_bytes, b);
             let Column {
                 at: at0,
                 scale: [d0_lo, d0_hi],

@@ -13,9 +13,8 @@
 
 use std::arch::x86_64::*;
 
-use crate::columns::{SuperBlock, column, for_each_column};
-use crate::prefetch::prefetch_range;
-use crate::x86_q5::{join, join_ps};
+use crate::columns::{SuperBlock, for_each_column};
+use crate::x86_q5::{join, pair_column};
 
 /// Groups `w` and `w + group_bytes` (`Q4` format `F`, `nb` block columns each) times `JN`
 /// activation rows in the AVX2 `f32` kernel's order (`x86::Q4_LANE_ORDER`, scaled by
@@ -50,17 +49,8 @@ pub(crate) unsafe fn q4_f32_x16<const JN: usize, const F: u8>(
         // SAFETY: block column `b` lies within both groups (128 quant bytes at each `qs`);
         // activation block `b` within `32 * nb` values and `nb` sums.
         unsafe {
-            // The second group's stream starts cold at each pair: ask for the same column of
-            // the next pair's second group now (as `x86_q5::q5_f32_x16`).
-            if group_bytes != 0 {
-                prefetch_range(
-                    w1.wrapping_add(2 * group_bytes + b * column_bytes),
-                    column_bytes,
-                );
-            }
-            let (qs0, d0, m0) = column::<F>(w, b, &mut sb[0]);
-            let (qs1, d1, m1) = column::<F>(w1, b, &mut sb[1]);
-            let (d, m) = (join_ps(d0, d1), join_ps(m0, m1));
+            let ([qs0, qs1], d, m) =
+                pair_column::<F>((w, w1), (group_bytes, column_bytes), b, &mut sb);
             let pair = |i: usize| join(qs0.add(32 * i), qs1.add(32 * i));
             let (r01, r23, r45, r67) = (pair(0), pair(1), pair(2), pair(3));
             // Within each 128-bit lane as the AVX2 kernel: word g of rows (0, 2, 4, 6 | 1, 3,
