@@ -603,6 +603,20 @@ fn products_run_together_give_the_bits_of_products_run_alone() {
     }
 }
 
+/// Rows `start..` of packed matrix `w` times the `m` activation rows `x`, by the `f32`
+/// decode kernel of level `simd` (`[rows - start, m]`).
+fn f32_rows_at(w: &QuantMatrix, simd: Simd, x: &[f32], m: usize, start: usize) -> Vec<f32> {
+    let (rows, cols) = (w.rows(), x.len() / m);
+    let kernel = Kernel::select_simd(w.ty(), ActivationFormat::F32, simd);
+    let prepared = Prepared::new(kernel, true, x, cols, RowArithmetic::Decode);
+    let acts = prepared.activations(x, cols, m);
+    let mut out = vec![f32::NAN; (rows - start) * m];
+    with_permuted(kernel, prepared.permute, &acts, |acts| {
+        kernel.rows(&w.weights(), acts, start, rows, &mut out)
+    });
+    out
+}
+
 #[test]
 fn sixteen_lane_pairs_of_groups_give_the_bits_of_single_groups() {
     // AVX-512 `f32` products of `Q4`, `Q5` and `Q6_K` run two groups at a time in 16-lane
@@ -623,16 +637,7 @@ fn sixteen_lane_pairs_of_groups_give_the_bits_of_single_groups() {
         let w = random_matrix(ty, rows, cols, &mut rng);
         let x: Vec<f32> = (0..m * cols).map(|_| rng.float()).collect();
         for simd in Simd::available() {
-            let kernel = Kernel::select_simd(ty, ActivationFormat::F32, simd);
-            let prepared = Prepared::new(kernel, true, &x, cols, RowArithmetic::Decode);
-            let acts = prepared.activations(&x, cols, m);
-            let from = |start: usize| {
-                let mut out = vec![f32::NAN; (rows - start) * m];
-                with_permuted(kernel, prepared.permute, &acts, |acts| {
-                    kernel.rows(&w.weights(), acts, start, rows, &mut out)
-                });
-                out
-            };
+            let from = |start: usize| f32_rows_at(&w, simd, &x, m, start);
             let (all, shifted) = (from(0), from(8));
             assert_eq!(&all[8 * m..], &shifted[..], "{ty:?} {simd:?}");
             assert!(all.iter().all(|v| v.is_finite()), "{ty:?} {simd:?}");
@@ -655,16 +660,7 @@ fn the_avx512_q4_kernel_gives_the_bits_of_the_avx2_one() {
         let w = random_matrix(ty, rows, cols, &mut rng);
         for m in [1, 2, 3, 5, 9] {
             let x: Vec<f32> = (0..m * cols).map(|_| rng.float()).collect();
-            let run = |simd: Simd| {
-                let kernel = Kernel::select_simd(ty, ActivationFormat::F32, simd);
-                let prepared = Prepared::new(kernel, true, &x, cols, RowArithmetic::Decode);
-                let acts = prepared.activations(&x, cols, m);
-                let mut out = vec![f32::NAN; rows * m];
-                with_permuted(kernel, prepared.permute, &acts, |acts| {
-                    kernel.rows(&w.weights(), acts, 0, rows, &mut out)
-                });
-                out
-            };
+            let run = |simd: Simd| f32_rows_at(&w, simd, &x, m, 0);
             let (avx2, avx512) = (run(Simd::Avx2), run(Simd::Avx512));
             assert!(avx2.iter().all(|v| v.is_finite()), "{ty:?} m={m}");
             assert_eq!(
