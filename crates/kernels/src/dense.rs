@@ -64,17 +64,25 @@ pub(crate) fn in_place(ty: GgmlType, simd: Simd, row: &[u8]) -> Option<Dense<'_>
     }
 }
 
-/// How many weight rows of a dense matrix one tile takes for `m` activation rows at `simd`:
-/// the AVX2 kernels keep an accumulator per weight row and activation row of a call, and
+/// How many weight rows of a dense matrix one tile takes for `m` activation rows at `simd`.
+/// The AVX2 kernels keep an accumulator per weight row and activation row of a call, and
 /// take the activation rows in threes (twos where three would leave one), so four weight
 /// rows for one, two or four activation rows, three otherwise: at most nine accumulators,
 /// three activation vectors and a weight vector in the 16 registers (four rows by three
 /// spilled: 16.7 against 12.5 ms in the measurement of `x86_dense.rs`'s prefetch comment,
 /// `docs/performance.md` 2026-11-29 (8); eight rows for one activation row, to hide the
-/// FMA's latency better, was no faster from memory). One row a tile elsewhere.
+/// FMA's latency better, was no faster from memory). The AVX-512 `f16` one takes the
+/// activation rows in even shares of at most nine ([`share_512`]) and as many weight rows
+/// as leave the `W * J` accumulators, `W` weight vectors and an activation vector within 32
+/// registers, at most four ([`tile_512`]); the AVX-512 `f32` and `bf16` ones run a row at a
+/// time whatever the tile. One row a tile elsewhere.
 pub(crate) fn dense_tile(simd: Simd, m: usize) -> usize {
     #[cfg(target_arch = "x86_64")]
-    if simd.any() && simd != Simd::Avx512 {
+    if simd == Simd::Avx512 {
+        return tile_512(share_512(m));
+    }
+    #[cfg(target_arch = "x86_64")]
+    if simd.any() {
         return match m {
             1 | 2 | 4 => 4,
             _ => 3,
@@ -84,12 +92,82 @@ pub(crate) fn dense_tile(simd: Simd, m: usize) -> usize {
     1
 }
 
+/// The most activation rows an AVX-512 dense call takes.
+const J_MAX_512: usize = 9;
+
+/// The largest share of `m` activation rows split evenly into calls of at most
+/// [`J_MAX_512`] (the others are one smaller).
+fn share_512(m: usize) -> usize {
+    m.div_ceil(m.div_ceil(J_MAX_512))
+}
+
+/// Weight rows of an AVX-512 dense tile whose calls take at most `j` activation rows: `W`
+/// with `W * j + W + 1 <= 32` registers, at most four (eight for one activation row was
+/// 2-8% slower from memory at one thread, see `x86_dense.rs`'s prefetch comment; at most
+/// four cost 1-5% on products within the caches, criterion `rows_f16_*_m2` to `m5`).
+fn tile_512(j: usize) -> usize {
+    (31 / (j + 1)).min(4)
+}
+
+/// `out[w * m + j] = a_w . x_j` for `f32` or `bf16` weight rows at AVX-512: a row and up to
+/// twelve activation rows a call (`x86_dense::dot_f32_rows_avx512`), whatever the tile.
+#[cfg(target_arch = "x86_64")]
+fn rows_512(a: Dense<'_>, cols: usize, xs: &[f32], out: &mut [f32]) {
+    use super::x86_dense as x86;
+    let m = xs.len() / cols;
+    for w in 0..a.len() / cols {
+        let a = a.row(w, cols);
+        let out = &mut out[w * m..(w + 1) * m];
+        let mut j = 0;
+        while j < m {
+            let jn = (m - j).min(12);
+            let o = &mut out[j..j + jn];
+            let x = |jj: usize| &xs[(j + jj) * cols..(j + jj + 1) * cols];
+            macro_rules! call {
+                ($n:literal) => {{
+                    let bs: [&[f32]; $n] = std::array::from_fn(x);
+                    // SAFETY: `Avx512` is only chosen when AVX2, FMA, F16C and AVX-512F, BW
+                    // and VL were detected; every activation row holds `cols` values and `o`
+                    // holds `$n`.
+                    unsafe {
+                        match a {
+                            Dense::F32(a) => x86::dot_f32_rows_avx512::<$n>(a, bs, o),
+                            // (`dot_rows` gives `f16` rows to the tiles; this keeps it total.)
+                            Dense::F16(a) => {
+                                let mut t = [[0f32; $n]; 1];
+                                x86::dot_f16_tile_avx512::<1, $n>(a, cols, bs, &mut t, false);
+                                o.copy_from_slice(&t[0]);
+                            }
+                            Dense::Bf16(a) => x86::dot_bf16_rows_avx512::<$n>(a, bs, o),
+                        }
+                    }
+                }};
+            }
+            match jn {
+                1 => call!(1),
+                2 => call!(2),
+                3 => call!(3),
+                4 => call!(4),
+                5 => call!(5),
+                6 => call!(6),
+                7 => call!(7),
+                8 => call!(8),
+                9 => call!(9),
+                10 => call!(10),
+                11 => call!(11),
+                _ => call!(12),
+            }
+            j += jn;
+        }
+    }
+}
+
 /// `out[w * m + j] = a_w . x_j` for the weight rows `a_w` of a tile (`a`, rows of `cols`
 /// values one after another) and the `m` activation rows `x_j` of `xs`, each output with
 /// the same arithmetic whatever the tile and `m` (so a row has the same bits alone and in a
-/// batch). The AVX2 kernels read each weight vector once for up to three activation rows
-/// and each activation vector once for the tile's weight rows (and widen `f16` in
-/// registers); AVX-512 ones take one weight row and up to twelve activation rows a call.
+/// batch). The kernels read each weight vector once for the activation rows of a call
+/// (and widen `f16` in registers) and each activation vector once for the tile's weight
+/// rows; a tile cut short by the end of a range runs a row at a time.
 pub(crate) fn dot_rows(simd: Simd, a: Dense<'_>, cols: usize, xs: &[f32], out: &mut [f32]) {
     let tile = a.len() / cols;
     let m = xs.len() / cols;
@@ -97,45 +175,65 @@ pub(crate) fn dot_rows(simd: Simd, a: Dense<'_>, cols: usize, xs: &[f32], out: &
     #[cfg(target_arch = "x86_64")]
     if simd == Simd::Avx512 {
         use super::x86_dense as x86;
-        for w in 0..tile {
-            let a = a.row(w, cols);
-            let out = &mut out[w * m..(w + 1) * m];
-            let mut j = 0;
-            while j < m {
-                let jn = (m - j).min(12);
-                let o = &mut out[j..j + jn];
-                let x = |jj: usize| &xs[(j + jj) * cols..(j + jj + 1) * cols];
-                macro_rules! call {
-                    ($n:literal) => {{
-                        let bs: [&[f32]; $n] = std::array::from_fn(x);
-                        // SAFETY: `Avx512` is only chosen when AVX2, FMA, F16C and AVX-512F
-                        // were detected; every activation row holds `cols` values and `o`
-                        // holds `$n`.
-                        unsafe {
-                            match a {
-                                Dense::F32(a) => x86::dot_f32_rows_avx512::<$n>(a, bs, o),
-                                Dense::F16(a) => x86::dot_f16_rows_avx512::<$n>(a, bs, o),
-                                Dense::Bf16(a) => x86::dot_bf16_rows_avx512::<$n>(a, bs, o),
-                            }
-                        }
-                    }};
-                }
-                match jn {
-                    1 => call!(1),
-                    2 => call!(2),
-                    3 => call!(3),
-                    4 => call!(4),
-                    5 => call!(5),
-                    6 => call!(6),
-                    7 => call!(7),
-                    8 => call!(8),
-                    9 => call!(9),
-                    10 => call!(10),
-                    11 => call!(11),
-                    _ => call!(12),
-                }
-                j += jn;
+        let Dense::F16(a) = a else {
+            rows_512(a, cols, xs, out);
+            return;
+        };
+        let share = share_512(m);
+        let mut j = 0;
+        while j < m {
+            // Even shares: the first `m % calls` calls take `share`, the rest one fewer.
+            let calls = (m - j).div_ceil(share);
+            let jn = (m - j).div_ceil(calls);
+            let x = |jj: usize| &xs[(j + jj) * cols..(j + jj + 1) * cols];
+            // The first call of a tile prefetches ahead.
+            let ahead = j == 0;
+            macro_rules! call {
+                ($w:literal, $n:literal, $w0:expr) => {{
+                    let bs: [&[f32]; $n] = std::array::from_fn(x);
+                    let mut o = [[0f32; $n]; $w];
+                    let a = &a[$w0 * cols..($w0 + $w) * cols];
+                    // SAFETY: `Avx512` is only chosen when AVX2, FMA, F16C and AVX-512F, BW
+                    // and VL were detected; `a` holds `$w` rows of `cols` values and every
+                    // activation row `cols` values.
+                    unsafe { x86::dot_f16_tile_avx512::<$w, $n>(a, cols, bs, &mut o, ahead) };
+                    for (w, o) in o.iter().enumerate() {
+                        let at = ($w0 + w) * m + j;
+                        out[at..at + $n].copy_from_slice(o);
+                    }
+                }};
             }
+            // `(tile_512(share), share)` and the `(tile_512(share), share - 1)` that even
+            // shares give.
+            match (tile, jn) {
+                (4, 1) => call!(4, 1, 0),
+                (4, 2) => call!(4, 2, 0),
+                (4, 3) => call!(4, 3, 0),
+                (4, 4) => call!(4, 4, 0),
+                (4, 5) => call!(4, 5, 0),
+                (4, 6) => call!(4, 6, 0),
+                (3, 6) => call!(3, 6, 0),
+                (3, 7) => call!(3, 7, 0),
+                (3, 8) => call!(3, 8, 0),
+                (3, 9) => call!(3, 9, 0),
+                // A tile cut short by the end of the range: a row at a time.
+                _ => {
+                    for w in 0..tile {
+                        match jn {
+                            1 => call!(1, 1, w),
+                            2 => call!(1, 2, w),
+                            3 => call!(1, 3, w),
+                            4 => call!(1, 4, w),
+                            5 => call!(1, 5, w),
+                            6 => call!(1, 6, w),
+                            7 => call!(1, 7, w),
+                            8 => call!(1, 8, w),
+                            _ => call!(1, 9, w),
+                        }
+                    }
+                }
+            }
+            j += jn;
         }
         return;
     }

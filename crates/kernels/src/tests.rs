@@ -374,8 +374,9 @@ fn batched_products_give_the_bits_of_single_rows() {
         let w = random_matrix(ty, 29, cols, &mut rng);
         // Up to 23 rows: one and several calls of every multi-row kernel, partial ones, and
         // both loop orders of the AVX-512 `f32` kernels (`x86_512.rs`), split 12 + 11; five
-        // and seven: the AVX2 dense tiles' groups of three and two (3 + 2, 3 + 2 + 2).
-        for m in [2, 3, 4, 5, 7, 9, 16, 23] {
+        // and seven: the AVX2 dense tiles' groups of three and two (3 + 2, 3 + 2 + 2); every
+        // AVX-512 dense tile's shares (6 + 5 for eleven, 7 + 6 for thirteen, 8 + 8 + 7).
+        for m in [2, 3, 4, 5, 6, 7, 9, 11, 13, 16, 23] {
             batch_bits(&w, m, cols, &mut rng);
         }
         if ty.block_size() == 32 {

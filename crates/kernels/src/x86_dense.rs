@@ -10,9 +10,11 @@
 //! sum every output in one accumulator of eight lanes over 8-value chunks in order, then the
 //! lanes (`hsum`), then the scalar tail: a tile of several weight rows by several activation
 //! rows keeps one accumulator per pair, so each weight vector loaded serves every activation
-//! row and each activation vector every weight row (see [`dot_f32_tile`]). The AVX-512 ones
-//! sum in another order (see [`dot_f32_rows_avx512`]), so the two SIMD levels agree to
-//! rounding, not in every bit.
+//! row and each activation vector every weight row (see [`dot_f32_tile`]). The AVX-512 `f16`
+//! one tiles the same way in 16 lanes, the tail in the accumulator by a masked load (see
+//! [`dot_f16_tile_avx512`]); the AVX-512 `f32` and `bf16` ones take a weight row and up to
+//! twelve activation rows a call, two accumulators a row (see [`dot_f32_rows_avx512`]). The
+//! two SIMD levels agree to rounding, not in every bit.
 
 use std::arch::x86_64::*;
 
@@ -165,15 +167,94 @@ dot_tile_kernel!(
     |a: &[u16], t: usize| f32::from_bits(u32::from(a[t]) << 16)
 );
 
+/// 16 values of 16 bits from `a[t..]` (the lanes of `mask`, zero bits elsewhere).
+#[inline(always)]
+fn load_u16_512(a: &[u16], t: usize, mask: __mmask16) -> __m256i {
+    debug_assert!(t + mask.count_ones() as usize <= a.len());
+    // SAFETY: the kernel keeps the lanes of `mask` within `a`; AVX-512BW and VL are enabled
+    // by the kernel that inlines this.
+    unsafe { _mm256_maskz_loadu_epi16(mask, a.as_ptr().add(t).cast()) }
+}
+
+/// `out[w][j] = a_w . bs[j]` for the `W` `f16` weight rows (their bits) of `n` values that
+/// `a` holds one after another and `J` activation rows, with 512-bit vectors: one
+/// accumulator of 16 lanes an output over its 16-value chunks in order (the last one masked
+/// to the row's end; zero bits widen to 0.0), then its lanes summed by
+/// `_mm512_reduce_add_ps`, so the bits of an output do not depend on `W` or `J`. Each weight
+/// vector loaded and widened serves the `J` activation rows and each activation vector the
+/// `W` weight rows: `W * J` accumulators, `W` weight vectors and one activation vector
+/// within the 32 registers (see `dense::dense_tile`), so a verification pass of a drafted
+/// run of eight (nine rows, three weight rows a tile) runs three FMAs a loaded vector, not
+/// one as the one-row kernels ([`dot_f32_rows_avx512`]) do. With `ahead`, the matrix's tile
+/// after next is prefetched into L2 as these rows are read.
+///
+/// # Safety
+/// AVX2, FMA, F16C and AVX-512F, BW and VL; `a` holds at least `W * n` values, every
+/// `bs[j]` at least `n`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+pub(crate) unsafe fn dot_f16_tile_avx512<const W: usize, const J: usize>(
+    a: &[u16],
+    n: usize,
+    bs: [&[f32]; J],
+    out: &mut [[f32; J]; W],
+    ahead: bool,
+) {
+    debug_assert!(a.len() >= W * n && bs.iter().all(|b| b.len() >= n));
+    // The tile after next (the matrix's rows `2W..3W` on from `a`: a prefetch past the
+    // weights' end does nothing) into L2 in order, `W` 32-value chunks' worth by each 32-value
+    // chunk of these rows, by the first call for a tile (`ahead`). The hardware prefetchers
+    // alone leave tiles of rows read side by side waiting on memory (SmolLM2 `F16` decode at
+    // one thread: 38 tok/s against 70); two tiles ahead and four rows a tile for one
+    // activation row was as fast from memory as one row at a time (72.8-74.8 against
+    // 71.9-74.8 tok/s at one thread, 121.8-123.7 against 106.2-109.2 at two), one tile ahead
+    // or eight rows slower (64-69). `docs/performance.md` 2026-11-30 (7).
+    let after_next = a.as_ptr().wrapping_add(2 * W * n).cast::<u8>();
+    let step = W * 32 * size_of::<u16>();
+    // One chunk of every output into `acc`: the values from `i`, the lanes of `mask`.
+    let chunk = |acc: &mut [[__m512; J]; W], i: usize, mask: __mmask16| {
+        let av: [__m512; W] =
+            std::array::from_fn(|w| _mm512_cvtph_ps(load_u16_512(a, w * n + i, mask)));
+        for j in 0..J {
+            // SAFETY: the lanes of `mask` are within `bs[j]`, which holds `n` values (caller).
+            let bv = unsafe { _mm512_maskz_loadu_ps(mask, bs[j].as_ptr().add(i)) };
+            for w in 0..W {
+                acc[w][j] = _mm512_fmadd_ps(av[w], bv, acc[w][j]);
+            }
+        }
+    };
+    let mut acc = [[_mm512_setzero_ps(); J]; W];
+    let full = n - n % 16;
+    let mut i = 0;
+    while i < full {
+        if ahead && i % 32 == 0 {
+            super::prefetch::prefetch_range(after_next.wrapping_add(i / 32 * step), step);
+        }
+        chunk(&mut acc, i, 0xFFFF);
+        i += 16;
+    }
+    if i < n {
+        chunk(&mut acc, i, (1u16 << (n - i)) - 1);
+    }
+    for w in 0..W {
+        for j in 0..J {
+            out[w][j] = _mm512_reduce_add_ps(acc[w][j]);
+        }
+    }
+}
+
 /// `out[j] = a . bs[j]` for `J` rows with 512-bit vectors: two accumulators of 16 lanes over
 /// 32-value chunks, a 16-value chunk into the first, the last `n % 16` values by a masked
 /// load into the second, then `a0 + a1` and the lanes summed by `_mm512_reduce_add_ps`. Two
-/// accumulators a row leave registers for twelve rows at once (a verification pass of a
-/// drafted run of eight takes one call); with four rows or more the FMA pipes have enough
-/// independent chains, and a single row (decode) waits on memory, not on FMA latency.
-/// `$load(i, mask)` loads `a[i..i + 16]` (the lanes of `mask`, zero elsewhere) as `f32`;
-/// `$ahead(i)` prefetches ahead of `a[i]`. The body of [`dot_f32_rows_avx512`] and
-/// [`dot_f16_rows_avx512`].
+/// accumulators a row leave registers for twelve rows at once; with four rows or more the
+/// FMA pipes have enough independent chains, and a single row (decode) waits on memory, not
+/// on FMA latency. `$load(i, mask)` loads `a[i..i + 16]` (the lanes of `mask`, zero
+/// elsewhere) as `f32`; `$ahead(i)` prefetches ahead of `a[i]`. The body of
+/// [`dot_f32_rows_avx512`] and [`dot_bf16_rows_avx512`]: `f32` weights keep one row a call
+/// (and `bf16` ones with them, so that a `bf16` row gives the bits of its `f32` widening),
+/// as the tiles of [`dot_f16_tile_avx512`] (one accumulator a row, four rows side by side
+/// for one activation row) on `f32` weights read an `F32` SmolLM2 from memory at 33-37 tok/s against 41-43 at one thread, and
+/// 52-54 against 65-74 at two, whatever the prefetch tried (`docs/performance.md`
+/// 2026-11-30 (7)); `f16` rows, half the bytes, stream as fast either way.
 macro_rules! dot_rows_body_512 {
     ($n:expr, $load:expr, $ahead:expr, $bs:ident, $out:ident, $J:ident) => {{
         let n = $n;
@@ -237,36 +318,6 @@ pub(crate) unsafe fn dot_f32_rows_avx512<const J: usize>(
     dot_rows_body_512!(a.len(), load, ahead, bs, out, J)
 }
 
-/// [`dot_f32_rows_avx512`] for an `f16` weight row (its bits), widened in registers: the bits
-/// of the same row dequantised to `f32` first.
-///
-/// # Safety
-/// As [`dot_f32_rows_avx512`].
-#[target_feature(enable = "avx2,fma,f16c,avx512f")]
-pub(crate) unsafe fn dot_f16_rows_avx512<const J: usize>(
-    a: &[u16],
-    bs: [&[f32]; J],
-    out: &mut [f32],
-) {
-    let p = a.as_ptr();
-    let load = |i: usize, mask: __mmask16| {
-        if mask == 0xFFFF {
-            // SAFETY: the body keeps `i + 16` within `a` for a full mask (caller: AVX-512F).
-            unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.add(i) as *const __m256i)) }
-        } else {
-            // The tail (masked lanes: zero bits, which widen to 0.0), through the stack:
-            // a masked 16-bit load would need AVX-512BW.
-            let mut tail = [0u16; 16];
-            let len = mask.count_ones() as usize;
-            tail[..len].copy_from_slice(&a[i..i + len]);
-            // SAFETY: `tail` holds 16 values (caller: AVX-512F).
-            unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(tail.as_ptr() as *const __m256i)) }
-        }
-    };
-    let ahead = |i: usize| super::prefetch::prefetch_ahead(p.wrapping_add(i).cast(), 128);
-    dot_rows_body_512!(a.len(), load, ahead, bs, out, J)
-}
-
 /// [`dot_f32_rows_avx512`] for a `bf16` weight row (its bits), widened in registers: the
 /// bits of the same row widened to `f32` first.
 ///
@@ -285,7 +336,8 @@ pub(crate) unsafe fn dot_bf16_rows_avx512<const J: usize>(
             // SAFETY: the body keeps `i + 16` within `a` for a full mask (caller: AVX-512F).
             unsafe { widen(_mm256_loadu_si256(p.add(i) as *const __m256i)) }
         } else {
-            // The tail through the stack, as `dot_f16_rows_avx512`'s (zero bits widen to 0.0).
+            // The tail through the stack (zero bits widen to 0.0): a masked 16-bit load would
+            // need AVX-512BW, which this kernel does not ask for.
             let mut tail = [0u16; 16];
             let len = mask.count_ones() as usize;
             tail[..len].copy_from_slice(&a[i..i + len]);
