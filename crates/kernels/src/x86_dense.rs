@@ -205,9 +205,9 @@ pub(crate) unsafe fn dot_f16_tile_avx512<const W: usize, const J: usize>(
     // chunk of these rows, by the first call for a tile (`ahead`). The hardware prefetchers
     // alone leave tiles of rows read side by side waiting on memory (SmolLM2 `F16` decode at
     // one thread: 38 tok/s against 70); two tiles ahead and four rows a tile for one
-    // activation row was as fast from memory as one row at a time (72.8-74.8 against
-    // 71.9-74.8 tok/s at one thread, 121.8-123.7 against 106.2-109.2 at two), one tile ahead
-    // or eight rows slower (64-69). `docs/performance.md` 2026-11-30 (7).
+    // activation row was as fast from memory as one row at a time (74.3-74.8 against
+    // 69.9-74.4 tok/s at one thread), one tile ahead or eight rows a tile slower (67.1-69.3).
+    // `docs/performance.md` 2026-11-30 (7).
     let after_next = a.as_ptr().wrapping_add(2 * W * n).cast::<u8>();
     let step = W * 32 * size_of::<u16>();
     // One chunk of every output into `acc`: the values from `i`, the lanes of `mask`.
@@ -249,12 +249,13 @@ pub(crate) unsafe fn dot_f16_tile_avx512<const W: usize, const J: usize>(
 /// FMA pipes have enough independent chains, and a single row (decode) waits on memory, not
 /// on FMA latency. `$load(i, mask)` loads `a[i..i + 16]` (the lanes of `mask`, zero
 /// elsewhere) as `f32`; `$ahead(i)` prefetches ahead of `a[i]`. The body of
-/// [`dot_f32_rows_avx512`] and [`dot_bf16_rows_avx512`]: `f32` weights keep one row a call
-/// (and `bf16` ones with them, so that a `bf16` row gives the bits of its `f32` widening),
-/// as the tiles of [`dot_f16_tile_avx512`] (one accumulator a row, four rows side by side
-/// for one activation row) on `f32` weights read an `F32` SmolLM2 from memory at 33-37 tok/s against 41-43 at one thread, and
-/// 52-54 against 65-74 at two, whatever the prefetch tried (`docs/performance.md`
-/// 2026-11-30 (7)); `f16` rows, half the bytes, stream as fast either way.
+/// [`dot_f32_rows_avx512`] and [`dot_bf16_rows_avx512`]. `f32` weights keep one row a call
+/// (and `bf16` ones with them, so that a `bf16` row gives the bits of its `f32` widening):
+/// the tiles of [`dot_f16_tile_avx512`] (one accumulator a row, four rows side by side for
+/// one activation row) on `f32` weights read an `F32` SmolLM2 from memory at 33-37 tok/s
+/// against 41-43 at one thread, and 52-54 against 65-74 at two, whatever the prefetch tried
+/// (`docs/performance.md` 2026-11-30 (7)); `f16` rows, half the bytes, stream as fast
+/// either way.
 macro_rules! dot_rows_body_512 {
     ($n:expr, $load:expr, $ahead:expr, $bs:ident, $out:ident, $J:ident) => {{
         let n = $n;
