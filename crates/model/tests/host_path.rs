@@ -321,17 +321,18 @@ fn assert_steps_match(
     }
 }
 
-/// A decode step over a long context (256 positions or more) splits attention
-/// over positions and columns instead of heads: its logits have the same bits as the same
-/// rows of a short multi-row pass (attention by head), on one thread and on two, for every KV
-/// type.
+/// A decode step over a long context (256 positions or more), or over an f16 or int8 cache at
+/// any length, splits attention over positions and columns instead of heads: its logits have
+/// the same bits as the same rows of a short multi-row pass (attention by head), on one thread
+/// and on two, for every KV type, after a short context and a long one.
 #[test]
 fn long_context_decode_has_the_bits_of_a_multi_row_pass_on_any_thread_count() {
     let model = tiny_model(true);
-    for kv_type in [KvType::F32, KvType::F16, KvType::Int8] {
+    let kv_types = [KvType::F32, KvType::F16, KvType::Int8];
+    for (kv_type, held) in kv_types.into_iter().flat_map(|t| [(t, 20), (t, 300)]) {
         let mut context = model.new_cache_typed(400, kv_type);
         model
-            .forward(&tokens(21, 300, 96), &mut context, LogitsFor::Last)
+            .forward(&tokens(21, held, 96), &mut context, LogitsFor::Last)
             .unwrap();
         let next = tokens(22, 3, 96);
         let mut cache = context.fork();
@@ -340,7 +341,7 @@ fn long_context_decode_has_the_bits_of_a_multi_row_pass_on_any_thread_count() {
             let model = model
                 .clone()
                 .with_kernels(Kernels::new(KernelOptions::threads(threads)));
-            let label = format!("{kv_type}, {threads} threads, step");
+            let label = format!("{kv_type}, context {held}, {threads} threads, step");
             assert_steps_match(&model, &mut context.fork(), &next, &rows, &label);
         }
     }

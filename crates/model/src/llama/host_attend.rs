@@ -62,7 +62,7 @@ pub(super) fn attend_all(
     let heads = attention.shape.heads;
     if let [job] = jobs
         && job.rows == 1
-        && job.view.len() + 1 - attention.first_seen(job.view.len()) >= SPLIT_ROW_FROM
+        && job.view.len() + 1 - attention.first_seen(job.view.len()) >= split_row_from(job.view)
     {
         let at = job.out_row * q_width;
         return attend_long_row(job, &mut out[at..at + q_width], attention, kernels);
@@ -106,6 +106,27 @@ pub(super) fn attend_all(
 /// every thread.
 const SPLIT_ROW_FROM: usize = 256;
 
+/// Positions from which a decode step's attention runs as [`attend_long_row`]:
+/// [`SPLIT_ROW_FROM`] over an f32 cache; from the first over an f16 or int8 cache that the
+/// long row reads in place ([`reads_in_place`]), where the split by query head would decode
+/// each head's keys and values into scratch first. SmolLM2 Q4_1 on a Zen 4, two threads,
+/// depth 200: attention 1.28 ms a token (f16) and 1.01 (int8) split by head, 0.59 and 0.59 as
+/// a long row; decode 173-185 -> 191-204 tok/s (f16), 189-193 -> 214-218 (int8)
+/// (docs/performance.md, 2026-11-30 (8)).
+fn split_row_from(view: &HostKvLayer<'_>) -> usize {
+    if (view.stores_f16() || view.stores_int8()) && reads_in_place(view.head_dim()) {
+        1
+    } else {
+        SPLIT_ROW_FROM
+    }
+}
+
+/// Whether a long row reads an f16 or int8 cache in place ([`AsStored`]): its AVX-512 form
+/// ([`sum_stripes`]) or AVX2 one ([`in_place_avx2`]) runs for heads `hd` wide.
+fn reads_in_place(hd: usize) -> bool {
+    sum_stripes(hd, 1, 1).is_some() || in_place_avx2(hd)
+}
+
 /// Positions of one score task of [`attend_long_row`].
 const POSITION_BLOCK: usize = 256;
 
@@ -131,7 +152,7 @@ fn attend_long_row(
         let stripes = sum_stripes(hd, hkv, kernels.threads());
         // The AVX-512 and AVX2 forms read an f16 or int8 cache in place, converting as they
         // load.
-        let in_place = stripes.is_some() || in_place_avx2(hd);
+        let in_place = reads_in_place(hd);
         let stored = match () {
             _ if in_place && view.stores_f16() => Some(AsStored::F16),
             _ if in_place && view.stores_int8() => Some(AsStored::Int8),
