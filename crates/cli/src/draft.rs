@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use kindle_generate::{ModelDrafter, PromptLookup, Speculator};
-use kindle_model::{ActivationFormat, EngineOptions};
+use kindle_model::{ActivationFormat, EngineOptions, KvType};
 use kindle_tokenizer::Tokenizer;
 
 use crate::engine;
@@ -34,6 +34,9 @@ pub struct DraftSettings {
     /// Activations of a draft model's kernels (`--draft-activations`); `None`:
     /// [`DEFAULT_DRAFT_ACTIVATIONS`].
     pub draft_activations: Option<ActivationFormat>,
+    /// How a draft model's KV cache stores keys and values (`--draft-kv-type`); `None`:
+    /// [`DEFAULT_DRAFT_KV_TYPE`] on a CPU device, the target's on a GPU.
+    pub draft_kv_type: Option<KvType>,
     /// Adapt the draft length to what the target accepts (`--draft-adaptive`).
     pub draft_adaptive: bool,
     /// Verify only drafts of at least this many tokens (`--draft-min`,
@@ -58,6 +61,15 @@ pub const DEFAULT_LOOKUP_MIN: usize = 2;
 /// draft may take the faster, approximate kernels (as llama.cpp's drafts always do). Measured
 /// on SmolLM2 pairs: a Q4_1 draft token took 7.4 ms with them inside a pair, 10.9 without.
 pub const DEFAULT_DRAFT_ACTIVATIONS: ActivationFormat = ActivationFormat::Int8;
+
+/// How a draft model's KV cache stores keys and values on a CPU device when `--draft-kv-type`
+/// is not given: int8 (per-token, per-head scales), whatever the target's, for the same reason
+/// as [`DEFAULT_DRAFT_ACTIVATIONS`]. A draft step reads its whole cache, a quarter of the
+/// bytes as int8, read in place: SmolLM2 Q4_1 as a draft (8-bit activations, two threads, a
+/// Zen 4) steps at the same speed either way at depth 128, 6-10% faster at 400 and 12-17% at
+/// 700 (docs/performance.md, 2026-11-30 (8)). (On a GPU the draft keeps the target's type,
+/// which the device is known to hold.)
+pub const DEFAULT_DRAFT_KV_TYPE: KvType = KvType::Int8;
 
 impl DraftSettings {
     /// The most tokens drafted per step: `--draft-max`, else [`DEFAULT_LOOKUP_DRAFT_MAX`] for
@@ -132,6 +144,11 @@ impl DraftSettings {
         if self.draft_activations.is_some() && !model {
             bail!(
                 "--draft-activations sets a draft model's kernels: it needs --draft-model FILE or --self-speculative L"
+            );
+        }
+        if self.draft_kv_type.is_some() && !model {
+            bail!(
+                "--draft-kv-type sets a draft model's cache: it needs --draft-model FILE or --self-speculative L"
             );
         }
         match self.draft_vocab {
@@ -220,8 +237,10 @@ impl DraftSettings {
         options: &EngineOptions,
     ) -> Result<Option<kindle_model::Engine>> {
         self.check()?;
+        let (activations, kv_type) = self.draft_formats(options);
         let options = &EngineOptions {
-            activations: self.draft_activations.unwrap_or(DEFAULT_DRAFT_ACTIVATIONS),
+            activations,
+            kv_type,
             ..*options
         };
         if let Some(path) = &self.draft_model {
@@ -251,6 +270,21 @@ impl DraftSettings {
         } else {
             Ok(None)
         }
+    }
+
+    /// A draft model's kernel activations and KV cache type beside a target loaded with
+    /// `options`: the flags', else [`DEFAULT_DRAFT_ACTIVATIONS`] and, on a CPU device,
+    /// [`DEFAULT_DRAFT_KV_TYPE`] (on a GPU, the target's KV type).
+    pub fn draft_formats(&self, options: &EngineOptions) -> (ActivationFormat, KvType) {
+        let kv_type = match self.draft_kv_type {
+            Some(kv_type) => kv_type,
+            None if options.device.is_host() => DEFAULT_DRAFT_KV_TYPE,
+            None => options.kv_type,
+        };
+        (
+            self.draft_activations.unwrap_or(DEFAULT_DRAFT_ACTIVATIONS),
+            kv_type,
+        )
     }
 
     /// The draft's sampler: the target's configuration with its own seed.
@@ -309,5 +343,36 @@ mod tests {
             ..lookup
         };
         assert_eq!(asked.draft_max(), 6);
+    }
+
+    /// A draft model takes 8-bit activations and, on a CPU, an int8 cache unless told
+    /// otherwise; on a GPU the target's cache type.
+    #[test]
+    fn a_draft_model_defaults_to_int8_activations_and_cache_on_a_cpu() {
+        let cpu = EngineOptions {
+            kv_type: KvType::F32,
+            ..EngineOptions::default()
+        };
+        assert!(cpu.device.is_host());
+        let default = DraftSettings::default();
+        assert_eq!(
+            default.draft_formats(&cpu),
+            (ActivationFormat::Int8, KvType::Int8)
+        );
+        let gpu = EngineOptions {
+            device: kindle_model::DeviceKind::Wgpu,
+            kv_type: KvType::F16,
+            ..cpu
+        };
+        assert_eq!(default.draft_formats(&gpu).1, KvType::F16);
+        let asked = DraftSettings {
+            draft_activations: Some(ActivationFormat::F32),
+            draft_kv_type: Some(KvType::F16),
+            ..default
+        };
+        assert_eq!(
+            asked.draft_formats(&cpu),
+            (ActivationFormat::F32, KvType::F16)
+        );
     }
 }

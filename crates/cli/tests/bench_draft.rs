@@ -31,9 +31,9 @@ fn rows(args: &[&str]) -> Vec<Value> {
     rows.as_array().expect("a JSON list").clone()
 }
 
-/// A draft model identical to the target (the real model with `--draft-activations f32`)
-/// proposes exactly the target's greedy tokens: every draft is accepted, the output is the
-/// plain run's, and each round times both.
+/// A draft model identical to the target (the real model with `--draft-activations f32
+/// --draft-kv-type f32`) proposes exactly the target's greedy tokens: every draft is
+/// accepted, the output is the plain run's, and each round times both.
 #[test]
 fn a_draft_model_bench_gives_a_row_a_prompt_with_both_rates() {
     let Some(model) = common::real_model() else {
@@ -51,6 +51,8 @@ fn a_draft_model_bench_gives_a_row_a_prompt_with_both_rates() {
         "--draft-model",
         model,
         "--draft-activations",
+        "f32",
+        "--draft-kv-type",
         "f32",
         "--draft-max",
         "4",

@@ -113,7 +113,14 @@ fn greedy_output_is_unchanged_by_each_drafter() {
                 "1",
                 "--draft-adaptive",
             ],
-            &["--self-speculative", "10", "--draft-max", "4"],
+            &[
+                "--self-speculative",
+                "10",
+                "--draft-max",
+                "4",
+                "--draft-kv-type",
+                "f16",
+            ],
             &[
                 "--self-speculative",
                 "10",
@@ -146,6 +153,8 @@ fn greedy_output_is_unchanged_by_each_drafter() {
                 "--draft-model",
                 model_str,
                 "--draft-activations",
+                "f32",
+                "--draft-kv-type",
                 "f32",
                 "--draft-max",
                 "8",
@@ -274,13 +283,45 @@ fn fails_with(args: &[&str], needle: &str) {
     assert!(err.contains(needle), "{args:?}: {err}");
 }
 
+/// `-v` names the draft model's activations and cache: 8-bit and int8 unless told otherwise
+/// (a CPU device), the flags' when given.
+#[test]
+fn verbose_output_names_the_draft_models_formats() {
+    let Some(model) = common::real_model() else {
+        return;
+    };
+    let m = model.to_str().unwrap();
+    let base = [
+        "generate",
+        "-m",
+        m,
+        "-n",
+        "4",
+        "-v",
+        "--self-speculative",
+        "6",
+    ];
+    for (extra, line) in [
+        (&[][..], "draft model: int8 activations, int8 KV cache"),
+        (
+            &["--draft-activations", "f32", "--draft-kv-type", "f16"],
+            "draft model: f32 activations, f16 KV cache",
+        ),
+    ] {
+        let out = kindle(&[&base[..], extra, &["The capital of France is"]].concat());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{extra:?}: {err}");
+        assert!(err.contains(line), "{extra:?}: {err}");
+    }
+}
+
 #[test]
 fn bad_drafting_settings_are_clear_errors() {
     let Some(model) = common::real_model() else {
         return;
     };
     let m = model.to_str().unwrap();
-    let cases: [(&[&str], &str); 15] = [
+    let cases: [(&[&str], &str); 17] = [
         (
             &["--lookup-ngram", "2", "--draft-max", "0"],
             "--draft-max must be at least 1",
@@ -295,6 +336,11 @@ fn bad_drafting_settings_are_clear_errors() {
             "--draft-activations sets a draft model's kernels",
         ),
         (&["--draft-activations", "int4"], "int4"),
+        (
+            &["--lookup-ngram", "2", "--draft-kv-type", "f16"],
+            "--draft-kv-type sets a draft model's cache",
+        ),
+        (&["--self-speculative", "4", "--draft-kv-type", "q4"], "q4"),
         (&["--draft-adaptive"], "--draft-adaptive needs a drafter"),
         (
             &["--lookup-ngram", "2", "--lookup-min", "3"],

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 use kindle_cli::draft::DraftSettings;
 use kindle_cli::engine::activations;
-use kindle_model::ActivationFormat;
+use kindle_model::{ActivationFormat, KvType};
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct DraftArgs {
@@ -47,6 +47,11 @@ pub struct DraftModelArgs {
     /// the target verifies every token with its own activations]
     #[arg(long, value_name = "FORMAT", value_parser = activations())]
     pub draft_activations: Option<ActivationFormat>,
+    /// How the draft model's KV cache stores keys and values: f32, f16 or int8 [default: int8
+    /// on a CPU device (a draft only proposes: its cache is read every step, a quarter of the
+    /// bytes), the target's --kv-type on a GPU]
+    #[arg(long, value_name = "TYPE")]
+    pub draft_kv_type: Option<KvType>,
     /// A draft model proposes from the N lowest token ids and the context's tokens only, and
     /// computes only those logits (a fraction of its head: for a large vocabulary, much of
     /// a small draft's time); the output is unchanged, the acceptance may fall
@@ -67,6 +72,7 @@ impl DraftModelArgs {
             draft_model: self.draft_model.clone(),
             self_speculative: self.self_speculative,
             draft_activations: self.draft_activations,
+            draft_kv_type: self.draft_kv_type,
             draft_vocab: self.draft_vocab,
             draft_p_min: self.draft_p_min,
             ..DraftSettings::default()

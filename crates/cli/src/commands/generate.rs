@@ -20,7 +20,7 @@ use kindle_cli::run::{self, Mode};
 use kindle_cli::sampling_args::SamplingArgs;
 use kindle_cli::sink::{Format, sink_for};
 use kindle_generate::{BeamConfig, EarlyStopping};
-use kindle_model::RowArithmetic;
+use kindle_model::{ActivationFormat, RowArithmetic};
 
 use super::draft_args::DraftArgs;
 use super::{DeviceArgs, ModelArgs, TemplateArgs};
@@ -157,6 +157,14 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             plan.prompts[0].ids.len(),
             plan.cache_summary()
         );
+    }
+    if args.verbose && (draft.draft_model.is_some() || draft.self_speculative.is_some()) {
+        let (activations, kv_type) = draft.draft_formats(&settings.model.engine);
+        let activations = match activations {
+            ActivationFormat::Int8 => "int8",
+            ActivationFormat::F32 => "f32",
+        };
+        eprintln!("kindle: draft model: {activations} activations, {kv_type} KV cache");
     }
     if args.verbose
         && let Some(scaling) = &plan.engine.llama.config().rope_scaling

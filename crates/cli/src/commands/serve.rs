@@ -145,11 +145,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
         && (drafts.draft_max.is_some()
             || drafts.draft_min.is_some()
             || drafts.draft_activations.is_some()
+            || drafts.draft_kv_type.is_some()
             || drafts.draft_vocab.is_some()
             || drafts.draft_p_min.is_some())
     {
         bail!(
-            "--draft-max, --draft-min, --draft-activations, --draft-vocab and --draft-p-min set the server's draft model: give --draft-model FILE or --self-speculative L (a request asks for prompt lookup itself, with kindle_lookup_ngram)"
+            "--draft-max, --draft-min, --draft-activations, --draft-kv-type, --draft-vocab and --draft-p-min set the server's draft model: give --draft-model FILE or --self-speculative L (a request asks for prompt lookup itself, with kindle_lookup_ngram)"
         );
     }
     drafts.check()?;
