@@ -12,6 +12,12 @@ use super::attend_x86::{available, finish8, per_line};
 /// [`scores`]: super::attend_x86::scores
 const PREFETCH_GROUPS: usize = 4;
 
+/// Groups of eight keys ahead that [`scores_heads`] also asks for into L2 (`prefetcht1`): the
+/// keys come from memory, and four groups into L1 left the long row waiting on them (see
+/// `attend_x86::FAR_ROWS`, measured with it: 8 groups, 16 KB of 64-wide keys; 4 was slower,
+/// 16 no faster).
+const FAR_GROUPS: usize = 8;
+
 /// [`scores`] (`f32` keys) for several queries over the same keys, `out[r]` for `q[r]`: each
 /// group of eight keys scored for every query before the next group, so that the group comes
 /// from memory once and from L1 for the other queries (one query at a time over a block of
@@ -106,6 +112,7 @@ unsafe fn scores_heads_body(
                 _mm_prefetch::<_MM_HINT_T0>(
                     base.wrapping_add(PREFETCH_GROUPS * 8 * hd + l) as *const i8
                 );
+                _mm_prefetch::<_MM_HINT_T1>(base.wrapping_add(FAR_GROUPS * 8 * hd + l) as *const i8);
             }
             for (qr, out) in q.iter().zip(out.iter_mut()) {
                 let mut acc = [zero; 8];

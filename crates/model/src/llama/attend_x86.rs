@@ -44,6 +44,18 @@ pub(super) const fn per_line<E>() -> usize {
 /// prefetching alone (16 was no better).
 const PREFETCH_ROWS: usize = 8;
 
+/// Value rows ahead of the one being summed that [`weighted_sums`] also asks for into L2
+/// (`prefetcht1`) where they are `f32`: the cache's values come from memory (a token's weights
+/// push them out of the caches), and eight rows into L1 left an `f32` cache's long rows
+/// waiting on it. SmolLM2 on a Zen 4 at depth 2048, with [`attend_heads`]' far prefetch of the
+/// keys: attention 8.4-8.8 -> 7.1-7.4 ms a token at one thread, 5.5-6.0 -> 5.0-5.1 at two
+/// (16 rows was slower, 64 no faster); over an `f16` or `int8` cache (a half or a quarter of the
+/// bytes a row) it was no faster, and at two threads over `int8` slower, so those keep the L1
+/// prefetch alone (docs/performance.md, 2026-11-30 (8)).
+///
+/// [`attend_heads`]: super::attend_heads
+const FAR_ROWS: usize = 32;
+
 /// Groups of eight keys ahead of the one being scored that [`scores`] prefetches.
 const PREFETCH_GROUPS: usize = 1;
 
@@ -144,6 +156,12 @@ unsafe fn sums_avx512<const H: usize, const V: usize, E: Stored>(
                 let ahead = p.wrapping_add(PREFETCH_ROWS * width);
                 for c in (0..16 * V).step_by(per_line::<E>()) {
                     _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(c) as *const i8);
+                }
+                if size_of::<E>() == size_of::<f32>() {
+                    let far = p.wrapping_add(FAR_ROWS * width);
+                    for c in (0..16 * V).step_by(per_line::<E>()) {
+                        _mm_prefetch::<_MM_HINT_T1>(far.wrapping_add(c) as *const i8);
+                    }
                 }
                 for h in 0..H {
                     let wj = _mm512_set1_ps(*w[h].add(j));
