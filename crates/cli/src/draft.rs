@@ -66,7 +66,7 @@ pub const DEFAULT_DRAFT_ACTIVATIONS: ActivationFormat = ActivationFormat::Int8;
 /// is not given: int8 (per-token, per-head scales), whatever the target's, for the same reason
 /// as [`DEFAULT_DRAFT_ACTIVATIONS`]. A draft step reads its whole cache, a quarter of the
 /// bytes as int8, read in place: SmolLM2 Q4_1 as a draft (8-bit activations, two threads, a
-/// Zen 4) steps at the same speed either way at depth 128, 6-10% faster at 400 and 12-17% at
+/// Zen 4) steps at the same speed either way at depth 128, 3-5% faster at 400 and 9-14% at
 /// 700 (docs/performance.md, 2026-11-30 (8)). (On a GPU the draft keeps the target's type,
 /// which the device is known to hold.)
 pub const DEFAULT_DRAFT_KV_TYPE: KvType = KvType::Int8;
