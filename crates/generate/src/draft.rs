@@ -29,6 +29,14 @@ impl Draft {
         self.tokens.clear();
         self.probs.clear();
     }
+
+    /// Cut the draft after its first token in `ends` (with its distribution, if any).
+    pub fn end_at(&mut self, ends: &[u32]) {
+        if let Some(i) = self.tokens.iter().position(|t| ends.contains(t)) {
+            self.tokens.truncate(i + 1);
+            self.probs.truncate(i + 1);
+        }
+    }
 }
 
 /// Proposes tokens to follow a context; the generation loop verifies them with the target
@@ -43,6 +51,25 @@ pub trait Drafter {
         max: usize,
         out: &mut Draft,
     ) -> Result<(), GenerateError>;
+
+    /// [`propose`](Self::propose), ending the draft after its first token in `ends` (the
+    /// generation's end tokens: a draft past one proposes tokens that are never emitted, and
+    /// the target verifies each of them). The default proposes, then cuts the draft there; a
+    /// drafter whose proposals cost work a token (a draft model) stops drafting there
+    /// instead. The generation loop passes its end tokens only where the draft's length may
+    /// follow what it drew (see [`Speculator::with_draft_min`](crate::Speculator::with_draft_min)),
+    /// so a draft ended early is verified as any other.
+    fn propose_until(
+        &mut self,
+        context: &[u32],
+        max: usize,
+        ends: &[u32],
+        out: &mut Draft,
+    ) -> Result<(), GenerateError> {
+        self.propose(context, max, out)?;
+        out.end_at(ends);
+        Ok(())
+    }
 
     /// Bring the drafter up to date with `context` (the prompt) before its first proposal: a
     /// draft model runs it through its own cache here. The generator calls this right after
@@ -390,6 +417,18 @@ impl<M: LanguageModel> Drafter for ModelDrafter<M> {
         max: usize,
         out: &mut Draft,
     ) -> Result<(), GenerateError> {
+        self.propose_until(context, max, &[], out)
+    }
+
+    /// Stops drafting at an end token: the draft's steps past it would be wasted (at the end of
+    /// an answer, up to `max - 1` of them and as many rows of the target's pass).
+    fn propose_until(
+        &mut self,
+        context: &[u32],
+        max: usize,
+        ends: &[u32],
+        out: &mut Draft,
+    ) -> Result<(), GenerateError> {
         let room = self
             .session
             .context_length(&self.model)
@@ -427,6 +466,9 @@ impl<M: LanguageModel> Drafter for ModelDrafter<M> {
             out.tokens.push(token);
             if !greedy {
                 out.probs.push(self.row.clone());
+            }
+            if ends.contains(&token) {
+                break;
             }
             if i + 1 < max {
                 logits = self.forward(&[token])?;

@@ -294,6 +294,16 @@ impl<D: TokenDecoder> Core<D> {
         event
     }
 
+    /// The tokens that end the generation when emitted (end-of-generation and stop tokens).
+    pub(crate) fn end_tokens(&self) -> Vec<u32> {
+        let c = &self.conditions;
+        c.eog_token_ids
+            .iter()
+            .chain(&c.stop_token_ids)
+            .copied()
+            .collect()
+    }
+
     /// Sample from `logits`, detokenise, check the stop conditions, set the next state.
     fn on_logits(
         &mut self,
@@ -626,7 +636,15 @@ impl<'a> SpecRun<'a> {
             let mut context = Vec::with_capacity(session.len() + 1);
             context.extend_from_slice(session.tokens());
             context.push(last);
-            if let Err(e) = self.spec.propose(&context, k) {
+            // A draft ends at a token that ends the generation, where its length may follow
+            // its draws: greedy drafts are the context's alone, and sampled ones are dropped
+            // for their length only below a minimum.
+            let ends = if sampler.config().temperature == 0.0 || self.spec.draft_min <= 1 {
+                core.end_tokens()
+            } else {
+                Vec::new()
+            };
+            if let Err(e) = self.spec.propose(&context, k, &ends) {
                 core.abort();
                 return Some(Err(e));
             }

@@ -271,7 +271,6 @@ impl Speculator {
         self
     }
 
-    /// Ask the drafter for up to `max` tokens after `context` into `self.draft`.
     /// The drafter's [`Drafter::prefill`] with the prompt (timed as drafting too).
     pub(crate) fn prefill(&mut self, context: &[u32]) -> Result<(), GenerateError> {
         let t0 = std::time::Instant::now();
@@ -280,10 +279,19 @@ impl Speculator {
         result
     }
 
-    pub(crate) fn propose(&mut self, context: &[u32], max: usize) -> Result<(), GenerateError> {
+    /// Ask the drafter for up to `max` tokens after `context` into `self.draft`, ending it
+    /// after a token of `ends` ([`Drafter::propose_until`]).
+    pub(crate) fn propose(
+        &mut self,
+        context: &[u32],
+        max: usize,
+        ends: &[u32],
+    ) -> Result<(), GenerateError> {
         self.draft.clear();
-        self.drafter.propose(context, max, &mut self.draft)?;
+        self.drafter
+            .propose_until(context, max, ends, &mut self.draft)?;
         self.draft.tokens.truncate(max);
+        self.draft.end_at(ends);
         if !self.draft.probs.is_empty() && self.draft.probs.len() != self.draft.tokens.len() {
             return Err(GenerateError::InvalidDraft(format!(
                 "the drafter gave {} distributions for {} tokens",

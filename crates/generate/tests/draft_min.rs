@@ -53,6 +53,18 @@ impl<D: Drafter> Drafter for Recording<D> {
         Ok(())
     }
 
+    fn propose_until(
+        &mut self,
+        context: &[u32],
+        max: usize,
+        ends: &[u32],
+        out: &mut Draft,
+    ) -> Result<(), GenerateError> {
+        self.inner.propose_until(context, max, ends, out)?;
+        self.record.borrow_mut().proposed.push(out.tokens.len());
+        Ok(())
+    }
+
     fn prefill(&mut self, context: &[u32]) -> Result<(), GenerateError> {
         self.inner.prefill(context)
     }

@@ -24,7 +24,7 @@ use kindle_generate::{FinishReason, StopMatch};
 use kindle_sampling::{
     ConstraintError, ConstraintStats, LogitsConstraint, Mirostat, Sampler, SamplerConfig,
 };
-use three_tokens::{PROMPT, VOCAB, chi_square_p, exact, sampling_configs};
+use three_tokens::{PAST_END, PROMPT, VOCAB, chi_square_p, exact, exact_until, sampling_configs};
 
 fn letters(vocab: usize) -> ByteVocab {
     let pieces: Vec<String> = (0..vocab).map(|i| format!("{} ", i)).collect();
@@ -364,8 +364,21 @@ enum Drafting {
 
 /// Counts of the first 3 tokens over `n` seeded runs.
 fn empirical(config: &SamplerConfig, drafting: Drafting, n: u64) -> HashMap<[u32; 3], u64> {
+    empirical_until(config, drafting, n, None)
+}
+
+/// [`empirical`] where `end` (if any) ends each generation: the start holds [`PAST_END`]
+/// after it.
+fn empirical_until(
+    config: &SamplerConfig,
+    drafting: Drafting,
+    n: u64,
+    end: Option<u32>,
+) -> HashMap<[u32; 3], u64> {
     let target = HashModel::target(VOCAB);
-    let gen_config = GenerationConfig::default().with_max_new_tokens(5);
+    let gen_config = GenerationConfig::default()
+        .with_max_new_tokens(5)
+        .with_eog_token_ids(end);
     let mut counts = HashMap::new();
     let (mut passes, mut drafted, mut plain) = (0, 0, 0);
     for i in 0..n {
@@ -422,8 +435,8 @@ fn empirical(config: &SamplerConfig, drafting: Drafting, n: u64) -> HashMap<[u32
             ),
         };
         let (_, summary, _) = run(&target, &PROMPT, &mut sampler, &gen_config, spec.as_mut());
-        let t = &summary.tokens;
-        *counts.entry([t[0], t[1], t[2]]).or_insert(0) += 1;
+        let t = |i: usize| summary.tokens.get(i).copied().unwrap_or(PAST_END);
+        *counts.entry([t(0), t(1), t(2)]).or_insert(0) += 1;
         if let Some(stats) = spec.as_ref().map(Speculator::stats) {
             (passes, drafted, plain) = (
                 passes + stats.passes,
@@ -432,14 +445,14 @@ fn empirical(config: &SamplerConfig, drafting: Drafting, n: u64) -> HashMap<[u32
             );
         }
     }
-    if let Drafting::FarModelPMin = drafting {
+    if matches!(drafting, Drafting::FarModelPMin) && end.is_none() {
         // Some drafts end early (fewer than three tokens a pass), some before their first
         // token (a plain step past each run's first), and many are verified.
         assert!(
             drafted < 3 * passes && plain as u64 > n && passes as u64 > n / 2,
             "{drafting:?}: {passes} passes, {drafted} drafted, {plain} plain steps in {n} runs"
         );
-    } else if !matches!(drafting, Drafting::Plain) {
+    } else if !matches!(drafting, Drafting::Plain) && end.is_none() {
         // Tokens 2 and 3 (and on) come from verification passes.
         assert!(
             passes as u64 >= n,
@@ -476,6 +489,44 @@ fn sampled_output_keeps_the_distribution_with_every_drafter() {
             assert!(
                 p > 0.001,
                 "{drafting:?} with {config:?}: chi-square p = {p}"
+            );
+        }
+    }
+}
+
+/// A draft ends at the generation's end token (`Drafter::propose_until`): a sampled draft's
+/// length then follows what it drew, which keeps the distribution (no draft is dropped for
+/// its length: `draft_min` is 0 here). Token 3 ends 13-20% of the generations by their
+/// third token (by the sampler settings).
+#[test]
+fn sampled_output_keeps_the_distribution_when_drafts_end_at_an_end_token() {
+    let end = 3;
+    for config in sampling_configs() {
+        let expected = exact_until(&config, Some(end));
+        let ended: f64 = expected
+            .iter()
+            .filter(|(k, _)| k.contains(&PAST_END))
+            .map(|(_, p)| p)
+            .sum();
+        println!(
+            "t={}: ended by the third token: {ended:.3}",
+            config.temperature
+        );
+        assert!((0.05..0.95).contains(&ended), "ended early: {ended}");
+        for drafting in [
+            Drafting::Lookup,
+            Drafting::FarModel(AcceptRule::Exact),
+            Drafting::FarModelPMin,
+        ] {
+            let counts = empirical_until(&config, drafting, RUNS, Some(end));
+            let p = chi_square_p(&counts, &expected);
+            println!(
+                "{drafting:?} t={} ending at {end}: p = {p:.4}",
+                config.temperature
+            );
+            assert!(
+                p > 0.001,
+                "{drafting:?} with {config:?}, ending at {end}: chi-square p = {p}"
             );
         }
     }

@@ -250,6 +250,18 @@ impl<D: LanguageModel> Drafter for Publishing<D> {
         Ok(())
     }
 
+    fn propose_until(
+        &mut self,
+        context: &[u32],
+        max: usize,
+        ends: &[u32],
+        out: &mut Draft,
+    ) -> Result<(), GenerateError> {
+        self.drafter.propose_until(context, max, ends, out)?;
+        self.publish(context.len());
+        Ok(())
+    }
+
     fn length_follows_draws(&self) -> bool {
         self.drafter.length_follows_draws()
     }
@@ -370,6 +382,16 @@ impl Drafter for Lazy {
         out: &mut Draft,
     ) -> Result<(), GenerateError> {
         self.0.propose(context, max, out)
+    }
+
+    fn propose_until(
+        &mut self,
+        context: &[u32],
+        max: usize,
+        ends: &[u32],
+        out: &mut Draft,
+    ) -> Result<(), GenerateError> {
+        self.0.propose_until(context, max, ends, out)
     }
 
     fn length_follows_draws(&self) -> bool {

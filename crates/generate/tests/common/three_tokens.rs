@@ -42,6 +42,14 @@ pub const PROMPT: [u32; 6] = [0, 1, 2, 0, 1, 3];
 /// The exact probability of each 3-token start under `config`, from the processed
 /// distributions of the plain sampler.
 pub fn exact(config: &SamplerConfig) -> HashMap<[u32; 3], f64> {
+    exact_until(config, None)
+}
+
+/// What a start holds past an end token (which ends the generation there).
+pub const PAST_END: u32 = VOCAB as u32;
+
+/// [`exact`] where `end` (if any) ends the generation: a start holds [`PAST_END`] after it.
+pub fn exact_until(config: &SamplerConfig, end: Option<u32>) -> HashMap<[u32; 3], f64> {
     let target = HashModel::target(VOCAB);
     let mut sampler = config.clone().build().unwrap();
     sampler.set_prompt_len(PROMPT.len());
@@ -55,9 +63,22 @@ pub fn exact(config: &SamplerConfig) -> HashMap<[u32; 3], f64> {
     let mut ctx = PROMPT.to_vec();
     let p1 = dist(&ctx, &mut p);
     for a in 0..VOCAB as u32 {
+        if Some(a) == end {
+            if p1[a as usize] > 0.0 {
+                out.insert([a, PAST_END, PAST_END], p1[a as usize]);
+            }
+            continue;
+        }
         ctx.push(a);
         let p2 = dist(&ctx, &mut p);
         for b in 0..VOCAB as u32 {
+            if Some(b) == end {
+                let prob = p1[a as usize] * p2[b as usize];
+                if prob > 0.0 {
+                    out.insert([a, b, PAST_END], prob);
+                }
+                continue;
+            }
             ctx.push(b);
             let p3 = dist(&ctx, &mut p);
             for c in 0..VOCAB as u32 {
