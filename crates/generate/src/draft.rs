@@ -56,9 +56,11 @@ pub trait Drafter {
     /// generation's end tokens: a draft past one proposes tokens that are never emitted, and
     /// the target verifies each of them). The default proposes, then cuts the draft there; a
     /// drafter whose proposals cost work a token (a draft model) stops drafting there
-    /// instead. The generation loop passes its end tokens only where the draft's length may
-    /// follow what it drew (see [`Speculator::with_draft_min`](crate::Speculator::with_draft_min)),
-    /// so a draft ended early is verified as any other.
+    /// instead. A draft ended so has a length that follows what it drew, which keeps the
+    /// output distribution unless short drafts are dropped: the generation loop passes its end
+    /// tokens to a greedy draft, or where no minimum length is set
+    /// ([`Speculator::with_draft_min`](crate::Speculator::with_draft_min)), and none
+    /// otherwise.
     fn propose_until(
         &mut self,
         context: &[u32],
