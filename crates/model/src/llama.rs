@@ -26,6 +26,7 @@ use crate::linear::QLinear;
 
 mod activation;
 mod arch;
+mod attend_decoded;
 #[cfg(target_arch = "x86_64")]
 mod attend_heads;
 mod attend_keys;

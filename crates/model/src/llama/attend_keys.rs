@@ -7,9 +7,28 @@
 #[cfg(target_arch = "x86_64")]
 use super::{attend_heads, attend_stored, attend_x86};
 
+/// `a . b`, with eight partial sums so that it vectorizes.
+#[inline(always)]
+pub(super) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for l in 0..8 {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
 /// A query times a key, as the attention scores it: eight lanes, each an FMA chain over the
 /// 8-value chunks, the lanes summed in order (from `Sum`'s -0.0), plus the tail's FMA chain.
-/// (FMA, not a product then a sum as in `host_attend::dot`: half the operations, one rounding
+/// (FMA, not a product then a sum as in [`dot`]: half the operations, one rounding
 /// fewer; where the CPU lacks FMA, `mul_add` is exact in software, slower.)
 #[inline(always)]
 pub(super) fn key_dot(a: &[f32], b: &[f32]) -> f32 {

@@ -7,6 +7,7 @@
 use kindle_kernels::Kernels;
 use kindle_kv_cache::HostKvLayer;
 
+use super::attend_decoded::Decoded;
 use super::attend_keys::{
     LANES, score_keys, score_keys_heads, span, weighted_sum, weighted_sum_cols,
 };
@@ -14,25 +15,6 @@ use super::recipe::Attention;
 use super::softmax::softmax;
 #[cfg(target_arch = "x86_64")]
 use super::{attend_stored, attend_tiles, attend_x86};
-
-/// `a . b`, with eight partial sums so that it vectorizes.
-#[inline(always)]
-pub(super) fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for l in 0..8 {
-            acc[l] += x[l] * y[l];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
-}
 
 /// One sequence's part of a pass's attention: its cache view (the pass's keys and values
 /// already written) and its new rows' queries.
@@ -80,6 +62,10 @@ pub(super) fn attend_all(
     // Longest first: a task's cost grows with the positions its rows see.
     tasks.sort_by_key(|&(j, _, first, n)| std::cmp::Reverse(jobs[j].view.len() + first + n));
     let out_ptr = SyncPtr(out.as_mut_ptr());
+    let decoded: Vec<_> = jobs
+        .iter()
+        .map(|j| Decoded::of(j.view, j.rows, attention, kernels))
+        .collect();
     let run = |task: usize| {
         let (j, head, first, n) = tasks[task];
         let job = &jobs[j];
@@ -95,7 +81,8 @@ pub(super) fn attend_all(
             })
             .collect();
         SCRATCH.with_borrow_mut(|scratch| {
-            attend(job, head, first, &mut contexts, attention, scratch);
+            let decoded = decoded[j].as_ref();
+            attend(job, head, first, &mut contexts, attention, decoded, scratch);
         });
     };
     kernels.parallel_for(tasks.len(), &run);
@@ -686,14 +673,15 @@ fn attend(
     first: usize,
     contexts: &mut [&mut [f32]],
     attention: Attention,
+    decoded: Option<&Decoded>,
     scratch: &mut AttendScratch,
 ) {
     #[cfg(target_arch = "x86_64")]
     if attend_stored::avx2_available() {
         // SAFETY: the CPU has the features the function is compiled for.
-        return unsafe { attend_avx2(job, head, first, contexts, attention, scratch) };
+        return unsafe { attend_avx2(job, head, first, contexts, attention, decoded, scratch) };
     }
-    attend_body::<false>(job, head, first, contexts, attention, scratch)
+    attend_body::<false>(job, head, first, contexts, attention, decoded, scratch)
 }
 
 /// [`attend`] compiled for AVX2, FMA and F16C: the loops of [`attend_body`] (inlined)
@@ -706,9 +694,10 @@ fn attend_avx2(
     first: usize,
     contexts: &mut [&mut [f32]],
     attention: Attention,
+    decoded: Option<&Decoded>,
     scratch: &mut AttendScratch,
 ) {
-    attend_body::<true>(job, head, first, contexts, attention, scratch)
+    attend_body::<true>(job, head, first, contexts, attention, decoded, scratch)
 }
 
 #[inline(always)]
@@ -718,6 +707,7 @@ fn attend_body<const AVX2: bool>(
     first_row: usize,
     contexts: &mut [&mut [f32]],
     attention: Attention,
+    decoded: Option<&Decoded>,
     scratch: &mut AttendScratch,
 ) {
     let view = job.view;
@@ -730,12 +720,17 @@ fn attend_body<const AVX2: bool>(
         values,
         probs,
     } = scratch;
-    // Every position the rows see, decoded once for the task's rows (borrowed from an f32
-    // cache: one run, or one per block of a paged pool).
+    // Every position the rows see: borrowed from an f32 cache (one run, or one per block of
+    // a paged pool), else decoded once for the pass (`Decoded`) or for the task's rows.
     let from = attention.first_seen(held + first_row);
     let most = held + first_row + contexts.len();
-    let keys = view.key_runs(g, from, most - from, keys);
-    let values = view.value_runs(g, from, most - from, values);
+    let (keys, values) = match decoded {
+        Some(d) => d.runs(g, from, most - from),
+        None => (
+            view.key_runs(g, from, most - from, keys),
+            view.value_runs(g, from, most - from, values),
+        ),
+    };
     let mut parts = Vec::with_capacity(values.len());
     #[cfg(target_arch = "x86_64")]
     if AVX2 && contexts.len() > 1 && hd.is_multiple_of(64) && attend_x86::available() {

@@ -17,7 +17,8 @@ use std::ops::Range;
 use kindle_kernels::{Kernels, QuantMatrix};
 
 use super::activation::activate;
-use super::host_attend::{AttendJob, SyncPtr, attend_all, dot};
+use super::attend_keys::dot;
+use super::host_attend::{AttendJob, SyncPtr, attend_all};
 use super::recipe::{self, Attention, BatchSequence, LayerOps, LogitsFor, Model, Pass};
 use super::{Block, FfnActivation, Norm, RopeTable};
 use crate::error::ModelError;
