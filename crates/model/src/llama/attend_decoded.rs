@@ -14,6 +14,12 @@ use kindle_kv_cache::HostKvLayer;
 
 use super::recipe::Attention;
 
+/// The most bytes one job's decoded keys and values take (allocated at every layer): past it
+/// (a long context over many KV heads: 4096 positions of eight 128-wide heads take 32 MiB)
+/// its tasks decode what they read into their own scratch as before, which holds one KV
+/// head's span a thread.
+const MAX_BYTES: usize = 32 << 20;
+
 /// Each KV head's keys and values at the positions a job's rows see, decoded to `f32`.
 pub(super) struct Decoded {
     /// The first position decoded (the first the job's first row sees).
@@ -25,8 +31,8 @@ pub(super) struct Decoded {
 
 impl Decoded {
     /// For a job of `rows` new rows over `view` (their keys and values written), on
-    /// `kernels`' threads: `None` for an `f32` cache (whose runs are borrowed) or a single row
-    /// (a decode step reads an `f16` or int8 cache in place).
+    /// `kernels`' threads: `None` for an `f32` cache (whose runs are borrowed), a single row
+    /// (a decode step reads an `f16` or int8 cache in place), or more than [`MAX_BYTES`].
     pub(super) fn of(
         view: &HostKvLayer<'_>,
         rows: usize,
@@ -40,6 +46,9 @@ impl Decoded {
         let base = attention.first_seen(held);
         let n = held + rows - base;
         let hkv = view.n_kv_heads();
+        if 2 * hkv * n * view.head_dim() * size_of::<f32>() > MAX_BYTES {
+            return None;
+        }
         let runs: Vec<Mutex<Vec<f32>>> = (0..2 * hkv).map(|_| Mutex::default()).collect();
         kernels.parallel_for(2 * hkv, &|task| {
             let mut run = runs[task].lock().unwrap_or_else(|e| e.into_inner());
