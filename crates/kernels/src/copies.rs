@@ -163,4 +163,42 @@ mod tests {
             }
         }
     }
+
+    /// Each kernel's permuted activations are, value for value, its permutation's order and
+    /// scale applied to each 32-value block, each value as many times as it has copies (the
+    /// AVX2 kernels' eight, the others' one): the forms written with the copies a constant.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn permuted_values_follow_the_permutation_for_every_kernel() {
+        use crate::dot::Kernel;
+        use crate::simd::Simd;
+        let mut rng = Rng(0x5eed_0001);
+        let x: Vec<f32> = (0..3 * 32).map(|_| rng.float()).collect();
+        let mut checked = 0;
+        for simd in [Simd::Avx2, Simd::Avx512] {
+            for ty in [
+                GgmlType::Q4_1,
+                GgmlType::Q4_K,
+                GgmlType::Q5_0,
+                GgmlType::Q6_K,
+            ] {
+                let kernel = Kernel::F32 { ty, simd };
+                let (order, scale, _) = kernel.permutation();
+                let copies = kernel.copies();
+                let mut dst = vec![f32::NAN; x.len() * copies];
+                kernel.permute_into(&x, &mut dst);
+                for (i, &v) in dst.iter().enumerate() {
+                    let (block, k) = (i / (32 * copies), i % (32 * copies) / copies);
+                    let want = x[32 * block + order[k]] * scale[k];
+                    assert_eq!(v.to_bits(), want.to_bits(), "{ty:?} {simd:?}: value {i}");
+                }
+                checked |= 1 << copies.min(8);
+            }
+        }
+        assert_eq!(
+            checked,
+            (1 << 1) | (1 << 8),
+            "one and eight copies both checked"
+        );
+    }
 }
