@@ -632,6 +632,7 @@ impl<'a> SpecRun<'a> {
             .min(crate::model::ModelCache::max_pass(session.cache()).saturating_sub(1));
         // A step that may draft fewer tokens than the minimum drafts nothing.
         let k = if k < self.spec.draft_min { 0 } else { k };
+        let mut ends = Vec::new();
         if self.timed && k > 0 {
             let mut context = Vec::with_capacity(session.len() + 1);
             context.extend_from_slice(session.tokens());
@@ -639,11 +640,9 @@ impl<'a> SpecRun<'a> {
             // A draft ends at a token that ends the generation, where its length may follow
             // its draws: greedy drafts are the context's alone, and sampled ones are dropped
             // for their length only below a minimum.
-            let ends = if sampler.config().temperature == 0.0 || self.spec.draft_min <= 1 {
-                core.end_tokens()
-            } else {
-                Vec::new()
-            };
+            if sampler.config().temperature == 0.0 || self.spec.draft_min <= 1 {
+                ends = core.end_tokens();
+            }
             if let Err(e) = self.spec.propose(&context, k, &ends) {
                 core.abort();
                 return Some(Err(e));
@@ -652,7 +651,17 @@ impl<'a> SpecRun<'a> {
             self.spec.draft.clear();
         }
         let drafted = self.spec.draft.tokens.len();
-        if drafted > 0 && drafted < self.spec.draft_min {
+        // A draft under the minimum is dropped for a plain step, unless it ends at an end
+        // token (given only where its length does not follow its draws): at the end of an
+        // answer no longer draft is to be had, and one pass verifies what plain steps would
+        // take one at a time.
+        let ends_answer = self
+            .spec
+            .draft
+            .tokens
+            .last()
+            .is_some_and(|t| ends.contains(t));
+        if drafted > 0 && drafted < self.spec.draft_min && !ends_answer {
             self.spec.stats.short_drafts += 1;
             self.spec.draft.clear();
         }

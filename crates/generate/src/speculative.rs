@@ -200,8 +200,10 @@ impl Speculator {
     }
 
     /// Verify only drafts of at least `min` tokens (llama.cpp's `--draft-min`): a shorter
-    /// draft is dropped and the step is a plain one-token pass, and a step that may draft
-    /// fewer than `min` tokens (near the end of the output or the cache) drafts nothing.
+    /// draft is dropped and the step is a plain one-token pass, unless it ends at a token
+    /// that ends the generation (a greedy draft, or one whose length follows the context
+    /// alone: at the end of an answer there is no longer one to be had), and a step that may
+    /// draft fewer than `min` tokens (near the end of the output or the cache) drafts nothing.
     /// Where a verification pass costs much more than a plain step, a one- or two-token draft
     /// is not worth it. `0` and `1` verify every draft; `min` is at most
     /// [`draft_max`](Self::draft_max).

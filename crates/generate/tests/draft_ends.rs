@@ -194,3 +194,87 @@ fn the_loop_passes_its_end_tokens_where_a_draft_may_end_early() {
         assert!(!tokens.is_empty(), "t={temperature} min {draft_min}");
     }
 }
+
+/// Proposes what a plain generation made after the context: the target's own greedy
+/// continuation (the loop cuts it at an end token through the trait's default).
+struct Oracle(Vec<u32>);
+
+impl Drafter for Oracle {
+    fn propose(
+        &mut self,
+        context: &[u32],
+        max: usize,
+        out: &mut Draft,
+    ) -> Result<(), GenerateError> {
+        let rest = self.0.get(context.len()..).unwrap_or(&[]);
+        out.tokens.extend_from_slice(&rest[..max.min(rest.len())]);
+        Ok(())
+    }
+
+    fn length_follows_draws(&self) -> bool {
+        false
+    }
+}
+
+/// The whole token sequence of a greedy generation after `prompt` (ending at `eog` if
+/// given), drafting with `spec` if given.
+fn greedy_run(prompt: &[u32], eog: Option<u32>, spec: Option<&mut Speculator>) -> Vec<u32> {
+    let target = HashModel::target(VOCAB);
+    let pieces: Vec<String> = (0..VOCAB).map(|i| format!("{i} ")).collect();
+    let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
+    let text = ByteVocab::from_strs(&refs);
+    let mut config = GenerationConfig::default().with_max_new_tokens(40);
+    if let Some(eog) = eog {
+        config = config.with_eog_token_ids([eog]);
+    }
+    let mut session = Session::new(&target, 128).unwrap();
+    let mut greedy = sampler(0.0);
+    let mut generator =
+        generate(&target, &mut session, prompt, &mut greedy, &text, &config).unwrap();
+    if let Some(spec) = spec {
+        generator = generator.with_speculator(spec).unwrap();
+    }
+    generator.for_each(|event| {
+        event.unwrap();
+    });
+    session.tokens().to_vec()
+}
+
+/// With a minimum draft length, a greedy draft shorter than it that ends at the answer's end
+/// token is verified, not dropped for plain steps one token at a time: the drafter proposes
+/// the target's own continuation, four tokens a pass, and the end token falls one to three
+/// tokens into a pass's draft.
+#[test]
+fn a_short_draft_that_ends_the_answer_is_verified_under_a_minimum() {
+    let prompt = [1, 2, 3, 4, 5, 1, 2, 3, 6, 7, 1, 2];
+    let whole = greedy_run(&prompt, None, None);
+    let free = &whole[prompt.len()..];
+    // The first token is the prompt pass's; then each pass drafts four and emits five, so the
+    // drafts start at 1, 6, 11, ...: an end token one or two past a start leaves a draft of
+    // two or three.
+    let at = (1..free.len())
+        .find(|&i| (1..=2).contains(&((i - 1) % 5)) && !free[..i].contains(&free[i]))
+        .expect("a fresh token early in a draft");
+    let eog = free[at];
+    // (The session does not take the end token in.)
+    let plain = greedy_run(&prompt, Some(eog), None);
+    assert_eq!(
+        plain[prompt.len()..],
+        free[..at],
+        "the plain answer ends at {eog}"
+    );
+    let mut spec = Speculator::new(Box::new(Oracle(whole.clone())), 4)
+        .unwrap()
+        .with_draft_min(4)
+        .unwrap();
+    let drafted = greedy_run(&prompt, Some(eog), Some(&mut spec));
+    assert_eq!(drafted, plain);
+    let stats = spec.stats();
+    assert_eq!(stats.short_drafts, 0, "{stats:?}");
+    assert_eq!(stats.plain_steps, 0, "{stats:?}");
+    assert_eq!(
+        stats.drafted, at,
+        "every token after the first drafted: {stats:?}"
+    );
+    assert_eq!(stats.accepted, at, "{stats:?}");
+}

@@ -24,8 +24,8 @@ pub struct DraftArgs {
     #[arg(long, value_name = "K")]
     pub draft_max: Option<usize>,
     /// Verify only drafts of at least N tokens (llama.cpp's --draft-min): a shorter draft is
-    /// dropped for a plain step, where a verification pass costs more than it would win
-    /// [default: 0, every draft]
+    /// dropped for a plain step, where a verification pass costs more than it would win,
+    /// unless it ends the answer [default: 0, every draft]
     #[arg(long, value_name = "N")]
     pub draft_min: Option<usize>,
     /// Adapt the draft length: two more tokens after a draft accepted whole (up to
