@@ -143,6 +143,12 @@ pub(crate) fn temperature(ws: &mut WorkSet<'_>, t: f32) {
     if t == 1.0 {
         return;
     }
+    if t == 0.0 {
+        // Greedy: no scan of the row for a logit that would overflow (a scalar pass that was
+        // most of a greedy step's sampling: 70 -> 11 us over 49,152 logits, criterion).
+        let _ = ws.collapse_to_best();
+        return;
+    }
     // Only a logit past `f32::MAX * t` overflows: look for one where `t` is small (at
     // `t >= 1e-3` that is a logit past 1e35, which no model gives).
     let mut largest = 0f32;
@@ -153,7 +159,7 @@ pub(crate) fn temperature(ws: &mut WorkSet<'_>, t: f32) {
             }
         });
     }
-    if t == 0.0 || !(largest / t).is_finite() {
+    if !(largest / t).is_finite() {
         let _ = ws.collapse_to_best();
         return;
     }
