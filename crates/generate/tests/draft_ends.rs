@@ -242,8 +242,8 @@ fn greedy_run(prompt: &[u32], eog: Option<u32>, spec: Option<&mut Speculator>) -
 
 /// With a minimum draft length, a greedy draft shorter than it that ends at the answer's end
 /// token is verified, not dropped for plain steps one token at a time: the drafter proposes
-/// the target's own continuation, four tokens a pass, and the end token falls one to three
-/// tokens into a pass's draft.
+/// the target's own continuation, four tokens a pass, and the end token is the second or
+/// third token of a pass's draft.
 #[test]
 fn a_short_draft_that_ends_the_answer_is_verified_under_a_minimum() {
     let prompt = [1, 2, 3, 4, 5, 1, 2, 3, 6, 7, 1, 2];
