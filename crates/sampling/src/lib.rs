@@ -79,6 +79,7 @@ pub mod processors;
 mod sampler;
 mod select;
 mod trace;
+mod weights;
 
 pub use config::{DEFAULT_DRY_BREAKERS, DryConfig, Mirostat, PenaltyScope, SamplerConfig};
 pub use constraint::{ConstraintError, ConstraintStats, LogitsConstraint};

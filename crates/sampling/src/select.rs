@@ -5,6 +5,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::SamplingError;
 use crate::candidates::WorkSet;
+use crate::weights::{exp_nonpositive, row_weights};
 
 /// A uniform draw in `[0, 1)` with 53 random bits: `(next_u64 >> 11) * 2^-53`. Defined by
 /// integer operations, so identical on every platform.
@@ -25,22 +26,22 @@ pub(crate) fn draw(
     if !ws.full {
         ws.sort();
     }
-    let max = ws.best()?.logit as f64;
-    weights.clear();
-    let mut sum = 0.0f64;
-    let mut push = |l: f32| {
-        let w = if l > f32::NEG_INFINITY {
-            (l as f64 - max).exp()
-        } else {
-            0.0
-        };
-        sum += w;
-        weights.push(w);
-    };
+    let max = ws.best()?.logit;
     if ws.full {
-        ws.row.iter().for_each(|&l| push(l));
+        row_weights(ws.row, max, weights);
     } else {
-        ws.list.iter().for_each(|c| push(c.logit));
+        weights.clear();
+        let max = f64::from(max);
+        weights.extend(
+            ws.list
+                .iter()
+                .map(|c| exp_nonpositive(f64::from(c.logit) - max)),
+        );
+    }
+    // Summed in order: the walk below adds them in the same order.
+    let mut sum = 0.0f64;
+    for &w in weights.iter() {
+        sum += w;
     }
     let target = uniform(rng) * sum;
     let mut acc = 0.0f64;
@@ -85,15 +86,21 @@ pub(crate) fn fill(
         out[ws.best()?.id as usize] = 1.0;
         return Ok(());
     }
-    let max = ws.best()?.logit as f64;
+    let max = ws.best()?.logit;
     let mut sum = 0.0f64;
-    ws.for_each(|id, l| {
-        if l > f32::NEG_INFINITY {
-            let w = (l as f64 - max).exp();
-            out[id as usize] = w;
+    if ws.full {
+        row_weights(ws.row, max, out);
+        for &w in out.iter() {
             sum += w;
         }
-    });
+    } else {
+        let max = f64::from(max);
+        ws.for_each(|id, l| {
+            let w = exp_nonpositive(f64::from(l) - max);
+            out[id as usize] = w;
+            sum += w;
+        });
+    }
     // A NaN sum is refused too: `partial_cmp` answers `None` for it.
     if sum.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
         return Err(SamplingError::AllMasked);
