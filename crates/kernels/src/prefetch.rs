@@ -27,6 +27,22 @@ pub(crate) fn prefetch_ahead(col: *const u8, bytes: usize) {
     }
 }
 
+/// Whether the AVX-512 `Q8_0` group kernels (`x86_512`'s `f32` tiles, `x86_q8_512::q8_0_q8`)
+/// prefetch their block columns with [`prefetch_ahead`]: not where the CPU is an AMD Zen 4
+/// (the only AVX-512 CPU of family 0x19, [`crate::simd::avx512_in_halves`]). There the
+/// hardware prefetchers alone streamed a `Q8_0` matrix faster than with the prefetch 12
+/// columns (3.2 KiB) ahead, at every distance tried from 4 to 64 columns and with either
+/// activation format (`kindle bench -p 0 -n 64 --profile`, alternating, three rounds, ms a
+/// token for Gemma-3-270M's 178 MB `Q8_0` head at two threads: `f32` 5.51 -> 4.64, 8-bit 5.12
+/// -> 4.48; a SmolLM2 file quantized to `Q8_0` one thread, 8-bit, 137 -> 195 tok/s); the
+/// other formats' kernels stream best with it there too (12 columns: a Gemma-3 step's `Q5_0`,
+/// `Q4_K` and `Q6_K` products 4.8 ms a token at one thread against 6.2 without). Intel's
+/// Sapphire Rapids gained from the prefetch on the same head ([`prefetch_ahead`]).
+#[inline]
+pub(crate) fn q8_0_columns() -> bool {
+    !crate::simd::avx512_in_halves()
+}
+
 /// Ask for `bytes` from `at` to be brought into L2 (see [`prefetch_ahead`]; a prefetch past
 /// the end of the weights does nothing).
 #[inline(always)]

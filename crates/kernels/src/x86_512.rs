@@ -37,7 +37,7 @@ use kindle_gguf::quant::GgmlType;
 
 use super::columns::{SuperBlock, column, for_each_column};
 use super::packed::LANE_ROWS;
-use super::prefetch::prefetch_ahead;
+use super::prefetch::{prefetch_ahead, q8_0_columns};
 
 /// `Q8_0`'s block columns (272 bytes: eight `f16` `d`, then eight rows of 32 `i8`), beside
 /// the formats of [`super::columns`].
@@ -250,6 +250,8 @@ fn reduce8(v: [__m512; 8]) -> __m256 {
 
 /// Block column `b` of a group in format `F`: where its quants start, and the eight rows'
 /// `d` and `m` in lane order (`m` zero for `Q8_0`). Columns in order from 0 (see [`column()`]).
+/// A `Q8_0` column prefetches the one ahead where `prefetch` says so
+/// ([`q8_0_columns`]); the `Q4` formats' always do.
 ///
 /// # Safety
 /// As [`column()`].
@@ -259,12 +261,15 @@ unsafe fn column_of<const F: u8>(
     w: *const u8,
     b: usize,
     sb: &mut SuperBlock,
+    prefetch: bool,
 ) -> (*const u8, __m256, __m256) {
     // SAFETY: forwarded from the caller; a prefetch never faults.
     unsafe {
         if F == Q8_0 {
             let col = w.add(b * 272);
-            prefetch_ahead(col, 272);
+            if prefetch {
+                prefetch_ahead(col, 272);
+            }
             let d = _mm256_cvtph_ps(_mm_loadu_si128(col as *const __m128i));
             (col.add(16), d, _mm256_setzero_ps())
         } else {
@@ -353,11 +358,12 @@ unsafe fn tile<const S: usize, const J: usize, const F: u8>(
         0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0, 15.0,
     );
     let mut sb = SuperBlock::new();
+    let prefetch = F != Q8_0 || q8_0_columns();
     for_each_column::<F>(cols, |b| {
         // SAFETY: block column `b` lies within the group; activation block `b` within every
         // row.
         unsafe {
-            let (data, dv, m) = column_of::<F>(w, b, &mut sb);
+            let (data, dv, m) = column_of::<F>(w, b, &mut sb, prefetch);
             let mut d = [0f32; 8];
             _mm256_storeu_ps(d.as_mut_ptr(), dv);
             let x: [[__m512; 2]; J] = std::array::from_fn(|j| {
@@ -407,7 +413,7 @@ unsafe fn offsets<const J: usize, const F: u8>(
     for_each_column::<F>(0..nb, |b| {
         // SAFETY: block column `b` lies within the `nb` columns.
         unsafe {
-            let (_, _, m) = column_of::<F>(w, b, &mut sb);
+            let (_, _, m) = column_of::<F>(w, b, &mut sb, true);
             add_offsets(&mut acc_min, m, &sums, b);
         }
     });

@@ -18,7 +18,7 @@ use std::arch::x86_64::*;
 
 use super::columns::{SuperBlock, column, for_each_column};
 use super::packed::LANE_ROWS;
-use super::prefetch::prefetch_ahead;
+use super::prefetch::{prefetch_ahead, q8_0_columns};
 use super::q8::BlockQ8;
 
 /// The dword of the reduced vector that holds the sum of output lane `s`'s row
@@ -86,12 +86,15 @@ pub(crate) unsafe fn q8_0_q8<const JN: usize>(
     let zero = _mm512_setzero_si512();
     let gather = gather_indices();
     let mut acc = [_mm256_setzero_ps(); JN];
+    let prefetch = q8_0_columns();
     for b in 0..nb {
         // SAFETY: block column `b` (272 bytes) lies within `w`, activation block `b` within
         // each `ys[j]` (the caller's guarantees).
         unsafe {
             let col = w.add(b * 272);
-            prefetch_ahead(col, 272);
+            if prefetch {
+                prefetch_ahead(col, 272);
+            }
             let d = _mm256_cvtph_ps(_mm_loadu_si128(col as *const __m128i));
             // Rows 2p and 2p + 1 in one vector, as unsigned bytes.
             let v: [__m512i; 4] = std::array::from_fn(|p| {
