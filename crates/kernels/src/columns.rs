@@ -62,16 +62,31 @@ const fn legacy_column_bytes(f: u8) -> usize {
 pub(crate) struct SuperBlock {
     d: __m256,
     neg_dmin: __m256,
+    /// Whether [`column()`] asks for the columns ahead ([`prefetch_ahead`]).
+    prefetch: bool,
 }
 
 impl SuperBlock {
-    /// Nothing read yet (the first column of a K-quant group fills it).
+    /// Nothing read yet (the first column of a K-quant group fills it), for an `f32` kernel:
+    /// its columns prefetch the ones ahead.
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
     pub(crate) fn new() -> Self {
         SuperBlock {
             d: _mm256_setzero_ps(),
             neg_dmin: _mm256_setzero_ps(),
+            prefetch: true,
+        }
+    }
+
+    /// [`new`](Self::new) for an 8-bit kernel: its columns prefetch where
+    /// [`fast_kernels`](super::prefetch::fast_kernels) says so.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    pub(crate) fn for_8_bit() -> Self {
+        SuperBlock {
+            prefetch: super::prefetch::fast_kernels(),
+            ..SuperBlock::new()
         }
     }
 }
@@ -104,7 +119,9 @@ pub(crate) unsafe fn column<const F: u8>(
             let (s, j) = (b / 8, b % 8);
             let col = w.add(s * bytes);
             // An eighth of the next super-block column per sub-block: all of it over eight.
-            prefetch_ahead(col.add(j * bytes / 8), bytes / 8);
+            if sb.prefetch {
+                prefetch_ahead(col.add(j * bytes / 8), bytes / 8);
+            }
             if j == 0 {
                 sb.d = _mm256_cvtph_ps(_mm_loadu_si128(col as *const __m128i));
                 let dmin = _mm256_cvtph_ps(_mm_loadu_si128(col.add(16) as *const __m128i));
@@ -123,7 +140,9 @@ pub(crate) unsafe fn column<const F: u8>(
         }
         let bytes = legacy_column_bytes(F);
         let col = w.add(b * bytes);
-        prefetch_ahead(col, bytes);
+        if sb.prefetch {
+            prefetch_ahead(col, bytes);
+        }
         let d = _mm256_cvtph_ps(_mm_loadu_si128(col as *const __m128i));
         match F {
             Q4_0 => (col.add(16), d, _mm256_mul_ps(d, _mm256_set1_ps(-8.0))),

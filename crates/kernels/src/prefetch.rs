@@ -27,20 +27,31 @@ pub(crate) fn prefetch_ahead(col: *const u8, bytes: usize) {
     }
 }
 
-/// Whether the AVX-512 `Q8_0` group kernels (`x86_512`'s `f32` tiles, `x86_q8_512::q8_0_q8`)
-/// prefetch their block columns with [`prefetch_ahead`]: not where the CPU is an AMD Zen 4
-/// (the only AVX-512 CPU of family 0x19, [`crate::simd::avx512_in_halves`]). There the
-/// hardware prefetchers alone streamed a `Q8_0` matrix faster than with the prefetch 12
-/// columns (3.2 KiB) ahead, at every distance tried from 4 to 64 columns and with either
-/// activation format (`kindle bench -p 0 -n 64 --profile`, alternating, three rounds, ms a
-/// token for Gemma-3-270M's 178 MB `Q8_0` head at two threads: `f32` 5.51 -> 4.64, 8-bit 5.12
-/// -> 4.48; a SmolLM2 file quantized to `Q8_0` one thread, 8-bit, 137 -> 195 tok/s); the
-/// other formats' kernels stream best with it there too (12 columns: a Gemma-3 step's `Q5_0`,
-/// `Q4_K` and `Q6_K` products 4.8 ms a token at one thread against 6.2 without). Intel's
-/// Sapphire Rapids gained from the prefetch on the same head ([`prefetch_ahead`]).
-#[inline]
-pub(crate) fn q8_0_columns() -> bool {
-    !crate::simd::avx512_in_halves()
+/// Whether the kernels that stream their weights fastest ask for block columns ahead with
+/// [`prefetch_ahead`]: every 8-bit group kernel, and `Q8_0`'s `f32` ones (the other `f32`
+/// group kernels always do). Not on AMD's Zen 4 (family 0x19 with AVX-512): there the
+/// hardware prefetchers alone streamed them faster, at every distance tried (4 to 64 columns
+/// for `Q8_0`) and in the AVX2 forms too, while the slower `f32` kernels of the other formats
+/// stream best with the prefetch 12 columns ahead. `kindle bench -p 0 -n 64 --profile`,
+/// alternating, three rounds: SmolLM2 `Q4_1` 8-bit 211 -> 269 / 272 -> 332 tok/s at one / two
+/// threads (the AVX2 forms 186 -> 241 / 240 -> 304); Gemma-3-270M's 178 MB `Q8_0` head at two
+/// threads 5.51 -> 4.64 ms a token (`f32`), 5.12 -> 4.48 (8-bit); a SmolLM2 file quantized to
+/// `Q8_0`, one thread, 8-bit 137 -> 195 tok/s. Without the prefetch the `f32` `Q5_0`, `Q4_K`
+/// and `Q6_K` products of a Gemma-3 step took 6.2 ms a token at one thread against 4.8 with
+/// it. Intel's Sapphire Rapids gained from the prefetch on the `Q8_0` head
+/// ([`prefetch_ahead`]); a Zen 3 (the same family, AVX2 only) is unmeasured and keeps it.
+pub(crate) fn fast_kernels() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static ZEN4: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        !*ZEN4.get_or_init(|| {
+            crate::simd::avx512_in_halves() && std::arch::is_x86_feature_detected!("avx512f")
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        true
+    }
 }
 
 /// Ask for `bytes` from `at` to be brought into L2 (see [`prefetch_ahead`]; a prefetch past

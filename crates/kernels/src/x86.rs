@@ -327,7 +327,7 @@ macro_rules! group_kernels {
                 let mask = _mm256_set1_epi8(0x0F);
                 let mut acc = [_mm256_setzero_ps(); JN];
                 let mut acc_min = [_mm256_setzero_ps(); JN];
-                let mut sb = SuperBlock::new();
+                let mut sb = SuperBlock::for_8_bit();
                 for_each_column::<F>(0..nb, |b| {
                     // SAFETY: block column `b` lies within the caller's `nb` columns, and
                     // each activation row has block `b`.
@@ -385,11 +385,14 @@ macro_rules! group_kernels {
                 out: &mut [[f32; 8]; JN],
             ) {
                 let mut acc = [_mm256_setzero_ps(); JN];
+                let prefetch = super::super::prefetch::fast_kernels();
                 for b in 0..nb {
                     // SAFETY: as in `q4_1_q8`, with 272-byte block columns.
                     unsafe {
                         let col = w.add(b * 272);
-                        prefetch_ahead(col, 272);
+                        if prefetch {
+                            prefetch_ahead(col, 272);
+                        }
                         let d = _mm256_cvtph_ps(_mm_loadu_si128(col as *const __m128i));
                         let yv: [__m256i; JN] = std::array::from_fn(|j| {
                             let q = ys[j].get_unchecked(b).qs.as_ptr();

@@ -37,7 +37,7 @@ use kindle_gguf::quant::GgmlType;
 
 use super::columns::{SuperBlock, column, for_each_column};
 use super::packed::LANE_ROWS;
-use super::prefetch::{prefetch_ahead, q8_0_columns};
+use super::prefetch::{fast_kernels, prefetch_ahead};
 
 /// `Q8_0`'s block columns (272 bytes: eight `f16` `d`, then eight rows of 32 `i8`), beside
 /// the formats of [`super::columns`].
@@ -251,7 +251,7 @@ fn reduce8(v: [__m512; 8]) -> __m256 {
 /// Block column `b` of a group in format `F`: where its quants start, and the eight rows'
 /// `d` and `m` in lane order (`m` zero for `Q8_0`). Columns in order from 0 (see [`column()`]).
 /// A `Q8_0` column prefetches the one ahead where `prefetch` says so
-/// ([`q8_0_columns`]); the `Q4` formats' always do.
+/// ([`fast_kernels`]); the `Q4` formats' always do.
 ///
 /// # Safety
 /// As [`column()`].
@@ -358,7 +358,7 @@ unsafe fn tile<const S: usize, const J: usize, const F: u8>(
         0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0, 15.0,
     );
     let mut sb = SuperBlock::new();
-    let prefetch = F != Q8_0 || q8_0_columns();
+    let prefetch = F != Q8_0 || fast_kernels();
     for_each_column::<F>(cols, |b| {
         // SAFETY: block column `b` lies within the group; activation block `b` within every
         // row.

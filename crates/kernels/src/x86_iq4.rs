@@ -63,12 +63,15 @@ pub(crate) unsafe fn iq4_q8<const JN: usize>(
 ) {
     let table = table();
     let mut acc = [_mm256_setzero_ps(); JN];
+    let prefetch = super::prefetch::fast_kernels();
     for b in 0..nb {
         // SAFETY: block column `b` lies within the caller's `nb` columns, and each activation
         // row has block `b`.
         unsafe {
             let col = w.add(b * IQ4_COLUMN_BYTES);
-            prefetch_ahead(col, IQ4_COLUMN_BYTES);
+            if prefetch {
+                prefetch_ahead(col, IQ4_COLUMN_BYTES);
+            }
             let d = _mm256_loadu_ps(col as *const f32);
             let yv: [__m256i; JN] = std::array::from_fn(|j| {
                 let q = ys[j].get_unchecked(b).qs.as_ptr();

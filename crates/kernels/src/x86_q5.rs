@@ -122,7 +122,7 @@ macro_rules! q5_q8_kernel {
             out: &mut [[f32; 8]; JN],
         ) {
             let ones = _mm256_set1_epi16(1);
-            let mut sb = SuperBlock::new();
+            let mut sb = SuperBlock::for_8_bit();
             let mut acc = [_mm256_setzero_ps(); JN];
             let mut acc_min = [_mm256_setzero_ps(); JN];
             for_each_column::<F>(0..nb, |b| {

@@ -36,7 +36,7 @@ use super::packed::{Q6_COLUMN_BYTES, q6_scales_at, q6_sub_at};
 use super::packed_low_k::{
     Q2_COLUMN_BYTES, Q3_COLUMN_BYTES, q2_scales_at, q2_sub_at, q3_scales_at, q3_sub_at,
 };
-use super::prefetch::{prefetch_ahead, prefetch_next_pair};
+use super::prefetch::{fast_kernels, prefetch_ahead, prefetch_next_pair};
 use super::x86_shared::{Q8Block, activation};
 
 /// `JN` rows of 8-bit activation blocks for the `Q6_K` kernels: the blocks, their scales,
@@ -90,20 +90,28 @@ struct Column {
 /// Block column `b` (32 values of eight rows) of a packed group of form `F` at `w` (see
 /// [`Column`]). Reads the super-block's `d` (and `dmin`) into `d` at each eighth column, so
 /// columns must be asked for in order from 0. Asks for the bytes a few columns ahead to be
-/// fetched.
+/// fetched where `prefetch` says so (always for the `f32` kernels; for the 8-bit ones where
+/// [`fast_kernels`] does).
 ///
 /// # Safety
 /// AVX2, FMA and F16C; `w` holds the group's super-block column `b / 8`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn column<const F: u8>(w: *const u8, b: usize, d: &mut [__m256; 2]) -> Column {
+unsafe fn column<const F: u8>(
+    w: *const u8,
+    b: usize,
+    d: &mut [__m256; 2],
+    prefetch: bool,
+) -> Column {
     // SAFETY: the column lies within the group (caller); a prefetch never faults.
     unsafe {
         let (s, j) = (b / 8, b % 8);
         let bytes = column_bytes::<F>();
         let col = w.add(s * bytes);
         // An eighth of the next super-block column per sub-block: all of it over eight.
-        prefetch_ahead(col.add(j * bytes / 8), bytes / 8);
+        if prefetch {
+            prefetch_ahead(col.add(j * bytes / 8), bytes / 8);
+        }
         let half = |at: usize| _mm256_cvtph_ps(_mm_loadu_si128(col.add(at) as *const __m128i));
         if j == 0 {
             d[0] = half(0);
@@ -316,6 +324,7 @@ macro_rules! q6_q8_kernel {
         ) {
             let ones = _mm256_set1_epi16(1);
             let mut d = [_mm256_setzero_ps(); 2];
+            let prefetch = fast_kernels();
             let mut acc = [_mm256_setzero_ps(); JN];
             for_each_column(nb, |b| {
                 // SAFETY: block column `b` lies within the group; activation block `b` and
@@ -325,7 +334,7 @@ macro_rules! q6_q8_kernel {
                         at,
                         scale: [d_lo, d_hi],
                         min,
-                    } = column::<F>(w, b, &mut d);
+                    } = column::<F>(w, b, &mut d, prefetch);
                     let top = top_bits::<F>(at);
                     let q: [*const u8; JN] =
                         std::array::from_fn(|j| ys.blocks[j].get_unchecked(b).qs().as_ptr().cast());
@@ -436,7 +445,7 @@ macro_rules! q6_f32_kernel {
                 // SAFETY: block column `b` lies within the group; activation block `b`
                 // within `32 * nb` values and `2 * nb` sums.
                 unsafe {
-                    let Column { at, scale, min } = column::<F>(w, b, &mut d);
+                    let Column { at, scale, min } = column::<F>(w, b, &mut d, true);
                     let top = top_bits::<F>(at);
                     // Per row and half, one chain per byte position `p` (independent FMAs).
                     let mut part = [[[_mm256_setzero_ps(); 4]; 2]; JN];
@@ -526,12 +535,12 @@ pub(crate) unsafe fn q6_f32_x16<const JN: usize>(
                 at: at0,
                 scale: [d0_lo, d0_hi],
                 ..
-            } = column::<Q6>(w, b, &mut d[0]);
+            } = column::<Q6>(w, b, &mut d[0], true);
             let Column {
                 at: at1,
                 scale: [d1_lo, d1_hi],
                 ..
-            } = column::<Q6>(w1, b, &mut d[1]);
+            } = column::<Q6>(w1, b, &mut d[1], true);
             let scales = [join_ps(d0_lo, d1_lo), join_ps(d0_hi, d1_hi)];
             let top = [0, 32].map(|o| join(at0.add(o), at1.add(o)));
             let mut part = [[[_mm512_setzero_ps(); 4]; 2]; JN];

@@ -18,7 +18,7 @@ use std::arch::x86_64::*;
 
 use super::columns::{SuperBlock, column, for_each_column};
 use super::packed::LANE_ROWS;
-use super::prefetch::{prefetch_ahead, q8_0_columns};
+use super::prefetch::{fast_kernels, prefetch_ahead};
 use super::q8::BlockQ8;
 
 /// The dword of the reduced vector that holds the sum of output lane `s`'s row
@@ -86,7 +86,7 @@ pub(crate) unsafe fn q8_0_q8<const JN: usize>(
     let zero = _mm512_setzero_si512();
     let gather = gather_indices();
     let mut acc = [_mm256_setzero_ps(); JN];
-    let prefetch = q8_0_columns();
+    let prefetch = fast_kernels();
     for b in 0..nb {
         // SAFETY: block column `b` (272 bytes) lies within `w`, activation block `b` within
         // each `ys[j]` (the caller's guarantees).
@@ -145,7 +145,7 @@ pub(crate) unsafe fn q4_1_q8<const JN: usize, const F: u8>(
     let gather = gather_indices();
     let mut acc = [_mm256_setzero_ps(); JN];
     let mut acc_min = [_mm256_setzero_ps(); JN];
-    let mut sb = SuperBlock::new();
+    let mut sb = SuperBlock::for_8_bit();
     for_each_column::<F>(0..nb, |b| {
         // SAFETY: block column `b` lies within the caller's `nb` columns (its 128 quant bytes
         // at `qs`, 16 a row), and each activation row has block `b`.
