@@ -1,13 +1,16 @@
 //! The machine's read bandwidth, measured the way the kernels stream weights: on a
 //! [`Kernels`] handle's threads, each reading its own contiguous share of a buffer larger
-//! than the caches, with the same software prefetch into L2 ahead of the loads.
+//! than the caches, with and without a software prefetch into L2 ahead of the loads (passes
+//! alternate; the best counts).
 //!
 //! Decode reads every weight once per token, so this is its bound: `kindle bench
-//! --bandwidth` sets a decode's weight bytes per second beside it. A plain read loop
-//! understates the bound on CPUs whose hardware prefetchers alone leave a core short of line
-//! fills: on an Intel Sapphire Rapids VM one thread read 13.1 GB/s without software prefetch
-//! and 14.2-15.6 GB/s with it (2 KiB ahead into L2), and kindle's `Q8_0` head streamed
-//! faster than the plain loop.
+//! --bandwidth` sets a decode's weight bytes per second beside it. Which loop reads faster
+//! depends on the CPU's hardware prefetchers, so both run: on an Intel Sapphire Rapids VM one
+//! thread read 13.1 GB/s without software prefetch and 14.2-15.6 GB/s with it (2 KiB ahead
+//! into L2), and kindle's `Q8_0` head streamed faster than the plain loop; on an AMD Zen 4
+//! VM one thread read 26-29 GB/s without it and about 20 with it (two threads about the
+//! same either way), as the kernels that stream fastest there do best without it
+//! (`prefetch::fast_kernels`).
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -19,7 +22,7 @@ use crate::Kernels;
 const PREFETCH_BYTES: usize = 2048;
 
 /// The read bandwidth of `kernels`' threads, in bytes per second: the best of `passes`
-/// passes over a buffer of `bytes` (rounded up to 4 KiB; make it several times the last
+/// passes (at least two: they alternate with and without the software prefetch) over a buffer of `bytes` (rounded up to 4 KiB; make it several times the last
 /// level cache, 256 MiB or more), split in one contiguous share per thread. The buffer is
 /// written once before the first pass (its pages are then resident) and freed on return.
 ///
@@ -47,12 +50,14 @@ pub fn read_bandwidth(kernels: &Kernels, bytes: usize, passes: usize) -> f64 {
     let threads = kernels.threads();
     let share = words.div_ceil(threads).next_multiple_of(32);
     let mut best = 0f64;
-    for _ in 0..passes.max(1) {
+    for pass in 0..passes.max(2) {
+        // Passes alternate: with the software prefetch, then without.
+        let ahead = pass % 2 == 0;
         let start = Instant::now();
         kernels.parallel_for(threads, &|t| {
             let from = (t * share).min(words);
             let to = ((t + 1) * share).min(words);
-            black_box(read(&buffer[from..to]));
+            black_box(read(&buffer[from..to], ahead));
         });
         let seconds = start.elapsed().as_secs_f64();
         best = best.max((words * 8) as f64 / seconds);
@@ -61,13 +66,15 @@ pub fn read_bandwidth(kernels: &Kernels, bytes: usize, passes: usize) -> f64 {
 }
 
 /// The wrapping sum of `words`, read 256 bytes a step into eight independent sums (bound by
-/// the loads, not by an add chain), prefetching [`PREFETCH_BYTES`] ahead.
-fn read(words: &[u64]) -> u64 {
+/// the loads, not by an add chain), prefetching [`PREFETCH_BYTES`] ahead if `ahead`.
+fn read(words: &[u64], ahead: bool) -> u64 {
     let mut acc = [0u64; 8];
     let chunks = words.chunks_exact(32);
     let rest: u64 = chunks.remainder().iter().fold(0, |a, &w| a.wrapping_add(w));
     for chunk in chunks {
-        prefetch(chunk.as_ptr().cast::<u8>().wrapping_add(PREFETCH_BYTES));
+        if ahead {
+            prefetch(chunk.as_ptr().cast::<u8>().wrapping_add(PREFETCH_BYTES));
+        }
         for (k, a) in acc.iter_mut().enumerate() {
             let s = chunk[k]
                 .wrapping_add(chunk[8 + k])
@@ -102,7 +109,9 @@ mod tests {
     fn read_sums_every_word() {
         for n in [0usize, 1, 31, 32, 33, 1000] {
             let words: Vec<u64> = (0..n as u64).collect();
-            assert_eq!(read(&words), (0..n as u64).sum::<u64>(), "{n} words");
+            for ahead in [true, false] {
+                assert_eq!(read(&words, ahead), (0..n as u64).sum::<u64>(), "{n} words");
+            }
         }
     }
 

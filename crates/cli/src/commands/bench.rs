@@ -55,8 +55,8 @@ pub struct BenchArgs {
     #[arg(long, conflicts_with = "output")]
     pub json: bool,
     /// Also measure the machine's read bandwidth at each thread count (after the tests: a
-    /// 1 GiB buffer read on the kernels' threads with their prefetch, best of five passes)
-    /// and show each decode test's weight bytes per second beside it (CPU devices)
+    /// 1 GiB buffer read on the kernels' threads, best of six passes with and without their
+    /// prefetch) and show each decode test's weight bytes per second beside it (CPU devices)
     #[arg(long)]
     pub bandwidth: bool,
     /// Also time every weight product the CPU kernels run in each test (CPU devices): by
@@ -325,7 +325,7 @@ pub fn run(mut args: BenchArgs) -> Result<()> {
         let mut measured = Vec::new();
         for &t in &threads {
             let kernels = model.llama.kernels().with_threads(t);
-            let gbps = kindle_model::read_bandwidth(&kernels, BANDWIDTH_BYTES, 5) / 1e9;
+            let gbps = kindle_model::read_bandwidth(&kernels, BANDWIDTH_BYTES, 6) / 1e9;
             measured.push((t, gbps));
         }
         for row in &mut rows {
