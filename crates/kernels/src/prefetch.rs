@@ -35,11 +35,12 @@ pub(crate) fn prefetch_ahead(col: *const u8, bytes: usize) {
 /// stream best with the prefetch 12 columns ahead. `kindle bench -p 0 -n 64 --profile`,
 /// alternating, three rounds: SmolLM2 `Q4_1` 8-bit 211 -> 269 / 272 -> 332 tok/s at one / two
 /// threads (the AVX2 forms 186 -> 241 / 240 -> 304); Gemma-3-270M's 178 MB `Q8_0` head at two
-/// threads 5.51 -> 4.64 ms a token (`f32`), 5.12 -> 4.48 (8-bit); a SmolLM2 file quantized to
-/// `Q8_0`, one thread, 8-bit 137 -> 195 tok/s. Without the prefetch the `f32` `Q5_0`, `Q4_K`
-/// and `Q6_K` products of a Gemma-3 step took 6.2 ms a token at one thread against 4.8 with
-/// it. Intel's Sapphire Rapids gained from the prefetch on the `Q8_0` head
-/// ([`prefetch_ahead`]); a Zen 3 (the same family, AVX2 only) is unmeasured and keeps it.
+/// threads 5.51 -> 4.64 ms a token (`f32`), 5.12 -> 4.48 (8-bit), and in the AVX2 form of the
+/// `f32` kernel (`KINDLE_SIMD=avx2`) 10.6 -> 8.2 / 6.0 -> 4.7 ms at one / two threads; a
+/// SmolLM2 file quantized to `Q8_0`, one thread, 8-bit 137 -> 195 tok/s. Without the prefetch
+/// the `f32` `Q5_0`, `Q4_K` and `Q6_K` products of a Gemma-3 step took 6.2 ms a token at one
+/// thread against 4.8 with it. Intel's Sapphire Rapids gained from the prefetch on the `Q8_0`
+/// head ([`prefetch_ahead`]); a Zen 3 (the same family, AVX2 only) is unmeasured and keeps it.
 pub(crate) fn fast_kernels() -> bool {
     #[cfg(target_arch = "x86_64")]
     {

@@ -557,11 +557,14 @@ macro_rules! group_kernels {
             ) {
                 // `acc[j][s]`: the lanes of row `LANE_ROWS[s]`, whose `d` is lane `s`.
                 let mut acc = [[_mm256_setzero_ps(); 8]; JN];
+                let prefetch = super::super::prefetch::fast_kernels();
                 for b in 0..nb {
                     // SAFETY: as in `q4_1_f32`, with 272-byte block columns.
                     unsafe {
                         let col = w.add(b * 272);
-                        prefetch_ahead(col, 272);
+                        if prefetch {
+                            prefetch_ahead(col, 272);
+                        }
                         let d = _mm256_cvtph_ps(_mm_loadu_si128(col as *const __m128i));
                         for s in 0..8 {
                             let p = col.add(16 + 32 * LANE_ROWS[s]);
