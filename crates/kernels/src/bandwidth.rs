@@ -22,9 +22,10 @@ use crate::Kernels;
 const PREFETCH_BYTES: usize = 2048;
 
 /// The read bandwidth of `kernels`' threads, in bytes per second: the best of `passes`
-/// passes (at least two: they alternate with and without the software prefetch) over a buffer of `bytes` (rounded up to 4 KiB; make it several times the last
-/// level cache, 256 MiB or more), split in one contiguous share per thread. The buffer is
-/// written once before the first pass (its pages are then resident) and freed on return.
+/// passes (at least two: they alternate with and without the software prefetch) over a
+/// buffer of `bytes` (rounded up to 4 KiB; make it several times the last level cache, 256
+/// MiB or more), split in one contiguous share per thread. The buffer is written once before
+/// the first pass (its pages are then resident) and freed on return.
 ///
 /// ```
 /// use kindle_kernels::{KernelOptions, Kernels, read_bandwidth};
