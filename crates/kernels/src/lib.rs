@@ -587,7 +587,7 @@ impl Prepared {
             };
         }
         let q8: Vec<BlockQ8> = if kernel.int8() {
-            x.chunks_exact(cols).flat_map(quantize_row_q8).collect()
+            quantize_row_q8(&x[..m * cols]) // rows of whole blocks (`QuantMatrix::new`)
         } else {
             Vec::new()
         };
