@@ -14,10 +14,11 @@ pub(crate) fn uniform(rng: &mut ChaCha8Rng) -> f64 {
     (rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
 }
 
-/// Categorical draw from the working set, in f64, in a deterministic order: id order over the
-/// whole row when nothing was truncated (no sort), otherwise the kept candidates sorted by
-/// (logit desc, id asc); the weights summed in blocks ([`push_block_sums`]) and the token
-/// found by [`walk`]. Returns the token and its log-probability under the drawn
+/// Categorical draw from the working set, in f64, in a deterministic order: the whole row
+/// when nothing was truncated (no sort), otherwise the kept candidates sorted by (logit desc,
+/// id asc); the weights summed in blocks of 512, each in eight lanes ([`push_block_sums`]),
+/// and the token found by [`walk`] in that order (lane by lane within a block; plain order
+/// for fewer than 512). Returns the token and its log-probability under the drawn
 /// distribution.
 pub(crate) fn draw(
     ws: &mut WorkSet<'_>,
@@ -42,12 +43,12 @@ pub(crate) fn draw(
     let n = weights.len();
     let sum = push_block_sums(weights);
     let target = uniform(rng) * sum;
-    let (values, blocks) = weights.split_at(n);
+    let (values, sums) = weights.split_at(n);
     let last = values
         .iter()
         .rposition(|&w| w > 0.0)
         .ok_or(SamplingError::AllMasked)?;
-    let chosen = walk(values, blocks, target).unwrap_or(last);
+    let chosen = walk(values, sums, target).unwrap_or(last);
     weights.truncate(n);
     let id = if ws.full {
         chosen as u32
@@ -58,66 +59,98 @@ pub(crate) fn draw(
 }
 
 /// The first weight (a positive one) at which the running sum of `values` passes `target`,
-/// the sum taken as [`push_block_sums`] takes it (`blocks` its block sums): whole blocks while
-/// they stay at or below `target`, then one block's weights. `None` if it never passes (a
-/// `target` at or past the total).
-fn walk(values: &[f64], blocks: &[f64], target: f64) -> Option<usize> {
+/// in the order and with the additions of [`push_block_sums`] (`sums` what it appended):
+/// whole blocks while they stay at or below `target`, then the block's lanes, then one lane's
+/// weights; a last partial block in id order. `None` if it never passes (a `target` at or
+/// past the total).
+fn walk(values: &[f64], sums: &[f64], target: f64) -> Option<usize> {
+    let whole = values.len() / BLOCK;
     let mut before = 0.0f64;
-    for (b, &block) in blocks.iter().enumerate() {
-        // The block's own additions give `block`, so its weights pass `target` too.
-        if before + block > target {
-            let mut within = 0.0f64;
-            for (i, &w) in values[b * BLOCK..].iter().take(BLOCK).enumerate() {
-                within += w;
-                if before + within > target && w > 0.0 {
-                    return Some(b * BLOCK + i);
+    for b in 0..whole {
+        let lanes = &sums[b * LANES..(b + 1) * LANES];
+        let total = block_total(lanes);
+        if before + total > target {
+            // The lanes' sums added in order give `total`, and a lane's weights its sum, so
+            // the running sum passes `target` in this block, in one of its lanes.
+            let mut prefix = 0.0f64;
+            for (l, &lane) in lanes.iter().enumerate() {
+                if before + (prefix + lane) > target {
+                    let mut within = 0.0f64;
+                    for i in (b * BLOCK + l..(b + 1) * BLOCK).step_by(LANES) {
+                        within += values[i];
+                        if before + (prefix + within) > target && values[i] > 0.0 {
+                            return Some(i);
+                        }
+                    }
+                    return None;
                 }
+                prefix += lane;
             }
             return None;
         }
-        before += block;
+        before += total;
+    }
+    let mut within = 0.0f64;
+    for (i, &w) in values.iter().enumerate().skip(whole * BLOCK) {
+        within += w;
+        if before + within > target && w > 0.0 {
+            return Some(i);
+        }
     }
     None
 }
 
-/// Weights a block of the two-level sum holds ([`push_block_sums`]).
-const BLOCK: usize = 64;
+/// Lanes of a block of the two-level sum ([`push_block_sums`]): one 512-bit vector of `f64`.
+const LANES: usize = 8;
 
-/// Appends the sums of `weights`' blocks of [`BLOCK`] (the last may be shorter) and returns
-/// their sum: each block added from its first weight on, then the blocks' sums in order, so
-/// that [`draw`]'s walk reaches a token through the sums of the blocks before it and one
-/// block's weights, with the very additions of the total. Eight blocks are summed at once as
-/// independent chains (each block's additions in its order: the same bits on every
-/// platform). The sum and the walk were one chain of dependent additions each, in id order:
-/// up to 262,144 for Gemma-3's vocabulary, 0.25 ms a draw on a Zen 4; a draw from the whole
-/// row went from 131 to 84 us (49,152 logits) and 724-739 to 466-476 us (262,144; criterion
-/// `untruncated draw`).
+/// Weights a block of the two-level sum holds.
+const BLOCK: usize = 64 * LANES;
+
+/// A block's lane sums added in lane order.
+fn block_total(lanes: &[f64]) -> f64 {
+    let mut total = 0.0f64;
+    for &lane in lanes {
+        total += lane;
+    }
+    total
+}
+
+/// Appends the sums [`walk`] reads and returns the total of `weights`. Each whole block of
+/// [`BLOCK`] weights is summed in [`LANES`] lanes (lane `l` the block's weights `l`, `l + 8`,
+/// ... in that order: contiguous vectors, each lane its own chain of additions, so the same
+/// bits at any vector width); its lane sums are appended. A last partial block is summed in id
+/// order (its one sum appended). The total adds each block's lane sums in order, then the
+/// blocks' totals in order: the additions the walk repeats, so it reaches any token in at most
+/// 512 block totals, 8 lane sums and 64 weights. The sum and the walk were one chain of
+/// dependent additions each in id order over the whole row (up to 262,144 for Gemma-3's
+/// vocabulary, 0.25 ms a draw on a Zen 4). Criterion `untruncated draw` (Zen 4), a draw from
+/// the whole row of 49,152 / 262,144 logits: 131 / 724-739 us; with blocks of 64 weights in
+/// id order, eight blocks summed at a time, 84 / 466-476; with the lanes (and the polynomial
+/// of `weights.rs` fused), 55 / 291. Rows of fewer than 512 weights are summed and walked in
+/// id order as before, bit for bit.
 fn push_block_sums(weights: &mut Vec<f64>) -> f64 {
     let n = weights.len();
-    let whole = n / (8 * BLOCK);
-    for g in 0..whole {
-        let eight = &weights[g * 8 * BLOCK..(g + 1) * 8 * BLOCK];
-        let mut sums = [0f64; 8];
-        for k in 0..BLOCK {
-            for (l, sum) in sums.iter_mut().enumerate() {
-                *sum += eight[l * BLOCK + k];
+    let whole = n / BLOCK;
+    for b in 0..whole {
+        let mut lanes = [0f64; LANES];
+        for v in weights[b * BLOCK..(b + 1) * BLOCK].chunks_exact(LANES) {
+            for (lane, &w) in lanes.iter_mut().zip(v) {
+                *lane += w;
             }
         }
-        weights.extend_from_slice(&sums);
-    }
-    let mut start = whole * 8 * BLOCK;
-    while start < n {
-        let end = (start + BLOCK).min(n);
-        let mut sum = 0.0f64;
-        for &w in &weights[start..end] {
-            sum += w;
-        }
-        weights.push(sum);
-        start = end;
+        weights.extend_from_slice(&lanes);
     }
     let mut total = 0.0f64;
-    for &block in &weights[n..] {
-        total += block;
+    for b in 0..whole {
+        total += block_total(&weights[n + b * LANES..n + (b + 1) * LANES]);
+    }
+    if whole * BLOCK < n {
+        let mut rest = 0.0f64;
+        for &w in &weights[whole * BLOCK..n] {
+            rest += w;
+        }
+        weights.push(rest);
+        total += rest;
     }
     total
 }
@@ -172,9 +205,30 @@ pub(crate) fn fill(
 mod tests {
     use super::*;
 
-    /// The walk picks the token a running sum in id order picks (the draw before the blocks),
-    /// on rows of every length around the blocks' edges with zeros, tiny and large weights,
-    /// for targets across the whole range; and the total is the rows' sum to rounding.
+    /// The order [`walk`] visits `n` weights in: each whole block lane by lane, then the rest.
+    fn visiting_order(n: usize) -> Vec<usize> {
+        let whole = n / BLOCK;
+        let mut order: Vec<usize> = (0..whole)
+            .flat_map(|b| {
+                (0..LANES).flat_map(move |l| (0..64).map(move |k| b * BLOCK + k * LANES + l))
+            })
+            .collect();
+        order.extend(whole * BLOCK..n);
+        order
+    }
+
+    /// The first weight in `order` at which a plain running sum passes `target`.
+    fn running(values: &[f64], order: &[usize], target: f64) -> Option<usize> {
+        let mut acc = 0.0f64;
+        order.iter().copied().find(|&i| {
+            acc += values[i];
+            acc > target && values[i] > 0.0
+        })
+    }
+
+    /// The walk picks the token a plain running sum in its order picks, on rows of every
+    /// length around the blocks' edges with zeros, tiny and large weights, for targets across
+    /// the whole range; every weight is visited once; the total is the row's sum to rounding.
     #[test]
     fn the_blocked_walk_picks_what_the_running_sum_picks() {
         let mut state = 0x9E37_79B9_7F4A_7C15u64;
@@ -184,7 +238,7 @@ mod tests {
             state ^= state << 17;
             (state >> 11) as f64 / (1u64 << 53) as f64
         };
-        for n in [1, 2, 63, 64, 65, 511, 512, 513, 1000, 4099, 49_152] {
+        for n in [1, 2, 63, 64, 511, 512, 513, 1000, 4099, 49_152] {
             let values: Vec<f64> = (0..n)
                 .map(|i| match i % 7 {
                     0 => 0.0,
@@ -193,50 +247,48 @@ mod tests {
                     _ => next(),
                 })
                 .collect();
+            let order = visiting_order(n);
+            let mut seen = order.clone();
+            seen.sort_unstable();
+            assert_eq!(seen, (0..n).collect::<Vec<_>>());
             let mut weights = values.clone();
             let total = push_block_sums(&mut weights);
             assert_eq!(&weights[..n], &values[..]);
-            assert_eq!(weights.len(), n + n.div_ceil(BLOCK));
+            let sums = n / BLOCK * LANES + usize::from(n % BLOCK != 0);
+            assert_eq!(weights.len(), n + sums);
             let plain: f64 = values.iter().sum();
             assert!(
                 (total - plain).abs() <= 1e-12 * plain,
                 "n = {n}: {total} vs {plain}"
             );
-            let (vals, blocks) = weights.split_at(n);
+            let (vals, sums) = weights.split_at(n);
             for t in 0..2000 {
                 let target = if t == 0 { 0.0 } else { next() * total };
-                let mut acc = 0.0f64;
-                let want = values.iter().enumerate().find_map(|(i, &w)| {
-                    acc += w;
-                    (acc > target && w > 0.0).then_some(i)
-                });
-                let got = walk(vals, blocks, target);
                 // Where the two running sums round to opposite sides of `target` they may
                 // pick neighbours: never met with these targets.
-                assert_eq!(got, want, "n = {n}, target {target}");
+                let want = running(&values, &order, target);
+                assert_eq!(walk(vals, sums, target), want, "n = {n}, target {target}");
             }
         }
     }
 
-    /// With weights whose sums are exact (small integers) both orders give the same running
-    /// sums, so a target exactly at a running sum (a block's edge included) has one answer:
-    /// the first token past it.
+    /// With weights whose sums are exact (small integers) the blocked sums and a plain running
+    /// sum agree exactly, so a target exactly at a running sum (a block's or lane's edge
+    /// included) has one answer: the next positive weight in the walk's order.
     #[test]
     fn a_target_at_a_running_sum_draws_the_next_positive_weight() {
-        let values: Vec<f64> = (0..1500).map(|i| ((i * 7) % 5) as f64).collect();
+        let n = 1500;
+        let values: Vec<f64> = (0..n).map(|i| ((i * 7) % 5) as f64).collect();
+        let order = visiting_order(n);
         let mut weights = values.clone();
         let total = push_block_sums(&mut weights);
         assert_eq!(total, values.iter().sum::<f64>());
-        let (vals, blocks) = weights.split_at(values.len());
+        let (vals, sums) = weights.split_at(n);
         let mut acc = 0.0;
-        for &w in &values {
-            acc += w;
-            let want = values.iter().scan(0.0, |a, &w| {
-                *a += w;
-                Some(*a)
-            });
-            let want = want.zip(&values).position(|(a, &w)| a > acc && w > 0.0);
-            assert_eq!(walk(vals, blocks, acc), want, "target {acc}");
+        for &i in &order {
+            acc += values[i];
+            let want = running(&values, &order, acc);
+            assert_eq!(walk(vals, sums, acc), want, "target {acc}");
         }
     }
 }
