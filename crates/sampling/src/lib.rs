@@ -50,9 +50,10 @@
 //! Each sampler owns a [`rand_chacha::ChaCha8Rng`] seeded with [`SamplerConfig::seed`] (or a seed
 //! drawn from OS entropy and reported by [`Sampler::seed`]). Uniform numbers are built from the
 //! top 53 bits of `next_u64`, the draw is a cumulative scan in f64 over the kept candidates sorted
-//! by (logit desc, id asc), or over the whole row in id order when nothing truncated. The same
-//! seed and the same logits give the same tokens on every platform (up to the last-ulp accuracy
-//! of the platform's `exp`).
+//! by (logit desc, id asc), or over the whole row when nothing truncated (in blocks of 512 ids,
+//! each lane by lane; a row under 512 in id order). The weights' `exp` is the crate's own
+//! polynomial, fused multiply-adds included, so the same seed and the same logits give the same
+//! tokens on every platform.
 //!
 //! # Performance
 //!
