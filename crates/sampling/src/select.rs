@@ -5,7 +5,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::SamplingError;
 use crate::candidates::WorkSet;
-use crate::weights::{exp_nonpositive, row_weights};
+use crate::weights::row_weights;
 
 /// A uniform draw in `[0, 1)` with 53 random bits: `(next_u64 >> 11) * 2^-53`. Defined by
 /// integer operations, so identical on every platform.
@@ -32,13 +32,10 @@ pub(crate) fn draw(
     if ws.full {
         row_weights(ws.row, max, weights);
     } else {
-        weights.clear();
-        let max = f64::from(max);
-        weights.extend(
-            ws.list
-                .iter()
-                .map(|c| exp_nonpositive(f64::from(c.logit) - max)),
-        );
+        // Through the row's pass, whose multiply-adds are instructions (a scalar `mul_add`
+        // outside it may be a libm call).
+        let logits: Vec<f32> = ws.list.iter().map(|c| c.logit).collect();
+        row_weights(&logits, max, weights);
     }
     let n = weights.len();
     let sum = push_block_sums(weights);
@@ -186,12 +183,17 @@ pub(crate) fn fill(
         sum = push_block_sums(out);
         out.truncate(n);
     } else {
-        let max = f64::from(max);
+        let (mut ids, mut logits) = (Vec::new(), Vec::new());
         ws.for_each(|id, l| {
-            let w = exp_nonpositive(f64::from(l) - max);
+            ids.push(id);
+            logits.push(l);
+        });
+        let mut weights = Vec::with_capacity(logits.len());
+        row_weights(&logits, max, &mut weights);
+        for (&id, &w) in ids.iter().zip(&weights) {
             out[id as usize] = w;
             sum += w;
-        });
+        }
     }
     // A NaN sum is refused too: `partial_cmp` answers `None` for it.
     if sum.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {

@@ -12,11 +12,12 @@
 /// `exp(x)` for `x <= 0` (not NaN; `-inf` gives 0): `2^n * p(r)` with `x = n ln2 + r`, `|r|
 /// <= ln2 / 2` (Cody and Waite's two-part `ln2`), `p` the Taylor polynomial of degree 13
 /// (its truncation error below 1e-17 there) by Horner's rule in fused multiply-adds, and `2^n`
-/// applied in two exact steps so that a
-/// result below the normal range rounds once, as a subnormal. Arguments below -746 (where
-/// `exp` rounds to 0) are taken as -746.
+/// applied in two exact steps so that a result below the normal range rounds once, as a
+/// subnormal. Arguments below -746 (where `exp` rounds to 0) are taken as -746. Every weight
+/// goes through [`row_weights`]' pass, compiled with FMA where the CPU has it (elsewhere
+/// `mul_add` is libm's `fma`: slower, the same bits).
 #[inline(always)]
-pub(crate) fn exp_nonpositive(x: f64) -> f64 {
+fn exp_nonpositive(x: f64) -> f64 {
     // ln 2 in two parts: `n * LN2_HI` is exact for |n| < 2^11 (LN2_HI's low bits are zero).
     const LN2_HI: f64 = f64::from_bits(0x3FE6_2E42_FEE0_0000);
     const LN2_LO: f64 = 1.908_214_929_270_587_7e-10;
