@@ -124,7 +124,7 @@ fn block_total(lanes: &[f64]) -> f64 {
 /// the whole row of 49,152 / 262,144 logits: 131 / 724-739 us; with blocks of 64 weights in
 /// id order, eight blocks summed at a time, 84 / 466-476; with the lanes (and the polynomial
 /// of `weights.rs` fused), 55 / 291. Rows of fewer than 512 weights are summed and walked in
-/// id order as before, bit for bit.
+/// id order with the additions of before.
 fn push_block_sums(weights: &mut Vec<f64>) -> f64 {
     let n = weights.len();
     let whole = n / BLOCK;
