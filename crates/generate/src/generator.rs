@@ -284,8 +284,18 @@ impl<D: TokenDecoder> Core<D> {
         sampler: &mut Sampler,
         session: &Session<M>,
     ) -> Result<Event, GenerateError> {
+        self.complete_after(logits, sampler, session.tokens())
+    }
+
+    /// [`complete`](Self::complete) with the session's tokens, `history`.
+    pub(crate) fn complete_after(
+        &mut self,
+        logits: Result<Vec<f32>, GenerateError>,
+        sampler: &mut Sampler,
+        history: &[u32],
+    ) -> Result<Event, GenerateError> {
         let (prefill, t0) = self.pending.take().unwrap_or((false, Instant::now()));
-        let event = self.on_logits(logits?, sampler, session.tokens());
+        let event = self.on_logits(logits?, sampler, history);
         if prefill {
             self.timings.prefill = t0.elapsed();
         } else {

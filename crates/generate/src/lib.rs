@@ -140,7 +140,7 @@ pub use model::{BlockStats, LanguageModel, ModelCache, PagedModel, mask_outside}
 pub use outcome::{Event, Summary, Timings};
 pub use samples::generate_samples;
 pub use score::{Score, TokenScore, score, score_row};
-pub use sequence::Sequence;
+pub use sequence::{Completion, Sequence};
 pub use session::Session;
 pub use speculative::{
     AcceptRule, DEFAULT_DRAFT_MAX, DEFAULT_LOOKUP_DRAFT_MAX, MAX_DRAFT, SpecStats, Speculator,

@@ -95,6 +95,17 @@ pub trait LanguageModel {
             .map(|(tokens, cache)| self.forward_last(tokens, cache))
             .collect()
     }
+    /// Run `task(i)` once for every `i` in `0..n`, on the threads the model computes with
+    /// (the caller among them) where it has several, else one after another; return when
+    /// all are done. Between passes the threads wait for the next one: a server lends them
+    /// the work it does per sequence after a batched pass ([`Completion::run_all`]:
+    /// sampling, logprobs, detokenising). The default runs the tasks in order on the
+    /// caller. `task` does not unwind (its callers catch a panic inside it).
+    ///
+    /// [`Completion::run_all`]: crate::Completion::run_all
+    fn for_each_task(&self, n: usize, task: &(dyn Fn(usize) + Sync)) {
+        (0..n).for_each(task);
+    }
 }
 
 /// A shared model is the model: one loaded draft model serves every sequence of a server,
@@ -145,6 +156,10 @@ impl<M: LanguageModel + ?Sized> LanguageModel for std::sync::Arc<M> {
         batch: &mut [(&[u32], &mut Self::Cache)],
     ) -> Result<Vec<Vec<f32>>, Self::Error> {
         (**self).forward_batch(batch)
+    }
+
+    fn for_each_task(&self, n: usize, task: &(dyn Fn(usize) + Sync)) {
+        (**self).for_each_task(n, task)
     }
 }
 

@@ -2,6 +2,9 @@
 //! scheduler keeps per request, so that sequences can join and leave a running batch between
 //! steps (continuous batching).
 
+use std::panic::AssertUnwindSafe;
+use std::sync::Mutex;
+
 use kindle_sampling::{LogitsConstraint, Sampler, TraceSummary};
 
 use crate::generator::{Core, SpecRun, Step};
@@ -174,12 +177,27 @@ impl<M: LanguageModel, D: TokenDecoder> Sequence<M, D> {
     /// Finish the step that [`plan`](Self::plan) asked for with the logits of the fed tokens'
     /// last position: sample, detokenise, check the stops. Returns the [`Event::Token`].
     pub fn complete(&mut self, logits: Vec<f32>) -> Result<Event, GenerateError> {
+        self.completion(logits).run()
+    }
+
+    /// [`complete`](Self::complete) in two parts: what touches the session and the drafter
+    /// runs here; the [`Completion`] it returns does the rest (processors, sampling,
+    /// logprobs, detokenising, stops) with the sequence's own sampler and decoder. A
+    /// completion is `Send` where `D` is, though the sequence (its cache) may not be: a
+    /// server can complete the steps of a batch's sequences on several threads, and each
+    /// gets exactly what [`complete`](Self::complete) gives it.
+    pub fn completion(&mut self, logits: Vec<f32>) -> Completion<'_, D> {
         let mut logits = Ok(logits);
         if let Some(spec) = self.spec.as_mut() {
             let prompt = self.core.is_prompt_step();
             logits = spec.after_step(prompt, self.session.tokens(), logits);
         }
-        self.core.complete(logits, &mut self.sampler, &self.session)
+        Completion {
+            core: &mut self.core,
+            sampler: &mut self.sampler,
+            history: self.session.tokens(),
+            logits,
+        }
     }
 
     /// Run each sequence's fed tokens (from its [`Step::Feed`]) in one batched forward pass
@@ -227,5 +245,68 @@ impl<M: LanguageModel, D: TokenDecoder> Sequence<M, D> {
     /// with the same start).
     pub fn into_session(self) -> Session<M> {
         self.session
+    }
+}
+
+/// The rest of a [`Sequence`]'s step after its logits arrived: see
+/// [`Sequence::completion`].
+pub struct Completion<'a, D: TokenDecoder> {
+    core: &'a mut Core<D>,
+    sampler: &'a mut Sampler,
+    history: &'a [u32],
+    logits: Result<Vec<f32>, GenerateError>,
+}
+
+impl<D: TokenDecoder> Completion<'_, D> {
+    /// Sample, detokenise, check the stops: the [`Event::Token`] that
+    /// [`Sequence::complete`] returns.
+    pub fn run(self) -> Result<Event, GenerateError> {
+        self.core
+            .complete_after(self.logits, self.sampler, self.history)
+    }
+
+    /// [`run`](Self::run) each of `completions` (a batched pass's sequences) on `model`'s
+    /// threads ([`LanguageModel::for_each_task`]); the results in order. Each sequence's
+    /// result is what [`run`](Self::run) gives it: it uses only its own sampler, decoder
+    /// and stops. A panic in one is raised here, on the caller, after the others finished.
+    pub fn run_all<M: LanguageModel + ?Sized>(
+        model: &M,
+        completions: Vec<Self>,
+    ) -> Vec<Result<Event, GenerateError>>
+    where
+        D: Send,
+    {
+        if completions.len() <= 1 {
+            return completions.into_iter().map(Completion::run).collect();
+        }
+        type Outcome = std::thread::Result<Result<Event, GenerateError>>;
+        let slots: Vec<Mutex<Option<Self>>> = completions
+            .into_iter()
+            .map(|c| Mutex::new(Some(c)))
+            .collect();
+        let outcomes: Vec<Mutex<Option<Outcome>>> =
+            slots.iter().map(|_| Mutex::new(None)).collect();
+        let run = |i: usize| {
+            let taken = slots[i].lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(completion) = taken {
+                // A panic must not unwind through the model's thread pool.
+                let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| completion.run()));
+                *outcomes[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(outcome);
+            }
+        };
+        model.for_each_task(slots.len(), &run);
+        // Any the model's threads left undone run here.
+        (0..slots.len()).for_each(run);
+        outcomes
+            .into_iter()
+            .map(|o| {
+                match o.into_inner().unwrap_or_else(|e| e.into_inner()) {
+                    Some(Ok(result)) => result,
+                    Some(Err(panic)) => std::panic::resume_unwind(panic),
+                    // Every slot was run above.
+                    None => unreachable!("a completion left unrun"),
+                }
+            })
+            .collect()
     }
 }

@@ -269,6 +269,11 @@ impl LanguageModel for Engine {
     fn forward_all(&self, tokens: &[u32], cache: &mut EngineCache) -> Result<Vec<f32>, ModelError> {
         self.llama.forward(tokens, cache.store(), LogitsFor::All)
     }
+    /// On the kernels' threads ([`Kernels::parallel_for`](kindle_kernels::Kernels::parallel_for)),
+    /// idle between passes; no thread is started for it.
+    fn for_each_task(&self, n: usize, task: &(dyn Fn(usize) + Sync)) {
+        self.llama.kernels().parallel_for(n, task);
+    }
 }
 
 impl PagedModel for Engine {
