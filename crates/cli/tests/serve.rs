@@ -134,6 +134,15 @@ fn concurrent_greedy_requests_equal_single_runs_and_kindle_generate() {
     };
     // Batching happened: fewer forward passes than tokens fed one sequence at a time.
     assert!(metric("kindle_engine_step_rows_total") > metric("kindle_engine_steps_total"));
+    // Where the engine's time went: the passes, then sampling (on the two threads).
+    let (forward, completion) = (
+        metric("kindle_engine_forward_seconds_total"),
+        metric("kindle_engine_completion_seconds_total"),
+    );
+    assert!(
+        forward > completion && completion > 0.0,
+        "{forward} s forward, {completion} s completing"
+    );
     // The engine updates its gauges at the end of the step in which it answered, which may
     // come after the answer reached the client: wait for it (up to 5 s).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);

@@ -15,7 +15,10 @@
 //!    and one longer than what is left is fed in pieces over several steps (chunked prefill),
 //!    so the decoding streams keep their pace while a long prompt is read;
 //! 5. runs **one** [`Sequence::forward_batch`] over all of them, then samples each sequence's
-//!    token with its own sampler and sends the event to its client.
+//!    token with its own sampler and sends the event to its client. The sequences' steps are
+//!    finished ([`Sequence::completion`]: processors, sampling, logprobs, detokenising,
+//!    stops) on the model's threads ([`Completion::run_all`]), idle between passes, each
+//!    sequence on one, and their events sent in order.
 //!
 //! After each step, every sequence's newly filled blocks are published to the prefix index
 //! (so that a request arriving while another with the same system prompt still runs reuses
@@ -45,8 +48,8 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::time::{Duration, Instant};
 
 use kindle_generate::{
-    Event, FinishReason, GenerationConfig, ModelCache, PagedModel, Sequence, Session, Step,
-    score_row,
+    Completion, Event, FinishReason, GenerationConfig, ModelCache, PagedModel, Sequence, Session,
+    Step, score_row,
 };
 use kindle_sampling::{LogitsConstraint, Sampler, TraceSummary};
 use tokio::sync::mpsc::UnboundedSender;
@@ -576,7 +579,10 @@ impl<M: PagedModel, C: TextCodec> Engine<M, C> {
             self.metrics
                 .step_rows
                 .fetch_add(rows as u64, Ordering::SeqCst);
-            Sequence::forward_batch(&self.model, &mut items)
+            let started = Instant::now();
+            let result = Sequence::forward_batch(&self.model, &mut items);
+            self.metrics.add_forward_time(started.elapsed());
+            result
         };
         let chosen_running = self
             .running
@@ -597,6 +603,7 @@ impl<M: PagedModel, C: TextCodec> Engine<M, C> {
                 }
             }
             Ok(rows) => {
+                let mut done = Vec::new();
                 for ((r, n), row) in chosen_running.zip(rows) {
                     let feed = r.feed.take().unwrap_or_default();
                     if n < feed.len() {
@@ -605,7 +612,18 @@ impl<M: PagedModel, C: TextCodec> Engine<M, C> {
                         r.feed = Some(feed[n..].to_vec());
                         continue;
                     }
-                    let result = r.seq.complete(row);
+                    done.push((r, row));
+                }
+                let started = Instant::now();
+                let results = {
+                    let completions = done
+                        .iter_mut()
+                        .map(|(r, row)| r.seq.completion(std::mem::take(row)))
+                        .collect();
+                    Completion::run_all(&self.model, completions)
+                };
+                self.metrics.add_completion_time(started.elapsed());
+                for ((r, _), result) in done.into_iter().zip(results) {
                     deliver(r, result, &self.metrics);
                 }
             }

@@ -94,6 +94,10 @@ pub struct Metrics {
     pub accepted_tokens: AtomicU64,
     /// Drafts dropped for being shorter than the request's minimum (`kindle_draft_min`).
     pub short_drafts: AtomicU64,
+    /// Nanoseconds in the batched forward passes.
+    forward_nanos: AtomicU64,
+    /// Nanoseconds finishing those passes' sequences (sampling, logprobs, detokenising).
+    completion_nanos: AtomicU64,
     /// Where the paged KV pool's blocks are (set by the engine after each step).
     blocks: Mutex<BlockStats>,
     /// Where its local layers' blocks are, for a model with sliding-window layers.
@@ -121,6 +125,8 @@ impl Default for Metrics {
             drafted_tokens: AtomicU64::new(0),
             accepted_tokens: AtomicU64::new(0),
             short_drafts: AtomicU64::new(0),
+            forward_nanos: AtomicU64::new(0),
+            completion_nanos: AtomicU64::new(0),
             blocks: Mutex::new(BlockStats::default()),
             local_blocks: Mutex::new(None),
             requests: Mutex::new(BTreeMap::new()),
@@ -131,6 +137,18 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Count `time` spent in a batched forward pass.
+    pub fn add_forward_time(&self, time: Duration) {
+        self.forward_nanos
+            .fetch_add(time.as_nanos() as u64, Ordering::SeqCst);
+    }
+
+    /// Count `time` spent finishing a pass's sequences (sampling and what follows it).
+    pub fn add_completion_time(&self, time: Duration) {
+        self.completion_nanos
+            .fetch_add(time.as_nanos() as u64, Ordering::SeqCst);
+    }
+
     /// Count a finished drafting sequence's verification passes and drafted tokens.
     pub fn count_drafts(&self, stats: &kindle_generate::SpecStats) {
         self.draft_passes
@@ -349,6 +367,25 @@ impl Metrics {
                 out,
                 "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
                 value.load(Ordering::SeqCst)
+            );
+        }
+        let seconds = [
+            (
+                "kindle_engine_forward_seconds_total",
+                "Time in the batched forward passes.",
+                &self.forward_nanos,
+            ),
+            (
+                "kindle_engine_completion_seconds_total",
+                "Time finishing those passes' sequences: processors, sampling, logprobs, detokenising, stops.",
+                &self.completion_nanos,
+            ),
+        ];
+        for (name, help, nanos) in seconds {
+            let value = nanos.load(Ordering::SeqCst) as f64 / 1e9;
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
             );
         }
         if let Ok(h) = self.ttft.lock() {

@@ -206,6 +206,8 @@ async fn concurrent_requests_are_batched_and_each_equals_its_single_run() {
     }
     let largest = server.model.largest_batch.load(Ordering::SeqCst);
     assert!(largest > 1, "requests never shared a forward pass");
+    // Their steps were finished on the model's threads (the fake's three).
+    assert!(server.model.task_runs.load(Ordering::SeqCst) > 1);
     server.settle("kindle_sequences_running", 0.0).await;
     server.stop().await;
 }

@@ -183,6 +183,8 @@ impl std::error::Error for CacheFull {}
 pub struct HashModel {
     pub delay: Duration,
     pub largest_batch: Arc<AtomicUsize>,
+    /// Tasks run by [`LanguageModel::for_each_task`] (sequences finished on its threads).
+    pub task_runs: Arc<AtomicUsize>,
     pub largest_rows: Arc<AtomicUsize>,
     pub passes: Arc<AtomicUsize>,
     /// Passes returning every position's logits (speculative verifications).
@@ -195,6 +197,7 @@ impl HashModel {
         HashModel {
             delay,
             largest_batch: Arc::new(AtomicUsize::new(0)),
+            task_runs: Arc::new(AtomicUsize::new(0)),
             largest_rows: Arc::new(AtomicUsize::new(0)),
             passes: Arc::new(AtomicUsize::new(0)),
             all_passes: Arc::new(AtomicUsize::new(0)),
@@ -282,6 +285,25 @@ impl LanguageModel for HashModel {
             .iter_mut()
             .map(|(tokens, cache)| self.run(tokens, cache))
             .collect()
+    }
+    /// On three threads, each claiming the next index (as the kernels' pool does), so the
+    /// tests see a batch's sequences finished concurrently and out of order.
+    fn for_each_task(&self, n: usize, task: &(dyn Fn(usize) + Sync)) {
+        let next = AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..3 {
+                scope.spawn(|| {
+                    loop {
+                        let i = next.fetch_add(1, Ordering::SeqCst);
+                        if i >= n {
+                            break;
+                        }
+                        task(i);
+                    }
+                });
+            }
+        });
+        self.task_runs.fetch_add(n, Ordering::SeqCst);
     }
 }
 
