@@ -430,6 +430,47 @@ pub(super) fn batch_bits(w: &QuantMatrix, m: usize, cols: usize, rng: &mut Rng) 
 }
 
 #[test]
+fn a_task_longer_than_a_transpose_chunk_fills_every_output_once() {
+    // One thread, so one task takes every row: its sums go to the output a chunk of
+    // `transpose_rows(m)` rows at a time, the last chunk partial (and, for 13 extra rows, a
+    // partial group). Each output has the bits of its row computed alone.
+    let mut rng = Rng(33);
+    let one_thread = Kernels::new(KernelOptions::threads(1));
+    for (ty, m) in [
+        (GgmlType::Q4_1, 9),
+        (GgmlType::Q8_0, 3),
+        (GgmlType::Q5_0, 2),
+    ] {
+        let rows = 2 * transpose_rows(m) + 13;
+        let cols = 64;
+        let w = random_matrix(ty, rows, cols, &mut rng);
+        let x: Vec<f32> = (0..m * cols).map(|_| rng.float()).collect();
+        for format in [ActivationFormat::Int8, ActivationFormat::F32] {
+            let mut all = vec![f32::NAN; m * rows];
+            w.matmul_with(&x, m, &mut all, format, &one_thread);
+            for j in 0..m {
+                let mut one = vec![f32::NAN; rows];
+                w.matmul_with(
+                    &x[j * cols..(j + 1) * cols],
+                    1,
+                    &mut one,
+                    format,
+                    &one_thread,
+                );
+                let batch = &all[j * rows..(j + 1) * rows];
+                for (r, (a, b)) in batch.iter().zip(&one).enumerate() {
+                    assert_eq!(
+                        a.to_bits(),
+                        b.to_bits(),
+                        "{ty:?} {format:?} row {j}, output {r}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn threaded_products_match_single_rows() {
     // Odd row counts split over tasks must fill every output exactly once. With int8
     // activations each row's arithmetic is the same whatever the batch, so the match is exact;
