@@ -447,7 +447,12 @@ impl Llama {
                     LogitsFor::Last => 1,
                     LogitsFor::All => seq.tokens.len(),
                 };
-                rows.by_ref().take(n).flatten().copied().collect()
+                rows.by_ref()
+                    .take(n)
+                    .fold(Vec::with_capacity(n * vocab), |mut row, chunk| {
+                        row.extend_from_slice(chunk);
+                        row
+                    })
             })
             .collect())
     }

@@ -335,7 +335,8 @@ fn forward_host_slice(
     if pass.seqs.len() == 1 {
         return Ok(vec![logits]);
     }
-    let mut chunks = logits.chunks_exact(model.config.vocab_size);
+    let vocab = model.config.vocab_size;
+    let mut chunks = logits.chunks_exact(vocab);
     Ok(pass
         .spans
         .iter()
@@ -344,7 +345,13 @@ fn forward_host_slice(
                 LogitsFor::Last => 1,
                 LogitsFor::All => len,
             };
-            chunks.by_ref().take(n).flatten().copied().collect()
+            chunks
+                .by_ref()
+                .take(n)
+                .fold(Vec::with_capacity(n * vocab), |mut row, chunk| {
+                    row.extend_from_slice(chunk);
+                    row
+                })
         })
         .collect())
 }
