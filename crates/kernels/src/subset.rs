@@ -4,9 +4,8 @@
 
 use std::ops::Range;
 
-use crate::{
-    Kernels, Prepared, Product, QuantMatrix, dot, packed, profile, task_rows, with_permuted,
-};
+use crate::product::{Product, task_rows, with_permuted};
+use crate::{Kernels, Prepared, QuantMatrix, dot, packed, profile};
 
 impl QuantMatrix {
     /// `out[r] = x . row r` for one activation row `x` (`cols` values) and the rows `r` of

@@ -1,4 +1,5 @@
 use super::dot::{Kernel, Simd};
+use super::product::{transpose_rows, with_permuted};
 use super::*;
 
 /// Three threads (more than this machine's cores, so that tasks are split and stolen).
