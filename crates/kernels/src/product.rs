@@ -8,6 +8,8 @@ use super::{
 };
 
 impl QuantMatrix {
+    /// `out[m, rows] = x[m, cols] W^T` with `kernel`, on `kernels`' pool: what
+    /// [`matmul_with`](Self::matmul_with) runs once it has chosen the kernel.
     pub(crate) fn matmul_kernel(
         &self,
         x: &[f32],
