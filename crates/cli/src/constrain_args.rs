@@ -29,10 +29,16 @@ pub struct ConstraintArgs {
     /// Constrain the output to one of these strings (repeat the flag for each choice)
     #[arg(long = "choice", value_name = "TEXT")]
     pub choices: Vec<String>,
-    /// Constrain the output to the grammar in this file: Lark (llguidance's dialect), or GBNF
-    /// (llama.cpp's format, `root ::= ...`) when the file name ends in `.gbnf`
+    /// Constrain the output to a grammar: the file of this name, else (as llama.cpp's
+    /// `--grammar`) the text itself. GBNF (llama.cpp's format, `root ::= ...`) for a file
+    /// ending in `.gbnf` or a text whose rules are written `name ::=`; else Lark (llguidance's
+    /// dialect, `start: ...`)
+    #[arg(long, value_name = "FILE|GRAMMAR")]
+    pub grammar: Option<String>,
+    /// Constrain the output to the grammar in this file (llama.cpp's `--grammar-file`), as
+    /// `--grammar` reads a file
     #[arg(long, value_name = "FILE")]
-    pub grammar: Option<PathBuf>,
+    pub grammar_file: Option<PathBuf>,
 }
 
 impl ConstraintArgs {
@@ -50,12 +56,20 @@ impl ConstraintArgs {
             (ConstraintSpec::Regex(regex.clone()), "--regex")
         } else if !self.choices.is_empty() {
             (ConstraintSpec::Choice(self.choices.clone()), "--choice")
-        } else if let Some(path) = &self.grammar {
-            let text = read(path)?;
-            if is_gbnf(path) {
-                (ConstraintSpec::Gbnf(text), "--grammar")
+        } else if let Some(path) = &self.grammar_file {
+            (grammar_spec(Some(path), read(path)?), "--grammar-file")
+        } else if let Some(value) = &self.grammar {
+            let path = Path::new(value);
+            if path.is_file() {
+                (grammar_spec(Some(path), read(path)?), "--grammar")
+            } else if value.contains(':') {
+                // Every rule of either dialect has a colon (`name ::=`, `name:`).
+                (grammar_spec(None, value.clone()), "--grammar")
             } else {
-                (ConstraintSpec::Lark(text), "--grammar")
+                bail!(
+                    "--grammar {value:?}: no such file, and not a grammar's text either (GBNF \
+                     `root ::= ...` or Lark `start: ...`)"
+                );
             }
         } else {
             return Ok(None);
@@ -63,10 +77,33 @@ impl ConstraintArgs {
     }
 }
 
-/// Whether `path` names a GBNF grammar: its extension is `gbnf` (any case).
-fn is_gbnf(path: &Path) -> bool {
-    path.extension()
-        .is_some_and(|ext| ext.eq_ignore_ascii_case("gbnf"))
+/// The grammar `text` (read from `path`, if from a file) in its dialect: GBNF for a file
+/// whose extension is `gbnf` (any case), Lark for `lark`; otherwise by the text
+/// ([`reads_as_gbnf`]).
+fn grammar_spec(path: Option<&Path>, text: String) -> ConstraintSpec {
+    let extension = path.and_then(|p| p.extension());
+    let gbnf = match extension {
+        Some(ext) if ext.eq_ignore_ascii_case("gbnf") => true,
+        Some(ext) if ext.eq_ignore_ascii_case("lark") => false,
+        _ => reads_as_gbnf(&text),
+    };
+    if gbnf {
+        ConstraintSpec::Gbnf(text)
+    } else {
+        ConstraintSpec::Lark(text)
+    }
+}
+
+/// Whether a grammar's text is GBNF: a line opens with a rule name and `::=` (GBNF's rule
+/// definition; a Lark rule is `name:`, so a Lark line never opens so).
+fn reads_as_gbnf(text: &str) -> bool {
+    text.lines().any(|line| {
+        let line = line.trim_start();
+        let name = line
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+            .unwrap_or(line.len());
+        name > 0 && line[name..].trim_start().starts_with("::=")
+    })
 }
 
 fn read(path: &Path) -> Result<String> {
@@ -141,7 +178,7 @@ mod tests {
             let path = dir.path().join(name);
             std::fs::write(&path, text).unwrap();
             let args = ConstraintArgs {
-                grammar: Some(path),
+                grammar: Some(path.to_str().unwrap().to_string()),
                 ..ConstraintArgs::default()
             };
             args.spec().unwrap().unwrap()
@@ -164,5 +201,64 @@ mod tests {
             spec_of("grammar", lark),
             (ConstraintSpec::Lark(lark.into()), "--grammar")
         );
+        // Neither extension: the text says which.
+        assert_eq!(
+            spec_of("list.txt", gbnf),
+            (ConstraintSpec::Gbnf(gbnf.into()), "--grammar")
+        );
+        // The extension wins over the text.
+        assert_eq!(
+            spec_of("odd.lark", gbnf),
+            (ConstraintSpec::Lark(gbnf.into()), "--grammar")
+        );
+    }
+
+    #[test]
+    fn a_grammar_that_is_no_file_is_its_text_and_grammar_file_reads_a_file() {
+        let spec = |grammar: &str| {
+            ConstraintArgs {
+                grammar: Some(grammar.to_string()),
+                ..ConstraintArgs::default()
+            }
+            .spec()
+        };
+        let gbnf = "root ::= \"yes\" | \"no\"";
+        assert_eq!(
+            spec(gbnf).unwrap().unwrap(),
+            (ConstraintSpec::Gbnf(gbnf.into()), "--grammar")
+        );
+        let gbnf_rules = "root ::= item+\n  item ::= [a-z]+ \"\\n\"\n";
+        assert_eq!(
+            spec(gbnf_rules).unwrap().unwrap(),
+            (ConstraintSpec::Gbnf(gbnf_rules.into()), "--grammar")
+        );
+        let lark = "start: \"a::=b\" | NUM\nNUM: /[0-9]+/";
+        assert_eq!(
+            spec(lark).unwrap().unwrap(),
+            (ConstraintSpec::Lark(lark.into()), "--grammar")
+        );
+        // Neither a file nor a grammar: the error names both readings.
+        let e = spec("missing.gbnf").unwrap_err().to_string();
+        assert!(
+            e.contains("--grammar \"missing.gbnf\": no such file, and not a grammar's text"),
+            "{e}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("yes.gbnf");
+        std::fs::write(&path, gbnf).unwrap();
+        let args = ConstraintArgs {
+            grammar_file: Some(path.clone()),
+            ..ConstraintArgs::default()
+        };
+        assert_eq!(
+            args.spec().unwrap().unwrap(),
+            (ConstraintSpec::Gbnf(gbnf.into()), "--grammar-file")
+        );
+        let args = ConstraintArgs {
+            grammar_file: Some(dir.path().join("absent.gbnf")),
+            ..ConstraintArgs::default()
+        };
+        let e = format!("{:#}", args.spec().unwrap_err());
+        assert!(e.contains("reading ") && e.contains("absent.gbnf"), "{e}");
     }
 }

@@ -156,6 +156,29 @@ fn regex_choice_object_and_grammar_outputs_match() {
         parts[0].parse::<u32>().is_ok() && parts[1] == "+" && parts[3] == "=",
         "{text:?}"
     );
+    // llama.cpp's `--grammar`: the grammar's text on the command line (GBNF, by its `::=`),
+    // sampled so that either answer can come; and `--grammar-file`.
+    for seed in ["1", "2", "3"] {
+        let out = json(&[
+            "--grammar",
+            "root ::= answer \".\"\nanswer ::= \"yes\" | \"no\"",
+            "--temp",
+            "1.5",
+            "--seed",
+            seed,
+            "Is water wet?",
+        ]);
+        let text = out["text"].as_str().unwrap();
+        assert!(text == "yes." || text == "no.", "{text:?}");
+    }
+    let gbnf = dir.join("digits.txt");
+    std::fs::write(&gbnf, "root ::= [0-9] [0-9]\n").unwrap();
+    let out = json(&["--grammar-file", gbnf.to_str().unwrap(), "The year:"]);
+    let text = out["text"].as_str().unwrap();
+    assert!(
+        text.len() == 2 && text.bytes().all(|b| b.is_ascii_digit()),
+        "{text:?}"
+    );
 }
 
 /// Whether `text` matches `[0-9]{3}-[0-9]{4}` in full (checked by hand, without a regex crate).
@@ -250,6 +273,15 @@ fn bad_constraints_name_the_flag_and_position() {
     std::fs::write(&grammar, "start: \"a\" (\n").unwrap();
     let e = err(&["--grammar", grammar.to_str().unwrap(), "x"]);
     assert!(e.contains("--grammar: invalid grammar"), "{e}");
+    let e = err(&["--grammar", "root ::= (\"a\"", "x"]);
+    assert!(
+        e.contains("--grammar: invalid GBNF at line 1, column 14"),
+        "{e}"
+    );
+    let e = err(&["--grammar", "typo.gbnf", "x"]);
+    assert!(e.contains("--grammar \"typo.gbnf\": no such file"), "{e}");
+    let e = err(&["--grammar-file", "typo.gbnf", "x"]);
+    assert!(e.contains("reading typo.gbnf"), "{e}");
     let e = err(&["--regex", "a", "--num-beams", "2", "x"]);
     assert!(e.contains("--regex constrains a single sequence"), "{e}");
 }
