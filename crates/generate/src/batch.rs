@@ -3,6 +3,7 @@
 //! keeps its own session, sampler, stop conditions and detokeniser.
 
 use crate::generator::Step;
+use crate::sequence::Completion;
 use crate::{
     Event, GenerateError, GenerationConfig, Generator, LanguageModel, Session, Summary,
     TokenDecoder,
@@ -17,7 +18,12 @@ use kindle_sampling::Sampler;
 ///
 /// `sessions`, `prompts` and `samplers` are matched by position and must have the same
 /// length. With greedy samplers each output equals that of running its prompt alone.
-pub fn generate_batch<M: LanguageModel, D: TokenDecoder + ?Sized>(
+///
+/// After each batched pass the sequences' steps (processors, sampling, logprobs,
+/// detokenising, stops) run on the model's threads ([`LanguageModel::for_each_task`]), each
+/// with its own sampler, so `decoder` is shared between threads (`Sync`); every sequence gets
+/// what it would get alone, and the events arrive in order.
+pub fn generate_batch<M: LanguageModel, D: TokenDecoder + Sync + ?Sized>(
     model: &M,
     sessions: &mut [Session<M>],
     prompts: &[Vec<u32>],
@@ -75,9 +81,18 @@ pub fn generate_batch<M: LanguageModel, D: TokenDecoder + ?Sized>(
             }
             Session::forward_batch(model, &mut items)?
         };
-        for ((i, _), row) in feeds.iter().zip(rows) {
-            let event = generators[*i].complete(Ok(row))?;
-            on_event(*i, &event);
+        // Each fed sequence's step finished on the model's threads (processors, the draw,
+        // detokenising, stops: its own sampler and decoder), the events heard in order.
+        let mut wanted = feeds.iter().map(|&(i, _)| i).peekable();
+        let completions: Vec<_> = generators
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, _)| wanted.next_if_eq(i).is_some())
+            .zip(rows)
+            .map(|((_, generator), row)| generator.completion(row))
+            .collect();
+        for ((i, _), result) in feeds.iter().zip(Completion::run_all(model, completions)) {
+            on_event(*i, &result?);
         }
     }
     summaries

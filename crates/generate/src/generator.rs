@@ -12,6 +12,7 @@ use crate::decode::{StreamDecoder, TokenDecoder};
 use crate::error::{GenerateError, check_vocab};
 use crate::model::LanguageModel;
 use crate::outcome::{Event, Summary, Timings};
+use crate::sequence::Completion;
 use crate::session::Session;
 use crate::speculative::{SpecRef, Speculator};
 use crate::stop::{FinishReason, StopMatch, StopStringMatcher};
@@ -149,6 +150,17 @@ impl<'a, M: LanguageModel, D: TokenDecoder + ?Sized> Generator<'a, M, D> {
         logits: Result<Vec<f32>, GenerateError>,
     ) -> Result<Event, GenerateError> {
         self.core.complete(logits, self.sampler, self.session)
+    }
+
+    /// [`complete`](Self::complete) as a [`Completion`], which may run on another thread
+    /// (a batch's steps, [`Completion::run_all`]).
+    pub(crate) fn completion(&mut self, logits: Vec<f32>) -> Completion<'_, &'a D> {
+        Completion::of(
+            &mut self.core,
+            self.sampler,
+            self.session.tokens(),
+            Ok(logits),
+        )
     }
 
     pub(crate) fn session_mut(&mut self) -> &mut Session<M> {

@@ -192,12 +192,12 @@ impl<M: LanguageModel, D: TokenDecoder> Sequence<M, D> {
             let prompt = self.core.is_prompt_step();
             logits = spec.after_step(prompt, self.session.tokens(), logits);
         }
-        Completion {
-            core: &mut self.core,
-            sampler: &mut self.sampler,
-            history: self.session.tokens(),
+        Completion::of(
+            &mut self.core,
+            &mut self.sampler,
+            self.session.tokens(),
             logits,
-        }
+        )
     }
 
     /// Run each sequence's fed tokens (from its [`Step::Feed`]) in one batched forward pass
@@ -257,7 +257,22 @@ pub struct Completion<'a, D: TokenDecoder> {
     logits: Result<Vec<f32>, GenerateError>,
 }
 
-impl<D: TokenDecoder> Completion<'_, D> {
+impl<'a, D: TokenDecoder> Completion<'a, D> {
+    /// The end of a step of `core` with `sampler`, after the session's tokens `history`.
+    pub(crate) fn of(
+        core: &'a mut Core<D>,
+        sampler: &'a mut Sampler,
+        history: &'a [u32],
+        logits: Result<Vec<f32>, GenerateError>,
+    ) -> Self {
+        Completion {
+            core,
+            sampler,
+            history,
+            logits,
+        }
+    }
+
     /// Sample, detokenise, check the stops: the [`Event::Token`] that
     /// [`Sequence::complete`] returns.
     pub fn run(self) -> Result<Event, GenerateError> {

@@ -8,24 +8,28 @@ use kindle_generate::{
     GenerationConfig, LanguageModel, Session, TokenDecoder, generate_batch, generate_to_end,
 };
 use kindle_sampling::Sampler;
-use std::cell::RefCell;
 use std::convert::Infallible;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Predicts (sum of the history * 3 + 1) mod vocab; records each batched call's lengths.
+/// Predicts (sum of the history * 3 + 1) mod vocab; records each batched call's lengths;
+/// runs `for_each_task` on three threads of its own, counting the tasks they ran.
 struct Echo {
     vocab: usize,
-    batches: RefCell<Vec<Vec<usize>>>,
+    batches: Mutex<Vec<Vec<usize>>>,
+    task_runs: AtomicUsize,
 }
 
 impl Echo {
     fn new(vocab: usize) -> Self {
         Echo {
             vocab,
-            batches: RefCell::new(Vec::new()),
+            batches: Mutex::new(Vec::new()),
+            task_runs: AtomicUsize::new(0),
         }
     }
     fn batch_calls(&self) -> Vec<Vec<usize>> {
-        self.batches.borrow().clone()
+        self.batches.lock().unwrap().clone()
     }
     fn row(&self, history: &[u32]) -> Vec<f32> {
         let next = (history.iter().map(|&t| t as usize).sum::<usize>() * 3 + 1) % self.vocab;
@@ -72,12 +76,30 @@ impl LanguageModel for Echo {
         batch: &mut [(&[u32], &mut HistoryCache)],
     ) -> Result<Vec<Vec<f32>>, Infallible> {
         self.batches
-            .borrow_mut()
+            .lock()
+            .unwrap()
             .push(batch.iter().map(|(t, _)| t.len()).collect());
         batch
             .iter_mut()
             .map(|(tokens, cache)| self.forward_last(tokens, cache))
             .collect()
+    }
+    fn for_each_task(&self, n: usize, task: &(dyn Fn(usize) + Sync)) {
+        let next = AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..3 {
+                scope.spawn(|| {
+                    loop {
+                        let i = next.fetch_add(1, Ordering::SeqCst);
+                        if i >= n {
+                            break;
+                        }
+                        task(i);
+                        self.task_runs.fetch_add(1, Ordering::SeqCst);
+                    }
+                });
+            }
+        });
     }
 }
 
@@ -149,6 +171,99 @@ fn a_batch_gives_each_prompt_its_solo_output() {
         "then one token per sequence"
     );
     assert!(calls.len() <= 6, "steps run in lockstep: {calls:?}");
+    // Every batched pass's steps were finished on the model's threads.
+    let passes_of_several = calls.iter().filter(|c| c.len() > 1).count();
+    assert!(
+        model.task_runs.load(Ordering::SeqCst) >= 2 * passes_of_several,
+        "{} tasks for {passes_of_several} passes",
+        model.task_runs.load(Ordering::SeqCst)
+    );
+}
+
+/// Seeded samplers with a temperature and a penalty: each sequence of a batch (its steps
+/// finished on three threads) draws exactly what its prompt draws alone with the same seed,
+/// event by event.
+#[test]
+fn a_sampled_batch_gives_each_prompt_its_solo_draws() {
+    let model = Echo::new(8);
+    let prompts: Vec<Vec<u32>> = vec![vec![1], vec![2, 3, 4], vec![5, 6], vec![7, 1, 2]];
+    let config = GenerationConfig::default()
+        .with_max_new_tokens(12)
+        .with_top_logprobs(2);
+    let sampler = |seed: u64| {
+        kindle_sampling::SamplerConfig {
+            temperature: 3.0,
+            repetition_penalty: 1.3,
+            seed: Some(seed),
+            ..Default::default()
+        }
+        .build()
+        .unwrap()
+    };
+    let solo: Vec<Vec<kindle_generate::Event>> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let mut session = Session::new(&model, 32).unwrap();
+            let mut events = Vec::new();
+            let mut sampler = sampler(40 + i as u64);
+            let generator = kindle_generate::Generator::new(
+                &model,
+                &mut session,
+                p,
+                &mut sampler,
+                &model,
+                &config,
+            )
+            .unwrap();
+            for event in generator {
+                events.push(event.unwrap());
+            }
+            events
+        })
+        .collect();
+    let mut sessions: Vec<_> = prompts
+        .iter()
+        .map(|_| Session::new(&model, 32).unwrap())
+        .collect();
+    let mut samplers: Vec<_> = (0..prompts.len()).map(|i| sampler(40 + i as u64)).collect();
+    let mut batch = vec![Vec::new(); prompts.len()];
+    generate_batch(
+        &model,
+        &mut sessions,
+        &prompts,
+        &mut samplers,
+        &model,
+        &config,
+        |i, event| batch[i].push(event.clone()),
+    )
+    .unwrap();
+    let texts = |events: &[kindle_generate::Event]| -> Vec<u32> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                kindle_generate::Event::Token { id, .. } => Some(*id),
+                _ => None,
+            })
+            .collect()
+    };
+    for (i, (b, s)) in batch.iter().zip(&solo).enumerate() {
+        assert_eq!(texts(b), texts(s), "sequence {i}");
+        let tokens = |events: &[kindle_generate::Event]| -> Vec<kindle_generate::Event> {
+            events
+                .iter()
+                .filter(|e| matches!(e, kindle_generate::Event::Token { .. }))
+                .cloned()
+                .collect()
+        };
+        assert_eq!(tokens(b), tokens(s), "sequence {i}: every token event");
+    }
+    let distinct: std::collections::HashSet<Vec<u32>> = solo.iter().map(|s| texts(s)).collect();
+    assert!(
+        distinct.len() > 1,
+        "the draws differ between seeds: {distinct:?}"
+    );
+    assert!(model.task_runs.load(Ordering::SeqCst) > 0);
 }
 
 #[test]
