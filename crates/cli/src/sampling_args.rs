@@ -203,6 +203,10 @@ pub struct SamplingArgs {
     /// Do not end generation before N tokens were generated.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub min_tokens: usize,
+    /// Never end at an end-of-generation token (llama.cpp's --ignore-eos): they are masked at
+    /// every step, so a run goes on to -n, a stop or the context's end.
+    #[arg(long)]
+    pub ignore_eos: bool,
     /// Seed of the random stream (default: random, reported so the run can be replayed).
     #[arg(long, value_name = "SEED")]
     pub seed: Option<u64>,
@@ -301,7 +305,12 @@ impl SamplingArgs {
             penalty_scope: scope,
             no_repeat_ngram_size: self.no_repeat_ngram_size,
             logit_bias: self.logit_bias.iter().map(|b| (b.id, b.bias)).collect(),
-            min_tokens: self.min_tokens,
+            // No count of tokens reaches `usize::MAX`: the end is held back for good.
+            min_tokens: if self.ignore_eos {
+                usize::MAX
+            } else {
+                self.min_tokens
+            },
             eog_ids: Vec::new(),
             seed: self.seed,
             order,
@@ -483,6 +492,13 @@ mod tests {
         );
         assert_eq!(c.eog_ids, vec![2]);
         assert_eq!(args.logprobs, Some(5));
+        // --ignore-eos holds the end back for good (over --min-tokens); without
+        // end-of-generation ids there is nothing to hold back.
+        let args = parse(&["--ignore-eos", "--min-tokens", "3"]);
+        let c = args.to_config(&[2, 7], &no_tokenizer).unwrap();
+        assert_eq!((c.min_tokens, c.eog_ids), (usize::MAX, vec![2, 7]));
+        let c = args.to_config(&[], &no_tokenizer).unwrap();
+        assert_eq!(c.min_tokens, 0);
     }
 
     #[test]

@@ -153,6 +153,27 @@ fn max_time() {
     assert!((1..2000).contains(&n), "{n} tokens");
 }
 
+/// `--ignore-eos`: a chat reply that ends by itself after about two dozen tokens runs on to
+/// `-n`, no end-of-generation token among its tokens; the same tokens as without the flag up
+/// to where that one ended it.
+#[test]
+fn ignore_eos_runs_to_max_tokens() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
+    let ended = json(&["--chat", "Say hi.", "-n", "64"]);
+    assert_eq!(ended["finish_reason"], "stop");
+    let short = ids(&ended["tokens"]);
+    assert!(short.len() < 60, "{} tokens", short.len());
+    let out = json(&["--chat", "Say hi.", "-n", "64", "--ignore-eos"]);
+    assert_eq!(out["finish_reason"], "length");
+    let long = ids(&out["tokens"]);
+    assert_eq!(long.len(), 64);
+    let eog = *short.last().unwrap();
+    assert!(!long.contains(&eog), "{long:?}");
+    assert_eq!(long[..short.len() - 1], short[..short.len() - 1]);
+}
+
 #[test]
 fn seeds_replay_and_differ() {
     if common::real_model().is_none() {

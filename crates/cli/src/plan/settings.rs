@@ -314,6 +314,10 @@ impl SamplingSettings {
     ) -> Result<SamplerConfig> {
         let mut config = self.config.clone();
         config.eog_ids = eog_ids.to_vec();
+        if eog_ids.is_empty() && config.min_tokens == usize::MAX {
+            // --ignore-eos on a vocabulary without end-of-generation tokens: none to hold back.
+            config.min_tokens = 0;
+        }
         let mut breakers = Vec::new();
         match &self.dry_breakers {
             Some(given) => {
