@@ -17,9 +17,14 @@ use crate::run::{Mode, Report, Sequence, Sink, single};
 #[derive(Args, Debug, Clone, Default)]
 #[group(multiple = false)]
 pub struct ConstraintArgs {
-    /// Constrain the output to JSON valid against the JSON schema in this file
+    /// Constrain the output to JSON valid against this JSON schema: its text (`{...}`, as
+    /// llama.cpp's --json-schema), else the file of this name
+    #[arg(long, value_name = "SCHEMA|FILE")]
+    pub json_schema: Option<String>,
+    /// Constrain the output to JSON valid against the JSON schema in this file (llama.cpp's
+    /// --json-schema-file)
     #[arg(long, value_name = "FILE")]
-    pub json_schema: Option<PathBuf>,
+    pub json_schema_file: Option<PathBuf>,
     /// Constrain the output to a JSON object
     #[arg(long)]
     pub json_object: bool,
@@ -44,11 +49,22 @@ pub struct ConstraintArgs {
 impl ConstraintArgs {
     /// The constraint asked for and the flag that asked, or `None`.
     pub fn spec(&self) -> Result<Option<(ConstraintSpec, &'static str)>> {
-        Ok(Some(if let Some(path) = &self.json_schema {
-            let text = read(path)?;
+        Ok(Some(if let Some(value) = &self.json_schema {
+            // A schema is a JSON object; no file name starts with `{`.
+            let text = if value.trim_start().starts_with('{') {
+                value.clone()
+            } else {
+                read(Path::new(value))?
+            };
             (
                 ConstraintSpec::json_schema(&text, "--json-schema")?,
                 "--json-schema",
+            )
+        } else if let Some(path) = &self.json_schema_file {
+            let text = read(path)?;
+            (
+                ConstraintSpec::json_schema(&text, "--json-schema-file")?,
+                "--json-schema-file",
             )
         } else if self.json_object {
             (ConstraintSpec::JsonObject, "--json-object")
@@ -211,6 +227,51 @@ mod tests {
             spec_of("odd.lark", gbnf),
             (ConstraintSpec::Lark(gbnf.into()), "--grammar")
         );
+    }
+
+    #[test]
+    fn a_json_schema_is_its_text_or_a_file() {
+        let schema = r#"{"type": "object", "properties": {"n": {"type": "integer"}}}"#;
+        let spec = |args: ConstraintArgs| args.spec();
+        let inline = spec(ConstraintArgs {
+            json_schema: Some(format!("  {schema}")),
+            ..ConstraintArgs::default()
+        })
+        .unwrap()
+        .unwrap();
+        let want = ConstraintSpec::json_schema(schema, "--json-schema").unwrap();
+        assert_eq!(inline, (want.clone(), "--json-schema"));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("n.json");
+        std::fs::write(&path, schema).unwrap();
+        let from_file = spec(ConstraintArgs {
+            json_schema: Some(path.to_str().unwrap().to_string()),
+            ..ConstraintArgs::default()
+        })
+        .unwrap()
+        .unwrap();
+        assert_eq!(from_file, (want.clone(), "--json-schema"));
+        let from_file = spec(ConstraintArgs {
+            json_schema_file: Some(path),
+            ..ConstraintArgs::default()
+        })
+        .unwrap()
+        .unwrap();
+        assert_eq!(from_file, (want, "--json-schema-file"));
+        // A schema's text that is not JSON is named as such, not read as a file name.
+        let e = spec(ConstraintArgs {
+            json_schema: Some("{\"type\": ".into()),
+            ..ConstraintArgs::default()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--json-schema: not valid JSON"), "{e}");
+        let e = spec(ConstraintArgs {
+            json_schema: Some("absent.json".into()),
+            ..ConstraintArgs::default()
+        })
+        .unwrap_err();
+        assert!(format!("{e:#}").contains("reading absent.json"), "{e:#}");
     }
 
     #[test]

@@ -122,3 +122,69 @@ fn describe(error: &anyhow::Error) -> String {
     }
     text
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    /// Every subcommand's flags are well formed (clap's own checks, which only a build with
+    /// debug assertions runs), and, as ours, checked in any build: no short or long name (or
+    /// alias) taken by two of a subcommand's arguments.
+    #[test]
+    fn the_whole_command_line_is_consistent() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+        let mut cli = super::Cli::command();
+        cli.build();
+        let clashes = name_clashes(&cli);
+        assert!(clashes.is_empty(), "{clashes:#?}");
+    }
+
+    /// A short flag given to two arguments of one subcommand is caught.
+    #[test]
+    fn a_short_flag_taken_twice_is_caught() {
+        let mut cli = clap::Command::new("kindle").subcommand(
+            clap::Command::new("generate")
+                .arg(clap::Arg::new("seed").long("seed").short('s'))
+                .arg(clap::Arg::new("special").long("special").short('s')),
+        );
+        cli.build();
+        let clashes = name_clashes(&cli);
+        assert_eq!(clashes.len(), 1, "{clashes:?}");
+        assert!(clashes[0].contains("-s") && clashes[0].contains("generate"));
+    }
+
+    /// `"<command path>: -x taken by a and b"` for every name two arguments share.
+    fn name_clashes(cmd: &clap::Command) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut names: HashMap<String, String> = HashMap::new();
+        for arg in cmd.get_arguments() {
+            let id = arg.get_id().to_string();
+            let shorts = arg
+                .get_short()
+                .into_iter()
+                .chain(arg.get_all_short_aliases().unwrap_or_default());
+            let longs = arg.get_long().into_iter().map(str::to_string).chain(
+                arg.get_all_aliases()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(str::to_string),
+            );
+            let all = shorts
+                .map(|c| format!("-{c}"))
+                .chain(longs.map(|l| format!("--{l}")));
+            for name in all {
+                if let Some(other) = names.insert(name.clone(), id.clone()) {
+                    out.push(format!(
+                        "{}: {name} taken by {other} and {id}",
+                        cmd.get_name()
+                    ));
+                }
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            out.extend(name_clashes(sub));
+        }
+        out
+    }
+}

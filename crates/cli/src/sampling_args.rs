@@ -208,7 +208,7 @@ pub struct SamplingArgs {
     #[arg(long)]
     pub ignore_eos: bool,
     /// Seed of the random stream (default: random, reported so the run can be replayed).
-    #[arg(long, value_name = "SEED")]
+    #[arg(short = 's', long, value_name = "SEED")]
     pub seed: Option<u64>,
     /// Order of the processor chain, llama.cpp syntax (e.g.
     /// "penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature", or "edskypmxt").

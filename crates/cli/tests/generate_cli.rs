@@ -174,6 +174,33 @@ fn ignore_eos_runs_to_max_tokens() {
     assert_eq!(long[..short.len() - 1], short[..short.len() - 1]);
 }
 
+/// llama.cpp's spellings: `-s` for the seed, `--n-predict` / `--predict` for `-n`, and a JSON
+/// schema given as its text.
+#[test]
+fn llama_cpp_flag_spellings() {
+    if common::real_model().is_none() {
+        return; // KINDLE_SKIP_REAL_MODEL=1
+    }
+    let long = json(&[PROMPT, "-n", "8", "--temperature", "0.9", "--seed", "11"]);
+    let short = json(&[
+        PROMPT,
+        "--n-predict",
+        "8",
+        "--temperature",
+        "0.9",
+        "-s",
+        "11",
+    ]);
+    assert_eq!(short["tokens"], long["tokens"]);
+    assert_eq!(ids(&json(&[PROMPT, "--predict", "3"])["tokens"]).len(), 3);
+    let schema = r#"{"type": "object", "properties": {"year": {"type": "integer"}}, "required": ["year"], "additionalProperties": false}"#;
+    let out = json(&["--json-schema", schema, "-n", "64", "A year as JSON:"]);
+    let text = out["text"].as_str().unwrap();
+    let value: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert!(value["year"].is_i64(), "{text}");
+    assert_eq!(value.as_object().unwrap().len(), 1, "{text}");
+}
+
 #[test]
 fn seeds_replay_and_differ() {
     if common::real_model().is_none() {

@@ -44,6 +44,7 @@ pub struct GenerateArgs {
     #[arg(
         short = 'n',
         long,
+        visible_aliases = ["n-predict", "predict"],
         default_value_t = 256,
         allow_negative_numbers = true
     )]
