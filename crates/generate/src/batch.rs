@@ -89,7 +89,10 @@ pub fn generate_batch<M: LanguageModel, D: TokenDecoder + Sync + ?Sized>(
             .enumerate()
             .filter(|(i, _)| wanted.next_if_eq(i).is_some())
             .zip(rows)
-            .map(|((_, generator), row)| generator.completion(row))
+            .map(|((_, generator), row)| {
+                let (core, sampler, history) = generator.completion_parts();
+                Completion::of(core, sampler, history, Ok(row))
+            })
             .collect();
         for ((i, _), result) in feeds.iter().zip(Completion::run_all(model, completions)) {
             on_event(*i, &result?);

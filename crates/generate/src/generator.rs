@@ -12,7 +12,6 @@ use crate::decode::{StreamDecoder, TokenDecoder};
 use crate::error::{GenerateError, check_vocab};
 use crate::model::LanguageModel;
 use crate::outcome::{Event, Summary, Timings};
-use crate::sequence::Completion;
 use crate::session::Session;
 use crate::speculative::{SpecRef, Speculator};
 use crate::stop::{FinishReason, StopMatch, StopStringMatcher};
@@ -152,15 +151,11 @@ impl<'a, M: LanguageModel, D: TokenDecoder + ?Sized> Generator<'a, M, D> {
         self.core.complete(logits, self.sampler, self.session)
     }
 
-    /// [`complete`](Self::complete) as a [`Completion`], which may run on another thread
-    /// (a batch's steps, [`Completion::run_all`]).
-    pub(crate) fn completion(&mut self, logits: Vec<f32>) -> Completion<'_, &'a D> {
-        Completion::of(
-            &mut self.core,
-            self.sampler,
-            self.session.tokens(),
-            Ok(logits),
-        )
+    /// What [`complete`](Self::complete) works with (the state, the sampler and the session's
+    /// tokens), for a `Completion` that may run on another thread (a batch's steps,
+    /// `Completion::run_all`).
+    pub(crate) fn completion_parts(&mut self) -> (&mut Core<&'a D>, &mut Sampler, &[u32]) {
+        (&mut self.core, self.sampler, self.session.tokens())
     }
 
     pub(crate) fn session_mut(&mut self) -> &mut Session<M> {
