@@ -85,20 +85,9 @@ impl LanguageModel for Echo {
             .collect()
     }
     fn for_each_task(&self, n: usize, task: &(dyn Fn(usize) + Sync)) {
-        let next = AtomicUsize::new(0);
-        std::thread::scope(|scope| {
-            for _ in 0..3 {
-                scope.spawn(|| {
-                    loop {
-                        let i = next.fetch_add(1, Ordering::SeqCst);
-                        if i >= n {
-                            break;
-                        }
-                        task(i);
-                        self.task_runs.fetch_add(1, Ordering::SeqCst);
-                    }
-                });
-            }
+        common::on_three_threads(n, &|i| {
+            task(i);
+            self.task_runs.fetch_add(1, Ordering::SeqCst);
         });
     }
 }

@@ -8,7 +8,6 @@ mod common;
 use std::cell::Cell;
 use std::convert::Infallible;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::ByteVocab;
 use kindle_generate::{
@@ -83,20 +82,7 @@ impl LanguageModel for Spread {
     }
     /// Three threads, each claiming the next index.
     fn for_each_task(&self, n: usize, task: &(dyn Fn(usize) + Sync)) {
-        let next = AtomicUsize::new(0);
-        std::thread::scope(|scope| {
-            for _ in 0..3 {
-                scope.spawn(|| {
-                    loop {
-                        let i = next.fetch_add(1, Ordering::SeqCst);
-                        if i >= n {
-                            break;
-                        }
-                        task(i);
-                    }
-                });
-            }
-        });
+        common::on_three_threads(n, task);
     }
 }
 

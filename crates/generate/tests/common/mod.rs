@@ -312,3 +312,22 @@ pub fn naive_log_softmax(row: &[f32]) -> Vec<f64> {
     let lse = row.iter().map(|&x| f64::from(x).exp()).sum::<f64>().ln();
     row.iter().map(|&x| f64::from(x) - lse).collect()
 }
+
+/// `task(0..n)` on three threads of their own, each claiming the next index (a model's
+/// `for_each_task` in the tests that finish a batch's steps on several threads).
+pub fn on_three_threads(n: usize, task: &(dyn Fn(usize) + Sync)) {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..3 {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    if i >= n {
+                        break;
+                    }
+                    task(i);
+                }
+            });
+        }
+    });
+}
