@@ -123,22 +123,11 @@ fn a_batch_gives_each_prompt_its_solo_output() {
             .unwrap()
         })
         .collect();
-    let mut sessions: Vec<_> = prompts
-        .iter()
-        .map(|_| Session::new(&model, 32).unwrap())
-        .collect();
     let mut samplers: Vec<_> = prompts.iter().map(|_| Sampler::greedy()).collect();
     let mut events = vec![0usize; prompts.len()];
-    let batch = generate_batch(
-        &model,
-        &mut sessions,
-        &prompts,
-        &mut samplers,
-        &model,
-        &config,
-        |i, _| events[i] += 1,
-    )
-    .unwrap();
+    let batch = run_batch(&model, &prompts, &mut samplers, &config, |i, _| {
+        events[i] += 1
+    });
     for (i, (b, s)) in batch.iter().zip(&solo).enumerate() {
         assert_eq!(b.tokens, s.tokens, "sequence {i}");
         assert_eq!(b.text, s.text, "sequence {i}");
@@ -211,22 +200,11 @@ fn a_sampled_batch_gives_each_prompt_its_solo_draws() {
             events
         })
         .collect();
-    let mut sessions: Vec<_> = prompts
-        .iter()
-        .map(|_| Session::new(&model, 32).unwrap())
-        .collect();
     let mut samplers: Vec<_> = (0..prompts.len()).map(|i| sampler(40 + i as u64)).collect();
     let mut batch = vec![Vec::new(); prompts.len()];
-    generate_batch(
-        &model,
-        &mut sessions,
-        &prompts,
-        &mut samplers,
-        &model,
-        &config,
-        |i, event| batch[i].push(event.clone()),
-    )
-    .unwrap();
+    run_batch(&model, &prompts, &mut samplers, &config, |i, event| {
+        batch[i].push(event.clone())
+    });
     let texts = |events: &[kindle_generate::Event]| -> Vec<u32> {
         events
             .iter()
@@ -253,6 +231,31 @@ fn a_sampled_batch_gives_each_prompt_its_solo_draws() {
         "the draws differ between seeds: {distinct:?}"
     );
     assert!(model.task_runs.load(Ordering::SeqCst) > 0);
+}
+
+/// `prompts` through `generate_batch` over `model` (a fresh 32-token session each), the model
+/// its own decoder.
+fn run_batch(
+    model: &Echo,
+    prompts: &[Vec<u32>],
+    samplers: &mut [Sampler],
+    config: &GenerationConfig,
+    on_event: impl FnMut(usize, &kindle_generate::Event),
+) -> Vec<kindle_generate::Summary> {
+    let mut sessions: Vec<_> = prompts
+        .iter()
+        .map(|_| Session::new(model, 32).unwrap())
+        .collect();
+    generate_batch(
+        model,
+        &mut sessions,
+        prompts,
+        samplers,
+        model,
+        config,
+        on_event,
+    )
+    .unwrap()
 }
 
 #[test]
